@@ -1,0 +1,185 @@
+"""Runs graph-level pk IR for W simulated ranks, in lockstep.
+
+Every SSA value maps to a list of W per-rank torch tensors. Ops that act on one rank's
+data run once per rank; collectives see all W tensors at once; a ``pk.kernel`` is handed
+to the kernel-level executor, which runs every rank's workers concurrently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Operation, SSAValue
+
+from pkc.dialects import graph as g
+from pkc.dialects.common import int_list
+from pkc.dialects.kernel import KernelOp
+from pkc.interp.values import (
+    InterpError,
+    apply_map,
+    apply_reduce,
+    matmul,
+    reduce_ranks,
+    torch_dtype,
+    where,
+)
+
+PerRank = list[torch.Tensor]
+Env = dict[SSAValue, PerRank]
+
+# Per-rank ops: impl(op, *one_rank_operands) -> one_rank_result.
+_LOCAL: dict[type[Operation], Callable[..., torch.Tensor]] = {}
+# Whole-world ops: impl(op, [per_rank_operand_lists], world) -> [per_rank_results].
+_WORLD: dict[type[Operation], Callable[..., list[PerRank]]] = {}
+
+
+def _local(op_type):
+    def register(fn):
+        _LOCAL[op_type] = fn
+        return fn
+    return register
+
+
+def _world(op_type):
+    def register(fn):
+        _WORLD[op_type] = fn
+        return fn
+    return register
+
+
+def _out(op: Operation, i: int = 0) -> tuple[tuple[int, ...], torch.dtype]:
+    t = op.results[i].type
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape()), torch_dtype(t.element_type)
+
+
+@_local(g.MatmulOp)
+def _matmul(op, a, b):
+    return matmul(a, b, _out(op)[1])
+
+
+@_local(g.MapOp)
+def _map(op, *xs):
+    return apply_map(op.fn.data, list(xs), *_out(op))
+
+
+@_local(g.ConstantOp)
+def _constant(op):
+    shape, dtype = _out(op)
+    return torch.full(shape, op.value.value.data, dtype=dtype)
+
+
+@_local(g.ReduceOp)
+def _reduce(op, x):
+    return apply_reduce(op.fn.data, x, int_list(op.dims), op.keepdim is not None)
+
+
+@_local(g.ReshapeOp)
+def _reshape(op, x):
+    return x.reshape(_out(op)[0]).clone()
+
+
+@_local(g.TransposeOp)
+def _transpose(op, x):
+    return x.permute(int_list(op.perm)).contiguous()
+
+
+@_local(g.BroadcastOp)
+def _broadcast(op, x):
+    return x.broadcast_to(_out(op)[0]).clone()
+
+
+@_local(g.SliceOp)
+def _slice(op, x):
+    d, s, e, st = (a.value.data for a in (op.dim, op.start, op.end, op.step))
+    index = [slice(None)] * x.dim()
+    index[d] = slice(s, e, st)
+    return x[tuple(index)].clone()
+
+
+@_local(g.ConcatOp)
+def _concat(op, *xs):
+    return torch.cat(xs, dim=op.dim.value.data)
+
+
+@_world(g.AllReduceOp)
+def _all_reduce(op, xs: PerRank, world: int) -> PerRank:
+    total = reduce_ranks(op.reduce.data, xs)
+    return [total.clone() for _ in range(world)]
+
+
+@_world(g.AllGatherOp)
+def _all_gather(op, xs: PerRank, world: int) -> PerRank:
+    full = torch.cat(xs, dim=op.dim.value.data)
+    return [full.clone() for _ in range(world)]
+
+
+@_world(g.ReduceScatterOp)
+def _reduce_scatter(op, xs: PerRank, world: int) -> PerRank:
+    total = reduce_ranks(op.reduce.data, xs)
+    return [c.clone() for c in torch.chunk(total, world, dim=op.dim.value.data)]
+
+
+@_world(g.AllToAllOp)
+def _all_to_all(op, xs: PerRank, world: int) -> PerRank:
+    sd, cd = op.split_dim.value.data, op.concat_dim.value.data
+    chunks = [torch.chunk(x, world, dim=sd) for x in xs]  # chunks[src][dst]
+    return [torch.cat([chunks[src][dst] for src in range(world)], dim=cd) for dst in range(world)]
+
+
+def _run_opaque(op: g.OpaqueOp, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    from pkc.frontend.opaque import decode_call, resolve_target
+
+    target = resolve_target(op.target.data)
+    call_args, call_kwargs = decode_call(op.spec.data, list(args))
+    out = target(*call_args, **call_kwargs)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if len(outs) != len(op.outputs):
+        raise InterpError(
+            f"{where(op)} {op.target.data} returned {len(outs)} values, the IR declares {len(op.outputs)}"
+        )
+    return outs
+
+
+def run_function(fn: func.FuncOp, inputs: list[PerRank], world: int, seed: int = 0) -> list[PerRank]:
+    """Runs ``fn``; ``inputs[r]`` holds rank r's arguments. Returns each rank's results.
+    ``seed`` picks how the workers of every kernel interleave."""
+    from pkc.interp.kernel import run_kernel
+
+    env: Env = {}
+    for i, arg in enumerate(fn.body.blocks[0].args):
+        env[arg] = [inputs[r][i] for r in range(world)]
+    for op in fn.body.blocks[0].ops:
+        if isinstance(op, func.ReturnOp):
+            results = [env[v] for v in op.arguments]
+            return [[res[r] for res in results] for r in range(world)]
+        operands = [env[v] for v in op.operands]
+        if isinstance(op, g.COLLECTIVE_OPS):
+            if op.world_size != world:
+                raise InterpError(
+                    f"{where(op)} is written for a world of {op.world_size} ranks, "
+                    f"but the interpreter runs {world}"
+                )
+            outs = [_WORLD[type(op)](op, operands[0], world)]
+        elif isinstance(op, KernelOp):
+            outs = run_kernel(op, operands, world, seed)
+        elif isinstance(op, g.OpaqueOp):
+            per_rank = [_run_opaque(op, [o[r] for o in operands]) for r in range(world)]
+            outs = [[per_rank[r][i] for r in range(world)] for i in range(len(op.outputs))]
+        elif type(op) in _LOCAL:
+            outs = [[_LOCAL[type(op)](op, *[o[r] for o in operands]) for r in range(world)]]
+        else:
+            raise InterpError(f"{where(op)} cannot be interpreted at graph level")
+        for res, val in zip(op.results, outs):
+            env[res] = val
+    raise InterpError(f"function @{fn.sym_name.data} has no func.return")
+
+
+def find_function(module: ModuleOp, name: str) -> func.FuncOp:
+    for op in module.walk():
+        if isinstance(op, func.FuncOp) and op.sym_name.data == name:
+            return op
+    raise InterpError(f"no function @{name} in the module")
