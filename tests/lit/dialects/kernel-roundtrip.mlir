@@ -55,9 +55,9 @@ func.func @mm_rs(%a: tensor<64x32xbf16>, %b: tensor<32x48xbf16>) -> tensor<32x48
       pk.wait %done[%me] until %c6 : !pk.signals<2>
       // CHECK-NEXT: %t = pk.load %scratch[%[[Z:c0.*]], %[[Z]]] from %me : !pk.buffer<64x48xf32, symmetric> -> !pk.tile<32x48xf32>
       %t = pk.load %scratch[%c0, %c0] from %me : !pk.buffer<64x48xf32, symmetric> -> !pk.tile<32x48xf32>
-      %tb = pk.tile_map "cast" %t : (!pk.tile<32x48xf32>) -> !pk.tile<32x48xbf16>
-      // CHECK: pk.store %tb, %O[%[[Z]], %[[Z]]] : !pk.tile<32x48xbf16>, !pk.buffer<32x48xbf16, symmetric>
-      pk.store %tb, %O[%c0, %c0] : !pk.tile<32x48xbf16>, !pk.buffer<32x48xbf16, symmetric>
+      %out_tile = pk.tile_map "cast" %t : (!pk.tile<32x48xf32>) -> !pk.tile<32x48xbf16>
+      // CHECK: pk.store %out_tile, %O[%[[Z]], %[[Z]]] : !pk.tile<32x48xbf16>, !pk.buffer<32x48xbf16, symmetric>
+      pk.store %out_tile, %O[%c0, %c0] : !pk.tile<32x48xbf16>, !pk.buffer<32x48xbf16, symmetric>
       pk.yield
     }
     pk.yield

@@ -1,0 +1,638 @@
+"""Analytic cost model: predicted times (seconds) of GEMMs, collectives and fused kernels.
+
+Passes consult it (DESIGN.md, "Cost model and targets"): overlap fuses only where the
+predicted fused kernel beats the non-overlapped sequence, sm-partition takes the number of
+communication SMs, collective lowering takes one-shot / two-shot, direct / ring.
+
+Conventions: times in seconds, sizes in bytes, `W` is the world size (ranks in the NVLink
+domain), `dtype` is a byte count or a name ("bf16", "fp16", "fp32"). Every formula is a
+roofline-style bound with the few effects that decide between schedules (wave quantization,
+per-SM link drive rate, signal latencies, pipeline fill/drain); the figures come from
+`pkc.target.targets` and are overridable there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, Sequence
+
+from pkc.target.targets import Target, get_target
+
+# Output tile shapes a Hopper/Blackwell persistent GEMM uses (cuBLAS / CUTLASS / PK).
+TILE_SHAPES = ((128, 256), (128, 128))
+# estimate: a 128x128 tile re-reads operands twice as often per FLOP as 128x256 and keeps
+# fewer wgmma in flight; ~10% lower per-SM rate (CUTLASS profiles on H100 show 5-15%).
+TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.9}
+# Pipeline steps simulated per fused kernel (steps are grouped above this, for speed).
+MAX_STEPS = 256
+# Fusion must pay through overlap: the fused kernel must beat the unfused sequence by this
+# fraction *after* the unfused sequence is credited the launches fusion saves. The figures
+# marked "estimate" in targets.py are not better than a few percent; the launch saving
+# depends on how the program is launched (eager ~3 us per kernel, ~1 us in a CUDA graph),
+# so a decision must not rest on it; and the unfused pair (cuBLAS + a collective) is the
+# known-good fallback. Reported times still include every launch.
+FUSE_MIN_GAIN = 0.03
+
+DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "half": 2,
+               "fp32": 4, "float32": 4, "float": 4, "fp8": 1, "float8_e4m3fn": 1}
+
+PATTERNS = MappingProxyType({
+    "mm_reduce_scatter": "mm+reduce_scatter",
+    "mm_all_reduce": "mm+all_reduce",
+    "all_gather_mm": "all_gather+mm",
+    "all_to_all_mm_all_to_all": "all_to_all+grouped_mm+all_to_all",
+})
+
+
+# --------------------------------------------------------------------------------------
+# helpers
+
+
+def _target(target) -> Target:
+    return target if isinstance(target, Target) else get_target(target)
+
+
+def dtype_bytes(dtype) -> int:
+    """Bytes per element of `dtype` (an int, a name like "bf16", or a torch dtype)."""
+    if isinstance(dtype, int):
+        if dtype <= 0:
+            raise ValueError(f"dtype bytes must be positive, got {dtype}")
+        return dtype
+    name = str(dtype).replace("torch.", "").lower()
+    if name not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {sorted(DTYPE_BYTES)} or a byte count")
+    return DTYPE_BYTES[name]
+
+
+def _check_world(target: Target, W: int) -> None:
+    if not 1 <= W <= target.max_gpus:
+        raise ValueError(f"world size {W} outside 1..{target.max_gpus} "
+                         f"(NVLink domain of {target.name})")
+
+
+def _check_sms(target: Target, sms, what: str) -> int:
+    sms = target.num_sms if sms is None else int(sms)
+    if not 1 <= sms <= target.num_sms:
+        raise ValueError(f"{what}: sms={sms} outside 1..{target.num_sms} on {target.name}")
+    return sms
+
+
+# --------------------------------------------------------------------------------------
+# primitives
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How a GEMM maps onto SMs: tile shape, tile count, waves, compute-only time."""
+    tm: int
+    tn: int
+    tiles: int
+    waves: int
+    compute_time: float
+
+
+def gemm_tiling(target, M: int, N: int, K: int, sms=None, groups: int = 1) -> Tiling:
+    """Best of the TILE_SHAPES for an M x N x K GEMM (or `groups` equal GEMMs of M/groups
+    rows each, a grouped GEMM) on `sms` SMs.
+
+    Each SM runs at achievable_rate / num_sms (times the tile's efficiency); an output tile
+    costs 2*tm*tn*K FLOPs; tiles run in waves of `sms`, so the time is
+    waves * tile_flops / per_sm_rate with waves = ceil(tiles / sms) (wave quantization).
+    Using fewer SMs therefore costs time in proportion to the extra waves.
+    """
+    t = _target(target)
+    sms = _check_sms(t, sms, "gemm")
+    per_sm = t.mma_achievable_flops / t.num_sms
+    rows = math.ceil(M / groups)
+    best = None
+    for tm, tn in TILE_SHAPES:
+        tiles = groups * math.ceil(rows / tm) * math.ceil(N / tn)
+        waves = math.ceil(tiles / sms)
+        time = waves * 2.0 * tm * tn * K / (per_sm * TILE_EFFICIENCY[(tm, tn)])
+        if best is None or time < best.compute_time:
+            best = Tiling(tm, tn, tiles, waves, time)
+    return best
+
+
+def gemm_time(target, M: int, N: int, K: int, dtype_bytes: int = 2, sms=None,
+              groups: int = 1) -> float:
+    """GEMM kernel time (no launch): max(compute with wave quantization, HBM traffic).
+
+    HBM traffic is the compulsory one, (M*K + groups*K*N + M*N) * dtype_bytes, at the
+    achievable (read + write) HBM rate; operand re-reads are assumed to hit L2.
+    """
+    t = _target(target)
+    compute = gemm_tiling(t, M, N, K, sms, groups).compute_time
+    traffic = (M * K + groups * K * N + M * N) * dtype_bytes
+    return max(compute, traffic / t.hbm_achievable_bw)
+
+
+def copy_time(target, nbytes: float) -> float:
+    """Local device-to-device copy: nbytes read + nbytes written at the achievable HBM rate
+    (which was measured counting both)."""
+    return 2.0 * nbytes / _target(target).hbm_achievable_bw
+
+
+def link_rate(target, sms=None, mechanism: str = "tma") -> float:
+    """Bytes/s one GPU pushes (or pulls) over NVLink in one direction with `sms` SMs:
+    min(per-SM drive rate * sms, achievable per-direction NVLink bandwidth)."""
+    t = _target(target)
+    sms = _check_sms(t, sms, "link")
+    per_sm = {"tma": t.tma_bw_per_sm, "ldst": t.ldst_bw_per_sm}.get(mechanism)
+    if per_sm is None:
+        raise ValueError(f"unknown mechanism {mechanism!r}; known: 'tma', 'ldst'")
+    return min(per_sm * sms, t.nvlink_achievable_bw)
+
+
+def link_time(target, nbytes: float, sms=None, mechanism: str = "tma") -> float:
+    """Time to move nbytes over one GPU's NVLink port in one direction (no latency; add
+    signal_time for the flags that announce the data)."""
+    return nbytes / link_rate(target, sms, mechanism)
+
+
+def signal_time(target, n: int = 1) -> float:
+    """n remote flag round trips (a barrier between ranks costs one)."""
+    return n * _target(target).signal_latency
+
+
+def launch_time(target, n: int = 1) -> float:
+    """n kernel launches on one stream."""
+    return n * _target(target).launch_overhead
+
+
+# --------------------------------------------------------------------------------------
+# collectives (standalone kernels on all SMs: the unfused baseline and pkc's lowerings)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A picked algorithm, its predicted time, and the time of every alternative."""
+    kind: str
+    time: float
+    alternatives: Mapping[str, float]
+
+
+def _xfer(t: Target, link_bytes: float, hbm_bytes: float, mechanism: str) -> float:
+    """Bandwidth term of a standalone collective on all SMs: link or HBM, the slower."""
+    return max(link_time(t, link_bytes, t.num_sms, mechanism), hbm_bytes / t.hbm_achievable_bw)
+
+
+def all_reduce_time(target, nbytes: float, W: int, algo: str = "two_shot") -> float:
+    """All-reduce of an nbytes tensor on each of W ranks, over symmetric memory.
+
+    one_shot: barrier; every rank loads all W-1 peers' buffers (ld/st, summed in registers)
+      -> (W-1)*nbytes in over its link; barrier (inputs may be reused).  2 round trips.
+    two_shot: reduce-scatter (pull own 1/W from W-1 peers) then all-gather (push the reduced
+      1/W to W-1 peers): 2*(W-1)/W*nbytes in; barriers before, between, after: 3 round trips.
+    ring: 2(W-1) neighbour steps of nbytes/W, each waiting one one-way flag latency.
+    """
+    t = _target(target)
+    _check_world(t, W)
+    if W == 1:
+        return 0.0
+    n = float(nbytes)
+    if algo == "one_shot":
+        body = signal_time(t, 2) + _xfer(t, (W - 1) * n, (W + 1) * n, "ldst")
+    elif algo == "two_shot":
+        body = signal_time(t, 3) + 2 * _xfer(t, (W - 1) / W * n, 2 * n / W + (W - 1) / W * n, "ldst")
+    elif algo == "ring":
+        step = t.one_way_latency + _xfer(t, n / W, 3 * n / W, "ldst")
+        body = signal_time(t) + 2 * (W - 1) * step
+    else:
+        raise ValueError(f"unknown all_reduce algo {algo!r}; known: one_shot, two_shot, ring")
+    return launch_time(t) + body
+
+
+def _gather_like(t: Target, nbytes: float, W: int, algo: str, mechanism: str, op: str) -> float:
+    """All-gather / reduce-scatter with nbytes = the full (W-shard) tensor on each rank.
+
+    direct: barrier, each rank moves (W-1)/W*nbytes to/from all peers at once, barrier.
+    ring: W-1 neighbour steps of nbytes/W, each waiting one one-way flag latency.
+    """
+    _check_world(t, W)
+    if W == 1:
+        return 0.0
+    n = float(nbytes)
+    if algo == "direct":
+        body = signal_time(t, 2) + _xfer(t, (W - 1) / W * n, n, mechanism)
+    elif algo == "ring":
+        body = signal_time(t) + (W - 1) * (t.one_way_latency + _xfer(t, n / W, 2 * n / W, mechanism))
+    else:
+        raise ValueError(f"unknown {op} algo {algo!r}; known: direct, ring")
+    return launch_time(t) + body
+
+
+def all_gather_time(target, nbytes: float, W: int, algo: str = "direct") -> float:
+    """All-gather producing an nbytes tensor (W shards of nbytes/W); TMA copies."""
+    return _gather_like(_target(target), nbytes, W, algo, "tma", "all_gather")
+
+
+def reduce_scatter_time(target, nbytes: float, W: int, algo: str = "direct") -> float:
+    """Reduce-scatter of an nbytes tensor on each rank into nbytes/W; TMA reduce-add puts
+    (cp.reduce.async.bulk) so the link, not the adds, bounds it."""
+    return _gather_like(_target(target), nbytes, W, algo, "tma", "reduce_scatter")
+
+
+def all_to_all_time(target, nbytes: float, W: int) -> float:
+    """All-to-all where each rank sends nbytes in total (nbytes/W to each rank, itself
+    included): barrier, (W-1)/W*nbytes over the link with TMA, barrier."""
+    t = _target(target)
+    _check_world(t, W)
+    if W == 1:
+        return 0.0
+    return launch_time(t) + signal_time(t, 2) + _xfer(t, (W - 1) / W * nbytes, 2 * nbytes, "tma")
+
+
+def _choose(times: dict) -> Choice:
+    """Fastest entry; near-ties (1e-9 relative, float noise) go to the earlier, simpler one."""
+    best = min(times.values())
+    kind = next(k for k, v in times.items() if v <= best * (1 + 1e-9))
+    return Choice(kind, times[kind], MappingProxyType(dict(times)))
+
+
+def choose_all_reduce(target, nbytes: float, W: int) -> Choice:
+    """Fastest of one_shot / two_shot / ring for this message size."""
+    return _choose({a: all_reduce_time(target, nbytes, W, a) for a in ("one_shot", "two_shot", "ring")})
+
+
+def choose_all_gather(target, nbytes: float, W: int) -> Choice:
+    """Fastest of direct / ring."""
+    return _choose({a: all_gather_time(target, nbytes, W, a) for a in ("direct", "ring")})
+
+
+def choose_reduce_scatter(target, nbytes: float, W: int) -> Choice:
+    """Fastest of direct / ring."""
+    return _choose({a: reduce_scatter_time(target, nbytes, W, a) for a in ("direct", "ring")})
+
+
+def choose_all_to_all(target, nbytes: float, W: int) -> Choice:
+    """Only the direct algorithm is modelled (NVSwitch gives every pair a path)."""
+    return _choose({"direct": all_to_all_time(target, nbytes, W)})
+
+
+# --------------------------------------------------------------------------------------
+# fused patterns: shapes
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Per-rank GEMM shape of a pattern.
+
+    mm_reduce_scatter / mm_all_reduce: the local GEMM M x N x K (K is the local shard of
+      the contraction); its M x N partial result is reduce-scattered / all-reduced.
+    all_gather_mm: M is the gathered row count (each rank holds M/W x K); `N` lists the
+      output widths of the consumers that share the gathered operand (e.g. Q, K, V).
+    all_to_all_mm_all_to_all: M tokens land on each rank (balanced), K = hidden in,
+      N = features out of the grouped GEMM, `groups` = experts per rank.
+    """
+    M: int
+    N: tuple
+    K: int
+    groups: int = 1
+
+    @property
+    def n_total(self) -> int:
+        return sum(self.N)
+
+
+def as_shapes(pattern: str, shapes) -> Shapes:
+    """Normalize (M, N, K[, groups]), a dict, or a Shapes; N may be a tuple of consumers."""
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+    if isinstance(shapes, Shapes):
+        sh = shapes
+    elif isinstance(shapes, Mapping):
+        sh = Shapes(shapes["M"], shapes["N"], shapes["K"], shapes.get("groups", 1))
+    else:
+        sh = Shapes(*shapes)
+    n = tuple(sh.N) if isinstance(sh.N, (tuple, list)) else (sh.N,)
+    sh = Shapes(int(sh.M), tuple(int(x) for x in n), int(sh.K), int(sh.groups))
+    if min(sh.M, sh.K, sh.groups, *sh.N) < 1:
+        raise ValueError(f"{pattern}: shapes must be positive, got {sh}")
+    if len(sh.N) > 1 and pattern != "all_gather_mm":
+        raise ValueError(f"{pattern}: several consumers (N={sh.N}) only for all_gather_mm")
+    return sh
+
+
+def _gemms(t: Target, sh: Shapes, dt: int, sms=None) -> float:
+    """Time of the pattern's GEMM(s): one per consumer width in N."""
+    return sum(gemm_time(t, sh.M, n, sh.K, dt, sms, sh.groups) for n in sh.N)
+
+
+def comm_bytes(pattern: str, shapes, W: int, dtype=2) -> float:
+    """Bytes each rank moves over its link (one direction) in the fused kernel's ideal
+    lowering: (W-1)/W of the tensor for RS / AG / A2A, twice that for AR and for the two
+    all-to-alls."""
+    sh, dt = as_shapes(pattern, shapes), dtype_bytes(dtype)
+    f = (W - 1) / W
+    return {"mm_reduce_scatter": f * sh.M * sh.N[0] * dt,
+            "mm_all_reduce": 2 * f * sh.M * sh.N[0] * dt,
+            "all_gather_mm": f * sh.M * sh.K * dt,
+            "all_to_all_mm_all_to_all": f * sh.M * (sh.K + sh.N[0]) * dt}[pattern]
+
+
+def unfused_kernels(pattern: str, shapes) -> int:
+    """Kernels the unfused sequence launches: the GEMM(s) and the collective(s)."""
+    sh = as_shapes(pattern, shapes)
+    return {"all_gather_mm": 1 + len(sh.N), "all_to_all_mm_all_to_all": 3}.get(pattern, 2)
+
+
+def predict_unfused(target, pattern: str, shapes, W: int, dtype=2) -> float:
+    """Non-overlapped sequence: GEMM kernel(s) on all SMs + best standalone collective(s),
+    each with its launch."""
+    t, sh, dt = _target(target), as_shapes(pattern, shapes), dtype_bytes(dtype)
+    _check_world(t, W)
+    gemms = _gemms(t, sh, dt) + launch_time(t, len(sh.N))
+    M, N, K = sh.M, sh.N[0], sh.K
+    if pattern == "mm_reduce_scatter":
+        return gemms + choose_reduce_scatter(t, M * N * dt, W).time
+    if pattern == "mm_all_reduce":
+        return gemms + choose_all_reduce(t, M * N * dt, W).time
+    if pattern == "all_gather_mm":
+        return choose_all_gather(t, M * K * dt, W).time + gemms
+    return choose_all_to_all(t, M * K * dt, W).time + gemms + choose_all_to_all(t, M * N * dt, W).time
+
+
+# --------------------------------------------------------------------------------------
+# fused patterns: pipeline schedule
+
+
+@dataclass
+class _Task:
+    """One step of one worker: runs after the worker's previous task and after `deps`
+    (plus `lag`, the one-way flag latency when the dependency is on another GPU)."""
+    name: str
+    worker: str            # "compute" or "comm"
+    op: str                # load / mma / put / signal
+    dur: float
+    deps: tuple = ()
+    lag: float = 0.0
+    step: int = 0
+
+
+def _simulate(tasks: Sequence[_Task]) -> list:
+    """List-schedule tasks in order, each worker in FIFO order: start = max(worker free,
+    max(dep end) + lag). Returns (start, end, waited_from) per task."""
+    free, out = {}, []
+    for task in tasks:
+        ready = max((out[d][1] for d in task.deps), default=0.0) + (task.lag if task.deps else 0.0)
+        avail = free.get(task.worker, 0.0)
+        start = max(avail, ready)
+        out.append((start, start + task.dur, avail))
+        free[task.worker] = start + task.dur
+    return out
+
+
+def _resources(t: Target, overlap: str, comm_sms: int, mechanism: str):
+    """(compute SMs, link SMs, MMA slowdown) of an overlap style.
+
+    inter: comm_sms SMs only communicate; the GEMM runs on the rest at full speed.
+    intra: every SM computes and a producer warp in every SM communicates, so the link is
+      driven by all SMs and the MMA runs slower by the target's intra-SM factor.
+    """
+    if overlap == "inter":
+        if not 1 <= comm_sms < t.num_sms:
+            raise ValueError(f"inter-SM overlap needs 1 <= comm_sms < {t.num_sms}, got {comm_sms}")
+        return t.num_sms - comm_sms, comm_sms, 1.0
+    if overlap == "intra":
+        slow = t.intra_sm_slowdown_ldst if mechanism == "ldst" else t.intra_sm_slowdown_tma
+        return t.num_sms, t.num_sms, slow
+    raise ValueError(f"unknown overlap {overlap!r}; known: 'intra', 'inter'")
+
+
+def _steps(units: int, per: int = 1) -> int:
+    """Pipeline steps: one per unit (wave / row block), grouped so that at most MAX_STEPS."""
+    return max(1, min(units, MAX_STEPS // per))
+
+
+def _build(t: Target, pattern: str, sh: Shapes, W: int, dt: int, overlap: str,
+           comm_sms: int, mechanism: str) -> list:
+    """Tasks of the fused kernel's pipeline (see predict_fused)."""
+    # intra-SM all-reduce: the compute SMs sum peers' partial tiles in registers (ld/st)
+    mech = "ldst" if (pattern == "mm_all_reduce" and overlap == "intra") else mechanism
+    csms, lsms, slow = _resources(t, overlap, comm_sms, mech)
+    compute = _gemms(t, sh, dt, csms) * slow
+    til = gemm_tiling(t, sh.M, sh.n_total, sh.K, csms, sh.groups)
+    rate = link_rate(t, lsms, mech)
+    one_way, sig = t.one_way_latency, t.signal_issue
+    tasks: list = []
+
+    def add(name, worker, op, dur, deps=(), lag=0.0, step=0):
+        tasks.append(_Task(name, worker, op, dur, tuple(deps), lag, step))
+        return len(tasks) - 1
+
+    if pattern in ("mm_reduce_scatter", "mm_all_reduce"):
+        S = _steps(til.waves)
+        c, m = compute / S, (W - 1) / W * sh.M * sh.N[0] * dt / S / rate
+        last_sig = {}
+        for i in range(S):
+            mma = add(f"mma {i}", "compute", "mma", c, step=i)
+            put = add(f"put {i}", "comm", "put", m, [mma], step=i)
+            last_sig[i] = add(f"signal {i}", "comm", "signal", sig, [put], step=i)
+            if pattern == "mm_all_reduce" and i >= 1:      # broadcast lags one step behind
+                _bcast(add, i - 1, m, sig, last_sig[i - 1], one_way)
+        if pattern == "mm_all_reduce":
+            _bcast(add, S - 1, m, sig, last_sig[S - 1], one_way)
+    elif pattern == "all_gather_mm":
+        per = _steps(math.ceil(sh.M / W / til.tm), W)       # steps per rank chunk
+        reuse = 1 if overlap == "inter" else math.ceil(sh.n_total / til.tn)
+        c = compute / (W * per)
+        m = sh.M / W * sh.K * dt * reuse / per / rate
+        ready = {}
+        for j in range(1, W):                                 # remote chunks, in ring order
+            for s in range(per):
+                ld = add(f"load rank+{j} {s}", "comm", "load", m, step=j * per + s)
+                ready[j * per + s] = add(f"signal rank+{j} {s}", "comm", "signal", sig, [ld],
+                                         step=j * per + s)
+        for i in range(W * per):                              # local chunk first
+            deps = [ready[i]] if i in ready else []
+            add(f"mma {i}", "compute", "mma", c, deps, step=i)
+    else:  # all_to_all_mm_all_to_all
+        S = _steps(math.ceil(sh.M / til.tm))
+        c = compute / S
+        f = (W - 1) / W
+        md, mc = f * sh.M * sh.K * dt / S / rate, f * sh.M * sh.N[0] * dt / S / rate
+        arrived = {}
+
+        def dispatch(i):
+            put = add(f"dispatch {i}", "comm", "put", md, step=i)
+            arrived[i] = add(f"signal dispatch {i}", "comm", "signal", sig, [put], step=i)
+
+        dispatch(0)
+        for i in range(S):
+            if i + 1 < S:
+                dispatch(i + 1)
+            mma = add(f"mma {i}", "compute", "mma", c, [arrived[i]], one_way, step=i)
+            put = add(f"combine {i}", "comm", "put", mc, [mma], step=i)
+            add(f"signal combine {i}", "comm", "signal", sig, [put], step=i)
+    return tasks
+
+
+def _bcast(add, i, m, sig, after, one_way):
+    """All-reduce second phase for step i: once all ranks' partials of the tile set have
+    arrived at its owner (one-way flag latency after the owner's own put), the owner
+    pushes the reduced tiles to the W-1 peers."""
+    put = add(f"broadcast {i}", "comm", "put", m, [after], one_way, step=i)
+    add(f"signal broadcast {i}", "comm", "signal", sig, [put], step=i)
+
+
+def predict_fused(target, pattern: str, shapes, W: int, dtype=2, overlap: str = "inter",
+                  comm_sms: int | None = None, mechanism: str = "tma") -> float:
+    """Predicted time of one fused kernel: launch + entry barrier + pipeline + exit barrier.
+
+    The pipeline has two workers, compute (the GEMM on num_sms - comm_sms SMs, or on all SMs
+    slowed by the intra-SM factor) and comm (puts / loads over the link at
+    link_rate(comm SMs)), each running its steps in order. A step is one wave of output
+    tiles (mm+RS, mm+AR), one row block of a rank's chunk (AG+mm, local chunk first), or
+    one row block of tokens (all-to-all: dispatch, grouped GEMM, combine). Every transfer
+    is followed by a signal (release + flag, `signal_issue` on the comm worker); a step that
+    waits for another GPU's data also waits one one-way flag latency. The first compute step
+    (RS/AR) or first transfer (AG, A2A) and the last transfer are exposed: fill and drain.
+    Entry barrier: peers' destination buffers are free; exit barrier: all data landed.
+    """
+    t, sh, dt = _target(target), as_shapes(pattern, shapes), dtype_bytes(dtype)
+    _check_world(t, W)
+    if W == 1:
+        return launch_time(t) + _gemms(t, sh, dt)
+    k = _default_comm_sms(t) if comm_sms is None else comm_sms
+    times = _simulate(_build(t, pattern, sh, W, dt, overlap, k, mechanism))
+    makespan = max(end for _, end, _ in times)
+    return launch_time(t) + signal_time(t, 2) + makespan
+
+
+def _default_comm_sms(t: Target) -> int:
+    return max(t.sm_partition_min, t.sm_partition_align)
+
+
+def comm_sms_candidates(target) -> list:
+    """Communication SM counts for inter-SM overlap: multiples of the green-context
+    alignment from the minimum partition up to half the SMs.
+
+    Inside one persistent kernel any count would do (roles by block index), but pkc's
+    virtual world and split-kernel fallback put each worker in a green context, and on
+    H200 those come in multiples of 8 SMs with a minimum of 8 (measured). The coarse grid
+    costs little: the link saturates at ~8 TMA SMs, and past that the curve is flat.
+    """
+    t = _target(target)
+    step, lo = t.sm_partition_align, max(t.sm_partition_min, t.sm_partition_align)
+    return list(range(lo, t.num_sms // 2 + 1, step))
+
+
+# --------------------------------------------------------------------------------------
+# planning
+
+
+@dataclass(frozen=True)
+class FusionPlan:
+    """The decision for one pattern instance, with what it was decided from."""
+    pattern: str
+    fuse: bool
+    overlap: str               # overlap style of the best fused variant ("intra" / "inter")
+    comm_sms: int              # dedicated communication SMs (0 for intra-SM)
+    fused_time: float
+    unfused_time: float
+    target: Target
+    shapes: Shapes
+    W: int
+    dtype_bytes: int
+    mechanism: str = "tma"
+    alternatives: Mapping[str, float] = field(default_factory=dict)
+
+    def remark(self) -> str:
+        """One line for `pkc-opt` / IR attributes explaining the decision."""
+        name = PATTERNS[self.pattern]
+        f, u = _ms(self.fused_time), _ms(self.unfused_time)
+        if self.W == 1:
+            return f"left unfused: {name} on 1 rank has no communication to overlap"
+        how = ("intra-SM, communication warp in every SM" if self.overlap == "intra"
+               else f"inter-SM, {self.comm_sms} comm SMs")
+        if self.fuse:
+            return f"fused {name}: predicted {f} ms vs {u} ms unfused; {how}"
+        if self.fused_time >= self.unfused_time:
+            why = "too small for overlap to pay" if self.unfused_time < 1e-4 else "overlap does not pay"
+            return f"left unfused: predicted fused {f} ms >= unfused {u} ms ({why}); best fused: {how}"
+        saved = _ms(launch_time(self.target, unfused_kernels(self.pattern, self.shapes) - 1))
+        return (f"left unfused: predicted fused {f} ms vs unfused {u} ms, but {saved} ms of that "
+                f"is launches; overlap gains under {FUSE_MIN_GAIN:.0%} (too small for overlap to "
+                f"pay); best fused: {how}")
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3g}"
+
+
+def plan_fusion(target, pattern: str, shapes, W: int, dtype=2, mechanism: str = "tma") -> FusionPlan:
+    """Best fused variant (intra-SM, or inter-SM with each candidate comm-SM count) versus
+    the unfused sequence; fuse when the fused prediction is at least FUSE_MIN_GAIN faster
+    than the unfused one without the launches fusion saves (see FUSE_MIN_GAIN)."""
+    t, sh, dt = _target(target), as_shapes(pattern, shapes), dtype_bytes(dtype)
+    _check_world(t, W)
+    unfused = predict_unfused(t, pattern, sh, W, dt)
+    variants = {("intra", 0): predict_fused(t, pattern, sh, W, dt, "intra", 0, mechanism)}
+    for k in comm_sms_candidates(t):
+        variants[("inter", k)] = predict_fused(t, pattern, sh, W, dt, "inter", k, mechanism)
+    (overlap, k), fused = min(variants.items(), key=lambda kv: (kv[1], kv[0][1]))
+    saved_launches = launch_time(t, unfused_kernels(pattern, sh) - 1)
+    fuse = W > 1 and fused < (unfused - saved_launches) * (1 - FUSE_MIN_GAIN)
+    alts = MappingProxyType({f"{o}:{n}" if o == "inter" else o: v for (o, n), v in variants.items()})
+    return FusionPlan(pattern, fuse, overlap, k, fused, unfused, t, sh, W, dt, mechanism, alts)
+
+
+# --------------------------------------------------------------------------------------
+# timeline
+
+
+@dataclass(frozen=True)
+class Event:
+    """One interval of a worker in the predicted schedule (seconds from kernel start)."""
+    worker: str
+    op: str                    # load / mma / put / wait / signal
+    name: str
+    start: float
+    duration: float
+    step: int = 0
+
+
+def schedule_timeline(plan: FusionPlan, min_wait: float = 0.0) -> list:
+    """Events of the fused kernel's predicted schedule for `plan` (its best fused variant,
+    whether or not it was chosen), from kernel start (launch excluded): entry barrier, the
+    pipeline steps of both workers, idle intervals spent waiting on flags or on the other
+    worker (op "wait", only those longer than `min_wait`), exit barrier."""
+    t = plan.target
+    k = plan.comm_sms if plan.overlap == "inter" else 0
+    if plan.overlap == "inter":
+        names = {"compute": f"compute SMs ({t.num_sms - k})", "comm": f"comm SMs ({k})"}
+    else:
+        names = {"compute": f"consumer warpgroups ({t.num_sms} SMs)",
+                 "comm": f"producer warps ({t.num_sms} SMs)"}
+    if plan.W == 1:
+        return []
+    tasks = _build(t, plan.pattern, plan.shapes, plan.W, plan.dtype_bytes, plan.overlap,
+                   k, plan.mechanism)
+    times = _simulate(tasks)
+    t0 = t.signal_latency
+    ev = [Event(names[w], "wait", "entry barrier", 0.0, t0) for w in ("compute", "comm")]
+    for task, (start, end, avail) in zip(tasks, times):
+        if start - avail > min_wait and start > avail:
+            ev.append(Event(names[task.worker], "wait", f"wait before {task.name}",
+                            t0 + avail, start - avail, task.step))
+        ev.append(Event(names[task.worker], task.op, task.name, t0 + start, task.dur, task.step))
+    end = t0 + max(e for _, e, _ in times)
+    ev += [Event(names[w], "signal", "exit barrier", end, t.signal_latency) for w in ("compute", "comm")]
+    return ev
+
+
+def to_chrome_trace(events: Sequence[Event], process: str = "pkc fused kernel") -> dict:
+    """Chrome trace-event JSON (Perfetto, chrome://tracing): one complete ("X") event per
+    Event, times in microseconds, one thread per worker, with name metadata ("M")."""
+    tids = {}
+    for e in events:
+        tids.setdefault(e.worker, len(tids) + 1)
+    meta = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": process}}]
+    meta += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": w}}
+             for w, tid in tids.items()]
+    spans = [{"name": e.name, "cat": e.op, "ph": "X", "ts": e.start * 1e6, "dur": e.duration * 1e6,
+              "pid": 1, "tid": tids[e.worker], "args": {"step": e.step}} for e in events]
+    return {"traceEvents": meta + spans, "displayTimeUnit": "ns"}
