@@ -31,7 +31,7 @@ def where(op: Operation) -> str:
     """``'pk.wait' at file:line:col`` when the op came from a file, else just the name."""
     loc = op.location
     if isinstance(loc, FileLineColLoc):
-        return f"'{op.name}' at {loc.filename.data}:{loc.line.value.data}:{loc.column.value.data}"
+        return f"'{op.name}' at {loc.filename.data}:{loc.line.data}:{loc.column.data}"
     return f"'{op.name}'"
 
 

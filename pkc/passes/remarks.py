@@ -52,14 +52,16 @@ def set_plan(op: Operation, **values: float | int | str | bool) -> None:
     op.attributes[PLAN] = DictionaryAttr(entries)
 
 
-def plan_of(op: Operation) -> dict[str, float | int | str]:
+def plan_of(op: Operation) -> dict[str, float | int | str | bool]:
     attr = op.attributes.get(PLAN)
     if not isinstance(attr, DictionaryAttr):
         return {}
-    out: dict[str, float | int | str] = {}
+    out: dict[str, float | int | str | bool] = {}
     for key, v in attr.data.items():
         if isinstance(v, StringAttr):
             out[key] = v.data
+        elif isinstance(v, IntegerAttr) and v.type.width.data == 1:
+            out[key] = bool(v.value.data)
         elif isinstance(v, (IntegerAttr, FloatAttr)):
             out[key] = v.value.data
     return out
