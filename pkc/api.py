@@ -1,0 +1,405 @@
+"""pkc's public entry points: :func:`compile` and :func:`backend`.
+
+``pkc.compile(fn_or_module, example_inputs)`` captures the program (dynamo + aot_autograd,
+see :mod:`pkc.frontend.capture`), imports it into graph-level pk IR and runs the pass
+pipeline. The :class:`CompiledProgram` it returns holds the IR and can run it on W
+simulated ranks on the CPU (:meth:`CompiledProgram.run_simulated`). Running on GPUs comes
+with the code generator and runtime (a later issue).
+
+``torch.compile(model, backend=pkc.backend(...))`` uses the same capture and import for
+every graph dynamo hands over; for now the graph then runs eagerly through torch.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from xdsl.dialects.builtin import ModuleOp, TensorType
+
+from pkc.frontend.capture import CapturedGraph, GraphInput, GraphOutput, capture, capture_backend
+from pkc.frontend.errors import PkcFrontendError
+from pkc.frontend.importer import import_graph
+
+__all__ = ["compile", "backend", "CompiledProgram", "PkcBackend", "PkcFrontendError"]
+
+Params = Mapping[str, torch.Tensor] | torch.nn.Module | Sequence[Mapping[str, torch.Tensor] | torch.nn.Module]
+
+
+class CompiledProgram:
+    """A captured and compiled program.
+
+    Attributes:
+        module: the pk IR (``builtin.module`` with ``func.func @main``).
+        world_size: the number of ranks its collectives span.
+        target: the GPU it is compiled for (``"h200"``, ...).
+        inputs: one :class:`~pkc.frontend.capture.GraphInput` per argument of ``@main``,
+            in order: user inputs, parameters, buffers and constants, each named.
+        outputs: one :class:`~pkc.frontend.capture.GraphOutput` per result of ``@main``.
+        not_compiled: ops kept as ``pk.opaque`` (they run through torch), with counts.
+        graph: the captured aten-level fx GraphModule.
+        stages: ``[(stage name, IR text)]``, the IR after each stage.
+
+    Parameters are arguments of ``@main`` like inputs, so each rank runs with its own
+    shard. :meth:`run_simulated` says how to supply them.
+    """
+
+    def __init__(self, module: ModuleOp, captured: CapturedGraph, *, target: str,
+                 not_compiled: dict[str, int], extra_args: list[tuple[str, torch.Tensor]],
+                 stages: list[tuple[str, str]], inputs: Sequence[GraphInput] | None = None) -> None:
+        self.module = module
+        self.world_size = captured.world_size
+        self.target = target
+        self.graph = captured.gm
+        self.inputs: list[GraphInput] = list(inputs if inputs is not None else captured.inputs) + [
+            GraphInput(name, "constant", tuple(v.shape), v.dtype, value=v) for name, v in extra_args
+        ]
+        self.outputs: list[GraphOutput] = captured.outputs
+        self.not_compiled = not_compiled
+        self.stages = stages
+
+    # ------------------------------------------------------------------ IR
+
+    def ir(self, generic: bool = False) -> str:
+        """The pk IR as MLIR text (``generic=True``: the generic form mlir-opt reads)."""
+        from pkc.ir import print_module
+
+        return print_module(self.module, generic=generic)
+
+    def __repr__(self) -> str:
+        names = ", ".join(f"{i.name}:{i.kind}" for i in self.inputs)
+        return f"<pkc.CompiledProgram world={self.world_size} target={self.target} args=[{names}]>"
+
+    # ------------------------------------------------------------------ running
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            "running a pkc program on GPUs needs the code generator and runtime (a later "
+            "issue); use .run_simulated(per_rank_inputs) to run it on the CPU"
+        )
+
+    def arguments(self, per_rank_inputs: Sequence[Any], params: Params | None = None
+                  ) -> list[list[torch.Tensor]]:
+        """The argument lists of ``@main`` for every rank (see :meth:`run_simulated`)."""
+        w = self.world_size
+        if len(per_rank_inputs) != w:
+            raise PkcFrontendError(
+                f"run_simulated needs inputs for {w} ranks (one entry per rank), got "
+                f"{len(per_rank_inputs)}"
+            )
+        per_rank_params = _per_rank_params(params, w)
+        arg_types = _arg_types(self.module)
+        out: list[list[torch.Tensor]] = []
+        for r in range(w):
+            user = per_rank_inputs[r]
+            if isinstance(user, torch.Tensor):
+                user = (user,)
+            args = []
+            for i, spec in enumerate(self.inputs):
+                if spec.kind == "input":
+                    assert spec.user_index is not None
+                    if spec.user_index >= len(user):
+                        raise PkcFrontendError(
+                            f"rank {r}: input '{spec.name}' (positional input {spec.user_index}) "
+                            f"is missing; got {len(user)} input(s)"
+                        )
+                    x = user[spec.user_index]
+                elif spec.kind == "constant":
+                    x = spec.value
+                else:
+                    x = _param_for_rank(spec, per_rank_params, r, w)
+                x = _local(x)
+                _check_arg(spec, arg_types[i], x, r)
+                args.append(x)
+            out.append(args)
+        return out
+
+    def run_simulated(self, per_rank_inputs: Sequence[Any], params: Params | None = None
+                      ) -> list[list[torch.Tensor]]:
+        """Run the IR for W simulated ranks on the CPU (pkc's reference interpreter).
+
+        ``per_rank_inputs[r]``: rank r's positional inputs (a tuple, or one tensor), like
+        ``example_inputs``. ``params`` supplies parameters and buffers:
+
+        - ``None``: the values the program was compiled with (the module's own tensors),
+          the same on every rank. Not allowed for sharded DTensor parameters.
+        - a list of W state_dicts (or modules): rank r's own local values (Megatron-style
+          models whose parameters are already per-rank shards; DTensor values are turned
+          into their local tensors).
+        - one state_dict (or module) of full, unsharded values: plain parameters are used as
+          they are on every rank; DTensor parameters are sharded the way the compiled
+          program's parameters were (``Shard(d)``: chunk d of W, ``Replicate``: whole).
+
+        Returns ``outputs[r]``: rank r's outputs, flattened in the order the program
+        returns them. (Updates of inputs the program mutates in place are not returned.)
+        """
+        from pkc.interp import interpret
+
+        args = self.arguments(per_rank_inputs, params)
+        results = interpret(self.module, args, self.world_size)
+        keep = [i for i, o in enumerate(self.outputs) if o.kind == "output"]
+        if len(self.outputs) != len(results[0]):
+            keep = list(range(len(results[0])))
+        return [[res[i] for i in keep] for res in results]
+
+
+def _arg_types(module: ModuleOp) -> list[TensorType]:
+    from xdsl.dialects import func
+
+    for op in module.walk():
+        if isinstance(op, func.FuncOp) and op.sym_name.data == "main":
+            return list(op.function_type.inputs.data)  # type: ignore[arg-type]
+    raise PkcFrontendError("the module has no @main")
+
+
+def _state(p: Any) -> Mapping[str, Any]:
+    if isinstance(p, torch.nn.Module):
+        return {**dict(p.named_parameters(remove_duplicate=False)),
+                **dict(p.named_buffers(remove_duplicate=False))}
+    return p
+
+
+def _per_rank_params(params: Params | None, w: int) -> Any:
+    if params is None:
+        return None
+    if isinstance(params, (list, tuple)):
+        if len(params) != w:
+            raise PkcFrontendError(f"params: expected {w} per-rank state dicts, got {len(params)}")
+        return [_state(p) for p in params]
+    return _state(params)
+
+
+def _local(x: Any) -> Any:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover
+        return x
+    if isinstance(x, DTensor):
+        return x.to_local()
+    if isinstance(x, torch.Tensor):
+        return x.detach()
+    return x
+
+
+def _is_dtensor(x: Any) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(x, DTensor)
+
+
+def _shard(full: torch.Tensor, spec: GraphInput, rank: int, w: int) -> torch.Tensor:
+    from torch.distributed.tensor import Replicate, Shard
+
+    if spec.mesh_size != w or spec.placements is None or len(spec.placements) != 1:
+        raise PkcFrontendError(
+            f"parameter '{spec.name}' lives on a device mesh of {spec.mesh_size} ranks with "
+            f"placements {spec.placements}; pkc shards full values over a 1-D mesh of all "
+            f"{w} ranks only"
+        )
+    (p,) = spec.placements
+    if type(p) is Shard:
+        return torch.chunk(full, w, dim=p.dim)[rank]
+    if isinstance(p, Replicate):
+        return full
+    raise PkcFrontendError(f"parameter '{spec.name}' has placement {p}; pass per-rank values instead")
+
+
+def _param_for_rank(spec: GraphInput, params: Any, rank: int, w: int) -> torch.Tensor:
+    if params is None:
+        value = spec.value
+        if value is None:
+            raise PkcFrontendError(f"no value for {spec.kind} '{spec.name}'; pass params=")
+        if _is_dtensor(value) and any(type(p).__name__ != "Replicate" for p in spec.placements or ()):
+            raise PkcFrontendError(
+                f"parameter '{spec.name}' is a sharded DTensor ({spec.placements}); its other "
+                "ranks' shards are unknown here",
+                hint="pass params=<the full, unsharded state_dict> (pkc shards it) or a list of "
+                "per-rank state dicts",
+            )
+        return value
+    if isinstance(params, list):
+        state = params[rank]
+        if spec.name not in state:
+            raise PkcFrontendError(f"params for rank {rank} have no '{spec.name}'")
+        return state[spec.name]
+    if spec.name not in params:
+        raise PkcFrontendError(f"params have no '{spec.name}'")
+    full = params[spec.name]
+    if _is_dtensor(full):
+        raise PkcFrontendError(
+            f"params['{spec.name}'] is a DTensor; pass full (unsharded) tensors, or a list of "
+            "per-rank state dicts"
+        )
+    if spec.placements is not None:
+        return _shard(full.detach(), spec, rank, w)
+    return full
+
+
+def _check_arg(spec: GraphInput, t: TensorType, x: Any, rank: int) -> None:
+    from pkc.frontend.importer import torch_dtype_of
+
+    shape, dtype = tuple(t.get_shape()), torch_dtype_of(t.element_type)
+    if not isinstance(x, torch.Tensor):
+        raise PkcFrontendError(f"rank {rank}: {spec.kind} '{spec.name}' must be a tensor, got {type(x).__name__}")
+    if tuple(x.shape) != shape or x.dtype != dtype:
+        hint = None
+        if spec.kind in ("parameter", "buffer"):
+            hint = ("the compiled program takes each rank's local shard; pass a list of per-rank "
+                    "state dicts for a Megatron-style model")
+        raise PkcFrontendError(
+            f"rank {rank}: {spec.kind} '{spec.name}' should be a {list(shape)} {dtype} tensor "
+            f"(as compiled), got {list(x.shape)} {x.dtype}",
+            hint=hint,
+        )
+
+
+# ---------------------------------------------------------------------- compile pipeline
+
+
+def _target_name(target: str) -> str:
+    try:
+        from pkc.target.targets import get_target
+    except ImportError:
+        return target
+    try:
+        return get_target(target).name
+    except ValueError as err:
+        raise PkcFrontendError(str(err)) from None
+
+
+def _finish(captured: CapturedGraph, *, target: str, pipeline: str | None,
+            dump_dir: str | os.PathLike | None) -> CompiledProgram:
+    from pkc.ir import print_module, verify_module
+
+    order = _argument_order(captured.inputs)
+    imported = import_graph(
+        captured.gm, world_size=captured.world_size, arg_names=[i.name for i in captured.inputs],
+        groups=captured.groups, arg_order=order,
+    )
+    module = imported.module
+    verify_module(module)
+    stages = [("00-imported", print_module(module))]
+    if pipeline:
+        stages += _run_pipeline(module, pipeline)
+    if dump_dir is not None:
+        os.makedirs(dump_dir, exist_ok=True)
+        for name, text in stages:
+            with open(os.path.join(dump_dir, f"{name}.mlir"), "w") as f:
+                f.write(text)
+    return CompiledProgram(module, captured, target=target, not_compiled=imported.not_compiled,
+                           extra_args=imported.extra_args, stages=stages,
+                           inputs=[captured.inputs[i] for i in order])
+
+
+_KIND_ORDER = {"input": 0, "parameter": 1, "buffer": 2, "constant": 3}
+
+
+def _argument_order(inputs: Sequence[GraphInput]) -> list[int]:
+    """``@main`` takes the user's inputs first (in call order), then parameters, buffers and
+    constants (in the order the program first uses them)."""
+    return sorted(
+        range(len(inputs)),
+        key=lambda i: (_KIND_ORDER.get(inputs[i].kind, 9),
+                       inputs[i].user_index if inputs[i].user_index is not None else 0, i),
+    )
+
+
+def _run_pipeline(module: ModuleOp, pipeline: str) -> list[tuple[str, str]]:
+    try:
+        from pkc.passes.registry import parse_pipeline
+    except ImportError:
+        warnings.warn(f"pkc: no pass registry yet; pipeline '{pipeline}' ignored", stacklevel=3)
+        return []
+    from pkc.ir import make_context, print_module, verify_module
+
+    ctx = make_context()
+    stages = []
+    for i, p in enumerate(parse_pipeline(pipeline), start=1):
+        p.apply(ctx, module)
+        verify_module(module)
+        stages.append((f"{i:02d}-{p.name}", print_module(module)))
+    return stages
+
+
+def compile(
+    fn_or_module: Callable[..., Any] | torch.nn.Module,
+    example_inputs: Sequence[Any] | torch.Tensor,
+    *,
+    world_size: int | None = None,
+    target: str = "h200",
+    pipeline: str | None = None,
+    dump_dir: str | os.PathLike | None = None,
+) -> CompiledProgram:
+    """Capture ``fn_or_module`` on ``example_inputs`` and compile it to pk IR.
+
+    - ``example_inputs``: positional inputs of one rank (shapes and dtypes are what count;
+      nothing is executed).
+    - ``world_size``: ranks the collectives span. Default: the initialized process group's
+      size (1 without one). With no process group initialized, a fake one of this size is
+      opened for the capture (so funcol code compiles on a CPU-only machine; models that
+      build DTensors or call ``dist`` at construction need
+      :func:`pkc.frontend.fake_process_group` around their construction too).
+    - ``target``: GPU to compile for (``h100``, ``h200``, ``b200``, ``nvl72``).
+    - ``pipeline``: a pass pipeline string (``"a,b{opt=1}"``), run after import.
+    - ``dump_dir``: writes ``00-imported.mlir`` and the IR after every pass
+      (``01-<pass>.mlir``, ...).
+
+    Raises :class:`PkcFrontendError` for programs pkc cannot capture (dynamic shapes,
+    collectives over sub-groups, example inputs that do not fit the program).
+    """
+    target = _target_name(target)
+    captured = capture(fn_or_module, example_inputs, world_size=world_size)
+    return _finish(captured, target=target, pipeline=pipeline, dump_dir=dump_dir)
+
+
+class PkcBackend:
+    """A ``torch.compile`` backend: ``torch.compile(model, backend=pkc.backend())``.
+
+    Each graph dynamo hands over is captured (aot_autograd, core-aten decompositions) and
+    imported into pk IR; the :class:`CompiledProgram` is appended to :attr:`programs`.
+    For now the graph then runs eagerly through torch (the aten graph's ``forward``):
+    GPU execution of pk programs comes with the code generator and runtime (a later issue).
+    Backward graphs (training) run through torch and are not imported.
+
+    Notes: pkc compiles static shapes; pass ``dynamic=False`` to ``torch.compile`` so that a
+    new input shape recompiles instead of producing a symbolic graph (which pkc rejects).
+    Without the user's module at hand, a recorded program numbers the user inputs
+    (``GraphInput.user_index``) in the order the graph takes them.
+    """
+
+    def __init__(self, *, world_size: int | None = None, target: str = "h200",
+                 pipeline: str | None = None, dump_dir: str | os.PathLike | None = None) -> None:
+        self.world_size = world_size
+        self.target = _target_name(target)
+        self.pipeline = pipeline
+        self.dump_dir = dump_dir
+        self.programs: list[CompiledProgram] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
+        def on_graph(captured: CapturedGraph) -> Callable[..., Any]:
+            dump = None
+            if self.dump_dir is not None:
+                dump = os.path.join(self.dump_dir, f"graph{len(self.programs)}")
+            self.programs.append(
+                _finish(captured, target=self.target, pipeline=self.pipeline, dump_dir=dump)
+            )
+            return captured.gm.forward
+
+        return capture_backend(on_graph, world_size=self.world_size)(gm, example_inputs)
+
+    @property
+    def module(self) -> ModuleOp | None:
+        """The pk IR of the latest graph (None before the first compilation)."""
+        return self.programs[-1].module if self.programs else None
+
+
+def backend(*, world_size: int | None = None, target: str = "h200", pipeline: str | None = None,
+            dump_dir: str | os.PathLike | None = None) -> PkcBackend:
+    """A ``torch.compile`` backend that imports every graph into pk IR (see
+    :class:`PkcBackend`; for now graphs still execute eagerly through torch)."""
+    return PkcBackend(world_size=world_size, target=target, pipeline=pipeline, dump_dir=dump_dir)
