@@ -21,10 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pkc
-import pkc.api
 from pkc.frontend import fake_process_group, run_eager
-
-pkc_compile = getattr(pkc, "compile", pkc.api.compile)  # pkc.compile is pkc.api.compile
 
 
 class TPMLP(nn.Module):
@@ -72,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     # 1. Compile: trace rank 0's model on a fake process group of `world` ranks.
     with fake_process_group(world):
         model = TPMLP(d_model, d_ff, world)
-        program = pkc_compile(model, (x,), dump_dir=args.dump_dir)
+        program = pkc.compile(model, (x,), dump_dir=args.dump_dir)
     print(program.ir())
 
     # 2. Run the IR for every rank on the interpreter, each rank with its own shards.

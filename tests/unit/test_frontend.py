@@ -16,15 +16,6 @@ from pkc.ir import parse_module, verify_module
 
 from tests.unit.models import Case, all_cases
 
-try:
-    from pkc.interp import interpret  # noqa: F401
-
-    HAVE_INTERP = True
-except ImportError:  # pragma: no cover - the interpreter lands separately
-    HAVE_INTERP = False
-
-needs_interp = pytest.mark.skipif(not HAVE_INTERP, reason="pkc.interp.interpret not available yet")
-
 pytestmark = [
     pytest.mark.filterwarnings("ignore::FutureWarning"),
     pytest.mark.filterwarnings("ignore::pkc.frontend.PkcNotCompiledWarning"),
@@ -74,7 +65,6 @@ def test_capture_and_import(name: str, world: int) -> None:
     assert "input" in kinds and "parameter" in kinds
 
 
-@needs_interp
 @pytest.mark.parametrize("name,world", PARAMS)
 def test_interp_matches_eager(name: str, world: int) -> None:
     case: Case = CASES[name]
