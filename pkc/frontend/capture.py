@@ -523,6 +523,28 @@ def _quiet_fake_tensor_logs() -> Iterator[None]:
         logger.setLevel(old)
 
 
+@contextlib.contextmanager
+def _rank_independent_dtensor_alltoall() -> Iterator[None]:
+    """DTensor's Shard(a) -> Shard(b) redistribution on a CPU mesh falls back to
+    all_gather + "take the chunk of my rank", which would bake the tracing rank (0) into
+    the graph and give other ranks rank 0's data. While tracing, use the all-to-all op
+    that GPU meshes use: it is rank-independent and imports as ``pk.all_to_all``."""
+    from torch.distributed._functional_collectives import _group_or_group_name, _resolve_group
+    from torch.distributed.tensor import placement_types
+
+    original = placement_types.shard_dim_alltoall
+
+    def alltoall(input, gather_dim, shard_dim, mesh, mesh_dim):
+        group = _group_or_group_name(_resolve_group((mesh, mesh_dim)))
+        return torch.ops._dtensor.shard_dim_alltoall(input, gather_dim, shard_dim, group)
+
+    placement_types.shard_dim_alltoall = alltoall
+    try:
+        yield
+    finally:
+        placement_types.shard_dim_alltoall = original
+
+
 def capture(
     fn: Callable[..., Any] | torch.nn.Module,
     example_inputs: Sequence[Any] | torch.Tensor,
@@ -557,9 +579,13 @@ def capture(
     )
     from torch._dynamo.exc import BackendCompilerFailed
 
-    compiled = torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
+    # Compile a call of the module rather than the module itself: torch.compile(module)
+    # traces forward() alone and runs the module's hooks (DTensor's input/output
+    # redistribution among them) as separate graphs, which a one-graph capture would miss.
+    target = (lambda *args: fn(*args)) if isinstance(fn, torch.nn.Module) else fn
+    compiled = torch.compile(target, backend=backend, fullgraph=True, dynamic=False)
     try:
-        with torch.no_grad(), _quiet_fake_tensor_logs():
+        with torch.no_grad(), _quiet_fake_tensor_logs(), _rank_independent_dtensor_alltoall():
             compiled(*example_inputs)
     except BackendCompilerFailed as err:
         inner = err.inner_exception

@@ -344,6 +344,30 @@ def dtensor_mlp(full: dict[str, torch.Tensor], d: int, f: int, world: int, seque
     return parallelize_module(model, mesh, plan)
 
 
+class Reshard(nn.Module):
+    """Receives activations sharded on dim 0 and works on them sharded on dim 1: DTensor
+    redistributes Shard(0) -> Shard(1), an all-to-all (on a CPU mesh torch falls back to
+    all_gather + "take my rank's chunk", which must not bake rank 0 into the graph)."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((1,), 1.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale + 1.0
+
+
+def dtensor_reshard(world: int) -> nn.Module:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import PrepareModuleInput, parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    plan = PrepareModuleInput(input_layouts=(Shard(0),), desired_input_layouts=(Shard(1),),
+                              use_local_output=True)
+    return parallelize_module(Reshard(D), mesh, plan)
+
+
 # ======================================================================================
 # A model with ops pkc does not compile (sort, cumsum): they stay pk.opaque.
 # ======================================================================================
@@ -485,6 +509,15 @@ def _dtensor_case(name: str, sequence_parallel: bool) -> Case:
     return Case(name, make, inputs, lambda world: dict(full), expected)
 
 
+def _reshard_case() -> Case:
+    def make(rank: int, world: int) -> nn.Module:
+        return dtensor_reshard(world)
+
+    return Case("dtensor_shard0_to_shard1", make, _sharded(16, (8 * 8, 8 * 4), 0),
+                lambda world: {"scale": torch.full((1,), 1.5)}, {"pk.all_to_all": 1},
+                worlds=(2, 4))
+
+
 def all_cases() -> list[Case]:
     return [
         _tp_case("tp_mlp_inplace", "inplace", "none"),
@@ -496,5 +529,6 @@ def all_cases() -> list[Case]:
         _moe_case(),
         _dtensor_case("dtensor_tp_mlp", sequence_parallel=False),
         _dtensor_case("dtensor_sp_mlp", sequence_parallel=True),
+        _reshard_case(),
         _tp_case("tp_mlp_with_sort", "inplace", "none", sort=True),
     ]
