@@ -523,6 +523,12 @@ def _quiet_fake_tensor_logs() -> Iterator[None]:
         logger.setLevel(old)
 
 
+def _has_hooks(fn: Any) -> bool:
+    if not isinstance(fn, torch.nn.Module):
+        return False
+    return bool(fn._forward_pre_hooks or fn._forward_hooks)
+
+
 @contextlib.contextmanager
 def _rank_independent_dtensor_alltoall() -> Iterator[None]:
     """DTensor's Shard(a) -> Shard(b) redistribution on a CPU mesh falls back to
@@ -579,10 +585,10 @@ def capture(
     )
     from torch._dynamo.exc import BackendCompilerFailed
 
-    # Compile a call of the module rather than the module itself: torch.compile(module)
-    # traces forward() alone and runs the module's hooks (DTensor's input/output
-    # redistribution among them) as separate graphs, which a one-graph capture would miss.
-    target = (lambda *args: fn(*args)) if isinstance(fn, torch.nn.Module) else fn
+    # torch.compile(module) traces forward() alone and runs the module's own hooks
+    # (DTensor's input/output redistribution among them) as separate graphs, which a
+    # one-graph capture would miss: then compile a call of the module instead.
+    target = (lambda *args: fn(*args)) if _has_hooks(fn) else fn
     compiled = torch.compile(target, backend=backend, fullgraph=True, dynamic=False)
     try:
         with torch.no_grad(), _quiet_fake_tensor_logs(), _rank_independent_dtensor_alltoall():

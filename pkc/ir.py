@@ -1,0 +1,344 @@
+"""Parsing, verifying and printing pk IR, with diagnostics that name file:line:col.
+
+This is the one place where pkc turns MLIR text into xDSL IR and back:
+
+- :func:`make_context` builds an xDSL :class:`~xdsl.context.Context` with the dialects
+  pkc understands (builtin, func, arith, scf and, once it exists, ``pkc.dialects.PK``).
+- :func:`parse_module` parses text with a parser that records the source position of
+  every operation as a ``FileLineColLoc`` on ``op.location``.
+- :func:`verify_module` verifies every operation and turns the first failure into a
+  :class:`PkcDiagnostic` located at the failing operation.
+- :func:`print_module` prints IR (custom or generic form). Locations are never printed:
+  xDSL only prints them with ``print_debuginfo=True``.
+
+Every error a user can cause (bad syntax, unknown op, failed verifier) surfaces as a
+:class:`PkcDiagnostic`, never as a raw xDSL exception.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from io import StringIO
+
+from xdsl.context import Context
+from xdsl.dialects import arith, builtin, func, scf
+from xdsl.dialects.builtin import (
+    FileLineColLoc,
+    IntAttr,
+    ModuleOp,
+    StringAttr,
+    UnknownLoc,
+    UnregisteredOp,
+)
+from xdsl.ir import Dialect, Operation
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import NoTerminator
+from xdsl.utils.exceptions import MultipleSpansParseError, ParseError, VerifyException
+from xdsl.utils.lexer import Span
+from xdsl.utils.mlir_lexer import MLIRTokenKind
+
+__all__ = [
+    "PkcDiagnostic",
+    "PkcParser",
+    "diagnostic_at",
+    "load_pk_dialect",
+    "make_context",
+    "op_position",
+    "parse_module",
+    "print_module",
+    "source_snippet",
+    "verify_module",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Diagnostics
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class PkcDiagnostic(Exception):
+    """A user-facing diagnostic: ``file:line:col: severity: message``.
+
+    ``line``/``col`` are 1-based and ``None`` when the diagnostic has no position (for
+    example an error raised by a pass about the module as a whole). ``snippet`` is an
+    optional source excerpt (the offending line and a caret) printed under the header.
+    """
+
+    file: str | None
+    line: int | None
+    col: int | None
+    message: str
+    severity: str = "error"
+    snippet: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    @property
+    def where(self) -> str:
+        """``file:line:col: `` (or ``file: ``, or nothing) for the start of a line."""
+        if self.file is not None and self.line is not None:
+            return f"{self.file}:{self.line}:{self.col or 1}: "
+        if self.file is not None:
+            return f"{self.file}: "
+        return ""
+
+    @property
+    def header(self) -> str:
+        """The one-line form, without the snippet."""
+        return f"{self.where}{self.severity}: {self.message}"
+
+    def __str__(self) -> str:
+        if self.snippet:
+            return f"{self.header}\n{self.snippet}"
+        return self.header
+
+
+def _one_line(message: str) -> str:
+    """Collapse a (possibly multi-line) xDSL message into one line."""
+    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+def source_snippet(source: str, line: int, col: int, length: int = 1) -> str | None:
+    """The ``line`` of ``source`` with a caret under columns ``col..col+length-1``."""
+    lines = source.splitlines()
+    if not 1 <= line <= len(lines):
+        return None
+    text = lines[line - 1].rstrip("\r")
+    col = max(1, min(col, len(text) + 1))
+    length = max(1, min(length, len(text) - col + 1))
+    return f"{text}\n{' ' * (col - 1)}{'^' * length}"
+
+
+def op_position(op: Operation) -> tuple[str | None, int | None, int | None]:
+    """(file, line, col) of ``op`` if it carries a ``FileLineColLoc``, else Nones."""
+    loc = op.location
+    if isinstance(loc, FileLineColLoc):
+        return loc.filename.data, loc.line.data, loc.column.data
+    return None, None, None
+
+
+def diagnostic_at(
+    op: Operation,
+    message: str,
+    *,
+    severity: str = "error",
+    source: str | None = None,
+    default_file: str | None = None,
+) -> PkcDiagnostic:
+    """A diagnostic located at ``op``, in MLIR's style: ``'dialect.op' op <message>``.
+
+    Passes can ``raise diagnostic_at(op, "...")`` to report a user-facing error at an op.
+    """
+    text = _one_line(message)
+    if not text.startswith(f"'{op.name}' "):  # unless the verifier named the op itself
+        text = f"'{op.name}' op {text}"
+    file, line, col = op_position(op)
+    snippet = None
+    if source is not None and line is not None and (file is None or file == default_file):
+        snippet = source_snippet(source, line, col or 1)
+    return PkcDiagnostic(file or default_file, line, col, text, severity, snippet)
+
+
+# --------------------------------------------------------------------------------------
+# Context
+# --------------------------------------------------------------------------------------
+
+
+def load_pk_dialect() -> Dialect | None:
+    """``pkc.dialects.PK`` if it exists yet, else ``None``.
+
+    Only the *absence* of the dialect is tolerated (no ``PK`` attribute, or no
+    ``pkc.dialects`` package). An error inside the dialect's own code propagates: a broken
+    dialect must not silently look like a missing one.
+    """
+    try:
+        module = importlib.import_module("pkc.dialects")
+    except ModuleNotFoundError as err:
+        if err.name in ("pkc", "pkc.dialects"):
+            return None
+        raise
+    pk = getattr(module, "PK", None)
+    return pk if isinstance(pk, Dialect) else None
+
+
+def make_context(
+    *,
+    allow_unregistered: bool = False,
+    extra_dialects: Iterable[Dialect] = (),
+) -> Context:
+    """An xDSL context with builtin, func, arith, scf and (if importable) pk loaded."""
+    ctx = Context(allow_unregistered=allow_unregistered)
+    dialects: list[Dialect] = [builtin.Builtin, func.Func, arith.Arith, scf.Scf]
+    pk = load_pk_dialect()
+    if pk is not None:
+        dialects.append(pk)
+    dialects.extend(extra_dialects)
+    for dialect in dialects:
+        if dialect.name not in ctx.registered_dialect_names:
+            ctx.load_dialect(dialect)
+    return ctx
+
+
+# --------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------
+
+
+class PkcParser(Parser):
+    """xDSL's parser, plus: every op gets a ``FileLineColLoc`` of where it starts.
+
+    An explicit ``loc(...)`` written in the source wins (as in MLIR). Unknown operations
+    are reported at the op name, saying whether the dialect or only the op is unknown.
+    """
+
+    def __init__(self, ctx: Context, input: str, name: str = "<unknown>") -> None:
+        super().__init__(ctx, input, name)
+        self.filename = name
+        self._last_consumed: Span[str] | None = None
+        self._last_consumed_kind: MLIRTokenKind | None = None
+
+    # Remember the last consumed token so that errors about it can point at it.
+    def _consume_token(self, expected_kind=None):  # type: ignore[override]
+        token = super()._consume_token(expected_kind)
+        self._last_consumed = token.span
+        self._last_consumed_kind = token.kind
+        return token
+
+    def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        if self._current_token.kind == MLIRTokenKind.EOF:
+            # MLIR accepts an empty input (only comments/whitespace) as an empty module.
+            return ModuleOp([])
+        return super().parse_module(allow_implicit_module)
+
+    def parse_operation(self) -> Operation:
+        start = self._current_token.span
+        try:
+            op = super().parse_operation()
+        except VerifyException as err:
+            # An attribute or type built while parsing this op failed its verifier:
+            # report it at the op (the innermost op being parsed catches it first).
+            self.raise_error(_one_line(str(err)), start)
+        if isinstance(op.location, UnknownLoc):
+            loc = start.get_location()
+            op.location = FileLineColLoc(
+                StringAttr(self.filename), IntAttr(loc.line), IntAttr(loc.col)
+            )
+        return op
+
+    def _get_op_by_name(self, name: str):  # type: ignore[override]
+        op_type = self.ctx.get_optional_op(name, dialect_stack=self._parser_state.dialect_stack)
+        dialect = name.split(".", 1)[0] if "." in name else None
+        dialect_known = dialect in self.ctx.registered_dialect_names
+        custom_form = self._last_consumed_kind == MLIRTokenKind.BARE_IDENT
+        if op_type is not None and not issubclass(op_type, UnregisteredOp):
+            return op_type
+        if op_type is not None and not dialect_known and not custom_form:
+            return op_type  # --allow-unregistered-dialect: keep it opaque
+        if dialect is None:
+            msg = f"unknown operation '{name}'"
+        elif dialect_known:
+            msg = f"unknown operation '{name}': dialect '{dialect}' has no such op"
+        else:
+            msg = f"unknown operation '{name}': dialect '{dialect}' is not registered"
+            if dialect == "pk":
+                msg += " (pkc.dialects does not export PK)"
+            elif op_type is not None:
+                msg += " (an unregistered op must be written in the generic form)"
+        self.raise_error(msg, self._last_consumed)
+
+
+def _parse_error_to_diagnostic(err: ParseError, filename: str) -> PkcDiagnostic:
+    span = err.span
+    loc = span.get_location()
+    text = span.input.content
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    length = max(1, span.end - span.start)
+    snippet = source_snippet(text, loc.line, loc.col, length)
+    if isinstance(err, MultipleSpansParseError):
+        notes: list[str] = []
+        default_note = _one_line(err.ref_text or "").rstrip(":")
+        for ref_span, ref_msg in err.refs:
+            ref_loc = ref_span.get_location()
+            note = _one_line(ref_msg or "") or default_note
+            notes.append(f"{filename}:{ref_loc.line}:{ref_loc.col}: note: {note}")
+        snippet = "\n".join(filter(None, [snippet, *notes]))
+    return PkcDiagnostic(filename, loc.line, loc.col, _one_line(err.msg), snippet=snippet)
+
+
+def parse_module(
+    text: str,
+    filename: str = "<stdin>",
+    *,
+    ctx: Context | None = None,
+    first_line: int = 1,
+) -> ModuleOp:
+    """Parse MLIR text into a ``ModuleOp``; raise :class:`PkcDiagnostic` on bad input.
+
+    ``first_line`` is the line of ``filename`` on which ``text`` starts (for chunks of a
+    split input file), so that positions name lines of the whole file.
+    """
+    if ctx is None:
+        ctx = make_context()
+    padded = "\n" * (first_line - 1) + text
+    parser = PkcParser(ctx, padded, filename)
+    try:
+        return parser.parse_module()
+    except ParseError as err:
+        raise _parse_error_to_diagnostic(err, filename) from None
+    except VerifyException as err:
+        # A verifier that ran outside any op (e.g. of a top-level alias definition):
+        # point at where the parser stopped.
+        span = parser._last_consumed or parser._current_token.span
+        raise _parse_error_to_diagnostic(ParseError(span, str(err)), filename) from None
+
+
+# --------------------------------------------------------------------------------------
+# Verification
+# --------------------------------------------------------------------------------------
+
+
+def verify_module(
+    module: Operation, *, source: str | None = None, filename: str | None = None
+) -> None:
+    """Verify every op (pre-order); raise the first failure as a :class:`PkcDiagnostic`.
+
+    The message names the op (``'pk.matmul' op ...``) and the diagnostic carries the op's
+    source position when it has one. ``source``/``filename`` add a snippet of the line.
+    """
+    for op in module.walk():
+        try:
+            op.verify(verify_nested_ops=False)
+            _verify_blocks_of(op)
+        except VerifyException as err:
+            raise diagnostic_at(op, str(err), source=source, default_file=filename) from None
+
+
+def _verify_blocks_of(op: Operation) -> None:
+    """The one check xDSL makes in ``Block.verify`` (skipped with verify_nested_ops=False)."""
+    if op.has_trait(NoTerminator):
+        return
+    for region in op.regions:
+        if len(region.blocks) == 1 and region.block.first_op is None:
+            raise VerifyException(
+                "contains empty block in single-block region that expects at least a terminator"
+            )
+
+
+# --------------------------------------------------------------------------------------
+# Printing
+# --------------------------------------------------------------------------------------
+
+
+def print_module(module: Operation, *, generic: bool = False) -> str:
+    """Print ``module`` (custom or generic form), without locations, ending in a newline."""
+    out = StringIO()
+    printer = Printer(stream=out, print_generic_format=generic)
+    printer.print_op(module)
+    text = out.getvalue()
+    return text if text.endswith("\n") else text + "\n"

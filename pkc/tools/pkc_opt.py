@@ -1,0 +1,548 @@
+"""pkc-opt: parse a .mlir file, run named passes, print the IR (in the style of mlir-opt).
+
+    pkc-opt input.mlir -p 'canonicalize,cse' --print-ir-after-all -o out.mlir
+    pkc-opt --split-input-file --verify-diagnostics invalid.mlir
+    pkc-opt --help          # lists every registered pass with its options
+
+Exit status: 0 on success, 1 on bad input (one diagnostic per failing input chunk, with
+file:line:col where there is a position), 2 on an internal error (a bug in pkc: the
+message starts with ``pkc-opt: internal error:``; set PKC_DEBUG=1 for the traceback).
+
+The work is split into small functions (read input, split, parse, run the pipeline,
+emit) so that later flags (``--remarks``, ``--emit=ptx``) each hook into one of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn, TextIO
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import DiagnosticException
+
+from pkc.ir import PkcDiagnostic, make_context, parse_module, print_module, verify_module
+from pkc.passes.registry import (
+    PipelineError,
+    available_passes,
+    describe_pass,
+    parse_pipeline,
+    pass_options,
+)
+
+PROG = "pkc-opt"
+SPLIT_MARKER = "// -----"
+_SPLIT_LINE = re.compile(r"^[ \t]*// -----[ \t]*$")
+
+
+class UserError(Exception):
+    """A problem with the command line or the environment: ``pkc-opt: error: ...``."""
+
+
+class InternalError(Exception):
+    """A bug in pkc (or in a pass): exit status 2."""
+
+
+# --------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, exit 1 (argparse's default is usage + exit 2, our internal-error code).
+        raise UserError(f"{message} (see {PROG} --help)")
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = _ArgumentParser(
+        prog=PROG,
+        usage=f"{PROG} [options] [input.mlir | -]",
+        description="Parse pk IR, run passes on it and print the result (like mlir-opt).",
+        add_help=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("input", nargs="?", default="-", help="input file; '-' or none: stdin")
+    p.add_argument("-h", "--help", action="store_true", help="show this help and the passes")
+    p.add_argument(
+        "-o",
+        dest="output",
+        default="-",
+        metavar="FILE",
+        help="output file ('-': stdout, the default)",
+    )
+    p.add_argument(
+        "-p",
+        "--passes",
+        default="",
+        metavar="PIPELINE",
+        help="passes to run, e.g. 'canonicalize,cse' or 'my-pass{opt=1 other=x}'",
+    )
+    p.add_argument(
+        "--print-ir-after-all", action="store_true", help="print the IR to stderr after every pass"
+    )
+    p.add_argument(
+        "--print-ir-after",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="print the IR to stderr after each pass named NAME (repeatable, or comma-separated)",
+    )
+    p.add_argument(
+        "--timing",
+        action="store_true",
+        help="print a time report (parse, verify, each pass, output) to stderr",
+    )
+    p.add_argument(
+        "--print-op-generic", action="store_true", help="print operations in MLIR's generic form"
+    )
+    p.add_argument(
+        "--split-input-file",
+        action="store_true",
+        help=f"process chunks separated by '{SPLIT_MARKER}' independently; "
+        f"join the outputs with '{SPLIT_MARKER}'",
+    )
+    p.add_argument(
+        "--verify-diagnostics",
+        action="store_true",
+        help="check the errors against '// expected-error {{...}}' annotations "
+        "(with @+N, @-N, @above, @below) instead of printing them",
+    )
+    p.add_argument(
+        "--allow-unregistered-dialect",
+        action="store_true",
+        help="accept operations of unknown dialects (kept opaque)",
+    )
+    p.add_argument(
+        "--load-pass-plugin",
+        action="append",
+        default=[],
+        metavar="FILE.py",
+        help="import a Python file whose @register_pass passes become available",
+    )
+    return p
+
+
+def format_pass_list() -> str:
+    """The 'Passes' section of --help: one line per pass, then its options."""
+    passes = available_passes()
+    width = max((len(n) for n in passes), default=0) + 2
+    lines = ["Passes (run them with -p 'a,b{option=value other=value}'):"]
+    for name, get_cls in passes.items():
+        cls = get_cls()
+        lines.append(f"  {name.ljust(width)}{describe_pass(name, cls)}")
+        for option in pass_options(cls):
+            lines.append(f"  {' ' * width}  option {option}")
+    return "\n".join(lines)
+
+
+def print_help(parser: argparse.ArgumentParser, out: TextIO) -> None:
+    out.write(parser.format_help())
+    out.write("\n" + format_pass_list() + "\n")
+
+
+def load_pass_plugins(paths: Sequence[str]) -> None:
+    """Import each Python file (its @register_pass decorators register its passes)."""
+    for i, path in enumerate(paths):
+        if not Path(path).is_file():
+            raise UserError(f"could not open pass plugin '{path}': no such file")
+        spec = importlib.util.spec_from_file_location(f"_pkc_pass_plugin_{i}", path)
+        if spec is None or spec.loader is None:
+            raise UserError(f"could not load pass plugin '{path}'")
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as err:
+            raise UserError(
+                f"failed to load pass plugin '{path}': {type(err).__name__}: {err}"
+            ) from err
+
+
+def print_after_names(args: argparse.Namespace) -> set[str]:
+    names = {n.strip() for item in args.print_ir_after for n in item.split(",") if n.strip()}
+    if not names:
+        return names
+    unknown = sorted(names - set(available_passes()))
+    if unknown:
+        raise UserError(
+            f"--print-ir-after: unknown pass '{unknown[0]}'; available passes: "
+            + ", ".join(available_passes())
+        )
+    return names
+
+
+# --------------------------------------------------------------------------------------
+# Input
+# --------------------------------------------------------------------------------------
+
+
+def read_input(path: str) -> tuple[str, str]:
+    """(text, name used in diagnostics) of a file, or of stdin for '-'."""
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        return Path(path).read_text(encoding="utf-8"), path
+    except FileNotFoundError:
+        raise UserError(f"could not open input file '{path}': no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"could not open input file '{path}': is a directory") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"could not read input file '{path}': {err}") from None
+
+
+@dataclass
+class Chunk:
+    text: str
+    first_line: int  # line of the input file on which this chunk starts (1-based)
+
+
+def split_input(text: str, split: bool) -> list[Chunk]:
+    """The input as chunks separated by lines '// -----' (one chunk unless ``split``)."""
+    if not split:
+        return [Chunk(text, 1)]
+    chunks: list[Chunk] = []
+    current: list[str] = []
+    start = 1
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        if _SPLIT_LINE.match(line.rstrip("\r\n")):
+            chunks.append(Chunk("".join(current), start))
+            current, start = [], number + 1
+        else:
+            current.append(line)
+    chunks.append(Chunk("".join(current), start))
+    return chunks
+
+
+# --------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Timer:
+    """Wall time per phase, in first-seen order (like mlir-opt's -mlir-timing)."""
+
+    enabled: bool = False
+    start: float = field(default_factory=time.perf_counter)
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
+
+    def report(self) -> str:
+        total = time.perf_counter() - self.start
+        rows = dict(self.phases)
+        rows["Rest"] = max(0.0, total - sum(self.phases.values()))
+        bar = "===" + "-" * 73 + "==="
+        lines = [
+            bar,
+            "... Execution time report ...".center(len(bar)).rstrip(),
+            bar,
+            f"  Total Execution Time: {total:.4f} seconds",
+            "",
+            "  ----Wall Time----  ----Name----",
+        ]
+        for name, seconds in list(rows.items()) + [("Total", total)]:
+            pct = 100.0 * seconds / total if total > 0 else 0.0
+            lines.append(f"  {seconds:10.4f} ({pct:5.1f}%)  {name}")
+        return "\n".join(lines) + "\n"
+
+
+class _Clock:
+    def __init__(self, timer: Timer, name: str) -> None:
+        self.timer, self.name = timer, name
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.add(self.name, time.perf_counter() - self.t0)
+
+
+# --------------------------------------------------------------------------------------
+# Processing one chunk
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    pipeline: list[ModulePass]
+    generic: bool
+    print_after_all: bool
+    print_after: set[str]
+    allow_unregistered: bool
+
+
+def dump_header(pass_name: str, failed: bool = False) -> str:
+    suffix = " Failed" if failed else ""
+    return f"// -----// IR Dump After {pass_name}{suffix} //----- //\n"
+
+
+def timing_labels(pipeline: Sequence[ModulePass]) -> list[str]:
+    """A row name per pass: its name, with ' (2)', ' (3)'... for repeated passes."""
+    seen: dict[str, int] = {}
+    labels = []
+    for pass_ in pipeline:
+        seen[pass_.name] = seen.get(pass_.name, 0) + 1
+        n = seen[pass_.name]
+        labels.append(pass_.name if n == 1 else f"{pass_.name} ({n})")
+    return labels
+
+
+def run_pipeline(
+    module: ModuleOp,
+    ctx: Context,
+    opts: Options,
+    timer: Timer,
+    *,
+    source: str,
+    filename: str,
+    err: TextIO,
+) -> None:
+    """Run each pass, verify after it, print the IR after it if asked."""
+    for pass_, label in zip(opts.pipeline, timing_labels(opts.pipeline), strict=True):
+        name = pass_.name
+        wanted = opts.print_after_all or name in opts.print_after
+        with _Clock(timer, label):
+            try:
+                pass_.apply(ctx, module)
+            except PkcDiagnostic:
+                raise
+            except DiagnosticException as exc:
+                raise PkcDiagnostic(filename, None, None, f"pass '{name}' failed: {exc}") from None
+            except Exception as exc:
+                raise InternalError(f"pass '{name}' crashed: {type(exc).__name__}: {exc}") from exc
+        try:
+            with _Clock(timer, "Verifier"):
+                verify_module(module, source=source, filename=filename)
+        except PkcDiagnostic:
+            if wanted:
+                err.write(dump_header(name, failed=True))
+                err.write(print_module(module, generic=True))
+            raise
+        if wanted:
+            err.write(dump_header(name))
+            err.write(print_module(module, generic=opts.generic))
+
+
+def emit_output(module: ModuleOp, opts: Options) -> str:
+    """The text written for one chunk (hook for a later ``--emit=ptx``)."""
+    return print_module(module, generic=opts.generic)
+
+
+def process_chunk(
+    chunk: Chunk, filename: str, ctx: Context, opts: Options, timer: Timer, err: TextIO
+) -> tuple[str | None, list[PkcDiagnostic]]:
+    """Parse, verify, run the pipeline, print. Returns (output or None, diagnostics)."""
+    # Positions name lines of the whole file: pad the chunk with its preceding lines.
+    source = "\n" * (chunk.first_line - 1) + chunk.text
+    try:
+        with _Clock(timer, "Parser"):
+            module = parse_module(chunk.text, filename, ctx=ctx, first_line=chunk.first_line)
+        with _Clock(timer, "Verifier"):
+            verify_module(module, source=source, filename=filename)
+        run_pipeline(module, ctx, opts, timer, source=source, filename=filename, err=err)
+        with _Clock(timer, "Output"):
+            return emit_output(module, opts), []
+    except PkcDiagnostic as diag:
+        return None, [diag]
+
+
+# --------------------------------------------------------------------------------------
+# --verify-diagnostics
+# --------------------------------------------------------------------------------------
+
+_EXPECTED = re.compile(
+    r"expected-(?P<sev>error|warning|remark|note)(?P<re>-re)?"
+    r"[ \t]*(?:@(?P<where>[+-]\d+|above|below|unknown))?"
+    r"[ \t]*\{\{(?P<msg>.*)\}\}[ \t]*$"
+)
+
+
+@dataclass
+class Expected:
+    severity: str
+    message: str
+    regex: bool
+    line: int | None  # None: @unknown
+    at_line: int  # where the annotation is written
+    at_col: int
+    matched: bool = False
+
+    def matches(self, text: str) -> bool:
+        if not self.regex:
+            return self.message in text
+        # -re: {{...}} parts are regexes, the rest is literal (as in MLIR).
+        parts = re.split(r"\{\{(.*?)\}\}", self.message)
+        pattern = "".join(p if i % 2 else re.escape(p) for i, p in enumerate(parts))
+        return re.search(pattern, text) is not None
+
+
+def parse_expectations(chunk: Chunk) -> tuple[list[Expected], list[str]]:
+    """The expected-* annotations of a chunk, and errors about the annotations."""
+    expected: list[Expected] = []
+    problems: list[str] = []
+    below: list[Expected] = []
+    last_plain_line: int | None = None
+    for offset, line in enumerate(chunk.text.splitlines()):
+        number = chunk.first_line + offset
+        m = _EXPECTED.search(line)
+        if m is None:
+            for e in below:
+                e.line = number
+            below.clear()
+            last_plain_line = number
+            continue
+        where = m.group("where")
+        e = Expected(
+            m.group("sev"), m.group("msg"), m.group("re") is not None, number, number, m.start() + 1
+        )
+        if where is None:
+            pass
+        elif where == "unknown":
+            e.line = None
+        elif where == "above":
+            if last_plain_line is None:
+                problems.append(f"{number}:{e.at_col}: @above with no line above it")
+                continue
+            e.line = last_plain_line
+        elif where == "below":
+            below.append(e)
+        else:
+            e.line = number + int(where)
+        expected.append(e)
+    for e in below:
+        problems.append(f"{e.at_line}:{e.at_col}: @below with no line below it")
+    return expected, problems
+
+
+def check_diagnostics(chunk: Chunk, filename: str, diagnostics: list[PkcDiagnostic]) -> list[str]:
+    """Failures (as printable lines) of matching ``diagnostics`` with the annotations."""
+    expected, problems = parse_expectations(chunk)
+    failures = [f"{filename}:{p}" for p in problems]
+    for diag in diagnostics:
+        line = diag.line if diag.file in (filename, None) else -1
+        for e in expected:
+            if (
+                not e.matched
+                and e.severity == diag.severity
+                and e.line == line
+                and e.matches(diag.message)
+            ):
+                e.matched = True
+                break
+        else:
+            failures.append(f"{diag.where}error: unexpected {diag.severity}: {diag.message}")
+    for e in expected:
+        if not e.matched:
+            where = "" if e.line is None else f" on line {e.line}"
+            failures.append(
+                f"{filename}:{e.at_line}:{e.at_col}: error: expected {e.severity} "
+                f'"{e.message}" was not produced{where}'
+            )
+    return failures
+
+
+# --------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------
+
+
+def write_output(text: str, path: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"could not write output file '{path}': {err}") from None
+
+
+def run(argv: Sequence[str] | None) -> int:
+    parser = build_arg_parser()
+    args = parser.parse_args(argv)
+    load_pass_plugins(args.load_pass_plugin)
+    if args.help:
+        print_help(parser, sys.stdout)
+        return 0
+    try:
+        pipeline = parse_pipeline(args.passes)
+    except PipelineError as err:
+        raise UserError(str(err)) from None
+    opts = Options(
+        pipeline=pipeline,
+        generic=args.print_op_generic,
+        print_after_all=args.print_ir_after_all,
+        print_after=print_after_names(args),
+        allow_unregistered=args.allow_unregistered_dialect,
+    )
+    timer = Timer(enabled=args.timing)
+    text, filename = read_input(args.input)
+    with _Clock(timer, "Context (dialect loading)"):
+        ctx = make_context(allow_unregistered=opts.allow_unregistered)
+
+    outputs: list[str] = []
+    ok = True
+    for chunk in split_input(text, args.split_input_file):
+        output, diagnostics = process_chunk(chunk, filename, ctx, opts, timer, sys.stderr)
+        outputs.append(output or "")
+        if args.verify_diagnostics:
+            failures = check_diagnostics(chunk, filename, diagnostics)
+            for line in failures:
+                sys.stderr.write(line + "\n")
+            ok = ok and not failures
+        else:
+            for diag in diagnostics:
+                sys.stderr.write(str(diag) + "\n")
+            ok = ok and not diagnostics
+
+    result = (SPLIT_MARKER + "\n").join(outputs)
+    if ok or args.output == "-":
+        # As mlir-opt: an output file is written only on success; stdout gets what
+        # succeeded (the outputs of the good chunks of a split file).
+        write_output(result, args.output)
+    if timer.enabled:
+        sys.stderr.write(timer.report())
+    return 0 if ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``pkc-opt`` and ``python -m pkc.tools.pkc_opt``; returns the status."""
+    try:
+        return run(argv)
+    except UserError as err:
+        sys.stderr.write(f"{PROG}: error: {err}\n")
+        return 1
+    except BrokenPipeError:
+        # `pkc-opt ... | head`: the reader went away; nothing left to say.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - avoid a second error at exit
+        except OSError:
+            pass
+        return 1
+    except SystemExit as exc:  # argparse --help/--version style exits
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception as err:  # a bug in pkc: say so, never a bare traceback
+        if os.environ.get("PKC_DEBUG"):
+            traceback.print_exc()
+        detail = str(err) if isinstance(err, InternalError) else f"{type(err).__name__}: {err}"
+        sys.stderr.write(
+            f"{PROG}: internal error: {detail}\n"
+            f"{PROG}: this is a bug in pkc; rerun with PKC_DEBUG=1 for the traceback\n"
+        )
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
