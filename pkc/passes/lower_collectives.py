@@ -175,6 +175,8 @@ class _LowerPattern(RewritePattern):
         _name_new(glue[n:], "unview")
         result.name_hint = op.result.name_hint
         _record(kernel, op, lay, choice, tiles, self.options)
+        for new in glue:  # diagnostics and remarks point at the user's collective
+            new.location = op.location
         rewriter.replace(op, glue, [result])
 
     def _choose(self, op, lay: "Layout") -> cost.Choice:

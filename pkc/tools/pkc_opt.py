@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
 from pkc.ir import PkcDiagnostic, make_context, parse_module, print_module, verify_module
+from pkc.passes.remarks import collect_remarks
 from pkc.passes.registry import (
     PipelineError,
     available_passes,
@@ -122,6 +123,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "--allow-unregistered-dialect",
         action="store_true",
         help="accept operations of unknown dialects (kept opaque)",
+    )
+    p.add_argument(
+        "--remarks",
+        action="store_true",
+        help="print the decisions the passes recorded (what was fused, predicted times, "
+        "SM splits, what was left alone and why) to stderr",
     )
     p.add_argument(
         "--load-pass-plugin",
@@ -281,6 +288,7 @@ class Options:
     print_after_all: bool
     print_after: set[str]
     allow_unregistered: bool
+    remarks: bool = False
 
 
 def dump_header(pass_name: str, failed: bool = False) -> str:
@@ -335,6 +343,18 @@ def run_pipeline(
             err.write(print_module(module, generic=opts.generic))
 
 
+def format_remarks(module: ModuleOp, filename: str) -> str:
+    """One ``file:line:col: remark: text`` line per recorded decision, in program order."""
+    lines = []
+    for op, text in collect_remarks(module):
+        loc = op.location
+        where = filename
+        if isinstance(loc, FileLineColLoc):
+            where = f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
+        lines.append(f"{where}: remark: [{op.name}] {text}\n")
+    return "".join(lines) or f"{filename}: remark: no decisions recorded\n"
+
+
 def emit_output(module: ModuleOp, opts: Options) -> str:
     """The text written for one chunk (hook for a later ``--emit=ptx``)."""
     return print_module(module, generic=opts.generic)
@@ -352,6 +372,8 @@ def process_chunk(
         with _Clock(timer, "Verifier"):
             verify_module(module, source=source, filename=filename)
         run_pipeline(module, ctx, opts, timer, source=source, filename=filename, err=err)
+        if opts.remarks:
+            err.write(format_remarks(module, filename))
         with _Clock(timer, "Output"):
             return emit_output(module, opts), []
     except PkcDiagnostic as diag:
@@ -486,6 +508,7 @@ def run(argv: Sequence[str] | None) -> int:
         print_after_all=args.print_ir_after_all,
         print_after=print_after_names(args),
         allow_unregistered=args.allow_unregistered_dialect,
+        remarks=args.remarks,
     )
     timer = Timer(enabled=args.timing)
     text, filename = read_input(args.input)
