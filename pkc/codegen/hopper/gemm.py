@@ -1,0 +1,809 @@
+"""A persistent, warp-specialized TMA + wgmma GEMM for sm_90a, written as PTX by Python.
+
+    C[M, N] = A[M, K] @ B            (bf16 or fp16 in, f32 accumulate, bf16 / fp16 out)
+
+Layouts the caller passes (all contiguous, base addresses 16-byte aligned):
+
+* ``A``: ``[M, K]`` row-major (K contiguous).
+* ``B``: ``b_layout="nk"`` (default, fastest to set up): ``[N, K]`` row-major, i.e. B
+  transposed, which is how ``nn.Linear`` stores its weight (``y = x @ W.T``: pass ``W``).
+  ``b_layout="kn"``: ``[K, N]`` row-major, the layout of a plain ``torch.mm(A, B)``; the
+  B tile then lands N-major in shared memory and wgmma reads it transposed (imm-trans-b).
+* ``C``: ``[M, N]`` row-major, same dtype as A and B.
+* ``K % 8 == 0`` and ``N % 8 == 0`` (TMA needs 16-byte row strides); M is free. M, N, K need
+  not be multiples of the tile: TMA fills out-of-bounds loads with zeros and clips
+  out-of-bounds stores (the ``global`` epilogue predicates its stores instead).
+
+Kernel structure (one CTA per SM, ``grid = min(#SMs, #tiles)``, 128 x (1 + consumers)
+threads):
+
+* warpgroup 0 is the producer. It gives registers away (``setmaxnreg.dec`` to 40) and one
+  thread walks the tile sequence, issuing per k-block one TMA load of the A tile
+  (``BM x 64``) and one of the B tile (``BN x 64``; ``BN/64`` boxes for ``kn``) into stage
+  ``s`` of a ``stages``-deep ring, after waiting on ``empty[s]`` and arming ``full[s]`` with
+  the stage's byte count (``mbarrier.arrive.expect_tx``).
+* warpgroups 1..consumers are consumers (``setmaxnreg.inc`` to 232 with two). Each owns
+  ``BM / consumers`` rows (64 or 128) of the tile and all ``BN`` columns: per k-block it
+  waits on ``full[s]``, issues ``4 x (rows/64)`` ``wgmma.mma_async.m64nBNk16`` from
+  shared-memory descriptors (128-byte swizzle), commits, waits until at most one group is
+  in flight, and releases the previous stage on ``empty``.
+* tiles are visited persistently (tile = cta, cta + #ctas, ...) in grouped order:
+  ``group_m`` row-blocks share a column sweep so that concurrent CTAs reuse A and B in L2.
+* ``cluster_m=2``: CTA pairs of a (2,1,1) cluster compute vertically adjacent tiles with the
+  same B tile; each loads half of B and multicasts it to both (halving B's L2 traffic);
+  consumers release a stage on the ``empty`` barriers of both CTAs.
+
+Shared memory (dynamic, base rounded up to 1024 B, the swizzle atom):
+``[A stage 0..S-1 | B stage 0..S-1 | epilogue buffers | full[S] | empty[S]]``. A and B
+stages are rows of 128 bytes (64 elements of K, or 64 of N for ``kn``), TMA SWIZZLE_128B.
+The ``tma`` epilogue stages each consumer's 64-row x ``epi_w``-column pieces of C in
+``epi_bufs`` swizzled buffers and stores them with ``cp.async.bulk.tensor`` (bulk groups);
+the ``global`` epilogue writes straight from registers with predicated ``st.global``.
+
+Hooks for fused kernels (subclass :class:`GemmKernel`): ``extra_params`` adds kernel
+parameters, ``emit_producer_tile_prologue`` runs in the producer thread before a tile's
+loads (AG+GEMM waits on a peer's signal there, or swaps the A tensor map),
+``emit_epilogue_tile`` replaces "store the C tile" (GEMM+RS puts the tile to a peer and
+signals), ``emit_epilogue_finish`` runs once per consumer warpgroup at the end.
+
+Kernel parameters (in order): ``tmA, tmB, tmC`` (CUtensorMap, 128 bytes, align 64, passed
+by value), ``C`` (u64 pointer), ``M, N, K`` (u32), then ``extra_params``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+BK = 64                   # elements of K per stage: 128 bytes of 16-bit data = one swizzle row
+ROW_BYTES = 128
+SMEM_LIMIT = 232448       # max dynamic shared memory per block on sm_90 (227 KiB)
+MAX_REGS = 65536          # registers per SM
+
+
+def _desc_hi(lbo: int, sbo: int) -> int:
+    """High bits of a wgmma shared-memory descriptor, 128-byte swizzle (start address added
+    per use): bits 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63 = 1 (128B swizzle)."""
+    return (1 << 62) | (((sbo >> 4) & 0x3FFF) << 32) | (((lbo >> 4) & 0x3FFF) << 16)
+
+
+# K-major operand, 128B swizzle: rows of 128 bytes, 8-row core groups 1024 bytes apart (SBO);
+# LBO is unused for swizzled K-major layouts (1 by convention).
+DESC_HI_KMAJOR = _desc_hi(16, 1024)
+# N-major B (b_layout="kn"): 64-column blocks of 64 K-rows x 128 bytes = 8192 bytes apart
+# (LBO, the MN repeat); 8-row K groups 1024 bytes apart (SBO).
+DESC_HI_NMAJOR = _desc_hi(8192, 1024)
+
+_SWIZZLE_FOR_ROW_BYTES = {128: 3, 64: 2, 32: 1}   # log2(swizzle bytes / 16)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One GEMM kernel variant. ``bm = consumers x (64 or 128)``; ``bn`` a multiple of 8
+    up to 256 (of 64 for ``b_layout="kn"``)."""
+
+    bm: int = 128
+    bn: int = 256
+    stages: int = 4
+    consumers: int = 2
+    dtype: str = "bf16"            # "bf16" | "f16" (inputs and output)
+    b_layout: str = "nk"           # "nk": B given [N, K]; "kn": B given [K, N]
+    epilogue: str = "tma"          # "tma" | "global"
+    group_m: int = 8               # row-blocks per rasterization group
+    cluster_m: int = 1             # 1, or 2: CTA pairs share (multicast) the B tile
+    epi_w: int = 0                 # columns per TMA-store box (0: 64, 32 or 16 from bn)
+    epi_bufs: int = 2              # staging buffers per consumer for the TMA store
+    timeout_ns: int = 20_000_000_000   # bounded mbarrier waits: trap after this (0: never)
+    producer_regs: int = 40
+    consumer_regs: int = 0         # 0: as many as fit
+    name: str = ""
+
+    # ---- derived -------------------------------------------------------------------
+    @property
+    def wg_m(self) -> int:
+        return self.bm // self.consumers
+
+    @property
+    def m_slices(self) -> int:
+        return self.wg_m // 64
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.consumers)
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.bm * ROW_BYTES
+
+    @property
+    def b_stage_bytes(self) -> int:
+        return self.bn * ROW_BYTES
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def epi_width(self) -> int:
+        if self.epi_w:
+            return self.epi_w
+        for w in (64, 32, 16):
+            if self.bn % w == 0:
+                return w
+        return 0
+
+    @property
+    def epi_buf_bytes(self) -> int:
+        return 64 * self.epi_width * 2
+
+    @property
+    def epi_bytes(self) -> int:
+        if self.epilogue != "tma":
+            return 0
+        return self.consumers * self.epi_bufs * self.epi_buf_bytes
+
+    @property
+    def bar_offset(self) -> int:
+        return self.stages * self.stage_bytes + self.epi_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory the launch must ask for (1024 of slack for alignment)."""
+        return self.bar_offset + 2 * self.stages * 8 + 1024
+
+    @property
+    def entry_regs(self) -> int:
+        return min(255, (MAX_REGS // self.threads) // 8 * 8)
+
+    @property
+    def consumer_reg_target(self) -> int:
+        if self.consumer_regs:
+            return self.consumer_regs
+        budget = (MAX_REGS - 128 * self.producer_regs) // (128 * self.consumers)
+        return min(256, budget // 8 * 8)
+
+    @property
+    def acc_regs(self) -> int:
+        return self.m_slices * self.bn // 2
+
+    @property
+    def kernel_name(self) -> str:
+        if self.name:
+            return self.name
+        return (f"pkc_gemm_sm90a_{self.dtype}_{self.bm}x{self.bn}x{BK}_s{self.stages}"
+                f"_c{self.consumers}_{self.b_layout}_{self.epilogue}_g{self.group_m}"
+                f"_cl{self.cluster_m}")
+
+    def tag(self) -> str:
+        """Short human label."""
+        return (f"{self.bm}x{self.bn} s{self.stages} {self.b_layout} {self.epilogue}"
+                f"{' cl2' if self.cluster_m == 2 else ''} g{self.group_m}")
+
+    def with_(self, **kw) -> "GemmConfig":
+        return replace(self, **kw)
+
+    def validate(self) -> None:
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise ValueError(f"GemmConfig {self.tag()}: {msg}")
+        need(self.dtype in ("bf16", "f16"), f"dtype {self.dtype!r} not bf16/f16")
+        need(self.b_layout in ("nk", "kn"), f"b_layout {self.b_layout!r} not nk/kn")
+        need(self.epilogue in ("tma", "global"), f"epilogue {self.epilogue!r}")
+        need(self.consumers in (1, 2), "consumers must be 1 or 2")
+        need(self.bm % self.consumers == 0 and self.wg_m in (64, 128),
+             "bm / consumers must be 64 or 128")
+        need(self.bn % 8 == 0 and 8 <= self.bn <= 256, "bn must be a multiple of 8 in 8..256")
+        need(self.acc_regs <= 128, f"{self.acc_regs} accumulator registers per thread (> 128)")
+        need(self.stages >= 2, "stages >= 2")
+        need(self.cluster_m in (1, 2), "cluster_m must be 1 or 2")
+        if self.b_layout == "kn":
+            need(self.bn % (64 * self.cluster_m) == 0,
+                 "b_layout kn needs bn a multiple of 64 (128 with cluster_m=2)")
+        if self.cluster_m == 2 and self.b_layout == "nk":
+            need((self.bn // 2) % 8 == 0, "cluster_m=2 needs bn/2 a multiple of 8")
+        if self.epilogue == "tma":
+            need(self.epi_width in (16, 32, 64) and self.bn % self.epi_width == 0,
+                 "tma epilogue needs bn a multiple of 16 and epi_w in 16/32/64")
+            need(self.epi_bufs in (1, 2), "epi_bufs must be 1 or 2")
+        need(self.group_m >= 1, "group_m >= 1")
+        need(self.smem_bytes <= SMEM_LIMIT,
+             f"needs {self.smem_bytes} bytes of shared memory (> {SMEM_LIMIT})")
+        if self.consumers == 2:
+            need(self.consumer_reg_target >= self.entry_regs,
+                 "consumer register target below the entry allocation")
+
+
+class _Ptx:
+    """A PTX function body under construction: registers declared on first use."""
+
+    def __init__(self) -> None:
+        self.regs: dict[str, str] = {}
+        self.lines: list[str] = []
+        self._labels = 0
+
+    def reg(self, name: str, ty: str) -> str:
+        old = self.regs.setdefault(name, ty)
+        if old != ty:
+            raise ValueError(f"register %{name} declared as {old} and {ty}")
+        return f"%{name}"
+
+    def r32(self, name: str) -> str:
+        return self.reg(name, ".b32")
+
+    def r64(self, name: str) -> str:
+        return self.reg(name, ".b64")
+
+    def pred(self, name: str) -> str:
+        return self.reg(name, ".pred")
+
+    def __call__(self, text: str) -> None:
+        self.lines.append("\t" + text)
+
+    def comment(self, text: str) -> None:
+        self.lines.append("\t// " + text)
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+
+    def fresh(self, prefix: str) -> str:
+        self._labels += 1
+        return f"$L_{prefix}_{self._labels}"
+
+    def declarations(self) -> list[str]:
+        out = []
+        for name, ty in self.regs.items():
+            out.append(f"\t.reg {ty} %{name};")
+        return out
+
+
+@dataclass
+class TileRegs:
+    """Registers that describe the current tile (valid inside a role's tile loop)."""
+
+    m_blk: str
+    n_blk: str
+    m0: str      # first row of the tile
+    n0: str      # first column of the tile
+
+
+class GemmKernel:
+    """Emits the PTX of one :class:`GemmConfig`. Subclass and override the hooks to fuse."""
+
+    def __init__(self, cfg: GemmConfig):
+        cfg.validate()
+        self.cfg = cfg
+        self.p = _Ptx()
+
+    # ---- hooks ---------------------------------------------------------------------
+    def extra_params(self) -> list[str]:
+        """Extra ``.param`` declarations (without the trailing comma), after M, N, K."""
+        return []
+
+    def emit_producer_tile_prologue(self, t: TileRegs) -> None:
+        """Producer thread, before the first load of a tile."""
+
+    def emit_epilogue_setup(self) -> None:
+        """Consumer warpgroup, once before its tile loop."""
+        if self.cfg.epilogue == "tma":
+            self._tma_epilogue_setup()
+        else:
+            self._global_epilogue_setup()
+
+    def emit_epilogue_tile(self, t: TileRegs) -> None:
+        """Consumer warpgroup, after the last wgmma of a tile completed: the accumulators
+        (``self.acc(mi, q)``) hold this warpgroup's rows of the tile."""
+        if self.cfg.epilogue == "tma":
+            self._tma_epilogue_tile(t)
+        else:
+            self._global_epilogue_tile(t)
+
+    def emit_epilogue_finish(self) -> None:
+        """Consumer warpgroup, after its last tile."""
+        if self.cfg.epilogue == "tma":
+            p = self.p
+            p(f"@{p.pred('p_lead')} cp.async.bulk.wait_group 0;")
+
+    # ---- helpers -------------------------------------------------------------------
+    def acc(self, mi: int, q: int) -> str:
+        """Accumulator register q (0..bn/2-1) of m-slice mi, in wgmma's fragment order:
+        for n8 block j, q = 4j + 2i + c holds row (lane/4 + 8i + 16*warp) and column
+        (8j + 2*(lane%4) + c) of the 64-row slice."""
+        return f"%acc{mi * (self.cfg.bn // 2) + q}"
+
+    def _pname(self, s: str) -> str:
+        return f"{self.cfg.kernel_name}_param_{s}"
+
+    def _advance(self, s: str, ph: str) -> None:
+        p, S = self.p, self.cfg.stages
+        pw = p.pred("p_adv")
+        tmp = p.r32("adv_tmp")
+        p(f"add.u32 {s}, {s}, 1;")
+        p(f"setp.eq.u32 {pw}, {s}, {S};")
+        p(f"selp.u32 {s}, 0, {s}, {pw};")
+        p(f"xor.b32 {tmp}, {ph}, 1;")
+        p(f"selp.u32 {ph}, {tmp}, {ph}, {pw};")
+
+    def _wait(self, bar: str, parity: str, what: str) -> None:
+        """Spin on an mbarrier phase; trap once the kernel's deadline passed."""
+        p = self.p
+        top, done = p.fresh(f"wait_{what}"), p.fresh(f"{what}_ok")
+        pw = p.pred("p_wait")
+        p.label(top)
+        p(f"mbarrier.try_wait.parity.shared::cta.b64 {pw}, [{bar}], {parity};")
+        p(f"@{pw} bra {done};")
+        if self.cfg.timeout_ns:
+            now, pt = p.r64("t_now"), p.pred("p_late")
+            p(f"mov.u64 {now}, %globaltimer;")
+            p(f"setp.gt.u64 {pt}, {now}, {p.r64('t_deadline')};")
+            p(f"@{pt} trap;")
+        p(f"bra {top};")
+        p.label(done)
+
+    def _raster(self, tile: str, pre: str) -> TileRegs:
+        """Tile index -> (m_blk, n_blk) with grouped rasterization over cluster rows."""
+        p, c = self.p, self.cfg
+        g, first, gsz, r, mloc = (p.r32(f"{pre}_{x}") for x in ("g", "first", "gsz", "r", "mloc"))
+        mb, nb, m0, n0 = (p.r32(f"{pre}_{x}") for x in ("mblk", "nblk", "m0", "n0"))
+        p(f"div.u32 {g}, {tile}, %group_sz;")
+        p(f"mul.lo.u32 {first}, {g}, {c.group_m};")
+        p(f"sub.u32 {gsz}, %num_mc, {first};")
+        p(f"min.u32 {gsz}, {gsz}, {c.group_m};")
+        p(f"mul.lo.u32 {r}, {g}, %group_sz;")
+        p(f"sub.u32 {r}, {tile}, {r};")
+        p(f"rem.u32 {mloc}, {r}, {gsz};")
+        p(f"div.u32 {nb}, {r}, {gsz};")
+        p(f"add.u32 {mb}, {first}, {mloc};")
+        if c.cluster_m > 1:
+            p(f"mad.lo.u32 {mb}, {mb}, {c.cluster_m}, %cta_rank;")
+        p(f"mul.lo.u32 {m0}, {mb}, {c.bm};")
+        p(f"mul.lo.u32 {n0}, {nb}, {c.bn};")
+        return TileRegs(mb, nb, m0, n0)
+
+    # ---- the kernel ----------------------------------------------------------------
+    def emit(self) -> str:
+        c, p = self.cfg, self.p
+        for name, ty in (("tidx", ".b32"), ("M", ".b32"), ("N", ".b32"), ("K", ".b32"),
+                         ("sbase", ".b32"), ("sbar", ".b32"), ("num_m", ".b32"),
+                         ("num_mc", ".b32"), ("num_n", ".b32"), ("num_kb", ".b32"),
+                         ("num_tiles", ".b32"), ("group_sz", ".b32"), ("tile0", ".b32"),
+                         ("tstride", ".b32"), ("cta_rank", ".b32"), ("wg", ".b32"),
+                         ("tmA", ".b64"), ("tmB", ".b64"), ("tmC", ".b64"), ("Cptr", ".b64")):
+            p.reg(name, ty)
+        p.reg("t_deadline", ".b64")
+        S = c.stages
+
+        p.comment("---- setup (all threads)")
+        p("mov.u32 %tidx, %tid.x;")
+        p(f"ld.param.u32 %M, [{self._pname('M')}];")
+        p(f"ld.param.u32 %N, [{self._pname('N')}];")
+        p(f"ld.param.u32 %K, [{self._pname('K')}];")
+        p(f"ld.param.u64 %Cptr, [{self._pname('C')}];")
+        for t in ("A", "B", "C"):
+            p(f"mov.u64 %tm{t}, {self._pname('tm' + t)};")
+            p(f"cvta.param.u64 %tm{t}, %tm{t};")
+        p("mov.u32 %sbase, pkc_smem;")
+        p("add.u32 %sbase, %sbase, 1023;")
+        p("and.b32 %sbase, %sbase, 0xFFFFFC00;")
+        p(f"add.u32 %sbar, %sbase, {c.bar_offset};")
+        if c.timeout_ns:
+            p("mov.u64 %t_deadline, %globaltimer;")
+            p(f"add.u64 %t_deadline, %t_deadline, {c.timeout_ns};")
+        else:
+            p("mov.u64 %t_deadline, 0;")
+        p0 = p.pred("p_t0")
+        p(f"setp.eq.u32 {p0}, %tidx, 0;")
+        init_done = p.fresh("init_done")
+        p(f"@!{p0} bra {init_done};")
+        for s in range(S):
+            p(f"mbarrier.init.shared::cta.b64 [%sbar+{8 * s}], 1;")
+        for s in range(S):
+            p(f"mbarrier.init.shared::cta.b64 [%sbar+{8 * (S + s)}], {c.consumers * c.cluster_m};")
+        p("fence.mbarrier_init.release.cluster;")
+        p("fence.proxy.async.shared::cta;")
+        p.label(init_done)
+        if c.cluster_m > 1:
+            # every CTA's barriers are initialized before any peer arrives or multicasts
+            p("barrier.cluster.arrive.release;")
+            p("barrier.cluster.wait.acquire;")
+        else:
+            p("bar.sync 0;")
+
+        p.comment("---- problem geometry and the tile sequence of this CTA")
+        p(f"add.u32 %num_m, %M, {c.bm - 1};")
+        p(f"div.u32 %num_m, %num_m, {c.bm};")
+        p(f"add.u32 %num_n, %N, {c.bn - 1};")
+        p(f"div.u32 %num_n, %num_n, {c.bn};")
+        p(f"add.u32 %num_kb, %K, {BK - 1};")
+        p(f"shr.u32 %num_kb, %num_kb, 6;")
+        if c.cluster_m > 1:
+            p(f"add.u32 %num_mc, %num_m, {c.cluster_m - 1};")
+            p(f"div.u32 %num_mc, %num_mc, {c.cluster_m};")
+            p("mov.u32 %tile0, %clusterid.x;")
+            p("mov.u32 %tstride, %nclusterid.x;")
+            p("mov.u32 %cta_rank, %cluster_ctarank;")
+        else:
+            p("mov.u32 %num_mc, %num_m;")
+            p("mov.u32 %tile0, %ctaid.x;")
+            p("mov.u32 %tstride, %nctaid.x;")
+            p("mov.u32 %cta_rank, 0;")
+        p("mul.lo.u32 %num_tiles, %num_mc, %num_n;")
+        p(f"mul.lo.u32 %group_sz, %num_n, {c.group_m};")
+        p("shr.u32 %wg, %tidx, 7;")
+        pp = p.pred("p_prod")
+        p(f"setp.eq.u32 {pp}, %wg, 0;")
+        consumer = p.fresh("consumer")
+        p(f"@!{pp} bra {consumer};")
+        self._emit_producer()
+        p(f"bra $L_end;")
+        p.label(consumer)
+        self._emit_consumer()
+        p.label("$L_end")
+        if c.cluster_m > 1:
+            # peers may still arrive on our barriers / multicast into our smem until both
+            # CTAs are done: leave together.
+            p("barrier.cluster.arrive.release;")
+            p("barrier.cluster.wait.acquire;")
+        p("exit;")
+        return self._assemble()
+
+    def _emit_producer(self) -> None:
+        c, p = self.cfg, self.p
+        p.comment("==== producer warpgroup: one thread issues TMA loads")
+        p(f"setmaxnreg.dec.sync.aligned.u32 {c.producer_regs};")
+        pn = p.pred("p_notleader")
+        p(f"setp.ne.u32 {pn}, %tidx, 0;")
+        p(f"@{pn} bra $L_end;")
+        p("prefetch.tensormap [%tmA];")
+        p("prefetch.tensormap [%tmB];")
+        if c.cluster_m > 1:
+            p(f"mov.u16 {p.reg('mc_mask', '.b16')}, {(1 << c.cluster_m) - 1};")
+        s, ph, tile, kb, kc = (p.r32(x) for x in ("ps", "pph", "ptile", "pkb", "pkc"))
+        bf, be, sa, sb = (p.r32(x) for x in ("pbar_full", "pbar_empty", "psA", "psB"))
+        par = p.r32("ppar")
+        p(f"mov.u32 {s}, 0;")
+        p(f"mov.u32 {ph}, 0;")
+        p(f"mov.u32 {tile}, %tile0;")
+        top, done = p.fresh("ptile"), p.fresh("pdone")
+        p.label(top)
+        pt = p.pred("p_ptile_end")
+        p(f"setp.ge.u32 {pt}, {tile}, %num_tiles;")
+        p(f"@{pt} bra {done};")
+        t = self._raster(tile, "pr")
+        self.emit_producer_tile_prologue(t)
+        p(f"mov.u32 {kb}, 0;")
+        p(f"mov.u32 {kc}, 0;")
+        ktop = p.fresh("pk")
+        p.label(ktop)
+        p(f"mad.lo.u32 {bf}, {s}, 8, %sbar;")
+        p(f"add.u32 {be}, {bf}, {8 * c.stages};")
+        p(f"xor.b32 {par}, {ph}, 1;")
+        self._wait(be, par, "empty")
+        p(f"mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [{bf}], {c.stage_bytes};")
+        p(f"mad.lo.u32 {sa}, {s}, {c.a_stage_bytes}, %sbase;")
+        p(f"mad.lo.u32 {sb}, {s}, {c.b_stage_bytes}, %sbase;")
+        p(f"add.u32 {sb}, {sb}, {c.stages * c.a_stage_bytes};")
+        self.emit_load_a(sa, kc, t, bf)
+        self.emit_load_b(sb, kc, t, bf)
+        self._advance(s, ph)
+        p(f"add.u32 {kc}, {kc}, {BK};")
+        p(f"add.u32 {kb}, {kb}, 1;")
+        pk = p.pred("p_pk")
+        p(f"setp.lt.u32 {pk}, {kb}, %num_kb;")
+        p(f"@{pk} bra {ktop};")
+        p(f"add.u32 {tile}, {tile}, %tstride;")
+        p(f"bra {top};")
+        p.label(done)
+
+    _TMA_LOAD = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+                 ".mbarrier::complete_tx::bytes")
+
+    def emit_load_a(self, dst: str, kc: str, t: TileRegs, bar: str) -> None:
+        """TMA load of the A tile (rows m0.., k-columns kc..) into ``dst``."""
+        self.p(f"{self._TMA_LOAD} [{dst}], [%tmA, {{{kc}, {t.m0}}}], [{bar}];")
+
+    def emit_load_b(self, dst: str, kc: str, t: TileRegs, bar: str) -> None:
+        c, p = self.cfg, self.p
+        mc = ".multicast::cluster" if c.cluster_m > 1 else ""
+        tail = ", %mc_mask" if c.cluster_m > 1 else ""
+        if c.b_layout == "nk":
+            rows = c.bn // c.cluster_m          # rows of B this CTA loads
+            d, n = p.r32("ldb_dst"), p.r32("ldb_n")
+            if c.cluster_m > 1:
+                p(f"mad.lo.u32 {d}, %cta_rank, {rows * ROW_BYTES}, {dst};")
+                p(f"mad.lo.u32 {n}, %cta_rank, {rows}, {t.n0};")
+            else:
+                p(f"mov.u32 {d}, {dst};")
+                p(f"mov.u32 {n}, {t.n0};")
+            p(f"{self._TMA_LOAD}{mc} [{d}], [%tmB, {{{kc}, {n}}}], [{bar}]{tail};")
+        else:
+            blocks = c.bn // 64 // c.cluster_m     # 64-column boxes this CTA loads
+            d, n = p.r32("ldb_dst"), p.r32("ldb_n")
+            if c.cluster_m > 1:
+                p(f"mad.lo.u32 {d}, %cta_rank, {blocks * 64 * ROW_BYTES}, {dst};")
+                p(f"mad.lo.u32 {n}, %cta_rank, {blocks * 64}, {t.n0};")
+            else:
+                p(f"mov.u32 {d}, {dst};")
+                p(f"mov.u32 {n}, {t.n0};")
+            for j in range(blocks):
+                if j:
+                    p(f"add.u32 {d}, {d}, {64 * ROW_BYTES};")
+                    p(f"add.u32 {n}, {n}, 64;")
+                p(f"{self._TMA_LOAD}{mc} [{d}], [%tmB, {{{n}, {kc}}}], [{bar}]{tail};")
+
+    def _emit_consumer(self) -> None:
+        c, p = self.cfg, self.p
+        p.comment("==== consumer warpgroups: wgmma on the stages, then the epilogue")
+        if c.consumers == 2:
+            p(f"setmaxnreg.inc.sync.aligned.u32 {c.consumer_reg_target};")
+        p.reg(f"acc<{c.acc_regs}>", ".f32")
+        cw, ltid, warp, lane = (p.r32(x) for x in ("cw", "ltid", "warp", "lane"))
+        lead = p.pred("p_lead")
+        p("sub.u32 %cw, %wg, 1;")
+        p("and.b32 %ltid, %tidx, 127;")
+        p("shr.u32 %warp, %ltid, 5;")
+        p("and.b32 %lane, %tidx, 31;")
+        p(f"setp.eq.u32 {lead}, %ltid, 0;")
+        sa_cw, sb0 = p.r32("csA_cw"), p.r32("csB0")
+        p(f"mad.lo.u32 {sa_cw}, %cw, {c.wg_m * ROW_BYTES}, %sbase;")
+        p(f"add.u32 {sb0}, %sbase, {c.stages * c.a_stage_bytes};")
+        self.emit_epilogue_setup()
+        s, ph, tile, kb, prev = (p.r32(x) for x in ("cs", "cph", "ctile", "ckb", "cprev"))
+        bf, sa, sb = p.r32("cbar_full"), p.r32("csA"), p.r32("csB")
+        da, db = p.r64("descA"), p.r64("descB")
+        dak, dbk = p.r64("descAk"), p.r64("descBk")
+        pacc, prel = p.pred("p_acc"), p.pred("p_rel")
+        p(f"mov.u32 {s}, 0;")
+        p(f"mov.u32 {ph}, 0;")
+        p(f"mov.u32 {tile}, %tile0;")
+        top, done = p.fresh("ctile"), p.fresh("cdone")
+        p.label(top)
+        pt = p.pred("p_ctile_end")
+        p(f"setp.ge.u32 {pt}, {tile}, %num_tiles;")
+        p(f"@{pt} bra {done};")
+        t = self._raster(tile, "cr")
+        p(f"mov.u32 {kb}, 0;")
+        ktop = p.fresh("ck")
+        p.label(ktop)
+        p(f"mad.lo.u32 {bf}, {s}, 8, %sbar;")
+        self._wait(bf, ph, "full")
+        p(f"mad.lo.u32 {sa}, {s}, {c.a_stage_bytes}, {sa_cw};")
+        p(f"mad.lo.u32 {sb}, {s}, {c.b_stage_bytes}, {sb0};")
+        p(f"cvt.u64.u32 {da}, {sa};")
+        p(f"shr.u64 {da}, {da}, 4;")
+        p(f"or.b64 {da}, {da}, {DESC_HI_KMAJOR:#x};")
+        p(f"cvt.u64.u32 {db}, {sb};")
+        p(f"shr.u64 {db}, {db}, 4;")
+        hib = DESC_HI_KMAJOR if c.b_layout == "nk" else DESC_HI_NMAJOR
+        p(f"or.b64 {db}, {db}, {hib:#x};")
+        p(f"setp.ne.u32 {pacc}, {kb}, 0;")
+        p("wgmma.fence.sync.aligned;")
+        dt = c.dtype
+        trans_b = 0 if c.b_layout == "nk" else 1
+        for k in range(BK // 16):
+            boff = (k * 32) if c.b_layout == "nk" else (k * 16 * ROW_BYTES)
+            if boff:
+                p(f"add.s64 {dbk}, {db}, {boff >> 4};")
+            else:
+                p(f"mov.b64 {dbk}, {db};")
+            for mi in range(c.m_slices):
+                aoff = mi * 64 * ROW_BYTES + k * 32
+                if aoff:
+                    p(f"add.s64 {dak}, {da}, {aoff >> 4};")
+                else:
+                    p(f"mov.b64 {dak}, {da};")
+                accs = ", ".join(self.acc(mi, q) for q in range(c.bn // 2))
+                scale = pacc if k == 0 else "1"
+                p(f"wgmma.mma_async.sync.aligned.m64n{c.bn}k16.f32.{dt}.{dt} "
+                  f"{{{accs}}}, {dak}, {dbk}, {scale}, 1, 1, 0, {trans_b};")
+        p("wgmma.commit_group.sync.aligned;")
+        p("wgmma.wait_group.sync.aligned 1;")
+        # the group of the previous k-block is complete: release its stage
+        p(f"setp.ne.and.u32 {prel}, {kb}, 0, {lead};")
+        self._release(prev, prel)
+        p(f"mov.u32 {prev}, {s};")
+        self._advance(s, ph)
+        p(f"add.u32 {kb}, {kb}, 1;")
+        pk = p.pred("p_ck")
+        p(f"setp.lt.u32 {pk}, {kb}, %num_kb;")
+        p(f"@{pk} bra {ktop};")
+        p("wgmma.wait_group.sync.aligned 0;")
+        self._release(prev, lead)
+        self.emit_epilogue_tile(t)
+        p(f"add.u32 {tile}, {tile}, %tstride;")
+        p(f"bra {top};")
+        p.label(done)
+        self.emit_epilogue_finish()
+
+    def _release(self, stage: str, pred: str) -> None:
+        """Arrive on empty[stage] (of every CTA of the cluster) from one thread."""
+        c, p = self.cfg, self.p
+        be = p.r32("cbar_empty")
+        p(f"mad.lo.u32 {be}, {stage}, 8, %sbar;")
+        p(f"add.u32 {be}, {be}, {8 * c.stages};")
+        if c.cluster_m == 1:
+            p(f"@{pred} mbarrier.arrive.release.cta.shared::cta.b64 _, [{be}];")
+            return
+        # The stage's smem was last read by wgmma (complete: wait_group), and is next
+        # written by the peer's TMA (async proxy, ordered by the barrier itself), so the
+        # default .release.cta arrive suffices; .release.cluster would put a GPU-wide
+        # MEMBAR in front of every arrive (seen in the SASS: 0.6x the speed).
+        rbe = p.r32("cbar_empty_remote")
+        for r in range(c.cluster_m):
+            p(f"mapa.shared::cluster.u32 {rbe}, {be}, {r};")
+            p(f"@{pred} mbarrier.arrive.shared::cluster.b64 _, [{rbe}];")
+
+    # ---- epilogue: TMA store through swizzled shared memory -------------------------
+    def _tma_epilogue_setup(self) -> None:
+        c, p = self.cfg, self.p
+        w = c.epi_width
+        rowb = 2 * w
+        mask = (1 << _SWIZZLE_FOR_ROW_BYTES[rowb]) - 1
+        eb, boff = p.r32("epi_base"), p.r32("epi_off")
+        p(f"mad.lo.u32 {eb}, %cw, {c.epi_bufs * c.epi_buf_bytes}, %sbase;")
+        p(f"add.u32 {eb}, {eb}, {c.stages * c.stage_bytes};")
+        p(f"mov.u32 {boff}, 0;")
+        r0 = p.r32("epi_r0")
+        tmp = p.r32("epi_tmp")
+        p(f"shl.b32 {r0}, %warp, 4;")
+        p(f"shr.u32 {tmp}, %lane, 2;")
+        p(f"add.u32 {r0}, {r0}, {tmp};")
+        for i in range(2):
+            ro, xo = p.r32(f"epi_row{i}"), p.r32(f"epi_x{i}")
+            # linear byte offset of (row r0 + 8i, column pair lane%4) in a 64 x w tile
+            p(f"add.u32 {ro}, {r0}, {8 * i};")
+            p(f"mul.lo.u32 {ro}, {ro}, {rowb};")
+            # 128B-family swizzle: 16-byte chunk bits [4,4+B) ^= address bits [7,7+B)
+            p(f"shr.u32 {xo}, {ro}, 7;")
+            p(f"and.b32 {xo}, {xo}, {mask};")
+            p(f"shl.b32 {xo}, {xo}, 4;")
+            p(f"and.b32 {tmp}, %lane, 3;")
+            p(f"shl.b32 {tmp}, {tmp}, 2;")
+            p(f"add.u32 {ro}, {ro}, {tmp};")
+
+    def _pack(self, dst: str, lo: str, hi: str) -> None:
+        # cvt.rn.{bf16x2,f16x2}.f32 d, a, b puts a in the upper half, b in the lower
+        self.p(f"cvt.rn.{self.cfg.dtype}x2.f32 {dst}, {hi}, {lo};")
+
+    def _tma_epilogue_tile(self, t: TileRegs) -> None:
+        c, p = self.cfg, self.p
+        w = c.epi_width
+        bar_id = "%epi_bar"
+        p.r32("epi_bar")
+        p(f"add.u32 {bar_id}, %cw, 1;")
+        lead = p.pred("p_lead")
+        buf, a, x, v = p.r32("epi_buf"), p.r32("epi_addr"), p.r32("epi_xa"), p.r32("epi_v")
+        rb = [p.r32(f"epi_rb{i}") for i in range(2)]
+        cn, cm = p.r32("epi_cn"), p.r32("epi_cm")
+        for mi in range(c.m_slices):
+            p(f"mad.lo.u32 {cm}, %cw, {c.wg_m}, {t.m0};")
+            if mi:
+                p(f"add.u32 {cm}, {cm}, {64 * mi};")
+            for ch in range(c.bn // w):
+                p.comment(f"C piece: rows +{64 * mi}, columns +{ch * w}")
+                p(f"@{lead} cp.async.bulk.wait_group.read {c.epi_bufs - 1};")
+                p(f"bar.sync {bar_id}, 128;")
+                p(f"add.u32 {buf}, %epi_base, %epi_off;")
+                for i in range(2):
+                    p(f"add.u32 {rb[i]}, {buf}, %epi_row{i};")
+                for jj in range(w // 8):
+                    j = ch * (w // 8) + jj
+                    for i in range(2):
+                        q = 4 * j + 2 * i
+                        self._pack(v, self.acc(mi, q), self.acc(mi, q + 1))
+                        p(f"xor.b32 {x}, %epi_x{i}, {16 * jj};")
+                        p(f"add.u32 {a}, {rb[i]}, {x};")
+                        p(f"st.shared.b32 [{a}], {v};")
+                p("fence.proxy.async.shared::cta;")
+                p(f"bar.sync {bar_id}, 128;")
+                p(f"add.u32 {cn}, {t.n0}, {ch * w};")
+                p(f"@{lead} cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group "
+                  f"[%tmC, {{{cn}, {cm}}}], [{buf}];")
+                p(f"@{lead} cp.async.bulk.commit_group;")
+                if c.epi_bufs == 2:
+                    p(f"xor.b32 %epi_off, %epi_off, {c.epi_buf_bytes};")
+
+    # ---- epilogue: predicated st.global from registers ----------------------------
+    def _global_epilogue_setup(self) -> None:
+        p = self.p
+        r, cb, tmp = p.r32("ge_r"), p.r32("ge_c"), p.r32("ge_tmp")
+        p(f"mul.lo.u32 {r}, %cw, {self.cfg.wg_m};")
+        p(f"shl.b32 {tmp}, %warp, 4;")
+        p(f"add.u32 {r}, {r}, {tmp};")
+        p(f"shr.u32 {tmp}, %lane, 2;")
+        p(f"add.u32 {r}, {r}, {tmp};")
+        p(f"and.b32 {cb}, %lane, 3;")
+        p(f"shl.b32 {cb}, {cb}, 1;")
+
+    def _global_epilogue_tile(self, t: TileRegs) -> None:
+        c, p = self.cfg, self.p
+        row, col, crem = p.r32("ge_row"), p.r32("ge_col"), p.r32("ge_crem")
+        off, addr = p.r64("ge_off"), p.r64("ge_addr")
+        prow, pst = p.pred("p_ge_row"), p.pred("p_ge_st")
+        v = p.r32("ge_v")
+        p(f"add.u32 {col}, {t.n0}, %ge_c;")
+        p(f"sub.s32 {crem}, %N, {col};")
+        for mi in range(c.m_slices):
+            for i in range(2):
+                p(f"add.u32 {row}, {t.m0}, %ge_r;")
+                p(f"add.u32 {row}, {row}, {64 * mi + 8 * i};")
+                p(f"setp.lt.u32 {prow}, {row}, %M;")
+                p(f"mul.wide.u32 {off}, {row}, %N;")
+                p(f"cvt.u64.u32 {addr}, {col};")
+                p(f"add.s64 {off}, {off}, {addr};")
+                p(f"shl.b64 {off}, {off}, 1;")
+                p(f"add.s64 {addr}, %Cptr, {off};")
+                for j in range(c.bn // 8):
+                    q = 4 * j + 2 * i
+                    self._pack(v, self.acc(mi, q), self.acc(mi, q + 1))
+                    p(f"setp.gt.and.s32 {pst}, {crem}, {8 * j}, {prow};")
+                    p(f"@{pst} st.global.b32 [{addr}+{16 * j}], {v};")
+
+    # ---- text ----------------------------------------------------------------------
+    def _assemble(self) -> str:
+        c = self.cfg
+        params = [f"\t.param .align 64 .b8 {self._pname('tmA')}[128]",
+                  f"\t.param .align 64 .b8 {self._pname('tmB')}[128]",
+                  f"\t.param .align 64 .b8 {self._pname('tmC')}[128]",
+                  f"\t.param .u64 {self._pname('C')}",
+                  f"\t.param .u32 {self._pname('M')}",
+                  f"\t.param .u32 {self._pname('N')}",
+                  f"\t.param .u32 {self._pname('K')}"]
+        params += ["\t" + x for x in self.extra_params()]
+        head = [
+            f"// pkc sm_90a GEMM: {c.tag()} ({c.dtype}), {c.threads} threads,",
+            f"// {c.stages} stages x {c.stage_bytes} B, epilogue {c.epilogue} "
+            f"({c.epi_bytes} B), dynamic smem {c.smem_bytes} B",
+            ".version 8.5",
+            ".target sm_90a",
+            ".address_size 64",
+            "",
+            ".extern .shared .align 1024 .b8 pkc_smem[];",
+            "",
+            f".visible .entry {c.kernel_name}(",
+            ",\n".join(params),
+            ")",
+            f".maxntid {c.threads}, 1, 1",
+            ".minnctapersm 1",
+        ]
+        if c.cluster_m > 1:
+            head.append(f".reqnctapercluster {c.cluster_m}, 1, 1")
+        body = ["{"] + self.p.declarations() + [""] + self.p.lines + ["}", ""]
+        return "\n".join(head + body)
+
+
+def tile_coords(cfg: GemmConfig, tile: int, rank: int, M: int, N: int) -> tuple[int, int]:
+    """(m_blk, n_blk) of ``tile`` (cluster tile index) for CTA ``rank`` of its cluster: the
+    same arithmetic as the emitted ``_raster`` (kept in step with it; tests use it)."""
+    num_m = -(-M // cfg.bm)
+    num_n = -(-N // cfg.bn)
+    num_mc = -(-num_m // cfg.cluster_m)
+    group_sz = cfg.group_m * num_n
+    g = tile // group_sz
+    first = g * cfg.group_m
+    gsz = min(num_mc - first, cfg.group_m)
+    r = tile - g * group_sz
+    return (first + r % gsz) * cfg.cluster_m + rank, r // gsz
+
+
+def emit_gemm_ptx(cfg: GemmConfig) -> str:
+    """The PTX text of one GEMM kernel (entry name ``cfg.kernel_name``)."""
+    return GemmKernel(cfg).emit()
+
+
+# A few named variants: the candidates that the launcher picks from and the tests check.
+VARIANTS: dict[str, GemmConfig] = {
+    "128x256_s4_tma": GemmConfig(bm=128, bn=256, stages=4, epilogue="tma"),
+    "128x256_s3_global": GemmConfig(bm=128, bn=256, stages=3, epilogue="global"),
+    "128x256_s4_global": GemmConfig(bm=128, bn=256, stages=4, epilogue="global"),
+    "128x256_s4_cl2": GemmConfig(bm=128, bn=256, stages=4, epilogue="tma", cluster_m=2),
+    "128x128_s6_tma": GemmConfig(bm=128, bn=128, stages=6, epilogue="tma"),
+    "256x128_s4_tma": GemmConfig(bm=256, bn=128, stages=4, epilogue="tma"),
+    "128x192_s4_tma": GemmConfig(bm=128, bn=192, stages=4, epilogue="tma"),
+    "128x160_s5_tma": GemmConfig(bm=128, bn=160, stages=5, epilogue="tma"),
+    "128x256_s4_kn": GemmConfig(bm=128, bn=256, stages=4, epilogue="tma", b_layout="kn"),
+    "64x256_c1_s5": GemmConfig(bm=64, bn=256, stages=5, consumers=1, epilogue="tma"),
+    "128x256_s4_g16": GemmConfig(bm=128, bn=256, stages=4, epilogue="tma", group_m=16),
+    "128x192_s4_cl2": GemmConfig(bm=128, bn=192, stages=4, epilogue="tma", cluster_m=2),
+    "128x128_s6_cl2": GemmConfig(bm=128, bn=128, stages=6, epilogue="tma", cluster_m=2),
+    "128x160_s5_cl2": GemmConfig(bm=128, bn=160, stages=5, epilogue="tma", cluster_m=2),
+    "256x128_s4_cl2": GemmConfig(bm=256, bn=128, stages=4, epilogue="tma", cluster_m=2),
+}
