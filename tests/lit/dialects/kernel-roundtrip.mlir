@@ -48,11 +48,11 @@ func.func @mm_rs(%a: tensor<64x32xbf16>, %b: tensor<32x48xbf16>) -> tensor<32x48
     // CHECK: pk.worker "communicate" {
     pk.worker "communicate" {
       %c0 = arith.constant 0 : index
-      %c6 = arith.constant 6 : index
+      %c12 = arith.constant 12 : index
       // CHECK: %me = pk.rank
       %me = pk.rank
-      // CHECK-NEXT: pk.wait %done[%me] until %c6 : !pk.signals<2>
-      pk.wait %done[%me] until %c6 : !pk.signals<2>
+      // CHECK-NEXT: pk.wait %done[%me] until %c12 : !pk.signals<2>
+      pk.wait %done[%me] until %c12 : !pk.signals<2>
       // CHECK-NEXT: %t = pk.load %scratch[%[[Z:c0.*]], %[[Z]]] from %me : !pk.buffer<64x48xf32, symmetric> -> !pk.tile<32x48xf32>
       %t = pk.load %scratch[%c0, %c0] from %me : !pk.buffer<64x48xf32, symmetric> -> !pk.tile<32x48xf32>
       %out_tile = pk.tile_map "cast" %t : (!pk.tile<32x48xf32>) -> !pk.tile<32x48xbf16>

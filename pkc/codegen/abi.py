@@ -1,0 +1,122 @@
+"""The kernel ABI: what a compiled pk.kernel takes, in order, and what it reports.
+
+Parameters (all by value; pointers are u64):
+
+1. one per buffer, in order: the kernel's inputs, its outputs, then its ``pk.alloc``s.
+   A local buffer is a pointer to the rank's data; a symmetric buffer is a pointer to a
+   device array of W u64 pointers, entry p being rank p's copy (peers write there).
+2. one per ``pk.alloc_signals``: a pointer to a device array of W u64 pointers to each
+   rank's u32 counters (zero before launch).
+3. ``rank`` (u32), ``world`` (u32).
+4. ``error``: a pointer to this rank's error record (``ERROR_WORDS`` u32, zero before
+   launch). A timed-out wait or worker barrier fills it (first one wins) and the CTA exits.
+5. ``workspace``: ``workspace_words`` u32 zeroed before launch (one barrier counter per
+   worker: a worker spread over several CTAs synchronizes them through it).
+6. ``timeout_ns`` (u64): how long a wait spins before it gives up.
+7. one u32 per worker: how many CTAs it gets. CTAs are laid out worker after worker
+   along ``blockIdx.x``; the grid is their sum, the block ``threads`` wide, with
+   ``smem_bytes`` of dynamic shared memory. The runtime picks the counts (from each
+   worker's ``sms``, scaled to the SMs it has) so that every CTA is resident at once,
+   which the waits need.
+
+``KernelMeta`` carries this layout to the runtime (and into dumps, as JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import asdict, dataclass, field
+
+ERROR_WORDS = 16
+# Fields of the error record (u32 words).
+ERR_FLAG, ERR_SITE, ERR_RANK, ERR_WORKER, ERR_CTA, ERR_SLOT, ERR_EXPECTED, ERR_SEEN, ERR_KERNEL = range(9)
+
+
+@dataclass
+class BufferArg:
+    name: str
+    origin: str          # "input" | "output" | "alloc"
+    index: int           # position among the kernel's inputs / outputs / allocs
+    shape: list[int]
+    dtype: str           # pk element type: bf16, f16, f32, f64, i1, i8, i32, i64
+    symmetric: bool
+    zero: bool = False   # allocs only: zero before launch (else poisoned)
+
+
+@dataclass
+class SignalsArg:
+    name: str
+    count: int
+
+
+@dataclass
+class WorkerInfo:
+    role: str
+    sms: int             # SMs it asks for (the op's ``sms``, or the default split)
+    explicit: bool       # ``sms`` was set in the IR
+
+
+@dataclass
+class WaitSite:
+    """A place that can time out: a ``pk.wait`` or a worker barrier."""
+
+    id: int
+    kind: str            # "wait" | "barrier"
+    where: str           # "'pk.wait' at file:line:col"
+    worker: int
+    signals: str | None = None
+
+
+@dataclass
+class KernelMeta:
+    name: str
+    target: str
+    threads: int
+    smem_bytes: int
+    buffers: list[BufferArg]
+    signals: list[SignalsArg]
+    workers: list[WorkerInfo]
+    sites: list[WaitSite] = field(default_factory=list)
+    world: int = 1
+
+    @property
+    def kernel_id(self) -> int:
+        return kernel_id(self.name)
+
+    @property
+    def workspace_words(self) -> int:
+        return max(4, len(self.workers))
+
+    def params(self) -> list[tuple[str, str]]:
+        """(name, PTX type) of every parameter, in ABI order."""
+        ps = [(f"buf{i}_{b.name}", "u64") for i, b in enumerate(self.buffers)]
+        ps += [(f"sig{i}_{s.name}", "u64") for i, s in enumerate(self.signals)]
+        ps += [("rank", "u32"), ("world", "u32"), ("error", "u64"), ("workspace", "u64"),
+               ("timeout_ns", "u64")]
+        ps += [(f"ctas_w{i}", "u32") for i in range(len(self.workers))]
+        return [(_ident(n), t) for n, t in ps]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> "KernelMeta":
+        d = json.loads(text)
+        return KernelMeta(
+            name=d["name"], target=d["target"], threads=d["threads"], smem_bytes=d["smem_bytes"],
+            buffers=[BufferArg(**b) for b in d["buffers"]],
+            signals=[SignalsArg(**s) for s in d["signals"]],
+            workers=[WorkerInfo(**w) for w in d["workers"]],
+            sites=[WaitSite(**s) for s in d["sites"]], world=d.get("world", 1),
+        )
+
+
+def kernel_id(name: str) -> int:
+    """The u32 that names a kernel in error records."""
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+def _ident(name: str) -> str:
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return out if not out[0].isdigit() else "_" + out
