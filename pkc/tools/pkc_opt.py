@@ -125,6 +125,25 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help="accept operations of unknown dialects (kept opaque)",
     )
     p.add_argument(
+        "--emit",
+        choices=("mlir", "ptx"),
+        default="mlir",
+        help="what to print: the IR (default) or the PTX of every pk.kernel, one module "
+        "per kernel, each under a '// pk.kernel @NAME (TARGET)' line",
+    )
+    p.add_argument(
+        "--target",
+        default="sm_90a",
+        help="GPU architecture for --emit=ptx: sm_90a (Hopper, default), sm_100a "
+        "(Blackwell) or sm_80 (portable mma.sync path)",
+    )
+    p.add_argument(
+        "--dump-kernels",
+        metavar="DIR",
+        help="also write each kernel's PTX, lowered PTX-dialect IR and ptxas report "
+        "(registers, shared memory, spills) into DIR",
+    )
+    p.add_argument(
         "--remarks",
         action="store_true",
         help="print the decisions the passes recorded (what was fused, predicted times, "
@@ -289,6 +308,9 @@ class Options:
     print_after: set[str]
     allow_unregistered: bool
     remarks: bool = False
+    emit: str = "mlir"
+    target: str = "sm_90a"
+    dump_kernels: str | None = None
 
 
 def dump_header(pass_name: str, failed: bool = False) -> str:
@@ -356,8 +378,21 @@ def format_remarks(module: ModuleOp, filename: str) -> str:
 
 
 def emit_output(module: ModuleOp, opts: Options) -> str:
-    """The text written for one chunk (hook for a later ``--emit=ptx``)."""
-    return print_module(module, generic=opts.generic)
+    """The text written for one chunk: its IR, or the PTX of its kernels."""
+    from pkc.codegen import CodegenError, dump_kernels, emit_ptx
+
+    try:
+        if opts.dump_kernels:
+            dump_kernels(module, opts.dump_kernels, targets=(opts.target,))
+        if opts.emit == "mlir":
+            return print_module(module, generic=opts.generic)
+        kernels = emit_ptx(module, opts.target)
+    except CodegenError as err:
+        raise PkcDiagnostic(None, None, None, f"codegen ({opts.target}): {err}") from None
+    if not kernels:
+        raise PkcDiagnostic(None, None, None, "--emit=ptx: the module has no pk.kernel "
+                            "(run passes that make kernels, e.g. -p overlap,lower-collectives)")
+    return "".join(f"// pk.kernel @{name} ({opts.target})\n{ptx}\n" for name, ptx in kernels.items())
 
 
 def process_chunk(
@@ -509,6 +544,9 @@ def run(argv: Sequence[str] | None) -> int:
         print_after=print_after_names(args),
         allow_unregistered=args.allow_unregistered_dialect,
         remarks=args.remarks,
+        emit=args.emit,
+        target=args.target,
+        dump_kernels=args.dump_kernels,
     )
     timer = Timer(enabled=args.timing)
     text, filename = read_input(args.input)
