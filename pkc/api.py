@@ -76,10 +76,26 @@ class CompiledProgram:
     # ------------------------------------------------------------------ running
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(
-            "running a pkc program on GPUs needs the code generator and runtime (a later "
-            "issue); use .run_simulated(per_rank_inputs) to run it on the CPU"
+        raise TypeError(
+            "a CompiledProgram runs all ranks at once: use .run(per_rank_inputs) (on the GPU "
+            "when there is one, else on the interpreter) or .run_simulated(per_rank_inputs)"
         )
+
+    def run(self, per_rank_inputs: Sequence[Any], params: Params | None = None,
+            device: int | None = None) -> list[list[torch.Tensor]]:
+        """Run all W ranks: on the GPU (a virtual world of W ranks on one device, each
+        rank's kernels in its own green context) when CUDA is available, otherwise on the
+        reference interpreter, saying so once. Arguments as for :meth:`run_simulated`."""
+        from pkc.runtime import gpu_available
+
+        if not gpu_available():
+            _note_once("pkc: no GPU available; running on the reference interpreter (CPU)")
+            return self.run_simulated(per_rank_inputs, params)
+        from pkc.runtime import run_kernel_module
+
+        args = self.arguments(per_rank_inputs, params)
+        results = run_kernel_module(self.module, args, self.world_size, device)
+        return self._user_outputs(results)
 
     def arguments(self, per_rank_inputs: Sequence[Any], params: Params | None = None
                   ) -> list[list[torch.Tensor]]:
@@ -139,11 +155,22 @@ class CompiledProgram:
         from pkc.interp import interpret
 
         args = self.arguments(per_rank_inputs, params)
-        results = interpret(self.module, args, self.world_size)
+        return self._user_outputs(interpret(self.module, args, self.world_size))
+
+    def _user_outputs(self, results: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
         keep = [i for i, o in enumerate(self.outputs) if o.kind == "output"]
         if len(self.outputs) != len(results[0]):
             keep = list(range(len(results[0])))
         return [[res[i] for i in keep] for res in results]
+
+
+_NOTED: set[str] = set()
+
+
+def _note_once(text: str) -> None:
+    if text not in _NOTED:
+        _NOTED.add(text)
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
 
 
 def _arg_types(module: ModuleOp) -> list[TensorType]:

@@ -1,0 +1,402 @@
+"""overlap: fuse a GEMM with the collective that feeds it or consumes it into one pk.kernel.
+
+What it matches (graph-level ``func.func`` bodies, one block):
+
+* ``pk.matmul -> pk.reduce_scatter`` (2-d matmul, scatter along dim 0, ``sum``; the matmul
+  result has no other user);
+* ``pk.matmul -> pk.all_reduce`` (2-d, ``sum``, no other user);
+* ``pk.all_gather`` (dim 0, 2-d) feeding one or several ``pk.matmul`` as their lhs. All
+  such consumers whose rhs is defined before the gather's first user go into one kernel;
+  when the gathered tensor has any other user (another op, a matmul taking it as rhs, a
+  consumer left out, the function's return), the kernel also returns it;
+* MoE, ``pk.all_to_all -> (grouped) pk.matmul -> pk.all_to_all``, in three spellings, with
+  W ranks, E local experts, C token rows per (expert, rank):
+  (a) 3-d: ``x: [W*E, C, K] -all_to_all(split 0, concat 1)-> [E, W*C, K]``,
+      ``matmul(., w: [E, K, N]) -> [E, W*C, N] -all_to_all(split 1, concat 0)-> [W*E, C, N]``;
+  (b) 2-d, one expert per rank: ``all_to_all(0, 0)`` of ``[W*C, K]``, ``matmul`` with
+      ``[K, N]``, ``all_to_all(0, 0)`` back (what ``all_to_all_single`` imports to);
+  (c) the torch idiom around ``all_to_all_single``: ``[W*E*C, K] -a2a(0,0)-> reshape
+      [W, E, C, K] -> transpose [1,0,2,3] -> reshape [E, W*C, K] -> bmm [E, K, N] -> reshape
+      [E, W, C, N] -> transpose [1,0,2,3] -> reshape [W*E*C, N] -a2a(0,0)->``.
+  Every value between the two all_to_alls must have that one user. The kernel works on
+  2-d row views (``pk.reshape`` around it, free at graph level): X ``[W*E*C, K]``,
+  weights ``[E*K, N]``, result ``[W*E*C, N]``.
+
+What it produces: one ``pk.kernel`` per match (``matmul_reduce_scatter``,
+``matmul_all_reduce``, ``all_gather_matmul``, ``all_to_all_matmul_all_to_all``) in the
+*staged* form described in patterns.py: tiles travel as soon as they are produced, in
+rank-rotated order (chunk ``(r + i) mod W`` at step i), consumers start on local data,
+and produced tiles go through ``pk.alloc {staging}`` buffers (buffer-elision removes
+them). Inter-SM overlap gives the kernel a "compute" and a "communicate" worker; intra-SM
+overlap is a single "compute" worker that also puts its tiles (see patterns.py). Worker
+``sms`` stay unset (sm-partition sets them from ``pk.plan``'s ``comm_sms``).
+
+Why / when: the decision is ``pkc.target.plan_fusion`` with the real shapes, world size and
+element size. Where it says fusion does not pay, the IR is left alone and the collective
+gets the plan's remark ("left unfused: ...") and ``pk.plan``; a match that cannot be fused
+for a structural reason (``max`` reduction, f64 operands, ...) gets a remark saying so.
+A fused kernel gets ``pk.plan`` (pattern, overlap, comm_sms, fused_time, unfused_time in
+seconds, forced, target, tiles) and the plan's remark. Options: ``target``; ``force``
+fuses whatever the cost model says (tests use it on small shapes); ``overlap`` forces
+"intra" or "inter" instead of the plan's choice; ``tile`` / ``tile-k`` set the output
+tile edge (default 128) and the contraction step (default 64), capped by the shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    ModuleOp,
+    TensorType,
+)
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from pkc.dialects import graph as g
+from pkc.dialects.common import int_list
+from pkc.passes.patterns import Fusion, build_kernel
+from pkc.passes.registry import register_pass
+from pkc.passes.remarks import add_remark, remarks_of, set_plan
+from pkc.target import PATTERNS, FusionPlan, get_target, plan_fusion
+
+_OPERAND_TYPES = (BFloat16Type, Float16Type, Float32Type)
+
+
+@dataclass
+class Match:
+    """One instance of a pattern, ready to be replaced by a kernel."""
+
+    pattern: str
+    anchor: Operation  # the collective: remarks go here when it stays unfused
+    world: int
+    inputs: list[SSAValue]  # kernel operands (before the 2-d views)
+    views: list[TensorType | None]  # reshape operand i to this type first (None: as is)
+    replaced: list[SSAValue]  # graph values the kernel's results replace, in order
+    result_types: list[TensorType]  # the kernel's result types
+    shapes: tuple  # for plan_fusion
+    dead: list[Operation] = field(default_factory=list)  # erased afterwards, users first
+    insert_before: Operation | None = None  # default: the anchor
+    experts: int = 1
+    capacity: int = 0
+    gathered: bool = False
+    problem: str | None = None  # why it cannot be fused, if it cannot
+
+
+@register_pass
+@dataclass(frozen=True)
+class Overlap(ModulePass):
+    """Fuse GEMMs with reduce-scatter / all-reduce / all-gather / MoE all-to-all into kernels."""
+
+    name = "overlap"
+    target: str = "h200"
+    force: bool = False
+    overlap: str = "auto"
+    tile: int = 128
+    tile_k: int = 64
+
+    def __post_init__(self):
+        get_target(self.target)  # ValueError naming the known targets
+        if self.overlap not in ("auto", "intra", "inter"):
+            raise ValueError(f"overlap must be auto, intra or inter, got {self.overlap!r}")
+        if self.tile < 1 or self.tile_k < 1:
+            raise ValueError(f"tile sizes must be positive, got {self.tile}, {self.tile_k}")
+
+    def apply(self, ctx, op: ModuleOp) -> None:
+        for fn in [o for o in op.walk() if isinstance(o, func.FuncOp)]:
+            if not fn.body.blocks:
+                continue
+            for candidate in list(fn.body.blocks[0].ops):
+                if candidate.parent is None:  # erased by an earlier rewrite
+                    continue
+                m = match(candidate)
+                if m is not None:
+                    self._rewrite(m)
+
+    def _rewrite(self, m: Match) -> None:
+        if m.problem is not None:
+            _remark_once(m.anchor, f"left unfused: {PATTERNS[m.pattern]}: {m.problem}")
+            return
+        dtype = _element_bytes(m.inputs[0].type.element_type)
+        try:
+            plan = plan_fusion(self.target, m.pattern, m.shapes, m.world, dtype)
+        except ValueError as err:  # e.g. more ranks than the target's NVLink domain
+            _remark_once(m.anchor, f"left unfused: {PATTERNS[m.pattern]}: cost model: {err}")
+            return
+        if not (plan.fuse or self.force):
+            _remark_once(m.anchor, plan.remark())
+            set_plan(m.anchor, **_plan_values(plan, plan.overlap, plan.comm_sms, False,
+                                              self.target))
+            return
+        style, comm_sms = self._style(plan)
+        fusion = Fusion(m.pattern, style, self.tile, self.tile, self.tile_k, m.experts,
+                        m.capacity, m.gathered)
+        kernel = _replace(m, fusion)
+        set_plan(kernel, **_plan_values(plan, style, comm_sms, not plan.fuse, self.target),
+                 tile_m=self.tile, tile_n=self.tile, tile_k=self.tile_k)
+        for line in self._remarks(plan, style, comm_sms):
+            add_remark(kernel, line)
+
+    def _style(self, plan: FusionPlan) -> tuple[str, int]:
+        """(overlap style, comm SMs): the plan's, or the best of the forced style."""
+        if self.overlap == "auto" or self.overlap == plan.overlap:
+            return plan.overlap, plan.comm_sms
+        if self.overlap == "intra":
+            return "intra", 0
+        inter = {k: v for k, v in plan.alternatives.items() if k.startswith("inter:")}
+        best = min(inter, key=lambda k: (inter[k], int(k.split(":")[1])))
+        return "inter", int(best.split(":")[1])
+
+    def _remarks(self, plan: FusionPlan, style: str, comm_sms: int) -> list[str]:
+        name = PATTERNS[plan.pattern]
+        lines = [plan.remark()]
+        if not plan.fuse:
+            lines = [f"fused {name} (force=true overrides the cost model, which says: "
+                     f"{plan.remark()})"]
+        if style != plan.overlap:
+            how = "intra-SM" if style == "intra" else f"inter-SM, {comm_sms} comm SMs"
+            lines.append(f"overlap forced to {how} (overlap={self.overlap})")
+        return lines
+
+
+def _remark_once(op: Operation, text: str) -> None:
+    if text not in remarks_of(op):
+        add_remark(op, text)
+
+
+def _plan_values(plan: FusionPlan, style: str, comm_sms: int, forced: bool,
+                 target: str) -> dict:
+    fused = plan.alternatives.get("intra" if style == "intra" else f"inter:{comm_sms}",
+                                  plan.fused_time)
+    return dict(pattern=plan.pattern, fuse=plan.fuse, overlap=style, comm_sms=comm_sms,
+                fused_time=fused, unfused_time=plan.unfused_time, forced=forced, target=target)
+
+
+def _element_bytes(t) -> int:
+    return 4 if isinstance(t, Float32Type) else 2
+
+
+# ----------------------------------------------------------------------------------------
+# Rewriting a match.
+
+
+def _replace(m: Match, fusion: Fusion) -> Operation:
+    """Builds the kernel (with its 2-d views), replaces the matched values, erases the
+    matched ops; returns the kernel."""
+    views = [g.ReshapeOp(v, t) if t is not None else None for v, t in zip(m.inputs, m.views)]
+    for op, v in zip(views, m.inputs):
+        if op is not None:
+            op.result.name_hint = _view_name(v)
+    operands = [op.result if op is not None else v for op, v in zip(views, m.inputs)]
+    kernel = build_kernel(fusion, m.world, operands, m.result_types, elide=False)
+    new_ops: list[Operation] = [op for op in views if op is not None] + [kernel]
+    results: list[SSAValue] = []
+    for value, res in zip(m.replaced, kernel.results):
+        if value.type != res.type:
+            res.name_hint = _view_name(value)
+            reshape = g.ReshapeOp(res, value.type)
+            new_ops.append(reshape)
+            res = reshape.result
+        res.name_hint = value.name_hint
+        results.append(res)
+    Rewriter.insert_op(new_ops, InsertPoint.before(m.insert_before or m.anchor))
+    for value, res in zip(m.replaced, results):
+        value.replace_all_uses_with(res)
+    for op in m.dead:
+        Rewriter.erase_op(op)
+    return kernel
+
+
+def _view_name(v: SSAValue) -> str | None:
+    return None if v.name_hint is None else f"{v.name_hint}_rows"
+
+
+# ----------------------------------------------------------------------------------------
+# Matching.
+
+
+def match(op: Operation) -> Match | None:
+    if isinstance(op, g.ReduceScatterOp):
+        return _match_reduction(op, "mm_reduce_scatter")
+    if isinstance(op, g.AllReduceOp):
+        return _match_reduction(op, "mm_all_reduce")
+    if isinstance(op, g.AllGatherOp):
+        return _match_all_gather(op)
+    if isinstance(op, g.AllToAllOp):
+        return _match_moe(op)
+    return None
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    return tuple(v.type.get_shape())
+
+
+def _owner(v: SSAValue, kind: type) -> Operation | None:
+    op = v.owner
+    return op if isinstance(op, kind) else None
+
+
+def _single_use(v: SSAValue) -> bool:
+    return v.has_one_use()
+
+
+def _operand_problem(*mms: g.MatmulOp) -> str | None:
+    """Why the kernel's f32-accumulating MMAs cannot reproduce these matmuls, if so."""
+    for mm in mms:
+        t, r = mm.lhs.type.element_type, mm.result.type.element_type
+        if not isinstance(t, _OPERAND_TYPES):
+            return (f"operands of {t} (the kernel's MMAs take bf16, f16 or f32 and accumulate "
+                    "in f32)")
+        if not isinstance(r, _OPERAND_TYPES):
+            return f"a {r} result (the kernel accumulates in f32; bf16, f16 or f32 results only)"
+    return None
+
+
+def _match_reduction(coll: g.ReduceScatterOp | g.AllReduceOp, pattern: str) -> Match | None:
+    mm = _owner(coll.input, g.MatmulOp)
+    if mm is None or len(_shape(mm.result)) != 2:
+        return None
+    if not _single_use(mm.result):
+        return None  # the unreduced product is needed elsewhere: not this pattern
+    (M, K), N = _shape(mm.lhs), _shape(mm.rhs)[1]
+    m = Match(pattern, coll, coll.world_size, [mm.lhs, mm.rhs], [None, None],
+              [coll.result], [coll.result.type], (M, N, K), dead=[coll, mm])
+    m.problem = _operand_problem(mm)
+    if coll.reduce.data != "sum":
+        m.problem = f"reduction \"{coll.reduce.data}\" (puts can only add)"
+    if isinstance(coll, g.ReduceScatterOp) and coll.dim.value.data != 0:
+        m.problem = f"scatter along dim {coll.dim.value.data} (only row chunks, dim 0)"
+    return m
+
+
+def _match_all_gather(ag: g.AllGatherOp) -> Match | None:
+    if ag.dim.value.data != 0 or len(_shape(ag.input)) != 2:
+        return None
+    block = ag.parent
+    users = list(dict.fromkeys(use.operation for use in ag.result.uses))
+    if block is None or not users or any(u.parent is not block for u in users):
+        return None
+    users.sort(key=block.get_operation_index)  # program order
+    first = users[0]
+    limit = block.get_operation_index(first)
+
+    def defined_before_first(v: SSAValue) -> bool:
+        owner = v.owner
+        return not isinstance(owner, Operation) or (
+            owner.parent is block and block.get_operation_index(owner) < limit)
+
+    consumers = [u for u in users if isinstance(u, g.MatmulOp) and u.lhs == ag.result
+                 and u.rhs != ag.result and defined_before_first(u.rhs)]
+    if not consumers:
+        return None
+    gathered = len(consumers) < len(users) or any(
+        len([x for x in u.operands if x == ag.result]) > 1 for u in consumers)
+    K = _shape(ag.input)[1]
+    replaced = [mm.result for mm in consumers] + ([ag.result] if gathered else [])
+    m = Match("all_gather_mm", ag, ag.world_size, [ag.input, *[mm.rhs for mm in consumers]],
+              [None] * (1 + len(consumers)), replaced, [v.type for v in replaced],
+              (_shape(ag.result)[0], tuple(_shape(mm.rhs)[1] for mm in consumers), K),
+              dead=[*consumers, ag], insert_before=first,
+              gathered=gathered)
+    m.problem = _operand_problem(*consumers)
+    return m
+
+
+def _match_moe(a2: g.AllToAllOp) -> Match | None:
+    """a2 is the combining all_to_all; see the module docstring for forms (a), (b), (c)."""
+    W = a2.world_size
+    found = _moe_down(a2)
+    if found is None:
+        return None
+    mm, down, E = found
+    up = _moe_up(mm, W, E, len(_shape(a2.input)))
+    if up is None:
+        return None
+    a1, up_chain = up
+    chain_values = [a1.result, *[o.result for o in up_chain], mm.result,
+                    *[o.result for o in down]]
+    if not all(_single_use(v) for v in chain_values):
+        return None
+    x, w = a1.input, mm.rhs
+    K, N = _shape(w)[-2:]
+    R = a1.input.type.element_count() // K  # token rows on each rank: W*E*C
+    C = R // (W * E)
+    if _shape(x)[-1] != K or _shape(a2.result)[-1] != N:
+        return None
+    xt, wt = x.type, w.type
+    views = [None if len(_shape(x)) == 2 else TensorType(xt.element_type, [R, K]),
+             None if len(_shape(w)) == 2 else TensorType(wt.element_type, [E * K, N])]
+    out = TensorType(a2.result.type.element_type, [R, N])
+    m = Match("all_to_all_mm_all_to_all", a2, W, [x, w], views, [a2.result], [out],
+              (R, N, K, E), dead=[a2, *reversed(down), mm, *reversed(up_chain), a1],
+              experts=E, capacity=C)
+    m.problem = _operand_problem(mm)
+    return m
+
+
+def _a2a(v: SSAValue, rank: int, split: int, concat: int, world: int) -> g.AllToAllOp | None:
+    op = _owner(v, g.AllToAllOp)
+    if op is None or len(_shape(op.input)) != rank or op.world_size != world:
+        return None
+    if (op.split_dim.value.data, op.concat_dim.value.data) != (split, concat):
+        return None
+    return op
+
+
+def _is_swap01(op: Operation | None) -> bool:
+    return isinstance(op, g.TransposeOp) and int_list(op.perm) == [1, 0, 2, 3]
+
+
+def _moe_down(a2: g.AllToAllOp):
+    """(matmul, view ops from the matmul to a2 in order, experts E) or None."""
+    W, rank = a2.world_size, len(_shape(a2.input))
+    split, concat = a2.split_dim.value.data, a2.concat_dim.value.data
+    if rank == 3 and (split, concat) == (1, 0):  # form (a)
+        mm = _owner(a2.input, g.MatmulOp)
+        if mm is None or len(_shape(mm.result)) != 3:
+            return None
+        return mm, [], _shape(mm.result)[0]
+    if rank != 2 or (split, concat) != (0, 0):
+        return None
+    mm = _owner(a2.input, g.MatmulOp)
+    if mm is not None:  # form (b)
+        return (mm, [], 1) if len(_shape(mm.result)) == 2 else None
+    r4 = _owner(a2.input, g.ReshapeOp)  # form (c)
+    t2 = _owner(r4.input, g.TransposeOp) if r4 else None
+    r3 = _owner(t2.input, g.ReshapeOp) if _is_swap01(t2) else None
+    mm = _owner(r3.input, g.MatmulOp) if r3 else None
+    if mm is None or len(_shape(mm.result)) != 3:
+        return None
+    E, T, N = _shape(mm.result)
+    if T % W or _shape(r3.result) != (E, W, T // W, N):
+        return None
+    return mm, [r3, t2, r4], E
+
+
+def _moe_up(mm: g.MatmulOp, W: int, E: int, rank: int):
+    """(first all_to_all, view ops from it to the matmul in order) or None."""
+    lhs = _shape(mm.lhs)
+    if len(lhs) == 3:
+        _, T, K = lhs
+        if T % W:
+            return None
+        if rank == 3:  # form (a)
+            a1 = _a2a(mm.lhs, 3, 0, 1, W)
+            return (a1, []) if a1 is not None and _shape(a1.input)[0] == W * E else None
+        r2 = _owner(mm.lhs, g.ReshapeOp)  # form (c)
+        t = _owner(r2.input, g.TransposeOp) if r2 else None
+        r1 = _owner(t.input, g.ReshapeOp) if _is_swap01(t) else None
+        a1 = _a2a(r1.input, 2, 0, 0, W) if r1 else None
+        if a1 is None or _shape(r1.result) != (W, E, T // W, K):
+            return None
+        return a1, [r1, t, r2]
+    a1 = _a2a(mm.lhs, 2, 0, 0, W)  # form (b)
+    if a1 is None or rank != 2 or _shape(mm.lhs)[0] % W:
+        return None
+    return a1, []
+
