@@ -83,6 +83,7 @@ def _elide(kernel: k.KernelOp) -> None:
         return
     elided = build_kernel(fusion, kernel.world_size, kernel.inputs, outputs, elide=True)
     _carry_over(kernel, elided)
+    elided.location = kernel.location
     add_remark(elided, _describe(kernel, fusion))
     Rewriter.replace_op(kernel, elided)
 

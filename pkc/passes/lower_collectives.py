@@ -93,7 +93,7 @@ from pkc.dialects import kernel as k
 from pkc.dialects.types import SYMMETRIC, LOCAL, BufferType, TileType
 from pkc.ir import diagnostic_at
 from pkc.passes.registry import register_pass
-from pkc.passes.remarks import add_remark, set_plan
+from pkc.passes.remarks import add_remark, remarks_of, set_plan
 from pkc.target import cost
 from pkc.target.targets import get_target
 
@@ -174,6 +174,8 @@ class _LowerPattern(RewritePattern):
         result = lay.post(glue, kernel.outputs[0], op.result.type)
         _name_new(glue[n:], "unview")
         result.name_hint = op.result.name_hint
+        for line in remarks_of(op):  # earlier passes' word on this collective survives
+            add_remark(kernel, line)
         _record(kernel, op, lay, choice, tiles, self.options)
         for new in glue:  # diagnostics and remarks point at the user's collective
             new.location = op.location

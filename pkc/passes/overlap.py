@@ -204,6 +204,8 @@ def _replace(m: Match, fusion: Fusion) -> Operation:
             res = reshape.result
         res.name_hint = value.name_hint
         results.append(res)
+    for op in new_ops:  # diagnostics and remarks point at the user's collective
+        op.location = m.anchor.location
     Rewriter.insert_op(new_ops, InsertPoint.before(m.insert_before or m.anchor))
     for value, res in zip(m.replaced, results):
         value.replace_all_uses_with(res)

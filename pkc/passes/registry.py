@@ -72,7 +72,7 @@ _XDSL_PASSES: dict[str, tuple[str, str, str]] = {
 }
 
 # Modules of this package that are not passes.
-_NOT_PASS_MODULES = {"registry"}
+_NOT_PASS_MODULES = {"registry", "pipelines", "remarks", "patterns"}
 
 _PK_PASSES: dict[str, type[ModulePass]] = {}
 _loaded = False
@@ -242,6 +242,31 @@ def _unknown_pass_message(name: str, passes: dict[str, Any]) -> str:
     return msg + "; available passes: " + ", ".join(passes)
 
 
+def _expand_named_pipelines(specs: list, passes: dict) -> list:
+    """Replaces a named pipeline (pkc.passes.pipelines) by its passes, handing each of
+    its options to the passes that accept an option of that name."""
+    from xdsl.utils.arg_spec import ArgSpec
+
+    from pkc.passes.pipelines import PIPELINES
+
+    out = []
+    for spec in specs:
+        if spec.name not in PIPELINES or spec.name in passes:
+            out.append(spec)
+            continue
+        unused = set(spec.parameters)
+        for name in PIPELINES[spec.name]:
+            accepted = {o.name.replace("_", "-") for o in get_pass_option_infos(passes[name]())}
+            args = {k: v for k, v in spec.parameters.items() if k.replace("_", "-") in accepted}
+            unused -= set(args)
+            out.append(ArgSpec(name, args))
+        if unused:
+            raise PipelineError(
+                f"pipeline '{spec.name}': no pass in it takes option(s) {', '.join(sorted(unused))}"
+            )
+    return out
+
+
 def parse_pipeline(text: str) -> list[ModulePass]:
     """Parse ``a,b{opt=1 other=x}`` into pass instances; raise :class:`PipelineError`."""
     if not text.strip():
@@ -252,7 +277,7 @@ def parse_pipeline(text: str) -> list[ModulePass]:
     except ArgSpecParseError as err:  # a BaseException in xDSL: catch it by name
         raise PipelineError(_format_spec_error(err, text)) from None
     result: list[ModulePass] = []
-    for spec in specs:
+    for spec in _expand_named_pipelines(specs, passes):
         if spec.name not in passes:
             raise PipelineError(_unknown_pass_message(spec.name, passes))
         cls = passes[spec.name]()
