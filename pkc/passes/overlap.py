@@ -173,8 +173,11 @@ def _plan_values(plan: FusionPlan, style: str, comm_sms: int, forced: bool,
                  target: str) -> dict:
     fused = plan.alternatives.get("intra" if style == "intra" else f"inter:{comm_sms}",
                                   plan.fused_time)
+    sh = plan.shapes  # what the prediction was made from, so it can be redrawn (trace)
     return dict(pattern=plan.pattern, fuse=plan.fuse, overlap=style, comm_sms=comm_sms,
-                fused_time=fused, unfused_time=plan.unfused_time, forced=forced, target=target)
+                fused_time=fused, unfused_time=plan.unfused_time, forced=forced, target=target,
+                M=sh.M, N=",".join(str(n) for n in sh.N), K=sh.K, groups=sh.groups, W=plan.W,
+                dtype_bytes=plan.dtype_bytes)
 
 
 def _element_bytes(t) -> int:

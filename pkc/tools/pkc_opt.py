@@ -144,6 +144,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "(registers, shared memory, spills) into DIR",
     )
     p.add_argument(
+        "--trace",
+        metavar="FILE.json",
+        help="write the predicted schedule of every fused kernel as a Chrome trace "
+        "(open it in Perfetto or chrome://tracing)",
+    )
+    p.add_argument(
         "--remarks",
         action="store_true",
         help="print the decisions the passes recorded (what was fused, predicted times, "
@@ -311,6 +317,7 @@ class Options:
     emit: str = "mlir"
     target: str = "sm_90a"
     dump_kernels: str | None = None
+    trace: str | None = None
 
 
 def dump_header(pass_name: str, failed: bool = False) -> str:
@@ -365,6 +372,15 @@ def run_pipeline(
             err.write(print_module(module, generic=opts.generic))
 
 
+def write_trace(module: ModuleOp, path: str) -> None:
+    import json
+
+    from pkc.tools.trace import module_trace
+
+    with open(path, "w") as f:
+        json.dump(module_trace(module), f, indent=1)
+
+
 def format_remarks(module: ModuleOp, filename: str) -> str:
     """One ``file:line:col: remark: text`` line per recorded decision, in program order."""
     lines = []
@@ -409,6 +425,8 @@ def process_chunk(
         run_pipeline(module, ctx, opts, timer, source=source, filename=filename, err=err)
         if opts.remarks:
             err.write(format_remarks(module, filename))
+        if opts.trace:
+            write_trace(module, opts.trace)
         with _Clock(timer, "Output"):
             return emit_output(module, opts), []
     except PkcDiagnostic as diag:
@@ -547,6 +565,7 @@ def run(argv: Sequence[str] | None) -> int:
         emit=args.emit,
         target=args.target,
         dump_kernels=args.dump_kernels,
+        trace=args.trace,
     )
     timer = Timer(enabled=args.timing)
     text, filename = read_input(args.input)
