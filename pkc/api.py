@@ -69,6 +69,12 @@ class CompiledProgram:
 
         return print_module(self.module, generic=generic)
 
+    def remarks(self) -> list[str]:
+        """The decisions the passes recorded, one line each: ``file:line: [op] text``."""
+        from pkc.passes.remarks import format_remarks
+
+        return format_remarks(self.module)
+
     def __repr__(self) -> str:
         names = ", ".join(f"{i.name}:{i.kind}" for i in self.inputs)
         return f"<pkc.CompiledProgram world={self.world_size} target={self.target} args=[{names}]>"
@@ -312,12 +318,9 @@ def _finish(captured: CapturedGraph, *, target: str, pipeline: str | None,
     verify_module(module)
     stages = [("00-imported", print_module(module))]
     if pipeline:
-        stages += _run_pipeline(module, pipeline)
+        stages += _run_pipeline(module, pipeline, target)
     if dump_dir is not None:
-        os.makedirs(dump_dir, exist_ok=True)
-        for name, text in stages:
-            with open(os.path.join(dump_dir, f"{name}.mlir"), "w") as f:
-                f.write(text)
+        _dump(dump_dir, stages, module, target)
     return CompiledProgram(module, captured, target=target, not_compiled=imported.not_compiled,
                            extra_args=imported.extra_args, stages=stages,
                            inputs=[captured.inputs[i] for i in order])
@@ -336,21 +339,36 @@ def _argument_order(inputs: Sequence[GraphInput]) -> list[int]:
     )
 
 
-def _run_pipeline(module: ModuleOp, pipeline: str) -> list[tuple[str, str]]:
-    try:
-        from pkc.passes.registry import parse_pipeline
-    except ImportError:
-        warnings.warn(f"pkc: no pass registry yet; pipeline '{pipeline}' ignored", stacklevel=3)
-        return []
+def _run_pipeline(module: ModuleOp, pipeline: str, target: str) -> list[tuple[str, str]]:
+    """Runs ``pipeline``; passes with a ``target`` option compile for ``target`` unless the
+    pipeline string names one itself."""
+    import dataclasses
+
     from pkc.ir import make_context, print_module, verify_module
+    from pkc.passes.registry import parse_pipeline
 
     ctx = make_context()
     stages = []
     for i, p in enumerate(parse_pipeline(pipeline), start=1):
+        if hasattr(p, "target") and "target=" not in pipeline:
+            p = dataclasses.replace(p, target=target)
         p.apply(ctx, module)
         verify_module(module)
         stages.append((f"{i:02d}-{p.name}", print_module(module)))
     return stages
+
+
+def _dump(dump_dir, stages, module: ModuleOp, target: str) -> None:
+    """The IR after every stage and, for every kernel, its PTX and ptxas report."""
+    from pkc.codegen import dump_kernels
+    from pkc.target import get_target
+
+    os.makedirs(dump_dir, exist_ok=True)
+    for name, text in stages:
+        with open(os.path.join(dump_dir, f"{name}.mlir"), "w") as f:
+            f.write(text)
+    if any(op.name == "pk.kernel" for op in module.walk()):
+        dump_kernels(module, os.path.join(dump_dir, "kernels"), targets=(get_target(target).sm_arch,))
 
 
 def compile(
@@ -361,6 +379,7 @@ def compile(
     target: str = "h200",
     pipeline: str | None = None,
     dump_dir: str | os.PathLike | None = None,
+    explain: bool = False,
 ) -> CompiledProgram:
     """Capture ``fn_or_module`` on ``example_inputs`` and compile it to pk IR.
 
@@ -373,15 +392,22 @@ def compile(
       :func:`pkc.frontend.fake_process_group` around their construction too).
     - ``target``: GPU to compile for (``h100``, ``h200``, ``b200``, ``nvl72``).
     - ``pipeline``: a pass pipeline string (``"a,b{opt=1}"``), run after import.
-    - ``dump_dir``: writes ``00-imported.mlir`` and the IR after every pass
-      (``01-<pass>.mlir``, ...).
+    - ``pipeline``: ``"default"`` is the full pipeline to fused kernels
+      (pkc/passes/pipelines.py); None keeps the imported graph-level IR.
+    - ``dump_dir``: writes ``00-imported.mlir``, the IR after every pass
+      (``01-<pass>.mlir``, ...) and, under ``kernels/``, every kernel's PTX and ptxas report.
+    - ``explain``: print the passes' decisions (what was fused, predicted times, SM split,
+      what was left alone and why); also available later as ``program.remarks()``.
 
     Raises :class:`PkcFrontendError` for programs pkc cannot capture (dynamic shapes,
     collectives over sub-groups, example inputs that do not fit the program).
     """
     target = _target_name(target)
     captured = capture(fn_or_module, example_inputs, world_size=world_size)
-    return _finish(captured, target=target, pipeline=pipeline, dump_dir=dump_dir)
+    program = _finish(captured, target=target, pipeline=pipeline, dump_dir=dump_dir)
+    if explain:
+        print("\n".join(program.remarks()) or "pkc: no decisions recorded (no pipeline ran?)")
+    return program
 
 
 class PkcBackend:

@@ -368,6 +368,9 @@ class _CollectiveOp(IRDLOperation):
     world = attr_def(IntegerAttr)
     input = operand_def(TensorType)
     result = result_def(TensorType)
+    # Pure at graph level: a collective is a function of the W ranks' values (every rank
+    # runs the same program), so an unused one can go.
+    traits = traits_def(Pure())
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     @property

@@ -1,5 +1,8 @@
 """Named pipelines. ``default`` takes imported graph-level IR to fused kernel-level IR:
 
+    collective-views   move reshapes across collectives, so that the matmul of a 3-d linear
+                       layer meets its collective
+    dce                drop the views left without users
     overlap            fuse matmul -> reduce_scatter / all_reduce, all_gather -> matmul and
                        all_to_all -> grouped matmul -> all_to_all into one kernel each, where
                        the cost model predicts the fused kernel beats the unfused sequence
@@ -13,6 +16,8 @@ A pipeline name can stand in a pipeline string like a pass: ``-p default``, or w
 ``-p 'default{target=b200 force=true}'``; each option goes to the passes that have it.
 """
 
-DEFAULT = ("overlap", "buffer-elision", "lower-collectives", "sm-partition")
+DEFAULT = (
+    "collective-views", "dce", "overlap", "buffer-elision", "lower-collectives", "sm-partition",
+)
 
 PIPELINES: dict[str, tuple[str, ...]] = {"default": DEFAULT}

@@ -10,7 +10,16 @@ parsing and later passes.
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntegerAttr, StringAttr, f64, i64
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    FileLineColLoc,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    f64,
+    i64,
+)
 from xdsl.ir import Attribute, Operation
 
 REMARKS = "pk.remarks"
@@ -65,3 +74,14 @@ def plan_of(op: Operation) -> dict[str, float | int | str | bool]:
         elif isinstance(v, (IntegerAttr, FloatAttr)):
             out[key] = v.value.data
     return out
+
+
+def format_remarks(root: Operation, filename: str = "<unknown>") -> list[str]:
+    """``file:line:col: remark: [op] text`` for every remark, at the op's source location."""
+    lines = []
+    for op, text in collect_remarks(root):
+        loc, where = op.location, filename
+        if isinstance(loc, FileLineColLoc):
+            where = f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
+        lines.append(f"{where}: remark: [{op.name}] {text}")
+    return lines

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
 from pkc.ir import PkcDiagnostic, make_context, parse_module, print_module, verify_module
-from pkc.passes.remarks import collect_remarks
+from pkc.passes.remarks import format_remarks as remarks_lines
 from pkc.passes.registry import (
     PipelineError,
     available_passes,
@@ -383,14 +383,8 @@ def write_trace(module: ModuleOp, path: str) -> None:
 
 def format_remarks(module: ModuleOp, filename: str) -> str:
     """One ``file:line:col: remark: text`` line per recorded decision, in program order."""
-    lines = []
-    for op, text in collect_remarks(module):
-        loc = op.location
-        where = filename
-        if isinstance(loc, FileLineColLoc):
-            where = f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
-        lines.append(f"{where}: remark: [{op.name}] {text}\n")
-    return "".join(lines) or f"{filename}: remark: no decisions recorded\n"
+    lines = remarks_lines(module, filename)
+    return "".join(line + "\n" for line in lines) or f"{filename}: remark: no decisions recorded\n"
 
 
 def emit_output(module: ModuleOp, opts: Options) -> str:

@@ -74,7 +74,8 @@ def test_default_pipeline_preserves_meaning(name, fuse):
 
 
 def test_default_pipeline_is_the_documented_one():
-    assert DEFAULT == ("overlap", "buffer-elision", "lower-collectives", "sm-partition")
+    assert DEFAULT == ("collective-views", "dce", "overlap", "buffer-elision",
+                       "lower-collectives", "sm-partition")
     names = [p.name for p in parse_pipeline("default{target=b200}")]
     assert names == list(DEFAULT)
     assert all(getattr(p, "target", "b200") == "b200" for p in parse_pipeline("default{target=b200}"))

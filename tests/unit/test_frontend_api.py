@@ -106,8 +106,28 @@ def test_dump_dir_and_pipeline(tmp_path) -> None:
     assert names == ["00-imported.mlir", "01-cse.mlir", "02-dce.mlir"]
     verify_module(parse_module((tmp_path / "00-imported.mlir").read_text()))
     assert [s for s, _ in prog.stages] == ["00-imported", "01-cse", "02-dce"]
-    with pytest.raises(NotImplementedError, match="run_simulated"):
+    with pytest.raises(TypeError, match=r"\.run\(per_rank_inputs\)"):
         prog(torch.randn(2, 3, 16))
+
+
+def test_default_pipeline_explains_dumps_kernels_and_runs(tmp_path, capsys) -> None:
+    with fake_process_group(2):
+        m, _ = _tp_mlp(2)
+        prog = api.compile(m, (torch.randn(2, 3, 16),), pipeline="default{force=true}",
+                           dump_dir=tmp_path, explain=True)
+    out = capsys.readouterr().out
+    assert "remark: [pk.kernel] fused mm+all_reduce" in out and "sm-partition:" in out
+    assert prog.remarks() == out.strip().splitlines()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names[:4] == ["00-imported.mlir", "01-collective-views.mlir", "02-dce.mlir", "03-overlap.mlir"]
+    assert "kernels" in names
+    ptx = list((tmp_path / "kernels").glob("*.ptx"))
+    assert ptx and ".target sm_90a" in ptx[0].read_text()
+    x = torch.randn(2, 3, 16)
+    with pytest.warns(RuntimeWarning, match="no GPU available; running on the reference interpreter"):
+        got = prog.run([(x,), (x,)])
+    assert len(got) == 2 and got[0][0].shape == (2, 3, 16)
+    torch.testing.assert_close(got[0][0], got[1][0])
 
 
 def test_torch_compile_backend_records_the_program(tmp_path) -> None:

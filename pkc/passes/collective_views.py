@@ -1,0 +1,88 @@
+"""collective-views: moves pk.reshape across collectives so that matmuls meet collectives.
+
+Matches (W = the collective's world):
+  all_reduce(reshape(x))              -> reshape(all_reduce(x))             always
+  reduce_scatter(reshape(x), dim 0)   -> reshape(reduce_scatter(x, dim 0))  if x.shape[0] % W == 0
+  reshape(all_gather(x, dim 0))       -> all_gather(reshape(x), dim 0)      if out.shape[0] % W == 0
+
+Why: torch's 3-d nn.Linear imports as matmul on a 2-d view followed by a reshape back, so
+the collective that consumes the linear sees a reshape, not the matmul, and overlap finds
+nothing to fuse. The rewrites are exact: an all-reduce is elementwise, and a dim-0
+scatter or gather moves W contiguous blocks of numel/W elements, which a row-major reshape
+keeps contiguous and in order as long as both shapes split dim 0 into W equal parts.
+"""
+
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+
+from pkc.dialects import graph as g
+from pkc.passes.registry import register_pass
+
+
+def _reshape_input(op: g.AllReduceOp | g.ReduceScatterOp) -> g.ReshapeOp | None:
+    owner = op.input.owner
+    return owner if isinstance(owner, g.ReshapeOp) else None
+
+
+class _ReshapeAfterAllReduce(RewritePattern):
+    def match_and_rewrite(self, op, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, g.AllReduceOp) or (view := _reshape_input(op)) is None:
+            return
+        reduced = g.AllReduceOp(view.input, op.world_size, op.reduce.data)
+        back = g.ReshapeOp(reduced.result, op.result.type)
+        _keep_location(op, reduced, back)
+        rewriter.replace_op(op, [reduced, back])
+
+
+class _ReshapeAfterReduceScatter(RewritePattern):
+    def match_and_rewrite(self, op, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, g.ReduceScatterOp) or op.dim.value.data != 0:
+            return
+        view = _reshape_input(op)
+        if view is None or view.input.type.get_shape()[0] % op.world_size:
+            return
+        scattered = g.ReduceScatterOp(view.input, 0, op.world_size, op.reduce.data)
+        back = g.ReshapeOp(scattered.result, op.result.type)
+        _keep_location(op, scattered, back)
+        rewriter.replace_op(op, [scattered, back])
+
+
+class _ReshapeBeforeAllGather(RewritePattern):
+    def match_and_rewrite(self, op, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, g.ReshapeOp) or not isinstance(op.input.owner, g.AllGatherOp):
+            return
+        gather = op.input.owner
+        out = op.result.type
+        w = gather.world_size
+        if gather.dim.value.data != 0 or out.get_shape()[0] % w:
+            return
+        shard = TensorType(out.element_type, (out.get_shape()[0] // w, *out.get_shape()[1:]))
+        view = g.ReshapeOp(gather.input, shard)
+        gathered = g.AllGatherOp(view.result, 0, w)
+        _keep_location(gather, view, gathered)
+        rewriter.replace_op(op, [view, gathered])
+
+
+def _keep_location(old, *new) -> None:
+    for op in new:
+        op.location = old.location
+
+
+@register_pass
+@dataclass(frozen=True)
+class CollectiveViews(ModulePass):
+    """Move pk.reshape across collectives so that matmuls meet collectives (exact)."""
+
+    name = "collective-views"
+
+    def apply(self, ctx, op: ModuleOp) -> None:
+        patterns = [_ReshapeAfterAllReduce(), _ReshapeAfterReduceScatter(), _ReshapeBeforeAllGather()]
+        PatternRewriteWalker(GreedyRewritePatternApplier(patterns)).rewrite_module(op)
