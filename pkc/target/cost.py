@@ -549,7 +549,7 @@ class FusionPlan:
         how = ("intra-SM, communication warp in every SM" if self.overlap == "intra"
                else f"inter-SM, {self.comm_sms} comm SMs")
         if self.fuse:
-            return f"fused {name}: predicted {f} ms vs {u} ms unfused; {how}"
+            return f"fused {name}: predicted {f} ms vs {u} ms unfused; {how}{self._runner_up()}"
         if self.fused_time >= self.unfused_time:
             why = "too small for overlap to pay" if self.unfused_time < 1e-4 else "overlap does not pay"
             return f"left unfused: predicted fused {f} ms >= unfused {u} ms ({why}); best fused: {how}"
@@ -557,6 +557,26 @@ class FusionPlan:
         return (f"left unfused: predicted fused {f} ms vs unfused {u} ms, but {saved} ms of that "
                 f"is launches; overlap gains under {FUSE_MIN_GAIN:.0%} (too small for overlap to "
                 f"pay); best fused: {how}")
+
+
+    def _runner_up(self) -> str:
+        """Why this overlap style and split: the best variant of the other style, and the
+        next comm-SM count of the same one."""
+        alts = self.alternatives
+        inter = {k: v for k, v in alts.items() if k.startswith("inter:")}
+        parts = []
+        if self.overlap == "inter" and "intra" in alts:
+            parts.append(f"intra-SM {_ms(alts['intra'])} ms")
+        if inter:
+            best = min(inter, key=inter.get)
+            if self.overlap == "intra":
+                parts.append(f"inter-SM best {_ms(inter[best])} ms with {best.split(':')[1]} comm SMs")
+            else:
+                more = [k for k in inter if int(k.split(":")[1]) > self.comm_sms]
+                if more:
+                    nxt = min(more, key=lambda k: int(k.split(":")[1]))
+                    parts.append(f"{nxt.split(':')[1]} comm SMs {_ms(inter[nxt])} ms")
+        return f" (vs {', '.join(parts)})" if parts else ""
 
 
 def _ms(s: float) -> str:
