@@ -415,9 +415,10 @@ class PkcBackend:
 
     Each graph dynamo hands over is captured (aot_autograd, core-aten decompositions) and
     imported into pk IR; the :class:`CompiledProgram` is appended to :attr:`programs`.
-    For now the graph then runs eagerly through torch (the aten graph's ``forward``):
-    GPU execution of pk programs comes with the code generator and runtime (a later issue).
-    Backward graphs (training) run through torch and are not imported.
+    The graph then runs as pkc's program: on the GPU (one rank, or one rank per process
+    under torchrun with a NCCL group and symmetric memory), on the reference interpreter
+    for one rank without a GPU, and through torch (saying so once) for several ranks
+    without GPUs. Backward graphs (training) run through torch and are not imported.
 
     Notes: pkc compiles static shapes; pass ``dynamic=False`` to ``torch.compile`` so that a
     new input shape recompiles instead of producing a symbolic graph (which pkc rejects).
@@ -438,10 +439,9 @@ class PkcBackend:
             dump = None
             if self.dump_dir is not None:
                 dump = os.path.join(self.dump_dir, f"graph{len(self.programs)}")
-            self.programs.append(
-                _finish(captured, target=self.target, pipeline=self.pipeline, dump_dir=dump)
-            )
-            return captured.gm.forward
+            program = _finish(captured, target=self.target, pipeline=self.pipeline, dump_dir=dump)
+            self.programs.append(program)
+            return _graph_runner(program, captured)
 
         return capture_backend(on_graph, world_size=self.world_size)(gm, example_inputs)
 
@@ -451,8 +451,51 @@ class PkcBackend:
         return self.programs[-1].module if self.programs else None
 
 
+def _execution_mode(world: int) -> str:
+    """Where a backend graph runs: "gpu" (pkc's kernels; one rank, or one rank per process
+    under a real torch.distributed group), "interp" (one rank on a CPU-only machine), or
+    "eager" (several ranks without GPUs: each process holds one rank's data, which the
+    interpreter cannot run alone, so torch runs the graph)."""
+    import torch.distributed as dist
+
+    from pkc.runtime import gpu_available
+
+    if gpu_available():
+        real_group = dist.is_initialized() and dist.get_backend() in ("nccl", "cuda")
+        if world == 1 or real_group:
+            return "gpu"
+    return "interp" if world == 1 else "eager"
+
+
+def _graph_runner(program: CompiledProgram, captured: CapturedGraph) -> Callable[..., Any]:
+    """The callable torch.compile runs in place of the graph: pkc's program with this
+    process's arguments, or the aten graph through torch where pkc cannot run it."""
+    order = _argument_order(captured.inputs)
+    constants = [i.value for i in program.inputs if i.kind == "constant"]
+    mode = _execution_mode(program.world_size)
+
+    def run(*args: Any) -> Any:
+        if mode == "eager" or len(args) != len(captured.inputs):
+            _note_once(f"pkc: {program.world_size} ranks without GPUs: torch runs the graph "
+                       "(pkc's program is recorded, see backend.programs)")
+            return captured.gm.forward(*args)
+        main_args = [args[i] for i in order] + constants
+        if mode == "interp":
+            from pkc.interp import interpret
+
+            _note_once("pkc: no GPU available; running on the reference interpreter (CPU)")
+            return tuple(interpret(program.module, [main_args], 1)[0])
+        from pkc.runtime.execute import run_kernel_module, run_kernel_module_distributed
+
+        if program.world_size == 1:
+            return tuple(run_kernel_module(program.module, [main_args], 1)[0])
+        return tuple(run_kernel_module_distributed(program.module, main_args))
+
+    return run
+
+
 def backend(*, world_size: int | None = None, target: str = "h200", pipeline: str | None = None,
             dump_dir: str | os.PathLike | None = None) -> PkcBackend:
-    """A ``torch.compile`` backend that imports every graph into pk IR (see
-    :class:`PkcBackend`; for now graphs still execute eagerly through torch)."""
+    """A ``torch.compile`` backend that compiles every graph with pkc (see
+    :class:`PkcBackend` for where it runs)."""
     return PkcBackend(world_size=world_size, target=target, pipeline=pipeline, dump_dir=dump_dir)

@@ -124,6 +124,7 @@ def test_default_pipeline_explains_dumps_kernels_and_runs(tmp_path, capsys) -> N
     ptx = list((tmp_path / "kernels").glob("*.ptx"))
     assert ptx and ".target sm_90a" in ptx[0].read_text()
     x = torch.randn(2, 3, 16)
+    api._NOTED.clear()  # the note is said once per process
     with pytest.warns(RuntimeWarning, match="no GPU available; running on the reference interpreter"):
         got = prog.run([(x,), (x,)])
     assert len(got) == 2 and got[0][0].shape == (2, 3, 16)
@@ -208,7 +209,8 @@ def test_tp_mlp_example_runs(capsys) -> None:
     main = runpy.run_path(str(path))["main"]
     assert main(["--world", "2"]) == 0
     out = capsys.readouterr().out
-    assert '{pk.name = "x"}' in out and "pk.all_reduce" in out and "world = 2" in out
+    assert '{pk.name = "x"}' in out and 'pk.kernel "matmul_all_reduce"' in out and "world = 2" in out
+    assert "remark: [pk.kernel] fused mm+all_reduce" in out
     assert float(out.rsplit("max abs error", 1)[1]) < 1e-4
 
 
@@ -240,3 +242,21 @@ def test_collective_forms_match_eager() -> None:
         assert len(got[r]) == len(expected[r]) == 9
         for g, e in zip(got[r], expected[r]):
             torch.testing.assert_close(g, e)
+
+
+def test_backend_runs_one_rank_on_the_interpreter_without_a_gpu() -> None:
+    import torch.nn.functional as F
+
+    w1, w2 = torch.randn(16, 32), torch.randn(32, 8)
+
+    def mlp(x):
+        return F.gelu(x @ w1) @ w2 + 1.0
+
+    be = api.backend(world_size=1, pipeline="default")
+    compiled = torch.compile(mlp, backend=be, dynamic=False)
+    x = torch.randn(4, 16)
+    api._NOTED.clear()  # the note is said once per process
+    with pytest.warns(RuntimeWarning, match="reference interpreter"):
+        y = compiled(x)
+    torch.testing.assert_close(y, mlp(x), rtol=1e-5, atol=1e-5)
+    assert be.programs and any(op.name == "pk.matmul" for op in be.module.walk())
