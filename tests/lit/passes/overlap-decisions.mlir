@@ -22,7 +22,7 @@ func.func @pk_n8192(%a: tensor<8192x1024xbf16>, %b: tensor<1024x8192xbf16>) -> t
   func.return %o : tensor<1024x8192xbf16>
 }
 // CHECK-LABEL: func.func @pk_n8192
-// CHECK-NEXT:    %o = pk.kernel "matmul_reduce_scatter"(%a, %b) {{.*}}pk.plan = {pattern = "mm_reduce_scatter", fuse = true, overlap = "inter", comm_sms = 8 : i64, {{.*}} forced = false, target = "h200", tile_m = 128 : i64, tile_n = 128 : i64, tile_k = 64 : i64}, pk.remarks = ["fused mm+reduce_scatter: predicted {{[0-9.]+}} ms vs {{[0-9.]+}} ms unfused; inter-SM, 8 comm SMs"]}
+// CHECK-NEXT:    %o = pk.kernel "matmul_reduce_scatter"(%a, %b) {{.*}}pk.plan = {pattern = "mm_reduce_scatter", fuse = true, overlap = "inter", comm_sms = 8 : i64, {{.*}} forced = false, target = "h200", M = 8192 : i64, N = "8192", K = 1024 : i64, {{.*}}, tile_m = 128 : i64, tile_n = 128 : i64, tile_k = 64 : i64}, pk.remarks = ["fused mm+reduce_scatter: predicted {{[0-9.]+}} ms vs {{[0-9.]+}} ms unfused; inter-SM, 8 comm SMs (vs intra-SM {{[0-9.]+}} ms, 16 comm SMs {{[0-9.]+}} ms)"]}
 // CHECK-NEXT:    ^bb0(%A: !pk.buffer<8192x1024xbf16>, %B: !pk.buffer<1024x8192xbf16>, %O: !pk.buffer<1024x8192xbf16>):
 // CHECK:           pk.worker "compute"
 // CHECK:           pk.worker "communicate"
