@@ -4,6 +4,8 @@ One frozen `Target` per GPU kind. All figures are SI units (FLOP/s, bytes/s, sec
 and every figure has its source in `Target.sources` (field name -> text). Sources are one of:
 
 - "measured here 2026-11-29 (PLATFORM.md)": run on the lent H200 with torch/cuBLAS;
+- "measured here 2026-11-29 (benchmarks/transfer.py, ...)": pkc's transfer microbenchmark
+  on the lent H200 (device to device: per-SM drive rates, not NVLink);
 - "datasheet: ...": NVIDIA's published product figures;
 - "PK paper ...": ParallelKittens, arXiv 2511.13940 (measured by its authors);
 - "estimate: ...": derived or assumed by us, with the reasoning; to be replaced by
@@ -55,6 +57,15 @@ EST_MMA_RATIO = ("estimate: datasheet * 0.79, the measured/datasheet ratio on H2
 ARCH_SRC = {"sm_90a": "datasheet: Hopper is compute capability 9.0 (PTX target sm_90a)",
             "sm_100a": "datasheet: Blackwell B200 is compute capability 10.0 (PTX target sm_100a)"}
 MEAS_GC = MEASURED + ": cuDevSmResourceSplitByCount min partition 8 SMs, alignment 8"
+MEASURED_XFER = "measured here 2026-11-29 (benchmarks/transfer.py, device-to-device on one H200)"
+MEAS_H200_TMA = (MEASURED_XFER + ": one thread per SM, cp.async.bulk global->smem->global, "
+                 "49.9 GB/s copied per SM at 8 SMs with 32 KB messages (48-50 from 1 to 32 SMs "
+                 "at >= 8 KB; 11.7 at 2 KB, issue-bound; HBM saturates at ~1.9 TB/s). Drive "
+                 "rate against HBM, not NVLink: taken as the per-SM put rate until a "
+                 "multi-GPU run measures it over the link")
+MEAS_H200_LDST = (MEASURED_XFER + ": 1024 threads per SM, 16-byte ld/st, 37.7 GB/s copied per "
+                  "SM at 8 SMs with 32 KB messages (47 at 1 SM, 31 at 32; flat in message "
+                  "size). Drive rate against HBM, not NVLink")
 EST_GC = ("estimate: same as measured on H200 (8 / 8); the driver reports it as "
           "minSmPartitionSize / smCoscheduledAlignment")
 
@@ -167,6 +178,8 @@ H200 = _make("h200", "sm_90a", dict(
     hbm_achievable_bw=(4227e9, MEASURED + ": device-to-device copy 4227 GB/s (read + write)"),
     max_gpus=(8, DS_H200 + ": HGX H200 8-GPU NVSwitch baseboard"),
     sm_partition_min=(8, MEAS_GC), sm_partition_align=(8, MEAS_GC),
+    tma_bw_per_sm=(49.9e9, MEAS_H200_TMA),
+    ldst_bw_per_sm=(37.7e9, MEAS_H200_LDST),
 ), _hopper_link(DS_H200), _common(DS_HOPPER_SMEM, MEAS_GC))
 
 _BLACKWELL_LINK = dict(

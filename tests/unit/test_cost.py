@@ -72,7 +72,12 @@ def test_link_saturates_and_ldst_needs_more_sms(name):
     assert link_rate(t, 1, "tma") == t.tma_bw_per_sm
     sat = lambda mech: next(s for s in range(1, t.num_sms + 1)
                             if link_rate(t, s, mech) == t.nvlink_achievable_bw)
-    assert 3 * sat("tma") <= sat("ldst") <= 5 * sat("tma") + 1
+    if t.sources["ldst_bw_per_sm"].startswith("measured here"):
+        # H200: per-SM rates measured device to device (benchmarks/transfer.py); ld/st by a
+        # full SM reaches 0.75x of one TMA thread there, not PK's 1/3-1/5 over NVLink
+        assert sat("tma") <= sat("ldst") <= 5 * sat("tma") + 1
+    else:
+        assert 3 * sat("tma") <= sat("ldst") <= 5 * sat("tma") + 1
 
 
 def test_primitive_errors():

@@ -6,7 +6,9 @@ import pytest
 
 from pkc.target import TARGETS, Target, get_target
 
-SOURCE_KINDS = ("measured here 2026-11-29 (PLATFORM.md)", "datasheet:", "PK paper", "estimate:")
+SOURCE_KINDS = ("measured here 2026-11-29 (PLATFORM.md)",
+                "measured here 2026-11-29 (benchmarks/transfer.py", "datasheet:", "PK paper",
+                "estimate:")
 NAMES = ["h100", "h200", "b200", "nvl72"]
 
 
@@ -64,8 +66,11 @@ def test_pk_sourced_and_estimated_figures_are_marked():
     assert 13 <= b.nvlink_achievable_bw / b.tma_bw_per_sm <= 17
     # ld/st needs 3-5x more SMs
     assert 3 <= b.tma_bw_per_sm / b.ldst_bw_per_sm <= 5
-    for f in ("signal_latency", "launch_overhead", "tma_bw_per_sm", "intra_sm_slowdown_tma"):
+    for f in ("signal_latency", "launch_overhead", "intra_sm_slowdown_tma"):
         assert h.sources[f].startswith("estimate:"), f
+    # H200 per-SM drive rates: pkc's transfer microbenchmark (device to device)
+    for f in ("tma_bw_per_sm", "ldst_bw_per_sm"):
+        assert h.sources[f].startswith("measured here 2026-11-29 (benchmarks/transfer.py"), f
 
 
 def test_domain_sizes_and_archs():

@@ -44,7 +44,9 @@ Hooks for fused kernels (subclass :class:`GemmKernel`): ``extra_params`` adds ke
 parameters, ``emit_producer_tile_prologue`` runs in the producer thread before a tile's
 loads (AG+GEMM waits on a peer's signal there, or swaps the A tensor map),
 ``emit_epilogue_tile`` replaces "store the C tile" (GEMM+RS puts the tile to a peer and
-signals), ``emit_epilogue_finish`` runs once per consumer warpgroup at the end.
+signals), ``emit_epilogue_finish`` runs once per consumer warpgroup at the end,
+``emit_tile_space`` / ``emit_tile_coords`` widen the tile space and map a tile index to
+its coordinates (fused kernels visit several ranks' chunks; see ``fused.py``).
 
 Kernel parameters (in order): ``tmA, tmB, tmC`` (CUtensorMap, 128 bytes, align 64, passed
 by value), ``C`` (u64 pointer), ``M, N, K`` (u32), then ``extra_params``.
@@ -281,6 +283,16 @@ class GemmKernel:
     def emit_producer_tile_prologue(self, t: TileRegs) -> None:
         """Producer thread, before the first load of a tile."""
 
+    def emit_tile_space(self) -> None:
+        """All threads, after the geometry (``%num_m``, ``%num_n``, ``%num_tiles``,
+        ``%tile0``, ``%tstride``) and before the roles split: a fused kernel may widen the
+        tile space (``%num_tiles`` over several ranks' chunks) or take CTAs aside."""
+
+    def emit_tile_coords(self, tile: str, pre: str) -> TileRegs:
+        """Tile index -> the tile's registers, in the producer (``pre="pr"``) and the
+        consumers (``"cr"``); both must agree. Default: grouped rasterization."""
+        return self._raster(tile, pre)
+
     def emit_epilogue_setup(self) -> None:
         """Consumer warpgroup, once before its tile loop."""
         if self.cfg.epilogue == "tma":
@@ -427,6 +439,7 @@ class GemmKernel:
             p("mov.u32 %cta_rank, 0;")
         p("mul.lo.u32 %num_tiles, %num_mc, %num_n;")
         p(f"mul.lo.u32 %group_sz, %num_n, {c.group_m};")
+        self.emit_tile_space()
         p("shr.u32 %wg, %tidx, 7;")
         pp = p.pred("p_prod")
         p(f"setp.eq.u32 {pp}, %wg, 0;")
@@ -467,7 +480,7 @@ class GemmKernel:
         pt = p.pred("p_ptile_end")
         p(f"setp.ge.u32 {pt}, {tile}, %num_tiles;")
         p(f"@{pt} bra {done};")
-        t = self._raster(tile, "pr")
+        t = self.emit_tile_coords(tile, "pr")
         self.emit_producer_tile_prologue(t)
         p(f"mov.u32 {kb}, 0;")
         p(f"mov.u32 {kc}, 0;")
@@ -559,7 +572,7 @@ class GemmKernel:
         pt = p.pred("p_ctile_end")
         p(f"setp.ge.u32 {pt}, {tile}, %num_tiles;")
         p(f"@{pt} bra {done};")
-        t = self._raster(tile, "cr")
+        t = self.emit_tile_coords(tile, "cr")
         p(f"mov.u32 {kb}, 0;")
         ktop = p.fresh("ck")
         p.label(ktop)

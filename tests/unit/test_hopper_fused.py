@@ -1,0 +1,206 @@
+"""The fused sm_90a kernels (GEMM + reduce-scatter, all-gather + GEMM) and the transfer
+microbenchmark kernels, checked without a GPU: every kernel assembles with
+``ptxas -arch=sm_90a`` without spills or local memory; the fused kernels' SASS keeps the
+GEMM's pipeline (HGMMA of the tile's shape, one full and one empty mbarrier per stage at
+the expected offsets, setmaxnreg) and shows their own TMA stores / reductions / loads and
+signals; the PTX carries the signal, wait and reduce instructions; the tile order visits
+the own chunk first and every chunk once. SASS checks need ``cuobjdump``."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pkc.codegen.hopper import tools
+from pkc.codegen.hopper.fused import (FusedConfig, check_fused_pipeline, emit_bulk_copy_loop,
+                                      emit_fused_ptx, tile_order)
+from pkc.codegen.hopper.gemm import GemmConfig
+from pkc.codegen.hopper.transfer import KERNELS, kernel_for, tma_lag, tma_piece, tma_ring
+
+HAVE_PTXAS = tools.find_tool("ptxas") is not None
+HAVE_CUOBJDUMP = HAVE_PTXAS and tools.find_tool("cuobjdump") is not None
+needs_ptxas = pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not found")
+needs_sass = pytest.mark.skipif(not HAVE_CUOBJDUMP, reason="cuobjdump not found")
+
+G128 = GemmConfig(bm=128, bn=128, stages=6)
+FUSED = {
+    "rs_w1_bf16acc": FusedConfig("rs", 1),
+    "rs_w1_f32acc": FusedConfig("rs", 1, acc="f32"),
+    "rs_w8_bf16acc": FusedConfig("rs", 8),
+    "rs_w4_f32acc_f16": FusedConfig("rs", 4, acc="f32", gemm=GemmConfig(dtype="f16")),
+    "rs_w2_128x128": FusedConfig("rs", 2, gemm=G128),
+    "ag_w1": FusedConfig("ag", 1),
+    "ag_w8": FusedConfig("ag", 8),
+    "ag_w2_128x128_f16": FusedConfig("ag", 2, gemm=G128.with_(dtype="f16"), comm_ctas=4),
+}
+
+_ASM: dict = {}
+
+
+def _asm(name):
+    if name not in _ASM:
+        src = emit_fused_ptx(FUSED[name]) if name in FUSED else KERNELS[name].emit()
+        _ASM[name] = tools.assemble(src)
+    return _ASM[name]
+
+
+def test_configs_validate():
+    for f in FUSED.values():
+        f.validate()
+        assert f.gemm_cfg().stages >= 3
+    with pytest.raises(ValueError, match="cluster_m"):
+        FusedConfig("rs", 2, gemm=GemmConfig(cluster_m=2)).validate()
+    with pytest.raises(ValueError, match="TMA epilogue"):
+        FusedConfig("rs", 2, gemm=GemmConfig(epilogue="global")).validate()
+    with pytest.raises(ValueError, match="world"):
+        FusedConfig("ag", 0).validate()
+    with pytest.raises(ValueError, match="acc"):
+        FusedConfig("rs", 2, acc="f16").validate()        # bf16 GEMM: acc f32 or bf16
+    assert FusedConfig("ag", 1).n_comm == 0 and FusedConfig("ag", 4).n_comm == 8
+    assert FusedConfig("rs", 1, acc="f32").piece_cols == 32
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+def test_ptx_has_the_protocol(name):
+    f = FUSED[name]
+    ptx = emit_fused_ptx(f)
+    assert f".entry {f.kernel_name}(" in ptx
+    assert ptx.count("mbarrier.init.shared::cta.b64") == 2 * f.gemm.stages
+    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{f.gemm.bn}k16\.f32", ptx)
+    if f.kind == "rs":
+        # own chunk: TMA store; other chunks: TMA reduce-add; per-chunk release signals
+        assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group" in ptx
+        assert "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group" in ptx
+        assert "red.release.sys.global.add.u32" in ptx
+        assert "red.release.gpu.global.add.u32" in ptx          # to itself: gpu scope
+        assert "cp.async.bulk.wait_group 0;" in ptx
+        assert "fence.proxy.async.global;" in ptx
+        assert "ld.acquire.sys.global.u32" in ptx                # final wait (bounded)
+        if f.acc_dtype == "f32":
+            assert "st.shared.v2.f32" in ptx and "ld.global.cg.v4.f32" in ptx
+    else:
+        assert "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group" in ptx
+        if f.world > 1:
+            assert "cp.async.bulk.global.shared::cta.bulk_group" in ptx        # the puts
+            assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+            assert "cp.async.bulk.tensor.3d.shared::cluster.global.tile" in ptx
+            assert "red.release.sys.global.add.u32" in ptx
+            assert "ld.acquire.sys.global.u32" in ptx
+        else:
+            assert "ld.acquire" not in ptx and "red.release" not in ptx
+    if "ld.acquire" in ptx:
+        # every spin-wait is bounded by %globaltimer and records an error
+        waits = ptx.count("ld.acquire.sys.global.u32")
+        assert ptx.count("atom.global.cas.b32") == waits
+        assert ptx.count("add.u64 %fz_sdl, %fz_sdl, %fz_sig_timeout;") == waits
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+@needs_ptxas
+def test_fused_assembles_without_spills(name):
+    a = _asm(name)
+    assert a.spill_stores == 0 and a.spill_loads == 0 and a.stack_bytes == 0, a.log
+    assert not a.warnings, a.log
+    assert a.registers == FUSED[name].gemm_cfg().entry_regs, a.log
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+@needs_sass
+def test_fused_sass_keeps_the_pipeline(name):
+    f = FUSED[name]
+    text = tools.sass(_asm(name).cubin)
+    assert check_fused_pipeline(f, text) == []
+    s = tools.SassSummary.of(text)
+    assert s.hgmma and s.mbarrier_inits == 2 * f.gemm.stages
+
+
+@needs_sass
+def test_fused_stage_check_catches_a_lost_stage():
+    want = FUSED["rs_w8_bf16acc"]
+    got = tools.sass(tools.assemble(emit_fused_ptx(
+        want.with_(gemm=want.gemm.with_(stages=3)))).cubin)
+    assert any("mbarrier" in p for p in check_fused_pipeline(want, got))
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+@needs_ptxas
+def test_transfer_kernels_assemble(name):
+    a = _asm(name)
+    assert a.spill_stores == 0 and a.spill_loads == 0 and a.stack_bytes == 0, a.log
+    if HAVE_CUOBJDUMP:
+        ins = tools._instrs(tools.sass(a.cubin))
+        if name.startswith("tma"):
+            assert any(i.startswith("UBLKCP.S.G") for i in ins)
+            assert any(i.startswith("UBLKCP.G.S") for i in ins)
+        else:
+            u = KERNELS[name].unroll
+            assert sum(1 for i in ins if "LDG.E.128" in i) == u
+            assert sum(1 for i in ins if "STG.E.128" in i) == u
+
+
+def test_transfer_ring_fits():
+    for msg in [2 << 10 << i for i in range(10)]:
+        piece, ring = tma_piece(msg), tma_ring(tma_piece(msg))
+        assert piece * ring <= 192 * 1024 and ring >= 2 and piece % 16 == 0
+        assert 1 <= tma_lag(ring) < ring
+        assert kernel_for("tma", msg).lag == tma_lag(ring)
+        assert f"wait_group.read {tma_lag(ring) - 1};" in kernel_for("tma", msg).emit()
+
+
+@pytest.mark.parametrize("kind", ["rs", "ag"])
+@pytest.mark.parametrize("W", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("Mc,N", [(1000, 1000), (256, 512), (4096, 520)])
+def test_tile_order_own_chunk_first_every_tile_once(kind, W, Mc, N):
+    f = FusedConfig(kind, W)
+    c = f.gemm_cfg()
+    tpc = -(-Mc // c.bm) * -(-N // c.bn)
+    orders = {r: tile_order(f, r, Mc, N) for r in range(W)}
+    for r, order in orders.items():
+        assert len(order) == W * tpc and len(set(order)) == W * tpc
+        assert {o[0] for o in order[:tpc]} == {r}                       # own chunk first
+        assert [o[0] for o in order[::tpc]] == [(r + s) % W for s in range(W)]
+    for slot in range(W):        # in every slot the ranks' targets form a permutation
+        assert sorted(orders[r][slot * tpc][0] for r in range(W)) == list(range(W))
+
+
+def test_bulk_copy_loop_emits_one_wait_per_piece():
+    from pkc.codegen.hopper.gemm import _Ptx
+    p = _Ptx()
+    p.reg("t_deadline", ".b64")
+    emit_bulk_copy_loop(p, src="%s", dsts=["%d0", "%d1"], total="%t", first="%f", step=4,
+                        piece=32768, ring=4, smem="%sm", bars="%sb", timeout=True)
+    body = "\n".join(p.lines)
+    assert body.count("cp.async.bulk.global.shared::cta.bulk_group") == 2   # per destination
+    assert body.count("cp.async.bulk.commit_group") == 1
+    assert body.count("mbarrier.try_wait.parity") == 1 and "trap;" in body
+
+
+@pytest.mark.parametrize("acc", ["", "f32"])
+@pytest.mark.parametrize("bn", [256, 96])
+def test_fused_epilogue_swizzle_matches_tma(acc, bn):
+    """The smem byte address each thread writes for (row, column pair) of a piece, as the
+    fused epilogue computes it, equals TMA's 128B-family swizzle of the piece's row-major
+    offset (what the piece's tensor map with SWIZZLE_<row bytes>B expects), for 2- and
+    4-byte elements."""
+    f = FusedConfig("rs", 2, gemm=GemmConfig(bn=bn, stages=4 if bn == 256 else 6), acc=acc)
+    c = f.gemm_cfg()
+    es, w = f.acc_esize, f.piece_cols
+    rowb = 2 * c.epi_width
+    assert w * es == rowb
+    bits = {128: 3, 64: 2, 32: 1}[rowb]
+
+    def tma(addr):
+        return addr ^ (((addr >> 7) & ((1 << bits) - 1)) << 4)
+
+    for warp in range(4):
+        for lane in range(32):
+            r0 = 16 * warp + lane // 4
+            lo = (lane & 3) * 2 * es
+            for i in range(2):
+                row = r0 + 8 * i
+                y = ((((row * rowb) >> 7) & ((1 << bits) - 1)) << 4) ^ lo      # epi_y{i}
+                for jj in range(w // 8):
+                    ours = row * rowb + ((8 * es * jj) ^ y)
+                    col = 8 * jj + 2 * (lane & 3)
+                    assert ours == tma(row * rowb + col * es)
