@@ -535,13 +535,13 @@ def _rank_independent_dtensor_alltoall() -> Iterator[None]:
     all_gather + "take the chunk of my rank", which would bake the tracing rank (0) into
     the graph and give other ranks rank 0's data. While tracing, use the all-to-all op
     that GPU meshes use: it is rank-independent and imports as ``pk.all_to_all``."""
-    from torch.distributed._functional_collectives import _group_or_group_name, _resolve_group
+    from torch.distributed import _functional_collectives as funcol
     from torch.distributed.tensor import placement_types
 
     original = placement_types.shard_dim_alltoall
 
     def alltoall(input, gather_dim, shard_dim, mesh, mesh_dim):
-        group = _group_or_group_name(_resolve_group((mesh, mesh_dim)))
+        group = funcol._resolve_group_name((mesh, mesh_dim))  # in torch 2.11 and 2.13
         return torch.ops._dtensor.shard_dim_alltoall(input, gather_dim, shard_dim, group)
 
     placement_types.shard_dim_alltoall = alltoall

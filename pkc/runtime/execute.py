@@ -65,8 +65,8 @@ def run_kernel_module(module: ModuleOp, per_rank_inputs: list[list[torch.Tensor]
         elif isinstance(op, g.OpaqueOp):
             rr = [_run_opaque(op, [o[r] for o in operands]) for r in range(world)]
             outs = [[rr[r][i] for r in range(world)] for i in range(len(op.outputs))]
-        elif type(op) in _LOCAL:
-            outs = [[_LOCAL[type(op)](op, *[o[r] for o in operands]) for r in range(world)]]
+        elif type(op) in _LOCAL:  # .to(dev): pk.constant makes its tensor on the CPU
+            outs = [[_LOCAL[type(op)](op, *[o[r] for o in operands]).to(dev) for r in range(world)]]
         else:
             raise NotImplementedError(f"'{op.name}' cannot run at graph level on the GPU")
         for res, val in zip(op.results, outs):
@@ -93,7 +93,7 @@ def run_kernel_module_distributed(module: ModuleOp, inputs: list[torch.Tensor], 
         if isinstance(op, KernelOp):
             outs = runner.run(compiled(op, target), operands, timeout_s)
         elif type(op) in _LOCAL:
-            outs = [_LOCAL[type(op)](op, *operands)]
+            outs = [_LOCAL[type(op)](op, *operands).to(runner.device)]
         else:
             raise NotImplementedError(f"'{op.name}' outside a pk.kernel under torch.distributed")
         for res, val in zip(op.results, outs):
