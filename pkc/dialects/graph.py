@@ -194,15 +194,20 @@ class ReduceOp(IRDLOperation):
         )
 
 
-@irdl_op_definition
-class ReshapeOp(IRDLOperation):
-    """Same elements in row-major order, new shape (numel must be equal)."""
+class _OneTensorOp(IRDLOperation):
+    """Ops of one tensor operand and one tensor result, written ``op %x {attrs} : a -> b``."""
 
-    name = "pk.reshape"
     input = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+
+@irdl_op_definition
+class ReshapeOp(_OneTensorOp):
+    """Same elements in row-major order, new shape (numel must be equal)."""
+
+    name = "pk.reshape"
 
     def __init__(self, input: Value, result_type: Attribute):
         super().__init__(operands=[input], result_types=[result_type])
@@ -226,15 +231,11 @@ def _numel(t: TensorType) -> int:
 
 
 @irdl_op_definition
-class TransposeOp(IRDLOperation):
+class TransposeOp(_OneTensorOp):
     """Permutes dimensions: ``result.shape[i] == input.shape[perm[i]]``."""
 
     name = "pk.transpose"
     perm = attr_def(ArrayAttr)
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
-    traits = traits_def(Pure())
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: Value, perm: Sequence[int], result_type: Attribute | None = None):
         if result_type is None:
@@ -257,14 +258,10 @@ class TransposeOp(IRDLOperation):
 
 
 @irdl_op_definition
-class BroadcastOp(IRDLOperation):
+class BroadcastOp(_OneTensorOp):
     """Numpy-style broadcast of ``input`` to the result shape (torch's expand)."""
 
     name = "pk.broadcast"
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
-    traits = traits_def(Pure())
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: Value, result_type: Attribute):
         super().__init__(operands=[input], result_types=[result_type])
@@ -281,7 +278,7 @@ class BroadcastOp(IRDLOperation):
 
 
 @irdl_op_definition
-class SliceOp(IRDLOperation):
+class SliceOp(_OneTensorOp):
     """Elements ``start, start+step, ... < end`` of dimension ``dim``."""
 
     name = "pk.slice"
@@ -289,10 +286,6 @@ class SliceOp(IRDLOperation):
     start = attr_def(IntegerAttr)
     end = attr_def(IntegerAttr)
     step = attr_def(IntegerAttr)
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
-    traits = traits_def(Pure())
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: Value, dim: int, start: int, end: int, step: int = 1,
                  result_type: Attribute | None = None):
@@ -364,14 +357,10 @@ class ConcatOp(IRDLOperation):
 # check them if it is known locally.
 
 
-class _CollectiveOp(IRDLOperation):
+class _CollectiveOp(_OneTensorOp):
+    # Pure (from the base) at graph level too: a collective is a function of the W ranks'
+    # values (every rank runs the same program), so an unused one can go.
     world = attr_def(IntegerAttr)
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
-    # Pure at graph level: a collective is a function of the W ranks' values (every rank
-    # runs the same program), so an unused one can go.
-    traits = traits_def(Pure())
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     @property
     def world_size(self) -> int:
