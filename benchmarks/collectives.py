@@ -1,0 +1,370 @@
+"""All-reduce, all-gather and reduce-scatter from 4 KiB to 1 GiB (issue 7): pkc against
+NCCL (torch.distributed) and torch's symmetric-memory collectives; latency and bus bandwidth.
+
+    torchrun --nproc_per_node=W benchmarks/collectives.py [--out DIR] [--budget-s 120]
+    python benchmarks/collectives.py                # one GPU: W = 1 (a 1-rank NCCL group)
+
+Sizes (bf16) are nccl-tests' message sizes: the all-reduce buffer, the all-gather's
+output, the reduce-scatter's input; 4 KiB, 16 KiB, ... 1 GiB (x4 steps; ``--max-size``).
+Implementations (outputs checked against NCCL's on the first call):
+- ``nccl``: dist.all_reduce (in place) / all_gather_into_tensor / reduce_scatter_tensor
+  (NVLS off: NCCL_NVLS_ENABLE=0);
+- ``one_shot``, ``two_shot`` (all-reduce): torch.ops.symm_mem.one_shot_all_reduce /
+  two_shot_all_reduce_ on a symmetric-memory input;
+- ``ce`` (all-gather, reduce-scatter): torch's symmetric-memory "low contention"
+  collectives (_low_contention_all_gather / _reduce_scatter: copy-engine pulls);
+- ``pkc``: graph-level pk IR of the collective, the ``default`` pipeline (lower-collectives
+  picks one-shot / two-shot, direct / ring from the cost model), pkc's runtime under
+  torch.distributed with one persistent runner, at every other size (x16 steps).
+  Host-synchronizing: ``pkc_wall`` is the wall-clock time of a call, ``pkc_kern`` the GPU
+  time of its kernel launches alone (CUDA events around them).
+
+Timing as in fused_sweep.py: CUDA events around every call, implementations interleaved,
+host queued ahead with torch.cuda._sleep, medians. Bus bandwidth as in nccl-tests
+(all-reduce: algbw x 2(W-1)/W; all-gather, reduce-scatter: algbw x (W-1)/W).
+Writes ``collectives.json`` (+ ``collectives.png`` with matplotlib) under ``--out``
+(default benchmarks/results/<machine>_<date>/), prints tables of ratios (speedup over NCCL).
+"""
+
+from __future__ import annotations
+
+import os
+
+for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+               ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ[_k] = _v
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fused_sweep import (Ctx, KernelTimer, PkcProgram, bus_bw, collective_ir,  # noqa: E402
+                         collective_sizes, fmt_size, format_table, have_matplotlib, machine_tag,
+                         median, ratio, rel_err, results_dir, time_interleaved, write_json)
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
+COLS = 256          # elements per row of the 2-d tensors (4 KiB of bf16 = 8 rows)
+ESIZE = 2           # bf16
+
+
+def layout(op: str, size_bytes: int, world: int, cols: int = COLS) -> tuple[int, int] | None:
+    """(rows, cols) of the message's full tensor, or None if ``size_bytes`` does not split
+    into whole rows for every rank."""
+    elems = size_bytes // ESIZE
+    if elems % cols:
+        return None
+    rows = elems // cols
+    if op != "all_reduce" and rows % world:
+        return None
+    return rows, cols
+
+
+def iters_for(size_bytes: int) -> int:
+    return 40 if size_bytes <= 16 << 20 else (12 if size_bytes <= 256 << 20 else 6)
+
+
+def pkc_sizes(sizes: list[int]) -> list[int]:
+    """pkc runs at every other size (4 KiB, 64 KiB, 1 MiB, ...) and at the largest."""
+    out = sizes[::2]
+    if sizes and sizes[-1] not in out:
+        out.append(sizes[-1])
+    return out
+
+
+def speedups(row: dict) -> dict:
+    """NCCL time / implementation time (> 1: faster than NCCL)."""
+    t = row.get("ms", {})
+    return {k: ratio(t.get("nccl"), v) for k, v in t.items() if k != "nccl"}
+
+
+def waited(t):
+    """The low-contention collectives run on a backend stream and register a work item for
+    their output: wait for it on the current stream (funcol's wait_tensor), or the CUDA
+    events around the call time only the enqueue. (The first device run, 2026-11-29, timed
+    them without this wait: its ``ce`` numbers, a flat ~3 us, are not valid.)"""
+    import torch
+
+    return torch.ops._c10d_functional.wait_tensor(t)
+
+
+def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
+    import torch
+    import torch.distributed._symmetric_memory as symm_mem
+
+    W, dev = ctx.world, ctx.device
+    rows, cols = layout(op, size, W)
+    row = {"op": op, "size": size, "rows": rows, "cols": cols, "ms": {}, "checks": {}, "notes": []}
+    gen = torch.Generator(device=dev).manual_seed(7 + ctx.rank + size)
+    bf = torch.bfloat16
+    if op == "all_gather":
+        x = torch.randn(rows // W, cols, device=dev, dtype=bf, generator=gen)
+        out = torch.empty(rows, cols, device=dev, dtype=bf)
+        nccl = lambda: ctx.dist.all_gather_into_tensor(out, x)  # noqa: E731
+        nccl()
+        ref = out.clone()
+    elif op == "reduce_scatter":
+        x = torch.randn(rows, cols, device=dev, dtype=bf, generator=gen)
+        out = torch.empty(rows // W, cols, device=dev, dtype=bf)
+        nccl = lambda: ctx.dist.reduce_scatter_tensor(out, x)  # noqa: E731
+        nccl()
+        ref = out.clone()
+    else:
+        x = torch.randn(rows, cols, device=dev, dtype=bf, generator=gen)
+        buf = x.clone()
+        nccl = lambda: ctx.dist.all_reduce(buf)  # noqa: E731  (in place: values grow; time does not)
+        nccl()
+        ref = buf.clone()
+    torch.cuda.synchronize()
+    impls = {"nccl": nccl}
+    outs = {}
+    keep = []
+
+    def try_impl(name, make):
+        """make() -> the callable; its first result is checked; dropped on every rank if it
+        fails on any."""
+        err = None
+        try:
+            fn = make()
+            outs[name] = fn()
+            torch.cuda.synchronize()
+            impls[name] = fn
+        except Exception as e:
+            err = f"{type(e).__name__}: {e}"[:300]
+        if ctx.agree(err is not None):
+            impls.pop(name, None)
+            outs.pop(name, None)
+            row["notes"].append(f"{name} failed on some rank: {err}")
+
+    def symm_copy(shape, src):
+        t = symm_mem.empty(*shape, dtype=bf, device=dev)
+        keep.append(symm_mem.rendezvous(t, ctx.group_name))
+        t.copy_(src)
+        ctx.barrier()
+        return t
+
+    if op == "all_reduce":
+        def one():
+            s1 = symm_copy((rows, cols), x)
+            return lambda: torch.ops.symm_mem.one_shot_all_reduce(s1, "sum", ctx.group_name)
+
+        def two():
+            s2 = symm_copy((rows, cols), x)
+            return lambda: torch.ops.symm_mem.two_shot_all_reduce_(s2, "sum", ctx.group_name)
+        try_impl("one_shot", one)
+        try_impl("two_shot", two)
+    elif op == "all_gather":
+        def ce():
+            ss = symm_copy((rows // W, cols), x)
+            return lambda: waited(symm_mem._low_contention_all_gather(ss, ctx.group_name))
+        try_impl("ce", ce)
+    else:
+        try_impl("ce", lambda: (lambda: waited(symm_mem._low_contention_reduce_scatter(x, "sum", ctx.group_name))))
+    for k, v in outs.items():
+        e, nan = rel_err(v, ref)
+        row["checks"][k] = {"rel_err": e, "nan": nan, "ok": nan == 0 and e < 1e-2}
+    outs.clear()
+    ctx.barrier()
+    per = time_interleaved(impls, iters_for(size))
+    for k, ts in per.items():
+        row["ms"][k] = median(ts)
+    row["_keep"] = keep  # dropped before writing
+    return row
+
+
+def bench_pkc(ctx: Ctx, row: dict, args) -> None:
+    import torch
+
+    op, size, rows, cols, W = row["op"], row["size"], row["rows"], row["cols"], ctx.world
+    gen = torch.Generator(device=ctx.device).manual_seed(11 + ctx.rank + size)
+    shape = (rows // W, cols) if op == "all_gather" else (rows, cols)
+    x = torch.randn(*shape, device=ctx.device, dtype=torch.bfloat16, generator=gen)
+    if op == "all_gather":
+        ref = torch.empty(rows, cols, device=ctx.device, dtype=torch.bfloat16)
+        ctx.dist.all_gather_into_tensor(ref, x)
+    elif op == "reduce_scatter":
+        ref = torch.empty(rows // W, cols, device=ctx.device, dtype=torch.bfloat16)
+        ctx.dist.reduce_scatter_tensor(ref, x)
+    else:
+        ref = x.clone()
+        ctx.dist.all_reduce(ref)
+    err = None
+    try:
+        t0 = time.perf_counter()
+        prog = PkcProgram(collective_ir(op, rows, cols, W), args.pipeline)
+        y = prog(x)
+        torch.cuda.synchronize()
+        row["pkc_first_call_s"] = time.perf_counter() - t0
+        row["pkc_remarks"] = prog.remarks[:3]
+        e, nan = rel_err(y, ref)
+        row["checks"]["pkc"] = {"rel_err": e, "nan": nan, "ok": nan == 0 and e < 1e-2}
+        del y
+    except Exception as e:
+        err = f"{type(e).__name__}: {e}"[:400]
+        traceback.print_exc()
+    if ctx.agree(err is not None):
+        row["notes"].append(f"pkc failed on some rank: {err}")
+        return
+    timer = KernelTimer()
+    timer.wrap_loaded()
+    walls, kerns = [], []
+    for _ in range(args.pkc_iters):
+        ctx.barrier()
+        timer.active = True
+        t0 = time.perf_counter()
+        prog(x)
+        torch.cuda.synchronize()
+        walls.append((time.perf_counter() - t0) * 1e3)
+        timer.active = False
+        kerns.append(timer.take_ms())
+    row["ms"]["pkc_wall"] = median(walls)
+    row["ms"]["pkc_kern"] = median(kerns)
+
+
+def add_bandwidths(row: dict, world: int) -> dict:
+    row["busbw_GBps"] = {k: bus_bw(row["op"], row["size"], world, v) for k, v in row["ms"].items() if v}
+    return row
+
+
+def tables(res: dict) -> str:
+    W = res["world"]
+    parts = []
+    for op in OPS:
+        rows = [r for r in res["rows"] if r["op"] == op]
+        if not rows:
+            continue
+        impls = [k for k in ("one_shot", "two_shot", "ce", "pkc_wall", "pkc_kern")
+                 if any(k in r["ms"] for r in rows)]
+        headers = ["size", "nccl us", "nccl busbw"] + [f"{k} x" for k in impls] + \
+                  [f"{k} busbw" for k in impls] + ["checks"]
+        body = []
+        for r in rows:
+            sp = speedups(r)
+            bw = r.get("busbw_GBps", {})
+            bad = [k for k, c in r["checks"].items() if not c.get("ok")]
+            body.append([fmt_size(r["size"]), (r["ms"].get("nccl") or 0) * 1e3, bw.get("nccl")]
+                        + [sp.get(k) for k in impls] + [bw.get(k) for k in impls]
+                        + ["ok" if not bad else "BAD " + ",".join(bad)])
+        parts.append(f"{op} (W={W}; x = NCCL time / time, >1 faster; busbw GB/s)\n"
+                     + format_table(headers, body, floatfmt="{:.2f}"))
+    return "\n\n".join(parts)
+
+
+def plot(res: dict, path) -> bool:
+    if not have_matplotlib():
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for ax, op in zip(axes, OPS):
+        rows = [r for r in res["rows"] if r["op"] == op]
+        impls = sorted({k for r in rows for k in r.get("busbw_GBps", {})})
+        for k in impls:
+            pts = [(r["size"], r["busbw_GBps"][k]) for r in rows if k in r.get("busbw_GBps", {})]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=k, markersize=4)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("bus bandwidth (GB/s)")
+        ax.set_title(f"{op}, W={res['world']}")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"collectives on {res.get('device')} (NVLS off)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _nccl_version() -> str | None:
+    try:
+        import torch
+
+        v = torch.cuda.nccl.version()
+        return ".".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
+    except Exception:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--min-size", type=int, default=4096)
+    ap.add_argument("--max-size", type=int, default=1 << 30)
+    ap.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
+    ap.add_argument("--no-pkc", action="store_true")
+    ap.add_argument("--pkc-iters", type=int, default=5)
+    ap.add_argument("--pipeline", default="default")
+    ap.add_argument("--budget-s", type=float, default=600.0, help="start no new size after this")
+    ap.add_argument("--no-plot", action="store_true")
+    args = ap.parse_args(argv)
+    import torch
+
+    ctx = Ctx()
+    out_dir = Path(args.out) if args.out else results_dir()
+    t_start = time.time()
+    res = {"bench": "collectives", "world": ctx.world, "device": torch.cuda.get_device_name(ctx.device),
+           "machine": machine_tag(), "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+           "nccl": _nccl_version(),
+           "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                                                  "NVSHMEM_DISABLE_NVLS")},
+           "rows": [], "skipped": []}
+    sizes = collective_sizes(args.min_size, args.max_size)
+    # pass 1: NCCL and torch symm_mem at every size
+    for op in args.ops:
+        for size in sizes:
+            if layout(op, size, ctx.world) is None:
+                continue
+            if ctx.agree(time.time() - t_start > args.budget_s * 0.6):
+                res["skipped"].append(f"{op} {fmt_size(size)}")
+                continue
+            try:
+                row = bench_baselines(ctx, op, size, args)
+            except Exception as e:
+                traceback.print_exc()
+                row = {"op": op, "size": size, "ms": {}, "checks": {}, "notes": [f"error: {e}"[:300]]}
+            row.pop("_keep", None)
+            res["rows"].append(row)
+            ctx.log(f"{op:15s} {fmt_size(size):>5s} " + " ".join(
+                f"{k} {v * 1e3:.1f}us" for k, v in row["ms"].items() if v) + " " + "; ".join(row["notes"]))
+    # pass 2: pkc at every other size (it compiles a kernel per size)
+    if not args.no_pkc:
+        psz = set(pkc_sizes(sizes))
+        for row in res["rows"]:
+            if row["size"] not in psz or "rows" not in row:
+                continue
+            if ctx.agree(time.time() - t_start > args.budget_s):
+                res["skipped"].append(f"pkc {row['op']} {fmt_size(row['size'])}")
+                continue
+            try:
+                bench_pkc(ctx, row, args)
+            except Exception as e:
+                traceback.print_exc()
+                row["notes"].append(f"pkc error: {type(e).__name__}: {e}"[:300])
+                if "illegal" in str(e) or "launch failed" in str(e):
+                    break
+            ctx.log(f"pkc {row['op']:15s} {fmt_size(row['size']):>5s} wall "
+                    f"{row['ms'].get('pkc_wall')} ms, kernels {row['ms'].get('pkc_kern')} ms; "
+                    f"{row.get('pkc_remarks', '')}")
+    for row in res["rows"]:
+        add_bandwidths(row, ctx.world)
+    res["secs"] = round(time.time() - t_start, 1)
+    if ctx.rank == 0:
+        write_json(out_dir / "collectives.json", res)
+        if not args.no_plot and plot(res, out_dir / "collectives.png"):
+            print(f"plot: {out_dir / 'collectives.png'}")
+        print(f"\ncollectives W={ctx.world} on {res['device']} (NCCL {res['nccl']}, NVLS off), medians "
+              f"of interleaved event-timed calls; skipped: {res['skipped'] or 'none'}")
+        print(tables(res))
+        print(f"json: {out_dir / 'collectives.json'}")
+    ctx.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
