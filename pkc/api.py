@@ -473,6 +473,7 @@ def _graph_runner(program: CompiledProgram, captured: CapturedGraph) -> Callable
     order = _argument_order(captured.inputs)
     constants = [i.value for i in program.inputs if i.kind == "constant"]
     mode = _execution_mode(program.world_size)
+    runner: list = []
 
     def run(*args: Any) -> Any:
         if mode == "eager" or len(args) != len(captured.inputs):
@@ -489,7 +490,11 @@ def _graph_runner(program: CompiledProgram, captured: CapturedGraph) -> Callable
 
         if program.world_size == 1:
             return tuple(run_kernel_module(program.module, [main_args], 1)[0])
-        return tuple(run_kernel_module_distributed(program.module, main_args))
+        if not runner:  # one runner per compiled graph: buffers and rendezvous are reused
+            from pkc.runtime.symm import DistributedRunner
+
+            runner.append(DistributedRunner())
+        return tuple(run_kernel_module_distributed(program.module, main_args, runner=runner[0]))
 
     return run
 

@@ -93,9 +93,12 @@ class DistributedRunner:
         ctas = L.fit_ctas(meta, self.sms)
         ps = L.params(meta, bufs, sigs, self.rank, self.world, error.data_ptr(), workspace.data_ptr(),
                       timeout_s, ctas)
-        self._barrier_handle.barrier(channel=0)
+        # Bounded: a rank that never arrives (it raised before this kernel) turns into a
+        # device-side error here, not a hang.
+        bound_ms = max(1, int(timeout_s * 1000))
+        self._barrier_handle.barrier(channel=0, timeout_ms=bound_ms)
         kernel.launch(sum(ctas), meta.threads, stream_handle(torch.cuda.current_stream(self.device)), ps)
-        self._barrier_handle.barrier(channel=0)
+        self._barrier_handle.barrier(channel=0, timeout_ms=bound_ms)
         torch.cuda.current_stream(self.device).synchronize()
         err = decode_error(meta, self.rank, [x & 0xFFFFFFFF for x in error.cpu().tolist()], timeout_s)
         if err is not None:

@@ -377,12 +377,6 @@ def test_torchrun_rank_raises_and_exits_job_fails_not_hangs():
     assert "HANG" not in out, "rank 0 stayed inside its pkc call until the watchdog"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known (H200 x2, 2026-11-29): rank 0 stays inside run_kernel_module_distributed: "
-    "DistributedRunner.run brackets the kernel with torch symmetric-memory barriers "
-    "(handle.barrier(channel=0), no timeout_ms) that wait forever for the absent rank; pkc's "
-    "own kernel waits are bounded but never reached. Remove this mark when the runner's "
-    "barriers are bounded."))
 def test_torchrun_rank_raises_and_lingers_peer_gets_an_error():
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs (torchrun W=2)")
