@@ -34,6 +34,8 @@ if "pkc" not in sys.modules:
         _m.__path__ = [str(ROOT / _sub)]
         sys.modules[_name] = _m
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import alternate  # noqa: E402
 
 SHAPES = [  # (label, kernels, M, N, K); for rs M is the (single) chunk, for ag the shard
     ("pk gemm+rs N=4096", ("rs",), 4096, 4096, 512),
@@ -44,33 +46,6 @@ SHAPES = [  # (label, kernels, M, N, K); for rs M is the (single) chunk, for ag 
     ("pk ag+gemm N=16384", ("ag",), 16384, 2048, 16384),
     ("square 8192^3", ("rs", "ag"), 8192, 8192, 8192),
 ]
-
-
-def alternate(impls: dict, iters: int, chunk: int = 8) -> dict:
-    import torch
-
-    names = list(impls)
-    for n in names:
-        for f in impls[n]:
-            f()
-    torch.cuda.synchronize()
-    out = {n: [] for n in names}
-    for c0 in range(0, iters, chunk):
-        evs = []
-        torch.cuda._sleep(8_000_000)
-        for i in range(c0, min(iters, c0 + chunk)):
-            for j in range(len(names)):
-                n = names[(i + j) % len(names)]
-                fns = impls[n]
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                fns[i % len(fns)]()
-                e.record()
-                evs.append((n, s, e))
-        torch.cuda.synchronize()
-        for n, s, e in evs:
-            out[n].append(s.elapsed_time(e))
-    return out
 
 
 def bench_shape(label, kinds, M, N, K, iters) -> dict:

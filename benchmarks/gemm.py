@@ -119,33 +119,10 @@ def _time(fns, reps: int = 20, batches: int = 2, warmup: int = 3) -> tuple[float
 
 
 def _alternate(impls: dict, iters: int = 36, chunk: int = 6) -> dict:
-    """Per-launch times (ms) of each implementation, launched in alternation: iteration i
-    runs every implementation once, in an order rotated by i, each launch between its own
-    pair of events; the host is queued ahead of the GPU before each chunk of iterations."""
-    import torch
+    """benchmarks/timing.py's alternation, warming up two launchers per implementation."""
+    from timing import alternate
 
-    names = list(impls)
-    for n in names:                      # warm-up
-        for f in impls[n][:2]:
-            f()
-    torch.cuda.synchronize()
-    out = {n: [] for n in names}
-    for c0 in range(0, iters, chunk):
-        evs = []
-        torch.cuda._sleep(8_000_000)
-        for i in range(c0, min(iters, c0 + chunk)):
-            for j in range(len(names)):
-                n = names[(i + j) % len(names)]
-                fns = impls[n]
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                fns[i % len(fns)]()
-                e.record()
-                evs.append((n, s, e))
-        torch.cuda.synchronize()
-        for n, s, e in evs:
-            out[n].append(s.elapsed_time(e))
-    return out
+    return alternate(impls, iters, chunk, warmup=2)
 
 
 def _write(jsonl: str, rec: dict) -> None:
