@@ -5,7 +5,12 @@ process per GPU under torch.distributed (symmetric memory).
 Imports of the CUDA parts are lazy: ``import pkc.runtime`` works without a GPU.
 """
 
-from pkc.runtime.errors import CudaDriverError, KernelTimeoutError, RuntimeUnavailable
+from pkc.runtime.errors import (
+    CudaDriverError,
+    KernelTimeoutError,
+    PeerTimeoutError,
+    RuntimeUnavailable,
+)
 
 
 def run_kernel_module(*args, **kwargs):
@@ -29,5 +34,5 @@ def gpu_available() -> bool:
         return False
 
 
-__all__ = ["CudaDriverError", "KernelTimeoutError", "RuntimeUnavailable", "gpu_available",
+__all__ = ["CudaDriverError", "KernelTimeoutError", "PeerTimeoutError", "RuntimeUnavailable", "gpu_available",
            "run_kernel_module"]

@@ -37,6 +37,12 @@ class KernelTimeoutError(RuntimeError):
         self.kernel, self.rank, self.record = kernel, rank, record
 
 
+class PeerTimeoutError(RuntimeError):
+    """Peer ranks did not reach a kernel's launch barrier in time (a rank raised, exited or
+    never called). The device context is unusable afterwards: CUDA reports the expired
+    barrier as a device-side fault."""
+
+
 def decode_error(meta: KernelMeta, rank: int, record: list[int], timeout_s: float) -> KernelTimeoutError | None:
     """The error described by a rank's error record, or None if the record is clear."""
     if not record[ERR_FLAG]:

@@ -26,7 +26,7 @@ from pkc.codegen.emit import CompiledKernel
 from pkc.runtime import driver  # noqa: F401  (sets the no-multicast environment first)
 from pkc.runtime import launch as L
 from pkc.runtime.driver import attribute, device, stream_handle
-from pkc.runtime.errors import decode_error
+from pkc.runtime.errors import PeerTimeoutError, decode_error
 from pkc.runtime.world import DEFAULT_TIMEOUT_S, dtype_of, poison_
 
 
@@ -99,7 +99,13 @@ class DistributedRunner:
         self._barrier_handle.barrier(channel=0, timeout_ms=bound_ms)
         kernel.launch(sum(ctas), meta.threads, stream_handle(torch.cuda.current_stream(self.device)), ps)
         self._barrier_handle.barrier(channel=0, timeout_ms=bound_ms)
-        torch.cuda.current_stream(self.device).synchronize()
+        try:
+            torch.cuda.current_stream(self.device).synchronize()
+        except RuntimeError as err:  # the barrier's bound expired: a device-side fault
+            raise PeerTimeoutError(
+                f"kernel @{meta.name} on rank {self.rank}: the other ranks of the group did not "
+                f"reach the launch barrier within {bound_ms} ms (did a rank fail or skip this "
+                f"call?); CUDA said: {str(err).splitlines()[0]}") from err
         err = decode_error(meta, self.rank, [x & 0xFFFFFFFF for x in error.cpu().tolist()], timeout_s)
         if err is not None:
             raise err

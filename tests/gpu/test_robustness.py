@@ -383,7 +383,7 @@ def test_torchrun_rank_raises_and_lingers_peer_gets_an_error():
     rc, out, dt = _torchrun("linger")
     print(f"torchrun W=2, rank 1 raises and stays alive: rc={rc} after {dt:.1f} s\n{_summary(out)}")
     assert "injected" in out
-    assert "RANK0-ERROR" in out and "HANG" not in out, (
+    assert "RANK0-ERROR" in out and "PeerTimeoutError" in out and "HANG" not in out, (
         "rank 0 did not get an error: it stayed inside pkc's call until the watchdog "
         f"({_WATCHDOG_S:g} s) while rank 1 was alive but never joined")
 
