@@ -79,7 +79,8 @@ def run_kernel_module_distributed(module: ModuleOp, inputs: list[torch.Tensor], 
                                   timeout_s: float = DEFAULT_TIMEOUT_S, runner=None) -> list[torch.Tensor]:
     """The same under torch.distributed: this rank's inputs -> this rank's outputs.
     Collectives outside kernels go through torch.distributed's functional collectives."""
-    from pkc.interp.graph import _LOCAL, find_function
+    from pkc.dialects import graph as g
+    from pkc.interp.graph import _LOCAL, _run_opaque, find_function
     from pkc.runtime.symm import DistributedRunner
 
     runner = runner or DistributedRunner()
@@ -92,6 +93,8 @@ def run_kernel_module_distributed(module: ModuleOp, inputs: list[torch.Tensor], 
         operands = [env[v] for v in op.operands]
         if isinstance(op, KernelOp):
             outs = runner.run(compiled(op, target), operands, timeout_s)
+        elif isinstance(op, g.OpaqueOp):  # torch ops pkc does not compile run as they are
+            outs = [o.to(runner.device) for o in _run_opaque(op, operands)]
         elif type(op) in _LOCAL:
             outs = [_LOCAL[type(op)](op, *operands).to(runner.device)]
         else:
