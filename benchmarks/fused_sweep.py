@@ -68,6 +68,7 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/timing.py
 
 # ======================================================================================
 # CPU-only pieces: shapes, traffic, roofline, bus bandwidth, tables, files
@@ -422,33 +423,13 @@ class Ctx:
 
 def time_interleaved(impls: dict, iters: int, warmup: int = 2, chunk: int = 6,
                      sleep_cycles: int = 10_000_000) -> dict[str, list[float]]:
-    """Per-call GPU times (ms) of every implementation, launched in alternation (order
-    rotated every iteration), each call between its own CUDA events; every chunk of
-    iterations is queued behind a ``torch.cuda._sleep`` so that host launch overhead is
-    not timed. Same sequence on every rank (collectives stay matched)."""
-    import torch
+    """Per-call GPU times (ms) of every implementation (name -> one zero-argument call),
+    launched in alternation by benchmarks/timing.py, each warmed up ``warmup`` times. Same
+    sequence on every rank (collectives stay matched)."""
+    from timing import alternate
 
-    names = list(impls)
-    for n in names:
-        for _ in range(warmup):
-            impls[n]()
-    torch.cuda.synchronize()
-    out: dict[str, list[float]] = {n: [] for n in names}
-    for c0 in range(0, iters, chunk):
-        evs = []
-        torch.cuda._sleep(sleep_cycles)
-        for i in range(c0, min(iters, c0 + chunk)):
-            for j in range(len(names)):
-                n = names[(i + j) % len(names)]
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                impls[n]()
-                e.record()
-                evs.append((n, s, e))
-        torch.cuda.synchronize()
-        for n, s, e in evs:
-            out[n].append(s.elapsed_time(e))
-    return out
+    return alternate({n: [f] * max(warmup, 1) for n, f in impls.items()}, iters, chunk,
+                     warmup=None if warmup else 0, sleep_cycles=sleep_cycles)
 
 
 def median(xs: list[float]) -> float | None:

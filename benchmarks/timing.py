@@ -2,7 +2,8 @@
 between its own pair of CUDA events, so that clock and power drift hit all alike."""
 
 
-def alternate(impls: dict, iters: int, chunk: int = 8, warmup: int | None = None) -> dict:
+def alternate(impls: dict, iters: int, chunk: int = 8, warmup: int | None = None,
+              sleep_cycles: int = 8_000_000) -> dict:
     """Per-launch times (ms) of each implementation (name -> list of zero-argument
     launchers): iteration i runs every implementation once, in an order rotated by i; the
     host is queued ahead of the GPU (a sleep kernel) before each chunk of iterations.
@@ -17,7 +18,7 @@ def alternate(impls: dict, iters: int, chunk: int = 8, warmup: int | None = None
     out = {n: [] for n in names}
     for c0 in range(0, iters, chunk):
         evs = []
-        torch.cuda._sleep(8_000_000)
+        torch.cuda._sleep(sleep_cycles)
         for i in range(c0, min(iters, c0 + chunk)):
             for j in range(len(names)):
                 n = names[(i + j) % len(names)]
