@@ -1,0 +1,553 @@
+"""Collective kernels over symmetric memory for sm_90a: all-reduce (one-shot, two-shot),
+all-gather and reduce-scatter of a flat tensor, in 16-byte vectors.
+
+These are the fast versions of what lower-collectives expresses with ``pk.put`` /
+``pk.signal``: the same algorithms and the same reduction order (slots summed in rank
+order 0..W-1 in f32, rounded once, so results are bitwise equal to the graph-level op),
+but one launch with no host work: signal pads are monotonic ``u32`` counters compared with
+the launch's epoch (zeroed once at allocation), so consecutive launches need no zeroing,
+no host barrier and no host synchronization.
+
+The W ranks each run the same grid of ``G`` CTAs; CTA ``c`` of every rank handles slice
+``c`` of each chunk, and synchronizes only with CTA ``c`` of the other ranks through
+per-(phase, source rank, CTA) slots ``pad[(phase * W + src) * G + c]``. So a rank needs no
+grid-wide barrier, but every CTA of every rank must be resident at once (the host keeps
+``G`` <= the SMs a rank runs on; one CTA of 512 threads fits any SM).
+
+Kinds (``sym``: the symmetric buffer, ``stage`` double-buffered by epoch parity):
+
+* ``ar1`` one-shot all-reduce, out of place: copy the input into ``stage[epoch & 1]``;
+  arrive (signal every rank, wait for every rank); sum all ranks' stages into the local
+  output. Double buffering makes it safe without an exit barrier: a rank can only reach
+  epoch e + 2 (and overwrite the half of epoch e) after every rank's CTA arrived in e + 1,
+  i.e. after their kernels of epoch e (which read that half) completed.
+* ``rs`` reduce-scatter (pull), out of place: the same, summing only chunk ``rank``.
+* ``ar2`` two-shot all-reduce in place on ``sym`` (the caller's data lives there, like
+  torch's ``two_shot_all_reduce_``): arrive; sum chunk ``rank`` over all ranks and store
+  the result into every rank's ``sym`` (the all-gather half); leave (signal, wait for every
+  rank's chunk). With ``copy_in`` the input comes from a local tensor into ``sym[0:n]`` and
+  the result goes to ``sym[n:2n]`` (out of place; the result is ``sym[n:2n]`` of the rank).
+* ``ag`` all-gather (push): arrive (every peer's kernel of this epoch started, so its
+  consumers of the last result are done); store the local input into slot ``rank`` of
+  every rank's ``sym``; leave. The result is the rank's ``sym`` (``W x n``).
+
+Every wait is bounded: after ``timeout`` ns a thread records (flag, kind, rank, peer,
+seen, wanted, cta, epoch) in the error record and stops waiting, so a missing rank is an
+error on the host, not a hang.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pkc.codegen.hopper.gemm import _Ptx
+
+KINDS = ("ar1", "rs", "ar2", "ag")
+DTYPES = {"bf16": 2, "f16": 2, "f32": 4}
+THREADS = 512
+ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
+ERR_PHASES = {1: "arrival of the rank's CTA (its data is ready / its kernel started)",
+              2: "the rank's results written into this rank (exit)"}
+
+
+@dataclass(frozen=True)
+class CollectiveConfig:
+    """One collective kernel: ``kind`` (see the module doc) for ``world`` ranks, element
+    type ``dtype``; ``unroll`` vectors per thread per iteration; ``copy_in`` (ar2 only):
+    take the input from a local tensor, result in the second half of ``sym``."""
+
+    kind: str = "ar1"
+    world: int = 2
+    dtype: str = "bf16"
+    unroll: int = 4
+    copy_in: bool = False
+
+    @property
+    def esize(self) -> int:
+        return DTYPES[self.dtype]
+
+    @property
+    def vec_elems(self) -> int:
+        return 16 // self.esize
+
+    @property
+    def chunks(self) -> int:
+        """Chunks of the input a CTA copies or reduces: W where data is split by rank."""
+        return 1 if self.kind in ("ar1", "ag") else self.world
+
+    @property
+    def kernel_name(self) -> str:
+        extra = "_copy" if self.copy_in else ""
+        return f"pkc_coll_{self.kind}{extra}_w{self.world}_{self.dtype}_u{self.unroll}"
+
+    def validate(self) -> None:
+        def need(cond, msg):
+            if not cond:
+                raise ValueError(f"CollectiveConfig {self}: {msg}")
+        need(self.kind in KINDS, f"kind must be one of {KINDS}")
+        need(self.dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}")
+        need(1 <= self.world <= 64, "world must be 1..64")
+        need(1 <= self.unroll <= 8, "unroll must be 1..8")
+        need(not self.copy_in or self.kind == "ar2", "copy_in is an ar2 option")
+
+
+class CollectiveKernel:
+    """Emits the PTX of one :class:`CollectiveConfig`.
+
+    Parameters (in order): ``src`` (u64, local input; ar2 in place: unused), ``out`` (u64,
+    local output: ar1 / rs), ``sym`` (u64 device array of the W ranks' symmetric buffer
+    addresses), ``pads`` (u64 device array of the W signal pads, ``2 * W * G`` u32 each),
+    ``nv`` (u32, 16-byte vectors of the whole tensor: ar1 / ar2 the tensor, rs the input
+    ``W x chunk``, ag the local input), ``cv`` (u32, vectors per chunk), ``per`` (u32,
+    vectors per CTA slice of a chunk), ``rank``, ``epoch`` (u32), ``err`` (u64, 8 u32),
+    ``timeout`` (u64 ns).
+    """
+
+    PARAMS = (("src", "u64"), ("out", "u64"), ("sym", "u64"), ("pads", "u64"), ("nv", "u32"),
+              ("cv", "u32"), ("per", "u32"), ("rank", "u32"), ("epoch", "u32"),
+              ("err", "u64"), ("timeout", "u64"))
+
+    def __init__(self, cfg: CollectiveConfig):
+        cfg.validate()
+        self.cfg = cfg
+        self.p = _Ptx()
+
+    # ---- small helpers ---------------------------------------------------------------
+    def _pname(self, s: str) -> str:
+        return f"{self.cfg.kernel_name}_param_{s}"
+
+    def _ptr_of(self, dst: str, array: str, idx) -> None:
+        p = self.p
+        off = p.r64("poff")
+        p(f"mul.wide.u32 {off}, {idx}, 8;")
+        p(f"add.s64 {off}, {array}, {off};")
+        p(f"ld.global.nc.u64 {dst}, [{off}];")
+
+    def _slot(self, dst: str, base: str, phase: int, src) -> None:
+        """dst = base + 4 * ((phase * W + src) * G + cta)."""
+        p = self.p
+        s = p.r32("slot")
+        p(f"add.u32 {s}, {src}, {phase * self.cfg.world};")
+        p(f"mad.lo.u32 {s}, {s}, %G, %cta;")
+        p(f"mul.wide.u32 {dst}, {s}, 4;")
+        p(f"add.s64 {dst}, {dst}, {base};")
+
+    def _spin_wait(self, addr: str, want: str, phase: int, peer: str) -> None:
+        """Wait until (s32)(ld.acquire.sys [addr] - want) >= 0, bounded by %timeout; on
+        expiry record the first error of this rank and stop waiting."""
+        p = self.p
+        top, done, late = p.fresh("sw"), p.fresh("sw_ok"), p.fresh("sw_late")
+        v, d = p.r32("sv"), p.r32("sd")
+        dl, now = p.r64("sdl"), p.r64("snow")
+        ok, pl, first = p.pred("sok"), p.pred("slate"), p.pred("sfirst")
+        p("mov.u64 %sdl, %globaltimer;")
+        p(f"add.u64 {dl}, {dl}, %timeout;")
+        p.label(top)
+        p(f"ld.acquire.sys.global.u32 {v}, [{addr}];")
+        p(f"sub.s32 {d}, {v}, {want};")
+        p(f"setp.ge.s32 {ok}, {d}, 0;")
+        p(f"@{ok} bra {done};")
+        p(f"mov.u64 {now}, %globaltimer;")
+        p(f"setp.gt.u64 {pl}, {now}, {dl};")
+        p(f"@{pl} bra {late};")
+        p("nanosleep.u32 32;")
+        p(f"bra {top};")
+        p.label(late)
+        old = p.r32("eold")
+        p("atom.global.cas.b32 %eold, [%err], 0, 1;")
+        p(f"setp.eq.u32 {first}, {old}, 0;")
+        for i, val in enumerate((str(phase), "%rank", peer, v, want, "%cta", "%epoch"), 1):
+            p(f"@{first} st.global.u32 [%err+{4 * i}], {val};")
+        p.label(done)
+
+    def _barrier_phase(self, phase: int) -> None:
+        """Every thread's stores so far are visible to all ranks; then signal slot
+        (phase, rank, cta) of every rank and wait for slot (phase, q, cta) of every q."""
+        p, W = self.p, self.cfg.world
+        p.comment(f"---- phase {phase}: signal every rank, wait for every rank")
+        p("bar.sync 0;")
+        t0 = p.pred("t0")
+        skip = p.fresh("sig_done")
+        p(f"@!{t0} bra {skip};")
+        p("fence.acq_rel.sys;")
+        pad, addr = p.r64("padq"), p.r64("sig_addr")
+        for d in range(W):
+            self._ptr_of(pad, "%pads", str(d))
+            self._slot(addr, pad, phase - 1, "%rank")
+            p(f"red.release.sys.global.add.u32 [{addr}], 1;")
+        p.label(skip)
+        waits = p.fresh("wait_done")
+        tw = p.pred("tw")
+        p(f"setp.lt.u32 {tw}, %tidx, {W};")
+        p(f"@!{tw} bra {waits};")
+        self._slot(addr, "%mypad", phase - 1, "%tidx")
+        self._spin_wait(addr, "%epoch", phase, "%tidx")
+        p.label(waits)
+        p("bar.sync 0;")
+
+    # ---- vector loops ------------------------------------------------------------------
+    def _slice_loop(self, lo: str, hi: str, body, unroll: int | None = None) -> None:
+        """For v in [lo, hi) in steps of THREADS * unroll, each thread ``unroll`` vectors
+        (v + tid + u * THREADS), guarded by predicates: ``body(vregs, preds)``."""
+        p, U = self.p, unroll or self.cfg.unroll
+        top, end = p.fresh("loop"), p.fresh("loop_end")
+        base = p.r32("lbase")
+        p(f"add.u32 {base}, {lo}, %tidx;")
+        p.label(top)
+        pe = p.pred("lpe")
+        p(f"setp.ge.u32 {pe}, {base}, {hi};")
+        p(f"@{pe} bra {end};")
+        vs = []
+        for u in range(U):
+            v = p.r32(f"v{u}")
+            p(f"add.u32 {v}, {base}, {u * THREADS};")
+            vs.append(v)
+        self._hi = hi
+        body(vs, [v for v in vs])
+        p(f"add.u32 {base}, {base}, {U * THREADS};")
+        p(f"bra.uni {top};")
+        p.label(end)
+
+    def _addr(self, dst: str, base: str, v: str, extra_vecs: str | None = None) -> None:
+        """dst = base + 16 * (v [+ extra_vecs])."""
+        p = self.p
+        if extra_vecs is None:
+            p(f"mul.wide.u32 {dst}, {v}, 16;")
+        else:
+            t = p.r32("avt")
+            p(f"add.u32 {t}, {v}, {extra_vecs};")
+            p(f"mul.wide.u32 {dst}, {t}, 16;")
+        p(f"add.s64 {dst}, {dst}, {base};")
+
+    def _guard(self, v: str) -> str:
+        """A predicate for "vector v is inside the loop's range", computed where it is
+        used (a predicate kept live per unrolled vector makes ptxas spill them)."""
+        q = self.p.pred("pg")
+        self.p(f"setp.lt.u32 {q}, {v}, {self._hi};")
+        return q
+
+    def _load(self, regs: list[str], addr: str, v: str, peer: bool) -> None:
+        # peer data: .cg (L2, not L1: L1 could hold a line from an earlier launch)
+        cache = "cg" if peer else "nc"
+        q = self._guard(v)
+        self.p(f"@{q} ld.global.{cache}.v4.b32 {{{', '.join(regs)}}}, [{addr}];")
+
+    def _store(self, regs: list[str], addr: str, v: str) -> None:
+        q = self._guard(v)
+        self.p(f"@{q} st.global.v4.b32 [{addr}], {{{', '.join(regs)}}};")
+
+    def _copy(self, lo: str, hi: str, dst_base: str, dst_shift: str | None = None,
+              to_all: bool = False) -> None:
+        """src[v] -> dst_base[v (+ dst_shift)] (to_all: into every rank's sym at that
+        offset) for v in [lo, hi)."""
+        p, W = self.p, self.cfg.world
+        a = p.r64("caddr")
+
+        def body(vs, ps):
+            for u, (v, q) in enumerate(zip(vs, ps)):
+                regs = [p.r32(f"x{u}_{k}") for k in range(4)]
+                self._addr(a, "%src", v)
+                self._load(regs, a, v, peer=False)
+            for u, (v, q) in enumerate(zip(vs, ps)):
+                regs = [p.r32(f"x{u}_{k}") for k in range(4)]
+                if to_all:
+                    for d in range(W):
+                        self._addr(a, f"%symp{d}", v, dst_shift)
+                        self._store(regs, a, v)
+                else:
+                    self._addr(a, dst_base, v, dst_shift)
+                    self._store(regs, a, v)
+        self._slice_loop(lo, hi, body)
+
+    def _reduce(self, lo: str, hi: str, src_off: str, out_base: str | None,
+                out_shift: str | None, push_off: str | None) -> None:
+        """For v in [lo, hi): r = sum over q (rank order) of sym_q[src_off + v]; store r to
+        out_base[v - out_shift] (local) or, with push_off, to every rank's
+        sym[push_off + v]."""
+        p, W, cfg = self.p, self.cfg.world, self.cfg
+        a = p.r64("raddr")
+        soff = p.r64("rsoff")
+        p(f"mul.wide.u32 {soff}, {src_off}, 16;")
+
+        def body(vs, ps):
+            for u, (v, q) in enumerate(zip(vs, ps)):
+                for r in range(W):
+                    regs = [p.r32(f"y{u}_{r}_{k}") for k in range(4)]
+                    self._addr(a, f"%symp{r}", v)
+                    p(f"add.s64 {a}, {a}, {soff};")
+                    self._load(regs, a, v, peer=True)
+            for u, (v, q) in enumerate(zip(vs, ps)):
+                res = [p.r32(f"z{u}_{k}") for k in range(4)]
+                for k in range(4):
+                    self._sum_word(res[k], [f"%y{u}_{r}_{k}" for r in range(W)])
+                if push_off is not None:
+                    for d in range(W):
+                        self._addr(a, f"%symp{d}", v, push_off)
+                        self._store(res, a, v)
+                else:
+                    t = p.r32("rloc")
+                    p(f"sub.u32 {t}, {v}, {out_shift};") if out_shift else p(f"mov.u32 {t}, {v};")
+                    self._addr(a, out_base, t)
+                    self._store(res, a, v)
+        # W loads of 4 registers per vector: about 8 vectors (32 registers) in flight per thread
+        self._slice_loop(lo, hi, body, max(1, min(cfg.unroll, 8 // W)))
+
+    def _sum_word(self, dst: str, words: list[str]) -> None:
+        """dst (b32) = the rank-order f32 sum of the words (2 x 16-bit or 1 x f32 each),
+        rounded once."""
+        p, dt = self.p, self.cfg.dtype
+        if dt == "f32":
+            acc, x = p.reg("f_acc", ".f32"), p.reg("f_x", ".f32")
+            p(f"mov.b32 {acc}, {words[0]};")
+            for w in words[1:]:
+                p(f"mov.b32 {x}, {w};")
+                p(f"add.rn.f32 {acc}, {acc}, {x};")
+            p(f"mov.b32 {dst}, {acc};")
+            return
+        lo, hi = p.reg("f_lo", ".f32"), p.reg("f_hi", ".f32")
+        xl, xh = p.reg("f_xl", ".f32"), p.reg("f_xh", ".f32")
+        for i, w in enumerate(words):
+            tl, th = (lo, hi) if i == 0 else (xl, xh)
+            self._unpack(tl, th, w)
+            if i:
+                p(f"add.rn.f32 {lo}, {lo}, {xl};")
+                p(f"add.rn.f32 {hi}, {hi}, {xh};")
+        p(f"cvt.rn.{dt}x2.f32 {dst}, {hi}, {lo};")
+
+    def _unpack(self, lo: str, hi: str, word: str) -> None:
+        p = self.p
+        if self.cfg.dtype == "bf16":
+            t = p.r32("ubits")
+            p(f"shl.b32 {t}, {word}, 16;")
+            p(f"mov.b32 {lo}, {t};")
+            p(f"and.b32 {t}, {word}, 0xFFFF0000;")
+            p(f"mov.b32 {hi}, {t};")
+        else:
+            h0, h1 = p.reg("uh0", ".b16"), p.reg("uh1", ".b16")
+            p(f"mov.b32 {{{h0}, {h1}}}, {word};")
+            p(f"cvt.f32.f16 {lo}, {h0};")
+            p(f"cvt.f32.f16 {hi}, {h1};")
+
+    def _chunk_slice(self, chunk: str, lo: str, hi: str, limit: str) -> None:
+        """[lo, hi) = CTA %cta's slice of chunk ``chunk`` (clipped to ``limit``)."""
+        p = self.p
+        t = p.r32("cs_t")
+        p(f"mul.lo.u32 {lo}, {chunk}, %cv;")
+        p(f"add.u32 {t}, {lo}, %cv;")
+        p(f"mad.lo.u32 {lo}, %cta, %per, {lo};")
+        p(f"add.u32 {hi}, {lo}, %per;")
+        p(f"min.u32 {hi}, {hi}, {t};")
+        p(f"min.u32 {hi}, {hi}, {limit};")
+        p(f"min.u32 {lo}, {lo}, {hi};")
+
+    # ---- the kernel --------------------------------------------------------------------
+    def emit(self) -> str:
+        cfg, p, W = self.cfg, self.p, self.cfg.world
+        for name, ty in self.PARAMS:
+            p.reg(name, ".b64" if ty == "u64" else ".b32")
+            p(f"ld.param.{ty} %{name}, [{self._pname(name)}];")
+        for name in ("tidx", "cta", "G"):
+            p.reg(name, ".b32")
+        p("mov.u32 %tidx, %tid.x;")
+        p("mov.u32 %cta, %ctaid.x;")
+        p("mov.u32 %G, %nctaid.x;")
+        p(f"setp.eq.u32 {p.pred('t0')}, %tidx, 0;")
+        for r in range(W):
+            self._ptr_of(p.r64(f"symp{r}"), "%sym", str(r))
+        self._ptr_of(p.r64("mypad"), "%pads", "%rank")
+        lo, hi, q = p.r32("lo"), p.r32("hi"), p.r32("chunk")
+        stage = p.r32("stage")     # vector offset of this epoch's staging half
+        if cfg.kind in ("ar1", "rs"):
+            p("and.b32 %stage, %epoch, 1;")
+            p("mul.lo.u32 %stage, %stage, %nv;")
+        else:
+            p("mov.u32 %stage, 0;")
+        mine = p.r64("mysym")
+        self._ptr_of(mine, "%sym", "%rank")
+
+        if cfg.kind in ("ar1", "rs") or cfg.copy_in:
+            p.comment("---- copy-in: this CTA's slice of every chunk into this rank's sym")
+            for c in range(cfg.chunks):
+                p(f"mov.u32 {q}, {c};")
+                self._chunk_slice(q, lo, hi, "%nv")
+                self._copy(lo, hi, mine, "%stage")
+        self._barrier_phase(1)
+
+        if cfg.kind in ("ar1", "rs"):
+            p.comment("---- reduce this CTA's slice of the rank's chunk from every rank")
+            p(f"mov.u32 {q}, {0 if cfg.kind == 'ar1' else '%rank'};")
+            self._chunk_slice(q, lo, hi, "%nv")
+            shift = None if cfg.kind == "ar1" else p.r32("oshift")
+            if shift:
+                p(f"mul.lo.u32 {shift}, %rank, %cv;")
+            self._reduce(lo, hi, "%stage", "%out", shift, None)
+            p("exit;")
+            return self._assemble()
+        if cfg.kind == "ar2":
+            p.comment("---- reduce chunk `rank` from every rank, store it into every rank")
+            p(f"mov.u32 {q}, %rank;")
+            self._chunk_slice(q, lo, hi, "%nv")
+            self._reduce(lo, hi, "%stage", None, None, "%nv" if cfg.copy_in else "%stage")
+        else:  # ag
+            p.comment("---- push this rank's slice into slot `rank` of every rank")
+            p(f"mov.u32 {q}, 0;")
+            self._chunk_slice(q, lo, hi, "%nv")
+            shift = p.r32("gshift")
+            p(f"mul.lo.u32 {shift}, %rank, %nv;")
+            self._copy(lo, hi, "", shift, to_all=True)
+        self._barrier_phase(2)
+        p("exit;")
+        return self._assemble()
+
+    def _assemble(self) -> str:
+        cfg, p = self.cfg, self.p
+        params = ",\n".join(f"\t.param .{ty} {self._pname(n)}" for n, ty in self.PARAMS)
+        head = [f"// pkc collective {cfg.kind} W={cfg.world} {cfg.dtype} (sm_90a)",
+                ".version 8.5", ".target sm_90a", ".address_size 64", "",
+                f".visible .entry {cfg.kernel_name}(", params, f") .maxntid {THREADS}, 1, 1", "{"]
+        return "\n".join(head + p.declarations() + p.lines + ["}", ""])
+
+
+def emit_collective_ptx(cfg: CollectiveConfig) -> str:
+    return CollectiveKernel(cfg).emit()
+
+
+def plan_grid(cfg: CollectiveConfig, elems: int, max_ctas: int) -> tuple[int, int, int, int]:
+    """(nv, cv, per, G) for a tensor of ``elems`` elements (the input of the kernel: for
+    rs the ``W x chunk`` tensor, for ag the local shard). Raises if the size is not a
+    whole number of 16-byte vectors (per chunk, where chunks exist)."""
+    ve = cfg.vec_elems
+    if elems % ve:
+        raise ValueError(f"{cfg.kind}: {elems} elements is not a multiple of 16 bytes")
+    nv = elems // ve
+    W = cfg.world
+    if cfg.kind == "rs":
+        if nv % W:
+            raise ValueError(f"rs: {elems} elements do not split into {W} chunks of 16-byte vectors")
+        cv = nv // W
+    elif cfg.kind == "ar2":
+        cv = -(-nv // W)
+    else:
+        cv = nv
+    work = THREADS * cfg.unroll
+    G = max(1, min(max_ctas, -(-cv // work)))
+    per = -(-cv // G)
+    return nv, cv, per, G
+
+
+class CollectiveTimeout(RuntimeError):
+    """A collective kernel's bounded wait ran out: names kernel, rank, CTA and peer."""
+
+
+class CollectiveRunner:
+    """One collective of a fixed size over a :class:`~pkc.runtime.peers.Peers` world, with
+    persistent symmetric buffers and signal pads: ``run({rank: input})`` launches on the
+    ranks driven here and returns ``{rank: output}``.
+
+    Outputs that live in symmetric memory (ar2, ag) are overwritten by the next launch:
+    copy them if they must outlive it. ``ar2`` without ``copy_in`` is in place: write the
+    input into :meth:`buffer` (the result replaces it); ``run`` then takes no inputs.
+    Errors (a peer that never arrived) are recorded on the device; :meth:`check` reads the
+    records (it synchronizes) and raises :class:`CollectiveTimeout`.
+    """
+
+    def __init__(self, cfg: CollectiveConfig, elems: int, peers, timeout_ns: int = 2_000_000_000):
+        import torch
+        from pkc.codegen.hopper.launch import load_kernel
+
+        cfg.validate()
+        if cfg.world != peers.world:
+            raise ValueError(f"{cfg.kernel_name} is built for {cfg.world} ranks, the peers are {peers.world}")
+        self.cfg, self.peers, self.elems = cfg, peers, elems
+        self.tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[cfg.dtype]
+        max_ctas = min(peers.sms_of(r) for r in peers.ranks)
+        self.nv, self.cv, self.per, self.grid = plan_grid(cfg, elems, max_ctas)
+        self.kernel = load_kernel(emit_collective_ptx(cfg), cfg.kernel_name, 0, peers.device)
+        W, ve = cfg.world, cfg.vec_elems
+        sym_vecs = {"ar1": 2 * self.nv, "rs": 2 * self.nv, "ag": W * self.nv,
+                    "ar2": 2 * self.nv if cfg.copy_in else self.nv}[cfg.kind]
+        key = ("collective", cfg, elems, id(self))
+        self.sym = peers.symmetric(key + ("sym",), [sym_vecs * ve], self.tdt)
+        self.pads = peers.symmetric(key + ("pads",), [2 * W * self.grid], torch.int32, zero=True)
+        self.err = peers.local(key + ("err",), [8], torch.int32, zero=True)
+        self.timeout_ns = int(timeout_ns)
+        self.epoch = 0
+        n = elems
+        self.out = {}
+        for r in peers.ranks:
+            s = self.sym.tensors[r]
+            if cfg.kind == "ar1":
+                self.out[r] = torch.empty(n, dtype=self.tdt, device=peers.device)
+            elif cfg.kind == "rs":
+                self.out[r] = torch.empty(n // W, dtype=self.tdt, device=peers.device)
+            elif cfg.kind == "ar2":
+                self.out[r] = s[n:2 * n] if cfg.copy_in else s[:n]
+            else:
+                self.out[r] = s
+        self._args: dict = {}
+
+    @property
+    def in_place(self) -> bool:
+        return self.cfg.kind == "ar2" and not self.cfg.copy_in
+
+    def buffer(self, rank: int):
+        """ar2 in place: the symmetric tensor rank ``rank`` writes its input into."""
+        if not self.in_place:
+            raise ValueError(f"{self.cfg.kernel_name} is not in place")
+        return self.out[rank]
+
+    def _bind(self, rank: int, src):
+        import ctypes
+        from pkc.codegen.hopper.launch import KernelArgs
+
+        key = (rank, 0 if src is None else src.data_ptr())
+        hit = self._args.get(key)
+        if hit is None:
+            u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+            epoch = u32(0)
+            out = self.out[rank].data_ptr() if self.cfg.kind in ("ar1", "rs") else 0
+            vals = [u64(0 if src is None else src.data_ptr()), u64(out),
+                    u64(self.sym.ptrs_dev.data_ptr()), u64(self.pads.ptrs_dev.data_ptr()),
+                    u32(self.nv), u32(self.cv), u32(self.per), u32(rank), epoch,
+                    u64(self.err[rank].data_ptr()), u64(self.timeout_ns)]
+            hit = self._args[key] = (KernelArgs(vals), epoch, src)
+        return hit
+
+    def _check_input(self, rank: int, x):
+        if x is None:
+            raise ValueError(f"{self.cfg.kernel_name}: rank {rank} needs an input")
+        if x.dtype != self.tdt or x.numel() != self.elems or not x.is_contiguous() \
+                or x.data_ptr() % 16 or x.device != self.peers.device:
+            raise ValueError(
+                f"{self.cfg.kernel_name}: rank {rank}'s input must be a contiguous, 16-byte "
+                f"aligned {self.tdt} tensor of {self.elems} elements on {self.peers.device}; "
+                f"got {tuple(x.shape)} {x.dtype} on {x.device}")
+
+    def run(self, inputs=None, ranks=None) -> dict:
+        """Launch every driven rank (``inputs[rank]``: its local input; none in place).
+        ``ranks``: launch only these (tests of a missing peer)."""
+        from pkc.codegen.hopper.launch import launch
+
+        self.epoch += 1
+        self.peers.begin()
+        for r in (self.peers.ranks if ranks is None else ranks):
+            x = None
+            if not self.in_place:
+                x = inputs[r] if inputs is not None else None
+                self._check_input(r, x)
+            args, epoch, _ = self._bind(r, x)
+            epoch.value = self.epoch
+            launch(self.kernel, self.grid, THREADS, args, self.peers.stream(r))
+        self.peers.end()
+        return {r: self.out[r] for r in self.peers.ranks}
+
+    def check(self) -> None:
+        for r in self.peers.ranks:
+            rec = self.err[r].tolist()
+            if rec[0]:
+                d = dict(zip(ERR_FIELDS, rec))
+                raise CollectiveTimeout(
+                    f"{self.cfg.kernel_name}: rank {d['rank']} (CTA {d['cta']}, epoch "
+                    f"{d['epoch']}) timed out waiting for rank {d['peer']}: "
+                    f"{ERR_PHASES.get(d['kind'], d['kind'])}; its signal was {d['seen']}, "
+                    f"wanted {d['wanted']}")

@@ -1,0 +1,70 @@
+"""The sm_90a collective kernels (pkc/codegen/hopper/collectives.py) without a GPU: every
+kind, world and dtype assembles with ptxas (no spills from W = 2 on); the PTX carries the
+protocol (release signals to every rank, bounded acquire waits, the f32 rank-order sum and
+one rounding); the grid plan splits sizes as documented and rejects sizes that are not
+whole 16-byte vectors."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pkc.codegen.hopper import tools
+from pkc.codegen.hopper.collectives import (KINDS, CollectiveConfig, emit_collective_ptx,
+                                            plan_grid)
+
+needs_ptxas = pytest.mark.skipif(tools.find_tool("ptxas") is None, reason="ptxas not found")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("W", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("kind", KINDS)
+def test_assembles(kind, W):
+    for dtype in ("bf16", "f16", "f32"):
+        for copy_in in ([False, True] if kind == "ar2" else [False]):
+            cfg = CollectiveConfig(kind, W, dtype, copy_in=copy_in)
+            a = tools.assemble(emit_collective_ptx(cfg))
+            assert a.registers <= 128, cfg
+            if W >= 2:
+                assert a.spill_stores == 0, (cfg, a.log)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_protocol_in_ptx(kind):
+    W = 4
+    ptx = emit_collective_ptx(CollectiveConfig(kind, W, "bf16"))
+    phases = 1 if kind in ("ar1", "rs") else 2
+    assert ptx.count("red.release.sys.global.add.u32") == W * phases
+    assert ptx.count("ld.acquire.sys.global.u32") == phases
+    assert "%globaltimer" in ptx and "atom.global.cas.b32" in ptx   # bounded waits
+    assert ptx.count("fence.acq_rel.sys") == phases
+    if kind != "ag":
+        # W peer loads per vector through L2, the sum in f32, one rounding per word pair
+        assert re.search(r"ld\.global\.cg\.v4\.b32", ptx)
+        assert "add.rn.f32" in ptx and "cvt.rn.bf16x2.f32" in ptx
+    else:
+        assert "add.rn.f32" not in ptx
+
+
+def test_plan_grid():
+    ar1 = CollectiveConfig("ar1", 2, "bf16")
+    assert plan_grid(ar1, 2048, 132) == (256, 256, 256, 1)          # 4 KiB: one CTA
+    nv, cv, per, G = plan_grid(ar1, 1 << 29, 132)                   # 1 GiB: every SM
+    assert (nv, cv, G) == (1 << 26, 1 << 26, 132) and per * G >= cv
+    rs = CollectiveConfig("rs", 4, "bf16")
+    assert plan_grid(rs, 4 * 8 * 10, 132)[:2] == (40, 10)
+    with pytest.raises(ValueError, match="4 chunks"):
+        plan_grid(rs, 8 * 10, 132)
+    with pytest.raises(ValueError, match="16 bytes"):
+        plan_grid(ar1, 1001, 132)
+    ar2 = CollectiveConfig("ar2", 3, "f32")
+    nv, cv, per, G = plan_grid(ar2, 4 * 10, 8)
+    assert (nv, cv) == (10, 4)                  # chunks of ceil(10 / 3); the last is short
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="kind"):
+        CollectiveConfig("bcast").validate()
+    with pytest.raises(ValueError, match="copy_in"):
+        CollectiveConfig("ar1", copy_in=True).validate()
