@@ -22,7 +22,8 @@ baseline's: relative Frobenius error < 2e-2 for bf16, no NaN):
 - ``symm``: torch.ops.symm_mem.fused_all_gather_matmul / fused_matmul_reduce_scatter (AG, RS);
 - ``pkc_hand``: pkc's hand-built Hopper kernels (pkc/codegen/hopper/fused.py: TMA + wgmma
   GEMM with the collective in its epilogue / producer), one process per GPU with the peer
-  pointers and signal pads from torch symmetric memory (:class:`DistFused`) (AG, RS);
+  pointers and signal pads from torch symmetric memory (:func:`hand_world`:
+  ``FusedWorld`` over ``pkc.runtime.peers.DistributedPeers``) (AG, RS);
 - ``pkc``: the compiler's path: graph-level pk IR of the pattern, the ``default`` pipeline
   (the cost model decides whether to fuse), run by pkc's runtime under torch.distributed
   (pkc.runtime.execute.run_kernel_module_distributed with one persistent runner). It
@@ -575,102 +576,16 @@ class PkcProgram:
         return run_kernel_module_distributed(self.module, list(inputs), runner=self.runner())[0]
 
 
-def _fused_world_class():
+def hand_world(ctx: Ctx, fcfg, Mc: int, N: int, K: int):
+    """pkc's hand-built fused kernel for this rank: a FusedWorld over the group's symmetric
+    memory (pkc.runtime.peers.DistributedPeers; the pads are zeroed and the group passes a
+    barrier before any rank can signal). All ranks must build it and launch it alike."""
     from pkc.codegen.hopper.fused import FusedWorld
+    from pkc.runtime.peers import DistributedPeers
 
-    class DistFused(FusedWorld):
-        """This rank's share of pkc's hand-built fused kernel under torch.distributed: the
-        symmetric buffers (rs: the accumulators; ag: the gathered A) and the signal pads come
-        from ``torch.distributed._symmetric_memory`` (empty + rendezvous), their peers'
-        addresses (``buffer_ptrs``) become the kernel's device pointer arrays. Pads are
-        zeroed once; the kernels compare monotonic counters with the launch epoch, so all
-        ranks must launch the same number of times."""
-
-        def __init__(self, fcfg, Mc, N, K, ctx: Ctx, sig_timeout_ns: int = 2_000_000_000):
-            import torch
-            import torch.distributed._symmetric_memory as symm_mem
-            from pkc.codegen.hopper.fused import emit_fused_ptx, encode_tmap
-            from pkc.codegen.hopper.launch import load_kernel
-
-            fcfg.validate()
-            self.fcfg, self.cfg = fcfg, fcfg.gemm_cfg()
-            self.W, self.Mc, self.N, self.K = fcfg.world, Mc, N, K
-            if fcfg.world != ctx.world:
-                raise ValueError("the kernel's world must be the group's")
-            self.rank = ctx.rank
-            self.device = ctx.device
-            self.tdt = torch.bfloat16 if self.cfg.dtype == "bf16" else torch.float16
-            self.ptx = emit_fused_ptx(fcfg)
-            self.kernel = load_kernel(self.ptx, self.cfg.kernel_name, self.cfg.smem_bytes, self.device)
-            self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-            c = self.cfg
-            self.tpc = -(-Mc // c.bm) * -(-N // c.bn)
-            comm = fcfg.n_comm
-            self.grid = min(self.sms - comm, self.W * self.tpc) + comm
-            self.sig_timeout_ns = int(sig_timeout_ns)
-            self.epoch = 0
-            W, dev, i64, r = self.W, self.device, torch.int64, self.rank
-            self._keep = []
-
-            def sym(shape, dtype):
-                t = symm_mem.empty(*shape, dtype=dtype, device=dev)
-                h = symm_mem.rendezvous(t, ctx.group_name)
-                self._keep.append((t, h))
-                return t, torch.tensor(list(h.buffer_ptrs), dtype=i64, device=dev), list(h.buffer_ptrs)
-
-            self.pads, self.sig_ptrs_dev, _ = sym((64,), torch.int32)
-            self.pads.zero_()
-            self.err = torch.zeros(W, 8, dtype=torch.int32, device=dev)
-            none = [None] * W
-            if fcfg.kind == "rs":
-                acc_t = torch.float32 if fcfg.acc_dtype == "f32" else self.tdt
-                acc, self.acc_ptrs_dev, acc_ptrs = sym((Mc, N), acc_t)
-                self.acc = list(none)
-                self.acc[r] = acc
-                if fcfg.acc_dtype == "f32":
-                    self.out = list(none)
-                    self.out[r] = torch.empty(Mc, N, dtype=self.tdt, device=dev)
-                else:
-                    self.out = self.acc
-                pc = fcfg.piece_cols
-                maps = b"".join(encode_tmap(p, fcfg.acc_dtype, [N, Mc], [N * fcfg.acc_esize],
-                                            [pc, 64], pc * fcfg.acc_esize) for p in acc_ptrs)
-                raw = torch.zeros(len(maps) + 128, dtype=torch.uint8, device=dev)
-                off = (-raw.data_ptr()) % 128
-                self._maps_raw = raw
-                self.maps_dev = raw[off:off + len(maps)]
-                self.maps_dev.copy_(torch.frombuffer(bytearray(maps), dtype=torch.uint8))
-            else:
-                g, self.gath_ptrs_dev, _ = sym((W, Mc, K), self.tdt)
-                self.gath = list(none)
-                self.gath[r] = g
-                self.out = list(none)
-                self.out[r] = torch.empty(W * Mc, N, dtype=self.tdt, device=dev)
-            self._args = {}
-            ctx.barrier()  # every rank's pads are zero before any kernel signals into them
-
-        def run_rank(self, a, b):
-            from pkc.codegen.hopper.launch import launch
-
-            self.epoch += 1
-            args, epoch, _ = self._bind(self.rank, a, b)
-            epoch.value = self.epoch
-            launch(self.kernel, self.grid, self.cfg.threads, args, None)
-            return self.out[self.rank]
-
-        def check(self) -> None:
-            """Raises SignalTimeout if this rank recorded a timed-out wait."""
-            from pkc.codegen.hopper.fused import ERR_FIELDS, ERR_KINDS, SignalTimeout
-
-            e = self.err[self.rank].cpu().tolist()
-            if e[0]:
-                d = dict(zip(ERR_FIELDS, e))
-                raise SignalTimeout(
-                    f"{self.cfg.kernel_name}: rank {d['rank']} (CTA {d['cta']}, epoch {d['epoch']}) "
-                    f"timed out waiting for {ERR_KINDS.get(d['kind'], d['kind'])}: signal of rank "
-                    f"{d['peer']} at {d['seen']}, wanted {d['wanted']}")
-
-    return DistFused
+    if fcfg.world != ctx.world:
+        raise ValueError("the kernel's world must be the group's")
+    return FusedWorld(fcfg, Mc, N, K, peers=DistributedPeers(ctx.group, ctx.device))
 
 
 def measure_link_bw(ctx: Ctx, mib: int = 256, iters: int = 8) -> dict:
@@ -802,7 +717,7 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
         try:
             cfg = choose_config(M, N, K, num_sms=torch.cuda.get_device_properties(dev).multi_processor_count)
             row["hand_cfg"] = cfg.tag() if hasattr(cfg, "tag") else str(cfg)
-            hand = _fused_world_class()(FusedConfig(kind=fam, world=W, gemm=cfg), M // W, N, K, ctx)
+            hand = hand_world(ctx, FusedConfig(kind=fam, world=W, gemm=cfg), M // W, N, K)
             outs["pkc_hand"] = hand.run_rank(a, b)
             torch.cuda.synchronize()
             hand.check()

@@ -50,6 +50,9 @@ class Peers:
     device: torch.device
 
     def __init__(self) -> None:
+        from pkc.codegen.hopper.launch import _ensure_context
+
+        _ensure_context(self.device)     # driver calls below need the primary context
         self._sym: dict[object, Symmetric] = {}
         self._local: dict[object, dict[int, torch.Tensor]] = {}
         self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count

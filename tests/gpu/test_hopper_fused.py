@@ -1,9 +1,11 @@
 """pkc's fused sm_90a kernels (GEMM + reduce-scatter, all-gather + GEMM) on a Hopper GPU
 against torch: random inputs, outputs (and accumulators, gathered buffers) poisoned with
 NaN before every launch, shapes that are and are not multiples of the tile, bf16 and fp16,
-f32 and output-dtype accumulators; W = 1 (every pointer local) and W = 2, 3 in a virtual
-world on the one GPU (each rank on its own stream with a share of the SMs, all resident at
-once); repeated launches (epochs 1, 2, ...) and the bounded-wait error path.
+f32 and output-dtype accumulators, B as [N, K] ("nk", C = A @ B^T) and [K, N] ("kn",
+C = A @ B); W = 1 (every pointer local) and W = 2, 3 in a virtual world on the one GPU
+(pkc.runtime.peers.VirtualPeers: each rank on its own lane, a green context with its share
+of the SMs, or a plain stream; all resident at once); repeated launches (epochs 1, 2, ...)
+and the bounded-wait error path.
 
     python -m pytest tests/gpu/test_hopper_fused.py           # needs an sm_90 GPU
     python tests/gpu/test_hopper_fused.py --jsonl out.jsonl    # the same cases, one line each
@@ -74,6 +76,18 @@ def _cases() -> list[dict]:
             out.append(dict(kind="rs", W=W, dtype="bf16", acc="out", tile=256, shape=s))
             out.append(dict(kind="rs", W=W, dtype="bf16", acc="f32", tile=256, shape=s))
             out.append(dict(kind="ag", W=W, dtype="bf16", tile=256, shape=s))
+    # plain-stream lanes (no green contexts): the fallback of the virtual world
+    out.append(dict(kind="rs", W=2, dtype="bf16", acc="out", tile=256, shape=SHAPES_WN[0],
+                    green=False))
+    out.append(dict(kind="ag", W=2, dtype="bf16", tile=256, shape=SHAPES_WN[0], green=False))
+    # B as [K, N] (the x @ w of a pk.matmul): bn = 256 and 128 (bn/64 boxes per k-block)
+    for W in (1, 2):
+        for s in ((1000, 1000, 1000), (256, 512, 1024), (2048, 1024, 1024)):
+            out.append(dict(kind="rs", W=W, dtype="bf16", acc="out", tile=256, shape=s, b="kn"))
+            out.append(dict(kind="ag", W=W, dtype="bf16", tile=256, shape=s, b="kn"))
+        out.append(dict(kind="rs", W=W, dtype="f16", acc="f32", tile=128, shape=(1000, 1000, 1000),
+                        b="kn"))
+        out.append(dict(kind="ag", W=W, dtype="f16", tile=128, shape=(257, 136, 72), b="kn"))
     return out
 
 
@@ -83,11 +97,12 @@ CASES = _cases()
 def _case_id(c: dict) -> str:
     acc = f"-{c.get('acc', '')}" if c["kind"] == "rs" else ""
     sab = ("-sabotage" if c.get("sabotage") else "") + (f"-{c['variant']}" if c.get("variant") else "")
+    sab += ("-kn" if c.get("b") == "kn" else "") + ("-plain" if c.get("green") is False else "")
     return f"{c['kind']}-W{c['W']}-{c['dtype']}{acc}-t{c['tile']}-{'x'.join(map(str, c['shape']))}{sab}"
 
 
 def fcfg_of(c: dict) -> FusedConfig:
-    g = (G256 if c["tile"] == 256 else G128).with_(dtype=c["dtype"])
+    g = (G256 if c["tile"] == 256 else G128).with_(dtype=c["dtype"], b_layout=c.get("b", "nk"))
     acc = "f32" if c.get("acc") == "f32" else ""
     comm = 4 if c["W"] > 1 else -1
     extra = dict(own_map="global", wait_own=True) if c.get("variant") == "v1" else {}
@@ -101,24 +116,28 @@ def run_case(c: dict, seed: int = 0) -> dict:
     W = c["W"]
     Mc, N, K = c["shape"]
     tdt = torch.bfloat16 if c["dtype"] == "bf16" else torch.float16
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    per = sms // W if W > 1 else None
-    world = FusedWorld(f, Mc, N, K, sms_per_rank=per,
+    world = FusedWorld(f, Mc, N, K, green=c.get("green", True),
                        sig_timeout_ns=50_000_000 if c.get("sabotage") else 1_000_000_000)
     g = torch.Generator(device="cuda").manual_seed(seed * 7919 + Mc * 31 + N * 17 + K + W)
     rows = W * Mc if f.kind == "rs" else Mc
+    kn = f.gemm.b_layout == "kn"
     A = [torch.randn(rows, K, device="cuda", generator=g).to(tdt) for _ in range(W)]
-    B = [torch.randn(N, K, device="cuda", generator=g).to(tdt) for _ in range(W)]
+    B = [torch.randn(*((K, N) if kn else (N, K)), device="cuda", generator=g).to(tdt)
+         for _ in range(W)]
+
+    def prod(a, b):                      # kn: a @ b; nk: a @ b.T
+        return a.double() @ (b.double() if kn else b.double().t())
+
     if f.kind == "rs":
-        full = sum(A[r].double() @ B[r].double().t() for r in range(W))
+        full = sum(prod(A[r], B[r]) for r in range(W))
         refs = [full[p * Mc:(p + 1) * Mc] for p in range(W)]
     else:
-        Ag = torch.cat(A, 0).double()
-        refs = [Ag @ B[r].double().t() for r in range(W)]
-    streams = [torch.cuda.Stream() for _ in range(W)] if W > 1 else None
+        Ag = torch.cat(A, 0)
+        refs = [prod(Ag, B[r]) for r in range(W)]
     rec = {"case": _case_id(c), "kind": f.kind, "W": W, "dtype": c["dtype"],
            "acc": f.acc_dtype if f.kind == "rs" else None, "tile": c["tile"],
-           "Mc": Mc, "N": N, "K": K, "grid": world.grid, "kernel": world.cfg.kernel_name}
+           "b_layout": f.gemm.b_layout, "Mc": Mc, "N": N, "K": K, "grid": world.grid,
+           "kernel": world.cfg.kernel_name, "lanes": getattr(world.peers, "mode", None)}
 
     def poison():
         for t in world.out:
@@ -132,7 +151,7 @@ def run_case(c: dict, seed: int = 0) -> dict:
 
     def launch():
         torch.cuda.synchronize()
-        outs = world.run(A, B, streams)
+        outs = world.run(A, B)
         torch.cuda.synchronize()
         return [o.clone() for o in outs]
 

@@ -33,6 +33,14 @@ FUSED = {
     "ag_w1": FusedConfig("ag", 1),
     "ag_w8": FusedConfig("ag", 8),
     "ag_w2_128x128_f16": FusedConfig("ag", 2, gemm=G128.with_(dtype="f16"), comm_ctas=4),
+    # B as [K, N] (b_layout "kn"): bn/64 boxes of B per k-block, N-major wgmma operand
+    "rs_w1_kn": FusedConfig("rs", 1, gemm=GemmConfig(b_layout="kn")),
+    "rs_w2_kn_f32acc": FusedConfig("rs", 2, acc="f32", gemm=GemmConfig(b_layout="kn")),
+    "rs_w4_kn_128x128": FusedConfig("rs", 4, gemm=G128.with_(b_layout="kn")),
+    "ag_w1_kn": FusedConfig("ag", 1, gemm=GemmConfig(b_layout="kn")),
+    "ag_w2_kn": FusedConfig("ag", 2, gemm=GemmConfig(b_layout="kn")),
+    "ag_w4_kn_128x128_f16": FusedConfig("ag", 4, gemm=G128.with_(dtype="f16", b_layout="kn"),
+                                        comm_ctas=4),
 }
 
 _ASM: dict = {}
@@ -59,6 +67,35 @@ def test_configs_validate():
         FusedConfig("rs", 2, acc="f16").validate()        # bf16 GEMM: acc f32 or bf16
     assert FusedConfig("ag", 1).n_comm == 0 and FusedConfig("ag", 4).n_comm == 8
     assert FusedConfig("rs", 1, acc="f32").piece_cols == 32
+
+
+def test_kn_validate_and_names():
+    """kn needs bn a multiple of 64 (whole 64-column boxes of B); its kernels get their
+    own names (the nk names, those of the measured kernels, stay as they were)."""
+    with pytest.raises(ValueError, match="b_layout kn needs bn a multiple of 64"):
+        FusedConfig("rs", 2, gemm=GemmConfig(bn=96, stages=6, b_layout="kn")).validate()
+    with pytest.raises(ValueError, match="b_layout kn needs bn a multiple of 64"):
+        FusedConfig("ag", 4, gemm=GemmConfig(bn=160, stages=5, b_layout="kn")).validate()
+    FusedConfig("ag", 4, gemm=GemmConfig(bn=192, b_layout="kn")).validate()
+    nk, kn = FusedConfig("rs", 2), FusedConfig("rs", 2, gemm=GemmConfig(b_layout="kn"))
+    assert nk.kernel_name == "pkc_rs_w2_bf16acc_bf16_128x256_s4_c2_g8"
+    assert kn.kernel_name == "pkc_rs_w2_bf16acc_kn_bf16_128x256_s4_c2_g8"
+    assert FusedConfig("ag", 2, gemm=GemmConfig(b_layout="kn")).kernel_name.startswith(
+        "pkc_ag_w2_cc8_kn_")
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(FUSED) if "_kn" in n])
+def test_kn_loads_b_in_64_column_boxes(name):
+    """The producer's B loads for kn: bn/64 2-D TMA loads of {n, k} per k-block, after
+    the one of A (ag W > 1: plus the gathered rows' 3-D load); wgmma with B transposed."""
+    f = FUSED[name]
+    ptx = emit_fused_ptx(f)
+    loads = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.tile"
+                       r"\.mbarrier::complete_tx::bytes \[[^]]+\], \[%tmB, \{%[\w]+, %[\w]+\}\]", ptx)
+    assert len(loads) == f.gemm.bn // 64
+    assert "[%tmB, {%ldb_n, %" in ptx                     # N innermost: {n, k}
+    mmas = [ln for ln in ptx.splitlines() if "wgmma.mma_async" in ln]
+    assert mmas and all(ln.endswith(", 1, 1, 0, 1;") for ln in mmas)     # imm-trans-b = 1
 
 
 @pytest.mark.parametrize("name", sorted(FUSED))
@@ -204,3 +241,133 @@ def test_fused_epilogue_swizzle_matches_tma(acc, bn):
                     ours = row * rowb + ((8 * es * jj) ^ y)
                     col = 8 * jj + 2 * (lane & 3)
                     assert ours == tma(row * rowb + col * es)
+
+
+# ---- FusedWorld's host side on CPU stand-ins (no GPU: tensor maps and launches recorded)
+class _FakePeers:
+    """A CPU stand-in for pkc.runtime.peers.Peers: ``ranks`` driven of ``world``; records
+    barriers, stream ordering and the streams launches go to."""
+
+    def __init__(self, world, ranks):
+        import torch
+
+        from pkc.runtime.peers import Peers
+
+        self.__class__ = type("FakePeers", (_FakePeers, Peers), {})
+        self.world, self.ranks, self.device = world, list(ranks), torch.device("cpu")
+        self._sym, self._local, self.sms, self.log = {}, {}, 132, []
+
+    def _make_symmetric(self, shape, dtype):
+        import torch
+
+        from pkc.runtime.peers import Symmetric
+
+        ts = {r: torch.full(shape, 7, dtype=dtype) for r in self.ranks}
+        ptrs = [ts[r].data_ptr() if r in ts else 4096 * (r + 1) for r in range(self.world)]
+        return Symmetric(ts, ptrs, torch.tensor(ptrs))
+
+    def stream(self, rank):
+        return 100 + rank
+
+    def sms_of(self, rank):
+        return 64
+
+    def begin(self):
+        self.log.append("begin")
+
+    def end(self):
+        self.log.append("end")
+
+    def sync_all(self):
+        self.log.append("sync")
+
+
+@pytest.fixture
+def fake_launch(monkeypatch):
+    """Records encode_tmap's (dims, box) and every launch's (grid, stream, epoch)."""
+    from types import SimpleNamespace
+
+    import pkc.codegen.hopper.fused as fz
+    import pkc.codegen.hopper.launch as hl
+
+    rec = SimpleNamespace(maps=[], launches=[])
+    monkeypatch.setattr(fz, "encode_tmap", lambda ptr, dt, dims, strides, box, sw:
+                        rec.maps.append((dt, list(dims), list(box), sw)) or bytes(128))
+    monkeypatch.setattr(fz.FusedWorld, "_load", lambda self: SimpleNamespace(name="k"))
+    monkeypatch.setattr(hl, "launch", lambda k, grid, block, args, st:
+                        rec.launches.append((grid, st)))
+    return rec
+
+
+def _operands(kind, W, Mc, N, K, kn):
+    import torch
+
+    rows = W * Mc if kind == "rs" else Mc
+    a = [torch.randn(rows, K).to(torch.bfloat16) for _ in range(W)]
+    b = [torch.randn(*((K, N) if kn else (N, K))).to(torch.bfloat16) for _ in range(W)]
+    return a, b
+
+
+@pytest.mark.parametrize("kind", ["rs", "ag"])
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_world_virtual_run(fake_launch, kind, layout):
+    """All ranks driven: pads zeroed (then a barrier) before anything else, one launch per
+    rank on its lane between begin and end, epochs advance, B's tensor map per layout
+    (kn: [N, K] dims, 64-column boxes, as HopperGemm.pack), wrong B shapes rejected
+    without advancing the epoch."""
+    from pkc.codegen.hopper.fused import FusedWorld
+
+    W, Mc, N, K = 2, 256, 512, 128
+    peers = _FakePeers(W, range(W))
+    f = FusedConfig(kind, W, gemm=GemmConfig(b_layout=layout))
+    w = FusedWorld(f, Mc, N, K, peers=peers)
+    assert peers.log == ["sync"]
+    assert all(int(t.abs().sum()) == 0 for t in w.pads.tensors.values())
+    assert w.grid == min(64 - f.n_comm, W * w.tpc) + f.n_comm
+    a, b = _operands(kind, W, Mc, N, K, layout == "kn")
+    outs = w.run(a, b)
+    assert outs is w.out and all(o is not None for o in outs)
+    assert fake_launch.launches == [(w.grid, 100), (w.grid, 101)] and w.epoch == 1
+    assert peers.log == ["sync", "begin", "end"]
+    b_maps = [m for m in fake_launch.maps if m[2][1:] == [64 if layout == "kn" else 256]
+              or m[2] == [64, 64]]
+    want = ([N, K], [64, 64]) if layout == "kn" else ([K, N], [64, 256])
+    assert (f.gemm.dtype, *want, 128) in fake_launch.maps, (fake_launch.maps, b_maps)
+    w.run({0: a[0], 1: a[1]}, {0: b[0], 1: b[1]}, streams=[7, 8])    # dicts, own streams
+    assert fake_launch.launches[-2:] == [(w.grid, 7), (w.grid, 8)] and w.epoch == 2
+    wrong = [t.t().contiguous() for t in b]
+    with pytest.raises(ValueError, match="B must be"):
+        w.run(a, wrong)
+    with pytest.raises(ValueError, match="need 2 A"):
+        w.run(a[:1], b)
+    assert w.epoch == 2 and len(fake_launch.launches) == 4
+
+
+def test_world_one_rank_of_many(fake_launch):
+    """One driven rank (torch.distributed): run_rank launches it alone on its stream,
+    buffers of other ranks are None, check reads its record only; a second world of the
+    same kernel and size on the same peers shares the buffers and the epoch."""
+    from pkc.codegen.hopper.fused import FusedWorld, SignalTimeout
+
+    W, Mc, N, K = 4, 128, 256, 64
+    peers = _FakePeers(W, [2])
+    f = FusedConfig("rs", W, gemm=GemmConfig(b_layout="kn"), acc="f32")
+    w = FusedWorld(f, Mc, N, K, peers=peers)
+    assert w.acc[2] is not None and w.acc[0] is None and w.out[3] is None
+    a, b = _operands("rs", W, Mc, N, K, True)
+    o = w.run_rank(a[2], b[2])
+    assert o is w.out[2] and fake_launch.launches == [(w.grid, 102)] and w.epoch == 1
+    w2 = FusedWorld(f, Mc, N, K, peers=peers)
+    assert w2.pads is w.pads and w2.acc[2] is w.acc[2] and peers.log.count("sync") == 1
+    w2.run_rank(a[2], b[2])
+    assert w.epoch == 2
+    w.check()
+    w.err[2][:8] = w.err[2].new_tensor([1, 2, 2, 0, 3, 8, 5, 2])
+    with pytest.raises(SignalTimeout, match="rank 2 .*all contributions.*rank 0 at 3, wanted 8"):
+        w2.check()
+    w.reset_errors()
+    w.check()
+    with pytest.raises(ValueError, match="no A for rank 2"):
+        w.run({0: a[0]}, {2: b[2]})
+    with pytest.raises(ValueError, match="peers of 4"):
+        FusedWorld(FusedConfig("rs", 2), Mc, N, K, peers=peers)

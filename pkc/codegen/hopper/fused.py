@@ -12,8 +12,8 @@ writes an error record (``ERR_FIELDS``) and stops waiting; the kernel then compl
 the host raises :class:`SignalTimeout` naming kernel, rank and signal.
 
 GEMM + reduce-scatter (:class:`GemmRsKernel`, ``kind="rs"``)
-    Each rank holds ``A [W*Mc, K]`` (its K shard) and ``B [N, K]`` and computes the partial
-    ``C = A @ B^T``; rank ``p`` owns output rows ``[p*Mc, (p+1)*Mc)`` summed over all ranks,
+    Each rank holds ``A [W*Mc, K]`` (its K shard) and ``B [N, K]`` (or ``[K, N]``, below)
+    and computes the partial ``C = A @ B^T``; rank ``p`` owns output rows ``[p*Mc, (p+1)*Mc)`` summed over all ranks,
     in its accumulator ``acc_p [Mc, N]`` (f32, or the output dtype). The tile space is
     ``W`` chunks x the tiles of one chunk; slot ``s`` of the visiting order is chunk
     ``(rank + s) % W``: every rank starts with its own chunk, then the chunk of rank+1, ...
@@ -55,6 +55,11 @@ All-gather + GEMM (:class:`AgGemmKernel`, ``kind="ag"``)
     With W = 1 there is no put side and no wait: the kernel is the GEMM with the tile order
     and the A source switch, which is what its W=1 ratio measures.
 
+B: ``b_layout="nk"`` ``[N, K]`` (an nn.Linear weight; C = A @ B^T) or ``"kn"`` ``[K, N]``
+(the ``x @ w`` of a pk.matmul; C = A @ B, bn a multiple of 64). The fused kernels reuse
+the GEMM's B loads (``emit_load_b``: one box per k-block for nk, bn/64 boxes of 64 columns
+for kn) and its wgmma descriptors; only the host's tensor map of B differs.
+
 Requirements: ``cluster_m == 1``, TMA epilogue; every CTA of a rank's grid resident at once
 (grid <= the SMs the rank runs on: a waiting CTA must not keep a CTA that it waits for
 from starting); all ranks launch the same config with the same epoch.
@@ -63,6 +68,7 @@ from starting); all ranks launch the same config with the same epoch.
 from __future__ import annotations
 
 import ctypes
+import weakref
 from dataclasses import dataclass, field, replace
 
 from pkc.codegen.hopper.gemm import (_SWIZZLE_FOR_ROW_BYTES, BK, GemmConfig, GemmKernel,
@@ -120,6 +126,8 @@ class FusedConfig:
         if self.kind == "rs":
             extra += ("_gmap" if self.own_map == "global" else "") + \
                 ("_wown" if self.wait_own else "")
+        if g.b_layout != "nk":            # nk names stay those of the measured kernels
+            extra += f"_{g.b_layout}"
         return (f"pkc_{self.kind}_w{self.world}{extra}_{g.dtype}_{g.bm}x{g.bn}_s{g.stages}"
                 f"_c{g.consumers}_g{g.group_m}")
 
@@ -129,7 +137,8 @@ class FusedConfig:
     def tag(self) -> str:
         g = self.gemm
         extra = f" acc={self.acc_dtype}" if self.kind == "rs" else f" comm={self.n_comm}"
-        return f"{self.kind} W={self.world}{extra} {g.bm}x{g.bn} s{g.stages} {g.dtype}"
+        return (f"{self.kind} W={self.world}{extra} {g.bm}x{g.bn} s{g.stages} {g.dtype}"
+                f" B {g.b_layout}")
 
     def with_(self, **kw) -> "FusedConfig":
         return replace(self, **kw)
@@ -144,7 +153,6 @@ class FusedConfig:
         need(1 <= self.world <= 32, "world must be 1..32 (a u32 bitmask of peers)")
         need(g.cluster_m == 1, "fused kernels use cluster_m=1")
         need(g.epilogue == "tma", "fused kernels use the TMA epilogue")
-        need(g.b_layout == "nk", "fused kernels take B as [N, K]")
         need(self.acc_dtype in ("f32", g.dtype), f"acc {self.acc_dtype!r}: f32 or {g.dtype}")
         need(self.own_map in ("param", "global"), f"own_map {self.own_map!r}: param or global")
         need(self.piece_cols >= 8 and self.piece_cols % 8 == 0, "epilogue piece too narrow")
@@ -825,10 +833,11 @@ def check_fused_pipeline(fcfg: FusedConfig, sass_text: str) -> list[str]:
            if not b.startswith(("TMA loads", "TMA stores")) and "TMA loads per" not in b
            and "TMA stores per" not in b]
     pieces = c.m_slices * (c.bn // fcfg.piece_cols if fcfg.kind == "rs" else c.bn // c.epi_width)
+    loads = tools.expected_pipeline(c)["tma_loads"]       # A + B's boxes (bn/64 for kn)
     if fcfg.kind == "rs":
-        want = {"UTMALDG": 2, "UTMASTG": pieces, "UTMAREDG": pieces}
+        want = {"UTMALDG": loads, "UTMASTG": pieces, "UTMAREDG": pieces}
     else:
-        want = {"UTMALDG": 2 + (1 if fcfg.world > 1 else 0), "UTMASTG": pieces}
+        want = {"UTMALDG": loads + (1 if fcfg.world > 1 else 0), "UTMASTG": pieces}
         if fcfg.world > 1:
             want.update({"UBLKCP.S.G": 2, "UBLKCP.G.S": fcfg.world - 1})   # ring prologue + loop loads
     for op, n in want.items():
@@ -882,141 +891,243 @@ def encode_tmap(ptr: int, dtype: str, dims: list[int], strides: list[int], box: 
 
 
 class FusedWorld:
-    """The ``W`` ranks of one fused kernel, for one problem size, with the buffers of a
-    symmetric-memory world.
+    """The ranks of one fused kernel that this process drives, for one problem size, over
+    a :class:`~pkc.runtime.peers.Peers` group (its symmetric allocations are the kernel's
+    peer buffers and signal pads).
 
-    On one GPU (``peers=None``) every rank's buffers live on this device (a virtual world:
-    the ranks are launched on separate streams, each on ``sms_per_rank`` SMs at most so
-    that all of them are resident at once). The kernel sees only device arrays of peer
-    base addresses, as it would with ``torch.distributed._symmetric_memory`` (there, pass
-    the rendezvous' ``buffer_ptrs`` / ``signal_pad_ptrs`` instead).
+    ``peers=None``: a virtual world of ``W`` ranks on ``device`` (:class:`VirtualPeers`;
+    rank r launches on lane r's stream, a green context of its own when ``green``, so
+    that all ranks are resident at once). Under torch.distributed pass
+    :class:`DistributedPeers`: this process drives its one rank and calls
+    :meth:`run_rank`. The kernel sees only device arrays of peer base addresses either way.
 
-    rs: ``run([A_r [W*Mc, K]], [B_r [N, K]])`` -> per rank ``[Mc, N]`` (sum over ranks of
-    the rank's row chunk). ag: ``run([A_r [Mc, K]], [B_r [N, K]])`` -> per rank
-    ``[W*Mc, N]`` = gather(A) @ B_r^T.
+    rs: rank r's ``A_r [W*Mc, K]`` and ``B_r`` -> ``[Mc, N]`` (sum over ranks of the row
+    chunk r). ag: ``A_r [Mc, K]`` and ``B_r`` -> ``[W*Mc, N]`` = gather(A) @ B_r. ``B_r`` is
+    ``[N, K]`` (``b_layout="nk"``, the product is A @ B^T) or ``[K, N]`` (``"kn"``, A @ B).
+
+    Buffers persist on the peers under a key of kernel and size, so a second world of the
+    same kernel and size on the same peers shares them (and the launch epoch, which the
+    pads' counters are compared with); outputs are those buffers, overwritten by the next
+    launch. The grid fills at most ``sms_per_rank`` SMs and at most the SMs a rank runs on
+    (every CTA must be resident: a waiting CTA must not keep one it waits for from starting).
     """
 
     def __init__(self, fcfg: FusedConfig, Mc: int, N: int, K: int, device=None,
-                 sms_per_rank: int | None = None, sig_timeout_ns: int = 2_000_000_000):
+                 sms_per_rank: int | None = None, sig_timeout_ns: int = 2_000_000_000,
+                 peers=None, green: bool = True):
         import torch
-        from pkc.codegen.hopper.launch import load_kernel
 
         fcfg.validate()
-        self.fcfg, self.cfg = fcfg, fcfg.gemm_cfg()
-        self.W, self.Mc, self.N, self.K = fcfg.world, Mc, N, K
         if K % 8 or N % 8:
             raise ValueError(f"K ({K}) and N ({N}) must be multiples of 8")
-        self.device = torch.device("cuda", torch.cuda.current_device()) if device is None \
-            else torch.device(device)
+        if peers is None:
+            from pkc.runtime.peers import VirtualPeers
+
+            # W = 1 launches on torch's stream (no rank waits for another): no green lane
+            peers = VirtualPeers(fcfg.world, device, green=green and fcfg.world > 1)
+        elif peers.world != fcfg.world:
+            raise ValueError(f"kernel for {fcfg.world} ranks, peers of {peers.world}")
+        self.peers, self.ranks, self.device = peers, list(peers.ranks), peers.device
+        self.fcfg, self.cfg = fcfg, fcfg.gemm_cfg()
+        self.W, self.Mc, self.N, self.K = fcfg.world, Mc, N, K
         self.tdt = torch.bfloat16 if self.cfg.dtype == "bf16" else torch.float16
         self.ptx = emit_fused_ptx(fcfg)
-        self.kernel = load_kernel(self.ptx, self.cfg.kernel_name, self.cfg.smem_bytes, self.device)
-        sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-        self.sms = sms_per_rank or sms
-        c = self.cfg
+        self.kernel = self._load()
+        self.sms = self._fit_sms(sms_per_rank)
+        c, comm = self.cfg, fcfg.n_comm
         self.tpc = -(-Mc // c.bm) * -(-N // c.bn)
-        comm = fcfg.n_comm
         if self.sms <= comm:
             raise ValueError(f"{self.sms} SMs per rank cannot hold {comm} comm CTAs")
         self.grid = min(self.sms - comm, self.W * self.tpc) + comm
         self.sig_timeout_ns = int(sig_timeout_ns)
-        self.epoch = 0
-        dev, W = self.device, self.W
-        i64 = torch.int64
-        self.pads = torch.zeros(W, 64, dtype=torch.int32, device=dev)     # 256 B per rank
-        self.err = torch.zeros(W, 8, dtype=torch.int32, device=dev)
-        sig_ptrs = [self.pads[r].data_ptr() for r in range(W)]
-        self.sig_ptrs_dev = torch.tensor(sig_ptrs, dtype=i64, device=dev)
-        if fcfg.kind == "rs":
-            acc_t = torch.float32 if fcfg.acc_dtype == "f32" else self.tdt
-            self.acc = [torch.empty(Mc, N, dtype=acc_t, device=dev) for _ in range(W)]
-            self.out = self.acc if fcfg.acc_dtype != "f32" else \
-                [torch.empty(Mc, N, dtype=self.tdt, device=dev) for _ in range(W)]
-            acc_ptrs = [t.data_ptr() for t in self.acc]
-            self.acc_ptrs_dev = torch.tensor(acc_ptrs, dtype=i64, device=dev)
-            pc = fcfg.piece_cols
-            maps = b"".join(encode_tmap(ptr, fcfg.acc_dtype, [N, Mc], [N * fcfg.acc_esize],
-                                        [pc, 64], pc * fcfg.acc_esize) for ptr in acc_ptrs)
-            raw = torch.zeros(len(maps) + 128, dtype=torch.uint8, device=dev)
-            off = (-raw.data_ptr()) % 128
-            self._maps_raw = raw
-            self.maps_dev = raw[off:off + len(maps)]
-            self.maps_dev.copy_(torch.frombuffer(bytearray(maps), dtype=torch.uint8))
-        else:
-            self.gath = [torch.empty(W, Mc, K, dtype=self.tdt, device=dev) for _ in range(W)]
-            self.gath_ptrs_dev = torch.tensor([t.data_ptr() for t in self.gath], dtype=i64,
-                                              device=dev)
-            self.out = [torch.empty(W * Mc, N, dtype=self.tdt, device=dev) for _ in range(W)]
+        self._alloc()
         self._args: dict = {}
 
+    # ---- setup -----------------------------------------------------------------------
+    def _load(self):
+        """The kernel image: context-independent on green-context lanes (a module loaded
+        into the primary context belongs to it), else the GEMM's module loader."""
+        from pkc.codegen.hopper.launch import load_kernel
+
+        c = self.cfg
+        if str(getattr(self.peers, "mode", "")).startswith("green"):
+            return _load_any_context(self.ptx, c.kernel_name, c.smem_bytes, self.device)
+        return load_kernel(self.ptx, c.kernel_name, c.smem_bytes, self.device)
+
+    def _fit_sms(self, cap: int | None) -> int:
+        """SMs one rank's grid may fill: W = 1 runs on torch's stream over the whole GPU,
+        W > 1 on the peers' streams, within the smallest share of the driven ranks."""
+        P = self.peers
+        fit = P.sms if self.W == 1 else min(P.sms_of(r) for r in self.ranks)
+        return min(cap, fit) if cap else fit
+
+    def _alloc(self) -> None:
+        """Pads (zeroed once, before any rank can signal), accumulators / gathered rows
+        (symmetric), outputs and error records (per rank), all persistent on the peers."""
+        import torch
+
+        f, P, W, Mc, N, K = self.fcfg, self.peers, self.W, self.Mc, self.N, self.K
+        key = ("pkc.fused", self.cfg.kernel_name, Mc, N, K)
+        self._epoch = _EPOCHS.setdefault(P, {}).setdefault(key, [0])
+        self.pads = P.symmetric(key + ("pads",), (64,), torch.int32, zero=True)  # slots < 2W
+        self.sig_ptrs_dev = self.pads.ptrs_dev
+        self.err = self._by_rank(P.local(key + ("err",), (8,), torch.int32, zero=True))
+        if f.kind == "rs":
+            acc_t = torch.float32 if f.acc_dtype == "f32" else self.tdt
+            sym = P.symmetric(key + ("acc",), (Mc, N), acc_t)
+            self.acc, self.acc_ptrs_dev = self._by_rank(sym.tensors), sym.ptrs_dev
+            self.out = self.acc if f.acc_dtype != "f32" else \
+                self._by_rank(P.local(key + ("out",), (Mc, N), self.tdt))
+            self.maps_dev = self._acc_maps(sym.ptrs)
+        else:
+            sym = P.symmetric(key + ("gath",), (W, Mc, K), self.tdt)
+            self.gath, self.gath_ptrs_dev = self._by_rank(sym.tensors), sym.ptrs_dev
+            self.out = self._by_rank(P.local(key + ("out",), (W * Mc, N), self.tdt))
+
+    def _by_rank(self, tensors: dict) -> list:
+        """A list indexed by rank (None for the ranks driven elsewhere)."""
+        return [tensors.get(r) for r in range(self.W)]
+
+    def _acc_maps(self, ptrs: list[int]):
+        """The W accumulators' tensor maps in one 128-byte-aligned device array (rs adds
+        into peer p's chunk through map p)."""
+        import torch
+
+        f, N, Mc = self.fcfg, self.N, self.Mc
+        pc = f.piece_cols
+        maps = b"".join(encode_tmap(ptr, f.acc_dtype, [N, Mc], [N * f.acc_esize], [pc, 64],
+                                    pc * f.acc_esize) for ptr in ptrs)
+        raw = torch.zeros(len(maps) + 128, dtype=torch.uint8, device=self.device)
+        off = (-raw.data_ptr()) % 128
+        self._maps_raw = raw
+        dev = raw[off:off + len(maps)]
+        dev.copy_(torch.frombuffer(bytearray(maps), dtype=torch.uint8))
+        return dev
+
+    @property
+    def epoch(self) -> int:
+        """The last launch's epoch (shared by the worlds of this kernel on these peers)."""
+        return self._epoch[0]
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self._epoch[0] = int(value)
+
     # ---- arguments -------------------------------------------------------------------
+    def _b_map(self, b) -> bytes:
+        """B's tensor map, encoded as HopperGemm.pack does (what ``emit_load_b`` loads):
+        nk ``[N, K]``: one box of BK x bn rows per k-block; kn ``[K, N]``: bn/64 boxes of
+        64 columns x BK rows (128-byte rows of N, the N-major wgmma operand)."""
+        c, N, K = self.cfg, self.N, self.K
+        want = (N, K) if c.b_layout == "nk" else (K, N)
+        if tuple(b.shape) != want:
+            dims = "N, K" if c.b_layout == "nk" else "K, N"
+            raise ValueError(f"B must be [{dims}] = {list(want)} for b_layout {c.b_layout!r}, "
+                             f"got {list(b.shape)}")
+        if c.b_layout == "nk":
+            return encode_tmap(b.data_ptr(), c.dtype, [K, N], [K * 2], [BK, c.bn], 128)
+        return encode_tmap(b.data_ptr(), c.dtype, [N, K], [N * 2], [64, BK], 128)
+
     def _bind(self, rank: int, a, b):
+        """(packed arguments, the epoch cell, the operands kept alive) of one rank, cached
+        by pointers and shapes (a repeated call only sets the epoch and launches)."""
         from pkc.codegen.hopper.launch import KernelArgs
 
-        key = (rank, a.data_ptr(), b.data_ptr())
+        key = (rank, a.data_ptr(), b.data_ptr(), tuple(a.shape), tuple(b.shape))
         hit = self._args.get(key)
         if hit is not None:
             return hit
-        f, c, W, Mc, N, K = self.fcfg, self.cfg, self.W, self.Mc, self.N, self.K
-        dt = c.dtype
         for name, t in (("A", a), ("B", b)):
-            if not t.is_contiguous() or t.data_ptr() % 16 or t.dtype != self.tdt:
-                raise ValueError(f"{name} must be contiguous, 16-byte aligned, {self.tdt}")
-        if tuple(b.shape) != (N, K):
-            raise ValueError(f"B must be [N, K] = [{N}, {K}], got {tuple(b.shape)}")
-        tmb = encode_tmap(b.data_ptr(), dt, [K, N], [K * 2], [BK, c.bn], 128)
-        u32, u64 = ctypes.c_uint32, ctypes.c_uint64
-        epoch = u32(0)
-        if f.kind == "rs":
-            if tuple(a.shape) != (W * Mc, K):
-                raise ValueError(f"A must be [W*Mc, K] = [{W * Mc}, {K}], got {tuple(a.shape)}")
-            tma = encode_tmap(a.data_ptr(), dt, [K, W * Mc], [K * 2], [BK, c.bm], 128)
-            pc = f.piece_cols
-            own = encode_tmap(self.acc[rank].data_ptr(), f.acc_dtype, [N, Mc],
-                              [N * f.acc_esize], [pc, 64], pc * f.acc_esize)
-            vals = [tma, tmb, own, u64(self.out[rank].data_ptr()), u32(Mc), u32(N),
-                    u32(K), u32(rank), epoch, u64(self.maps_dev.data_ptr()),
-                    u64(self.acc_ptrs_dev.data_ptr()), u64(self.sig_ptrs_dev.data_ptr()),
-                    u64(self.out[rank].data_ptr()), u64(self.err[rank].data_ptr()),
-                    u64(self.sig_timeout_ns)]
-        else:
-            if tuple(a.shape) != (Mc, K):
-                raise ValueError(f"A must be the shard [Mc, K] = [{Mc}, {K}], got {tuple(a.shape)}")
-            tma = encode_tmap(a.data_ptr(), dt, [K, Mc], [K * 2], [BK, c.bm], 128)
-            w = c.epi_width
-            out = self.out[rank]
-            tmc = encode_tmap(out.data_ptr(), dt, [N, Mc, W], [N * 2, Mc * N * 2], [w, 64, 1],
-                              2 * w)
-            g = self.gath[rank]
-            tmag = encode_tmap(g.data_ptr(), dt, [K, Mc, W], [K * 2, Mc * K * 2], [BK, c.bm, 1],
-                               128)
-            vals = [tma, tmb, tmc, u64(out.data_ptr()), u32(Mc), u32(N), u32(K), u32(rank),
-                    epoch, tmag, u64(self.gath_ptrs_dev.data_ptr()),
-                    u64(self.sig_ptrs_dev.data_ptr()), u64(a.data_ptr()),
-                    u64(self.err[rank].data_ptr()), u64(self.sig_timeout_ns)]
-        args = KernelArgs(vals)
-        self._args[key] = (args, epoch, (a, b))
+            if not t.is_contiguous() or t.data_ptr() % 16 or t.dtype != self.tdt \
+                    or t.device != self.device:
+                raise ValueError(f"{name} must be contiguous, 16-byte aligned, {self.tdt}, "
+                                 f"on {self.device}")
+        tmb = self._b_map(b)
+        epoch = ctypes.c_uint32(0)
+        vals = (self._rs_args if self.fcfg.kind == "rs" else self._ag_args)(rank, a, tmb, epoch)
+        if len(self._args) >= 64:
+            self._args.pop(next(iter(self._args)))
+        self._args[key] = (KernelArgs(vals), epoch, (a, b))
         return self._args[key]
 
-    def run(self, a_list, b_list, streams=None):
-        """Launches every rank's kernel (rank r on ``streams[r]``, default: the current
-        stream for all, which only works for W = 1) and returns the per-rank outputs."""
+    def _rs_args(self, rank: int, a, tmb: bytes, epoch) -> list:
+        f, c, W, Mc, N, K = self.fcfg, self.cfg, self.W, self.Mc, self.N, self.K
+        u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+        if tuple(a.shape) != (W * Mc, K):
+            raise ValueError(f"A must be [W*Mc, K] = [{W * Mc}, {K}], got {list(a.shape)}")
+        tma = encode_tmap(a.data_ptr(), c.dtype, [K, W * Mc], [K * 2], [BK, c.bm], 128)
+        pc = f.piece_cols
+        own = encode_tmap(self.acc[rank].data_ptr(), f.acc_dtype, [N, Mc], [N * f.acc_esize],
+                          [pc, 64], pc * f.acc_esize)
+        out = self.out[rank].data_ptr()
+        return [tma, tmb, own, u64(out), u32(Mc), u32(N), u32(K), u32(rank), epoch,
+                u64(self.maps_dev.data_ptr()), u64(self.acc_ptrs_dev.data_ptr()),
+                u64(self.sig_ptrs_dev.data_ptr()), u64(out), u64(self.err[rank].data_ptr()),
+                u64(self.sig_timeout_ns)]
+
+    def _ag_args(self, rank: int, a, tmb: bytes, epoch) -> list:
+        c, W, Mc, N, K = self.cfg, self.W, self.Mc, self.N, self.K
+        u32, u64, dt = ctypes.c_uint32, ctypes.c_uint64, c.dtype
+        if tuple(a.shape) != (Mc, K):
+            raise ValueError(f"A must be the shard [Mc, K] = [{Mc}, {K}], got {list(a.shape)}")
+        tma = encode_tmap(a.data_ptr(), dt, [K, Mc], [K * 2], [BK, c.bm], 128)
+        w, out, g = c.epi_width, self.out[rank], self.gath[rank]
+        tmc = encode_tmap(out.data_ptr(), dt, [N, Mc, W], [N * 2, Mc * N * 2], [w, 64, 1], 2 * w)
+        tmag = encode_tmap(g.data_ptr(), dt, [K, Mc, W], [K * 2, Mc * K * 2], [BK, c.bm, 1], 128)
+        return [tma, tmb, tmc, u64(out.data_ptr()), u32(Mc), u32(N), u32(K), u32(rank), epoch,
+                tmag, u64(self.gath_ptrs_dev.data_ptr()), u64(self.sig_ptrs_dev.data_ptr()),
+                u64(a.data_ptr()), u64(self.err[rank].data_ptr()), u64(self.sig_timeout_ns)]
+
+    # ---- launching -------------------------------------------------------------------
+    def run(self, a, b, streams=None) -> list:
+        """Launches the driven ranks' kernels of the next epoch; returns ``out`` (indexed
+        by rank, None for ranks driven elsewhere).
+
+        ``a``, ``b``: per rank, a sequence indexed by rank (length W; entries of ranks
+        driven elsewhere are ignored) or a dict by rank. ``streams=None``: W = 1 launches
+        on torch's current stream; W > 1 on the peers' streams, ordered after and before
+        torch's (peers.begin / end). Else ``streams[r]`` (a torch stream or a CUstream
+        int or CUstream), which the caller orders. Every operand is checked before the epoch advances,
+        so a rejected call leaves the ranks in step."""
+        import torch
+
         from pkc.codegen.hopper.launch import launch
 
-        if len(a_list) != self.W or len(b_list) != self.W:
-            raise ValueError(f"need {self.W} A and B tensors")
+        bound = [self._bind(r, _rank_item(a, r, "A", self.W), _rank_item(b, r, "B", self.W))
+                 for r in self.ranks]
         self.epoch += 1
-        for r in range(self.W):
-            args, epoch, _ = self._bind(r, a_list[r], b_list[r])
+        own = streams is None and self.W > 1
+        if own:
+            self.peers.begin()
+        for r, (args, epoch, _) in zip(self.ranks, bound):
             epoch.value = self.epoch
-            st = None if streams is None else streams[r].cuda_stream
+            if streams is not None:
+                st = int(getattr(streams[r], "cuda_stream", streams[r]))
+            elif own:
+                st = self.peers.stream(r)
+            else:
+                st = torch.cuda.current_stream(self.device).cuda_stream
             launch(self.kernel, self.grid, self.cfg.threads, args, st)
+        if own:
+            self.peers.end()
         return self.out
 
+    def run_rank(self, a, b):
+        """The one driven rank's launch (torch.distributed, or a world of one): its
+        operands in, its output out."""
+        if len(self.ranks) != 1:
+            raise ValueError(f"run_rank drives one rank; this process drives {self.ranks} "
+                             f"(use run)")
+        r = self.ranks[0]
+        return self.run({r: a}, {r: b})[r]
+
     def check(self) -> None:
-        """Raises SignalTimeout if any rank recorded a timed-out wait (synchronizes)."""
-        rec = self.err.cpu().tolist()
-        for r, e in enumerate(rec):
+        """Raises SignalTimeout if a driven rank recorded a timed-out wait (synchronizes
+        with the error records' stream)."""
+        import torch
+
+        rec = torch.stack([self.err[r] for r in self.ranks]).cpu().tolist()
+        for e in rec:
             if e[0]:
                 d = dict(zip(ERR_FIELDS, e))
                 raise SignalTimeout(
@@ -1025,4 +1136,43 @@ class FusedWorld:
                     f": signal of rank {d['peer']} at {d['seen']}, wanted {d['wanted']}")
 
     def reset_errors(self) -> None:
-        self.err.zero_()
+        for r in self.ranks:
+            self.err[r].zero_()
+
+
+def _rank_item(x, rank: int, name: str, world: int):
+    """Rank ``rank``'s entry of a per-rank sequence (length W) or dict."""
+    if isinstance(x, dict):
+        if rank not in x:
+            raise ValueError(f"no {name} for rank {rank} (driven here)")
+        return x[rank]
+    if len(x) != world:
+        raise ValueError(f"need {world} {name} tensors indexed by rank (or a dict by rank), "
+                         f"got {len(x)}")
+    return x[rank]
+
+
+# Launch epochs, per peers and buffer key: the pads' counters outlive a FusedWorld.
+_EPOCHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_ANY_CONTEXT: dict = {}
+
+
+def _load_any_context(ptx: str, name: str, smem_bytes: int, device):
+    """The kernel loaded context-independently (``cuLibraryLoadData``, as
+    pkc.runtime.loader does): its ``CUkernel`` launches in the context of the stream it is
+    given, the green context of a lane. Shaped like launch.LoadedKernel for ``launch``."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from pkc.codegen.hopper.launch import _ensure_context
+    from pkc.runtime.driver import device as cu_device
+    from pkc.runtime.loader import LoadedKernel
+
+    key = (device.index, name, hashlib.sha1(ptx.encode()).hexdigest(), smem_bytes)
+    hit = _ANY_CONTEXT.get(key)
+    if hit is None:
+        _ensure_context(device)
+        k = LoadedKernel(ptx.encode() + b"\0", name, smem_bytes, cu_device(device.index or 0))
+        hit = _ANY_CONTEXT[key] = SimpleNamespace(func=k.function, smem_bytes=smem_bytes,
+                                                  name=name, loaded=k)
+    return hit
