@@ -11,9 +11,11 @@ from tests.gpu.pass_cases import graph_cases
 CASES = [c for W in (2, 4, 8) for dt in ("bf16", "f16") for c in graph_cases(W, dt)]
 
 
-@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("target", ["fast", "sm_90a", "sm_80"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_pass_kernel(case, target):
+    """``fast``: the hand-tuned sm_90a kernels where a kernel has a fast plan (the rest on
+    sm_90a codegen); ``sm_90a`` / ``sm_80``: the general codegen path only."""
     from pkc.interp import interpret, random_inputs
     from pkc.ir import parse_module
     from pkc.runtime.execute import run_kernel_module
@@ -27,7 +29,9 @@ def test_pass_kernel(case, target):
         pytest.skip(f"pipeline {steps} produced no pk.kernel")
     original = parse_module(case.ir, case.name)
     inputs = random_inputs(original, case.world, 1)
-    got = run_kernel_module(module, inputs, case.world, target=target, timeout_s=TIMEOUT_S)
+    fast = target == "fast"
+    got = run_kernel_module(module, inputs, case.world, target="sm_90a" if fast else target,
+                            timeout_s=TIMEOUT_S, fast=fast)
     if case.gemm:
         # A fused GEMM sums f32 partials and rounds once, where the graph rounds each
         # rank's product first: compare with the interpreter on the kernel itself.

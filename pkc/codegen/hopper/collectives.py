@@ -356,7 +356,7 @@ class CollectiveKernel:
             self._ptr_of(p.r64(f"symp{r}"), "%sym", str(r))
         self._ptr_of(p.r64("mypad"), "%pads", "%rank")
         lo, hi, q = p.r32("lo"), p.r32("hi"), p.r32("chunk")
-        stage = p.r32("stage")     # vector offset of this epoch's staging half
+        p.r32("stage")             # vector offset of this epoch's staging half
         if cfg.kind in ("ar1", "rs"):
             p("and.b32 %stage, %epoch, 1;")
             p("mul.lo.u32 %stage, %stage, %nv;")

@@ -1,0 +1,147 @@
+"""A graph-level function prepared once for a world, then run many times.
+
+Preparing walks ``@main`` once: every op becomes a step over per-rank values
+(``{rank: [tensors]}``), so a call does no IR work (no printing, no hashing, no lookups by
+op type). Steps:
+
+* ``pk.kernel`` with a fast plan (:mod:`pkc.runtime.fastpath`): the hand-tuned sm_90a
+  kernel over a :class:`~pkc.runtime.peers.Peers` world, with persistent symmetric buffers
+  and epoch-counted signals: no allocation, zeroing, host barrier or host synchronization
+  per call;
+* any other ``pk.kernel``: the general codegen path (compiled once here), run by a
+  :class:`~pkc.runtime.world.VirtualWorld` or :class:`~pkc.runtime.symm.DistributedRunner`;
+* graph-level ops: torch on CUDA tensors with the interpreter's per-op rules (cuBLAS for a
+  matmul the overlap pass left alone); collectives outside kernels in a virtual world by
+  the interpreter's rules (under torch.distributed they must have been lowered).
+
+Values produced by a fast kernel may live in its persistent buffers, which its next call
+overwrites; the outputs of :meth:`Executable.run` are therefore copied (``copy_outputs``),
+intermediates are not. :attr:`Executable.fast_report` says, per kernel, which path it
+takes and why.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from pkc.dialects.kernel import KernelOp
+from pkc.runtime.world import DEFAULT_TIMEOUT_S
+
+Step = Callable[[dict], dict]
+
+
+def fast_enabled() -> bool:
+    """``PKC_FAST=0`` turns the fast path off (every kernel takes the general path)."""
+    return os.environ.get("PKC_FAST", "1") != "0"
+
+
+class Executable:
+    """``@func_name`` of ``module`` prepared for ``peers`` (the ranks this process drives)
+    with ``general`` (VirtualWorld or DistributedRunner) for kernels without a fast plan."""
+
+    def __init__(self, module: ModuleOp, peers, general, *, target: str, func_name: str = "main",
+                 timeout_s: float = DEFAULT_TIMEOUT_S, fast: bool | None = None,
+                 copy_outputs: bool = True, distributed: bool = False, bulk: bool | None = None):
+        from pkc.interp.graph import find_function
+
+        self.peers, self.general, self.target = peers, general, target
+        self.timeout_s, self.copy_outputs, self.distributed = timeout_s, copy_outputs, distributed
+        self.fast = fast_enabled() if fast is None else fast
+        self.bulk = bulk
+        self.fast_report: list[str] = []
+        fn = find_function(module, func_name)
+        block = fn.body.blocks[0]
+        self.args = list(block.args)
+        self.steps: list[tuple[list, list, Step]] = []
+        self.aliased: set = set()          # values that may live in persistent buffers
+        self.returns: list = []
+        for op in block.ops:
+            if isinstance(op, func.ReturnOp):
+                self.returns = list(op.arguments)
+                break
+            self.steps.append((list(op.operands), list(op.results), self._step(op)))
+            if not isinstance(op, KernelOp) and any(v in self.aliased for v in op.operands):
+                self.aliased.update(op.results)     # a view of a persistent buffer
+        else:
+            raise ValueError(f"function @{func_name} has no func.return")
+
+    # ---- preparing -----------------------------------------------------------------
+    def _step(self, op) -> Step:
+        from pkc.dialects import graph as g
+        from pkc.interp.graph import _LOCAL, _WORLD, _run_opaque
+
+        dev = self.peers.device
+        if isinstance(op, KernelOp):
+            return self._kernel_step(op)
+        if isinstance(op, g.COLLECTIVE_OPS):
+            if self.distributed:
+                raise NotImplementedError(
+                    f"'{op.name}' outside a pk.kernel under torch.distributed: run a pipeline "
+                    f"with lower-collectives")
+            rule, W = _WORLD[type(op)], self.peers.world
+            return lambda vals: {r: [o] for r, o in enumerate(rule(op, [vals[q][0] for q in range(W)], W))}
+        if isinstance(op, g.OpaqueOp):
+            return lambda vals: {r: [t.to(dev) for t in _run_opaque(op, v)] for r, v in vals.items()}
+        if type(op) in _LOCAL:  # .to(dev): pk.constant makes its tensor on the CPU
+            rule = _LOCAL[type(op)]
+            return lambda vals: {r: [rule(op, *v).to(dev)] for r, v in vals.items()}
+        raise NotImplementedError(f"'{op.name}' cannot run at graph level on the GPU")
+
+    def _kernel_step(self, op: KernelOp) -> Step:
+        from pkc.runtime.fastpath import FastStep, plan_fast
+
+        name = op.kernel_name.data
+        plan = plan_fast(op, self.target) if self.fast else "fast path off (PKC_FAST=0)"
+        if not isinstance(plan, str):
+            self.fast_report.append(f"@{name}: {plan.describe()}")
+            self.aliased.update(op.results)
+            shapes = [tuple(r.type.get_shape()) for r in op.results]
+            return FastStep(plan, self.peers, shapes)
+        self.fast_report.append(f"@{name}: general path ({plan})")
+        from pkc.runtime.execute import compiled
+
+        ck = compiled(op, self.target, self.bulk)
+        if self.distributed:
+            return lambda vals: {r: self.general.run(ck, v, self.timeout_s) for r, v in vals.items()}
+        W = self.peers.world
+
+        def run_virtual(vals):
+            outs = self.general.run(ck, [vals[r] for r in range(W)], self.timeout_s)
+            return dict(enumerate(outs))
+        return run_virtual
+
+    # ---- running -------------------------------------------------------------------
+    def run(self, inputs: dict) -> dict:
+        """``inputs[rank]``: that rank's arguments of the function (every driven rank).
+        Returns ``{rank: [results]}`` as CUDA tensors."""
+        dev = self.peers.device
+        env: dict = {}
+        for i, a in enumerate(self.args):
+            env[a] = {r: inputs[r][i].to(dev) for r in self.peers.ranks}
+        for operands, results, step in self.steps:
+            vals = {r: [env[v][r] for v in operands] for r in self.peers.ranks}
+            outs = step(vals)
+            for i, res in enumerate(results):
+                env[res] = {r: outs[r][i] for r in self.peers.ranks}
+        out = {}
+        for r in self.peers.ranks:
+            out[r] = [env[v][r].clone() if (self.copy_outputs and v in self.aliased)
+                      else env[v][r] for v in self.returns]
+        return out
+
+
+_CACHE: dict = {}
+
+
+def executable_for(module: ModuleOp, key: tuple, make: Callable[[], Executable]) -> Executable:
+    """One Executable per (module, world, options): calls after the first do no IR work.
+    The module is kept in the entry, so its id cannot be reused while cached."""
+    k = (id(module),) + key
+    hit = _CACHE.get(k)
+    if hit is None:
+        hit = _CACHE[k] = (module, make())
+    return hit[1]

@@ -1,0 +1,249 @@
+"""The fast path: ``pk.kernel`` ops whose plan matches one of pkc's hand-tuned sm_90a
+kernels run on that kernel instead of the general (portable smem-tile) codegen.
+
+Matched (:func:`plan_fast`, pure IR analysis, so it is tested without a GPU):
+
+* lowered ``all_reduce`` (lower-collectives, ``pk.plan.collective``): one-shot ->
+  collectives ``ar1``; two-shot -> ``ar2`` with copy-in. ``all_gather`` / ``reduce_scatter``
+  along the leading dim (the kernel's 3-d view has one row: every chunk contiguous) ->
+  ``ag`` / ``rs``. The algorithm is the one the cost model chose.
+* fused ``mm_reduce_scatter`` (overlap, ``pk.fusion.pattern``) -> the GEMM + reduce-scatter
+  kernel (TMA reduce-add of each tile into its owner's output, output-dtype accumulator);
+  ``all_gather_mm`` with one matmul -> the all-gather + GEMM kernel (gathered A is one of
+  its buffers, returned when the IR asks for it); with several matmuls -> the ``ag``
+  collective, then one cuBLAS GEMM per weight; ``mm_all_reduce`` -> GEMM + reduce-scatter,
+  then the ``ag`` collective of the reduced chunks.
+Anything else (all_to_all, MoE patterns, f64/integer data, shapes that are not whole
+16-byte vectors, a chunk that is not contiguous, 3-d operands) keeps the general path;
+the reason is recorded (:attr:`Executable.fast_report`).
+
+Semantics: the collectives sum in rank order in f32 and round once, like the graph-level
+ops (bitwise equal). The GEMM kernels accumulate in f32 in a different order than the
+interpreter's torch.matmul, and GEMM + reduce-scatter adds the bf16/f16 partial tiles with
+TMA reduce-add (the W = 2 result is the one rounding of the exact sum; for W > 2 each add
+rounds), so fused results agree within the tolerance of a 16-bit GEMM, not bitwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr, TensorType
+
+from pkc.dialects.kernel import KernelOp
+
+_DTYPES = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
+
+
+@dataclass
+class FastPlan:
+    """What the fast path runs for one kernel: ``kind`` is a collective kind (ar1, ar2,
+    ag, rs) or a fused pattern (mm_rs, mm_ar, ag_mm, ag_mms); ``dtype``; the shapes."""
+
+    kind: str
+    world: int
+    dtype: str
+    shapes: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        dims = " ".join(f"{k}={v}" for k, v in self.shapes.items())
+        return f"fast path: {self.kind} W={self.world} {self.dtype} {dims}".rstrip()
+
+
+def _dtype(t: TensorType) -> str | None:
+    return _DTYPES.get(str(t.element_type))
+
+
+def _shape(t) -> tuple[int, ...]:
+    return tuple(t.get_shape())
+
+
+def _dict(op: KernelOp, name: str) -> dict:
+    a = op.attributes.get(name)
+    if not isinstance(a, DictionaryAttr):
+        return {}
+    out = {}
+    for k, v in a.data.items():
+        if isinstance(v, StringAttr):
+            out[k] = v.data
+        elif isinstance(v, IntegerAttr):
+            out[k] = v.value.data
+        else:
+            out[k] = v
+    return out
+
+
+def plan_fast(op: KernelOp, target: str = "sm_90a") -> FastPlan | str:
+    """The fast plan of a ``pk.kernel``, or a string saying why it has none."""
+    if target != "sm_90a":
+        return f"no fast kernels for {target} (sm_90a only)"
+    W = op.world_size
+    ins = [o.type for o in op.inputs]
+    outs = [r.type for r in op.outputs]
+    dts = {_dtype(t) for t in ins + outs}
+    if None in dts or len(dts) != 1:
+        return "element types other than one of bf16/f16/f32"
+    dtype = dts.pop()
+    plan, fusion = _dict(op, "pk.plan"), _dict(op, "pk.fusion")
+    if "collective" in plan:
+        return _plan_collective(plan, ins, outs, W, dtype)
+    if fusion.get("pattern"):
+        return _plan_fused(fusion, ins, outs, W, dtype)
+    return "not a lowered collective or a fused pattern"
+
+
+def _plan_collective(plan, ins, outs, W, dtype) -> FastPlan | str:
+    coll, algo = plan["collective"], plan.get("algorithm", "")
+    vec = 16 // {"f32": 4}.get(dtype, 2)
+    x, y = _shape(ins[0]), _shape(outs[0])
+    elems = 1
+    for d in x:
+        elems *= d
+    if coll == "all_reduce":
+        if elems % vec:
+            return f"all_reduce of {elems} elements: not whole 16-byte vectors"
+        kind = "ar1" if algo == "one_shot" else "ar2"
+        return FastPlan(kind, W, dtype, {"elems": elems})
+    if coll in ("all_gather", "reduce_scatter"):
+        rows = x[0] if len(x) == 3 else None
+        if rows != 1:
+            return f"{coll} along a non-leading dim (view {x}): chunks are not contiguous"
+        chunk = elems if coll == "all_gather" else elems // W
+        if chunk % vec:
+            return f"{coll} chunk of {chunk} elements: not whole 16-byte vectors"
+        kind = "ag" if coll == "all_gather" else "rs"
+        return FastPlan(kind, W, dtype, {"elems": elems, "out": y})
+    return f"no fast kernel for {coll}"
+
+
+def _plan_fused(fusion, ins, outs, W, dtype) -> FastPlan | str:
+    pattern = fusion["pattern"]
+    if dtype == "f32":
+        return "fused GEMM kernels take bf16/f16 operands"
+    if any(len(_shape(t)) != 2 for t in ins):
+        return f"{pattern}: operands are not 2-d"
+    a = _shape(ins[0])
+    if pattern in ("mm_reduce_scatter", "mm_all_reduce"):
+        if len(ins) != 2:
+            return f"{pattern} with {len(ins)} operands"
+        (M, K), (K2, N) = a, _shape(ins[1])
+        if K != K2 or M % W:
+            return f"{pattern}: A {a} x B {(K2, N)} does not split into {W} row chunks"
+        if K % 8 or N % 8 or (pattern == "mm_all_reduce" and (M // W * N) % 8):
+            return f"{pattern}: K={K}, N={N} not multiples of 8 (16-byte rows)"
+        kind = "mm_rs" if pattern == "mm_reduce_scatter" else "mm_ar"
+        return FastPlan(kind, W, dtype, {"M": M, "N": N, "K": K})
+    if pattern == "all_gather_mm":
+        Mc, K = a
+        Ns = [_shape(t)[1] for t in ins[1:]]
+        if any(_shape(t)[0] != K for t in ins[1:]):
+            return f"all_gather_mm: weights {[_shape(t) for t in ins[1:]]} do not match K={K}"
+        if K % 8 or any(n % 8 for n in Ns):
+            return f"all_gather_mm: K={K}, N={Ns} not multiples of 8 (16-byte rows)"
+        gathered = len(outs) == len(Ns) + 1
+        kind = "ag_mm" if len(Ns) == 1 else "ag_mms"
+        return FastPlan(kind, W, dtype, {"Mc": Mc, "K": K, "N": Ns, "gathered": gathered})
+    return f"no fast kernel for pattern {pattern}"
+
+
+# ---- running a plan (needs CUDA) -------------------------------------------------------
+class FastStep:
+    """Runs one :class:`FastPlan` over a Peers world: ``step({rank: operands}) ->
+    {rank: results}``. Kernels and their persistent buffers are made on the first call
+    (per B layout for the GEMMs: a weight given as ``w.t()`` of an ``[N, K]`` tensor runs
+    as B ``[N, K]``, with no copy)."""
+
+    def __init__(self, plan: FastPlan, peers, out_shapes: list[tuple[int, ...]]):
+        self.plan, self.peers, self.out_shapes = plan, peers, out_shapes
+        self._made: dict = {}
+
+    def __call__(self, args: dict) -> dict:
+        kind = self.plan.kind
+        if kind in ("ar1", "ar2", "ag", "rs"):
+            return self._collective(args)
+        return getattr(self, "_" + kind)(args)
+
+    # ---- pieces, made once ---------------------------------------------------------
+    def _coll(self, kind: str, elems: int):
+        from pkc.codegen.hopper.collectives import CollectiveConfig, CollectiveRunner
+
+        key = ("coll", kind, elems)
+        if key not in self._made:
+            cfg = CollectiveConfig(kind, self.plan.world, self.plan.dtype, copy_in=kind == "ar2")
+            self._made[key] = CollectiveRunner(cfg, elems, self.peers)
+        return self._made[key]
+
+    def _fused(self, kind: str, Mc: int, N: int, K: int, b_layout: str):
+        from pkc.codegen.hopper.fused import FusedConfig, FusedWorld
+        from pkc.codegen.hopper.launch import choose_config
+
+        key = ("fused", kind, Mc, N, K, b_layout)
+        if key not in self._made:
+            W = self.plan.world
+            sms = min(self.peers.sms_of(r) for r in self.peers.ranks)
+            gemm = choose_config(W * Mc, N, K, self.plan.dtype, b_layout, sms)
+            fcfg = FusedConfig(kind=kind, world=W, gemm=gemm)
+            self._made[key] = FusedWorld(fcfg, Mc, N, K, peers=self.peers)
+        return self._made[key]
+
+    # ---- the plans -----------------------------------------------------------------
+    def _collective(self, args: dict) -> dict:
+        elems = self.plan.shapes["elems"]
+        run = self._coll(self.plan.kind, elems)
+        outs = run.run({r: a[0].contiguous().view(-1) for r, a in args.items()})
+        return {r: [outs[r].view(self.out_shapes[0])] for r in outs}
+
+    @staticmethod
+    def _b_operand(b):
+        """(layout, tensor): a contiguous [K, N] weight is "kn"; the transpose of a
+        contiguous [N, K] one is "nk" (its .t())."""
+        if b.is_contiguous():
+            return "kn", b
+        if b.t().is_contiguous():
+            return "nk", b.t()
+        return "kn", b.contiguous()
+
+    def _gemm_rs(self, args: dict):
+        s = self.plan.shapes
+        W = self.plan.world
+        lay = {r: self._b_operand(a[1]) for r, a in args.items()}
+        layouts = {v[0] for v in lay.values()}
+        fw = self._fused("rs", s["M"] // W, s["N"], s["K"], layouts.pop())
+        return fw.run({r: a[0].contiguous() for r, a in args.items()},
+                      {r: lay[r][1] for r in args})
+
+    def _mm_rs(self, args: dict) -> dict:
+        outs = self._gemm_rs(args)
+        return {r: [outs[r]] for r in args}
+
+    def _mm_ar(self, args: dict) -> dict:
+        s = self.plan.shapes
+        parts = self._gemm_rs(args)
+        elems = s["M"] // self.plan.world * s["N"]
+        outs = self._coll("ag", elems).run({r: parts[r].view(-1) for r in args})
+        return {r: [outs[r].view(s["M"], s["N"])] for r in args}
+
+    def _ag_mm(self, args: dict) -> dict:
+        s = self.plan.shapes
+        lay = {r: self._b_operand(a[1]) for r, a in args.items()}
+        fw = self._fused("ag", s["Mc"], s["N"][0], s["K"], next(iter(lay.values()))[0])
+        outs = fw.run({r: a[0].contiguous() for r, a in args.items()},
+                      {r: lay[r][1] for r in args})
+        W, Mc, K = self.plan.world, s["Mc"], s["K"]
+        res = {r: [outs[r]] for r in args}
+        if s["gathered"]:
+            for r in args:
+                res[r].append(fw.gath[r].view(W * Mc, K))
+        return res
+
+    def _ag_mms(self, args: dict) -> dict:
+        import torch
+
+        s = self.plan.shapes
+        W, Mc, K = self.plan.world, s["Mc"], s["K"]
+        g = self._coll("ag", Mc * K).run({r: a[0].contiguous().view(-1) for r, a in args.items()})
+        res = {}
+        for r, a in args.items():
+            full = g[r].view(W * Mc, K)
+            res[r] = [torch.mm(full, b) for b in a[1:]] + ([full] if s["gathered"] else [])
+        return res

@@ -1,0 +1,110 @@
+"""Which pk.kernel ops take pkc's hand-tuned sm_90a kernels (pkc/runtime/fastpath.py), on
+IR from the real pipeline: fused GEMM + reduce-scatter / all-reduce, all-gather + GEMM(s)
+and lowered collectives get a fast plan with the right shapes; everything else keeps the
+general path with a reason that names the problem."""
+
+from __future__ import annotations
+
+import pytest
+
+from pkc.dialects.kernel import KernelOp
+from pkc.ir import parse_module
+from pkc.passes.registry import run_pipeline
+from pkc.runtime.fastpath import FastPlan, plan_fast
+
+
+def kernels(ir: str, pipeline: str = "default{force=true}") -> dict[str, KernelOp]:
+    m = parse_module(ir, "t.mlir")
+    run_pipeline(pipeline, m)
+    return {op.kernel_name.data: op for op in m.walk() if isinstance(op, KernelOp)}
+
+
+def t(shape, dt="bf16"):
+    return f"tensor<{'x'.join(map(str, shape))}x{dt}>"
+
+
+def layer(W=2, dt="bf16", M=256, K=512, N=1024):
+    x, w, h, r = t((M, K), dt), t((K, N), dt), t((M, N), dt), t((M // W, N), dt)
+    w2, w3, o, q = t((N, K), dt), t((N, 128), dt), t((M, K), dt), t((M, 128), dt)
+    return f"""
+func.func @main(%x: {x}, %w: {w}, %w2: {w2}, %v: {w3}) -> ({r}, {h}, {o}, {q}) {{
+  %h = pk.matmul %x, %w : ({x}, {w}) -> {h}
+  %r = pk.reduce_scatter %h {{dim = 0 : i64, reduce = "sum", world = {W} : i64}} : {h} -> {r}
+  %g = pk.all_gather %r {{dim = 0 : i64, world = {W} : i64}} : {r} -> {h}
+  %m = pk.matmul %g, %w2 : ({h}, {w2}) -> {o}
+  %a = pk.all_reduce %m {{reduce = "sum", world = {W} : i64}} : {o} -> {o}
+  %q = pk.matmul %g, %v : ({h}, {w3}) -> {q}
+  func.return %r, %g, %a, %q : {r}, {h}, {o}, {q}
+}}"""
+
+
+def test_fused_and_collective_plans():
+    ks = kernels(layer())
+    rs = plan_fast(ks["matmul_reduce_scatter"])
+    assert isinstance(rs, FastPlan) and rs.kind == "mm_rs"
+    assert rs.shapes == {"M": 256, "N": 1024, "K": 512} and rs.dtype == "bf16" and rs.world == 2
+    ag = plan_fast(ks["all_gather_matmul"])
+    assert ag.kind == "ag_mms" and ag.shapes == {"Mc": 128, "K": 1024, "N": [512, 128], "gathered": True}
+    ar = [plan_fast(k) for n, k in ks.items() if n.startswith("all_reduce")]
+    assert [p.kind for p in ar] == ["ar1"] and ar[0].shapes["elems"] == 256 * 512
+    assert "sm_90a only" in plan_fast(ks["matmul_reduce_scatter"], "sm_100a")
+
+
+def test_mm_all_reduce_and_single_ag_mm():
+    x, w, y = t((256, 64)), t((64, 512)), t((256, 512))
+    ir = f"""func.func @main(%x: {x}, %w: {w}) -> {y} {{
+  %h = pk.matmul %x, %w : ({x}, {w}) -> {y}
+  %a = pk.all_reduce %h {{reduce = "sum", world = 4 : i64}} : {y} -> {y}
+  func.return %a : {y}
+}}"""
+    (k,) = kernels(ir).values()
+    p = plan_fast(k)
+    assert p.kind == "mm_ar" and p.shapes == {"M": 256, "N": 512, "K": 64} and p.world == 4
+    s, b, o = t((64, 256)), t((256, 512)), t((256, 512))
+    ir = f"""func.func @main(%s: {s}, %b: {b}) -> {o} {{
+  %g = pk.all_gather %s {{dim = 0 : i64, world = 4 : i64}} : {s} -> {t((256, 256))}
+  %c = pk.matmul %g, %b : ({t((256, 256))}, {b}) -> {o}
+  func.return %c : {o}
+}}"""
+    (k,) = kernels(ir).values()
+    p = plan_fast(k)
+    assert p.kind == "ag_mm" and p.shapes == {"Mc": 64, "K": 256, "N": [512], "gathered": False}
+
+
+def test_two_shot_and_scatter_gather():
+    big = t((4096, 4096))
+    ir = f"""func.func @main(%x: {big}) -> {big} {{
+  %a = pk.all_reduce %x {{reduce = "sum", world = 8 : i64}} : {big} -> {big}
+  func.return %a : {big}
+}}"""
+    (k,) = kernels(ir, "default").values()
+    assert plan_fast(k).kind == "ar2"          # 32 MiB: the cost model picks two-shot
+    part = t((512, 4096))
+    ir = f"""func.func @main(%x: {big}) -> {part} {{
+  %a = pk.reduce_scatter %x {{dim = 0 : i64, reduce = "sum", world = 8 : i64}} : {big} -> {part}
+  func.return %a : {part}
+}}"""
+    (k,) = kernels(ir, "default").values()
+    p = plan_fast(k)
+    assert p.kind == "rs" and p.shapes["elems"] == 4096 * 4096
+
+
+@pytest.mark.parametrize("case,why", [
+    ("dim1", "non-leading dim"),
+    ("f64", "bf16/f16/f32"),
+    ("odd", "16-byte vectors"),
+])
+def test_declined_with_reason(case, why):
+    if case == "dim1":
+        a, b = t((64, 32)), t((64, 64))
+        body = f'%y = pk.all_gather %x {{dim = 1 : i64, world = 2 : i64}} : {a} -> {b}'
+    elif case == "f64":
+        a = b = t((64, 64), "f64")
+        body = f'%y = pk.all_reduce %x {{reduce = "sum", world = 2 : i64}} : {a} -> {b}'
+    else:
+        a = b = t((3, 5))
+        body = f'%y = pk.all_reduce %x {{reduce = "sum", world = 2 : i64}} : {a} -> {b}'
+    ir = f"func.func @main(%x: {a}) -> {b} {{\n  {body}\n  func.return %y : {b}\n}}"
+    (k,) = kernels(ir, "default").values()
+    reason = plan_fast(k)
+    assert isinstance(reason, str) and why in reason
