@@ -570,6 +570,12 @@ class PkcProgram:
             cls._runner = DistributedRunner()
         return cls._runner
 
+    def fast_report(self) -> list[str]:
+        """Per kernel: the fast path's plan or why the general path runs it (after a call)."""
+        from pkc.runtime.executable import _CACHE
+
+        return [line for (mod, ex) in _CACHE.values() if mod is self.module for line in ex.fast_report]
+
     def __call__(self, *inputs):
         from pkc.runtime.execute import run_kernel_module_distributed
 

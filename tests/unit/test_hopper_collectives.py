@@ -68,3 +68,11 @@ def test_config_errors():
         CollectiveConfig("bcast").validate()
     with pytest.raises(ValueError, match="copy_in"):
         CollectiveConfig("ar1", copy_in=True).validate()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_epoch_lives_on_the_device(kind):
+    ptx = emit_collective_ptx(CollectiveConfig(kind, 2, "bf16"))
+    assert ptx.index("ld.global.u32 %epoch, [%ctl];") < ptx.index("bar.sync 0;")
+    assert "atom.global.add.u32 %fin_old, [%ctl+4], 1;" in ptx
+    assert "st.global.u32 [%ctl], %epoch;" in ptx

@@ -4,19 +4,23 @@ microbenchmark kernels, checked without a GPU: every kernel assembles with
 GEMM's pipeline (HGMMA of the tile's shape, one full and one empty mbarrier per stage at
 the expected offsets, setmaxnreg) and shows their own TMA stores / reductions / loads and
 signals; the PTX carries the signal, wait and reduce instructions; the tile order visits
-the own chunk first and every chunk once. SASS checks need ``cuobjdump``."""
+the own chunk first and every chunk once; B as [K, N] ("kn") loads in 64-column boxes.
+FusedWorld's host logic runs on CPU stand-ins of the peers, tensor maps and launches.
+SASS checks need ``cuobjdump``."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+import torch
 
 from pkc.codegen.hopper import tools
 from pkc.codegen.hopper.fused import (FusedConfig, check_fused_pipeline, emit_bulk_copy_loop,
                                       emit_fused_ptx, tile_order)
 from pkc.codegen.hopper.gemm import GemmConfig
 from pkc.codegen.hopper.transfer import KERNELS, kernel_for, tma_lag, tma_piece, tma_ring
+from pkc.runtime.peers import Peers, Symmetric
 
 HAVE_PTXAS = tools.find_tool("ptxas") is not None
 HAVE_CUOBJDUMP = HAVE_PTXAS and tools.find_tool("cuobjdump") is not None
@@ -244,24 +248,15 @@ def test_fused_epilogue_swizzle_matches_tma(acc, bn):
 
 
 # ---- FusedWorld's host side on CPU stand-ins (no GPU: tensor maps and launches recorded)
-class _FakePeers:
+class _FakePeers(Peers):
     """A CPU stand-in for pkc.runtime.peers.Peers: ``ranks`` driven of ``world``; records
-    barriers, stream ordering and the streams launches go to."""
+    barriers and stream ordering (Peers' allocation logic is the real one)."""
 
     def __init__(self, world, ranks):
-        import torch
-
-        from pkc.runtime.peers import Peers
-
-        self.__class__ = type("FakePeers", (_FakePeers, Peers), {})
         self.world, self.ranks, self.device = world, list(ranks), torch.device("cpu")
         self._sym, self._local, self.sms, self.log = {}, {}, 132, []
 
     def _make_symmetric(self, shape, dtype):
-        import torch
-
-        from pkc.runtime.peers import Symmetric
-
         ts = {r: torch.full(shape, 7, dtype=dtype) for r in self.ranks}
         ptrs = [ts[r].data_ptr() if r in ts else 4096 * (r + 1) for r in range(self.world)]
         return Symmetric(ts, ptrs, torch.tensor(ptrs))
@@ -293,15 +288,13 @@ def fake_launch(monkeypatch):
     rec = SimpleNamespace(maps=[], launches=[])
     monkeypatch.setattr(fz, "encode_tmap", lambda ptr, dt, dims, strides, box, sw:
                         rec.maps.append((dt, list(dims), list(box), sw)) or bytes(128))
-    monkeypatch.setattr(fz.FusedWorld, "_load", lambda self: SimpleNamespace(name="k"))
+    monkeypatch.setattr(hl, "load_kernel", lambda ptx, name, smem, dev: SimpleNamespace(name=name))
     monkeypatch.setattr(hl, "launch", lambda k, grid, block, args, st:
                         rec.launches.append((grid, st)))
     return rec
 
 
 def _operands(kind, W, Mc, N, K, kn):
-    import torch
-
     rows = W * Mc if kind == "rs" else Mc
     a = [torch.randn(rows, K).to(torch.bfloat16) for _ in range(W)]
     b = [torch.randn(*((K, N) if kn else (N, K))).to(torch.bfloat16) for _ in range(W)]
@@ -329,10 +322,8 @@ def test_world_virtual_run(fake_launch, kind, layout):
     assert outs is w.out and all(o is not None for o in outs)
     assert fake_launch.launches == [(w.grid, 100), (w.grid, 101)] and w.epoch == 1
     assert peers.log == ["sync", "begin", "end"]
-    b_maps = [m for m in fake_launch.maps if m[2][1:] == [64 if layout == "kn" else 256]
-              or m[2] == [64, 64]]
-    want = ([N, K], [64, 64]) if layout == "kn" else ([K, N], [64, 256])
-    assert (f.gemm.dtype, *want, 128) in fake_launch.maps, (fake_launch.maps, b_maps)
+    want = ([N, K], [64, 64]) if layout == "kn" else ([K, N], [64, 256])   # dims, box
+    assert (f.gemm.dtype, *want, 128) in fake_launch.maps, fake_launch.maps
     w.run({0: a[0], 1: a[1]}, {0: b[0], 1: b[1]}, streams=[7, 8])    # dicts, own streams
     assert fake_launch.launches[-2:] == [(w.grid, 7), (w.grid, 8)] and w.epoch == 2
     wrong = [t.t().contiguous() for t in b]
@@ -371,3 +362,16 @@ def test_world_one_rank_of_many(fake_launch):
         w.run({0: a[0]}, {2: b[2]})
     with pytest.raises(ValueError, match="peers of 4"):
         FusedWorld(FusedConfig("rs", 2), Mc, N, K, peers=peers)
+
+
+@pytest.mark.parametrize("kind", ["rs", "ag"])
+def test_epoch_lives_on_the_device(kind):
+    """The epoch is read from ``ctl`` by every thread before the CTA's first barrier and
+    published by the last CTA at exit: no launch parameter changes between launches, so a
+    captured CUDA graph replays with fresh epochs."""
+    ptx = emit_fused_ptx(FusedConfig(kind, 2))
+    read = ptx.index("ld.global.u32 %fz_epoch, [%fz_ctl];")
+    assert read < ptx.index("bar.sync 0;")
+    assert "atom.global.add.u32 %fz_done, [%fz_ctl+4], 1;" in ptx
+    assert "st.global.u32 [%fz_ctl], %fz_epoch;" in ptx
+    assert ".param .u64 pkc_" in ptx and "_param_epoch" not in ptx

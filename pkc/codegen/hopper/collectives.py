@@ -8,6 +8,13 @@ but one launch with no host work: signal pads are monotonic ``u32`` counters com
 the launch's epoch (zeroed once at allocation), so consecutive launches need no zeroing,
 no host barrier and no host synchronization.
 
+The epoch lives on the device (``ctl = [epoch, ctas_done]``, per rank): every thread reads
+it before the CTA's first barrier and uses ``epoch + 1``; the last CTA to finish (the one
+that takes ``ctas_done`` to G) stores the new epoch and resets the count. So the kernel's
+parameters are the same on every launch, and a CUDA graph that captured it replays
+correctly (an epoch passed by value would be frozen into the graph, and every replay's
+waits would be satisfied by the signals of earlier replays: reads before the data).
+
 The W ranks each run the same grid of ``G`` CTAs; CTA ``c`` of every rank handles slice
 ``c`` of each chunk, and synchronizes only with CTA ``c`` of the other ranks through
 per-(phase, source rank, CTA) slots ``pad[(phase * W + src) * G + c]``. So a rank needs no
@@ -99,12 +106,13 @@ class CollectiveKernel:
     addresses), ``pads`` (u64 device array of the W signal pads, ``2 * W * G`` u32 each),
     ``nv`` (u32, 16-byte vectors of the whole tensor: ar1 / ar2 the tensor, rs the input
     ``W x chunk``, ag the local input), ``cv`` (u32, vectors per chunk), ``per`` (u32,
-    vectors per CTA slice of a chunk), ``rank``, ``epoch`` (u32), ``err`` (u64, 8 u32),
+    vectors per CTA slice of a chunk), ``rank`` (u32), ``ctl`` (u64, this rank's
+    ``[epoch, ctas_done]`` u32 pair, zeroed once), ``err`` (u64, 8 u32),
     ``timeout`` (u64 ns).
     """
 
     PARAMS = (("src", "u64"), ("out", "u64"), ("sym", "u64"), ("pads", "u64"), ("nv", "u32"),
-              ("cv", "u32"), ("per", "u32"), ("rank", "u32"), ("epoch", "u32"),
+              ("cv", "u32"), ("per", "u32"), ("rank", "u32"), ("ctl", "u64"),
               ("err", "u64"), ("timeout", "u64"))
 
     def __init__(self, cfg: CollectiveConfig):
@@ -352,6 +360,9 @@ class CollectiveKernel:
         p("mov.u32 %cta, %ctaid.x;")
         p("mov.u32 %G, %nctaid.x;")
         p(f"setp.eq.u32 {p.pred('t0')}, %tidx, 0;")
+        p.reg("epoch", ".b32")
+        p("ld.global.u32 %epoch, [%ctl];")         # before the first bar.sync: see _finish
+        p("add.u32 %epoch, %epoch, 1;")
         for r in range(W):
             self._ptr_of(p.r64(f"symp{r}"), "%sym", str(r))
         self._ptr_of(p.r64("mypad"), "%pads", "%rank")
@@ -381,7 +392,7 @@ class CollectiveKernel:
             if shift:
                 p(f"mul.lo.u32 {shift}, %rank, %cv;")
             self._reduce(lo, hi, "%stage", "%out", shift, None)
-            p("exit;")
+            self._finish()
             return self._assemble()
         if cfg.kind == "ar2":
             p.comment("---- reduce chunk `rank` from every rank, store it into every rank")
@@ -396,8 +407,24 @@ class CollectiveKernel:
             p(f"mul.lo.u32 {shift}, %rank, %nv;")
             self._copy(lo, hi, "", shift, to_all=True)
         self._barrier_phase(2)
-        p("exit;")
+        self._finish()
         return self._assemble()
+
+    def _finish(self) -> None:
+        """Thread 0 of the last CTA to get here publishes the epoch for the next launch.
+        Every thread of every CTA read the epoch before its CTA's first bar.sync, which
+        thread 0 has passed, so no read can see the new value in this launch."""
+        p = self.p
+        done = p.fresh("fin")
+        p(f"@!%t0 bra {done};")
+        old, last = p.r32("fin_old"), p.pred("fin_last")
+        p(f"atom.global.add.u32 {old}, [%ctl+4], 1;")
+        p(f"add.u32 {old}, {old}, 1;")
+        p(f"setp.eq.u32 {last}, {old}, %G;")
+        p(f"@{last} st.global.u32 [%ctl+4], 0;")
+        p(f"@{last} st.global.u32 [%ctl], %epoch;")
+        p.label(done)
+        p("exit;")
 
     def _assemble(self) -> str:
         cfg, p = self.cfg, self.p
@@ -470,8 +497,8 @@ class CollectiveRunner:
         self.sym = peers.symmetric(key + ("sym",), [sym_vecs * ve], self.tdt)
         self.pads = peers.symmetric(key + ("pads",), [2 * W * self.grid], torch.int32, zero=True)
         self.err = peers.local(key + ("err",), [8], torch.int32, zero=True)
+        self.ctl = peers.local(key + ("ctl",), [2], torch.int32, zero=True)
         self.timeout_ns = int(timeout_ns)
-        self.epoch = 0
         n = elems
         self.out = {}
         for r in peers.ranks:
@@ -504,13 +531,12 @@ class CollectiveRunner:
         hit = self._args.get(key)
         if hit is None:
             u32, u64 = ctypes.c_uint32, ctypes.c_uint64
-            epoch = u32(0)
             out = self.out[rank].data_ptr() if self.cfg.kind in ("ar1", "rs") else 0
             vals = [u64(0 if src is None else src.data_ptr()), u64(out),
                     u64(self.sym.ptrs_dev.data_ptr()), u64(self.pads.ptrs_dev.data_ptr()),
-                    u32(self.nv), u32(self.cv), u32(self.per), u32(rank), epoch,
+                    u32(self.nv), u32(self.cv), u32(self.per), u32(rank), u64(self.ctl[rank].data_ptr()),
                     u64(self.err[rank].data_ptr()), u64(self.timeout_ns)]
-            hit = self._args[key] = (KernelArgs(vals), epoch, src)
+            hit = self._args[key] = (KernelArgs(vals), src)
         return hit
 
     def _check_input(self, rank: int, x):
@@ -528,15 +554,13 @@ class CollectiveRunner:
         ``ranks``: launch only these (tests of a missing peer)."""
         from pkc.codegen.hopper.launch import launch
 
-        self.epoch += 1
         self.peers.begin()
         for r in (self.peers.ranks if ranks is None else ranks):
             x = None
             if not self.in_place:
                 x = inputs[r] if inputs is not None else None
                 self._check_input(r, x)
-            args, epoch, _ = self._bind(r, x)
-            epoch.value = self.epoch
+            args, _ = self._bind(r, x)
             launch(self.kernel, self.grid, THREADS, args, self.peers.stream(r))
         self.peers.end()
         return {r: self.out[r] for r in self.peers.ranks}

@@ -6,7 +6,9 @@ exists on every rank, and the kernel receives, per buffer, a device array of the
 base addresses (``torch.distributed._symmetric_memory``'s ``buffer_ptrs_dev`` /
 ``signal_pad_ptrs_dev``, or W buffers on one GPU in a virtual world; on one GPU with W = 1
 every pointer is local). Signals are monotonic ``u32`` counters compared against
-``epoch x count`` (the host passes the launch's epoch, 1, 2, ...), so pads are zeroed once
+``epoch x count`` (the launch's epoch, 1, 2, ..., kept on the device in ``ctl`` and
+advanced by the kernel itself, so that a captured CUDA graph replays correctly), so pads
+are zeroed once
 at allocation and never reset. Every spin-wait is bounded: after ``sig_timeout`` ns it
 writes an error record (``ERR_FIELDS``) and stops waiting; the kernel then completes and
 the host raises :class:`SignalTimeout` naming kernel, rank and signal.
@@ -265,6 +267,33 @@ class _FusedBase(GemmKernel):
             p(f"@{first} st.global.u32 [%fz_err+{4 * i}], {val};")
         p.label(done)
 
+    def emit_prologue(self) -> None:
+        """The launch's epoch from the device: ``ctl = [epoch, ctas_done]`` of this rank;
+        read by every thread before the CTA's first barrier (see :meth:`emit_exit`)."""
+        p = self.p
+        ctl, ep = p.r64("fz_ctl"), p.r32("fz_epoch")
+        p(f"ld.param.u64 {ctl}, [{self._pname('ctl')}];")
+        p(f"ld.global.u32 {ep}, [{ctl}];")
+        p(f"add.u32 {ep}, {ep}, 1;")
+
+    def emit_exit(self) -> None:
+        """Thread 0 of the last CTA to finish publishes the epoch for the next launch (and
+        resets the count). Every thread of every CTA read the epoch before its CTA's first
+        barrier, which each thread 0 passed before counting itself done: no thread of this
+        launch can see the new value. Kept on the device so that the kernel's parameters
+        never change between launches: a CUDA graph that captured it replays correctly."""
+        p = self.p
+        skip = p.fresh("fz_exit")
+        t0, last, old = p.pred("fz_t0"), p.pred("fz_last"), p.r32("fz_done")
+        p(f"setp.eq.u32 {t0}, %tidx, 0;")
+        p(f"@!{t0} bra {skip};")
+        p(f"atom.global.add.u32 {old}, [%fz_ctl+4], 1;")
+        p(f"add.u32 {old}, {old}, 1;")
+        p(f"setp.eq.u32 {last}, {old}, %fz_nctaid;")
+        p(f"@{last} st.global.u32 [%fz_ctl+4], 0;")
+        p(f"@{last} st.global.u32 [%fz_ctl], %fz_epoch;")
+        p.label(skip)
+
     def _tile_space_common(self) -> None:
         """%fz_tpc = tiles of one chunk; %num_tiles = W chunks of them."""
         p = self.p
@@ -373,7 +402,7 @@ class _FusedBase(GemmKernel):
 class GemmRsKernel(_FusedBase):
     """GEMM + reduce-scatter (see the module docstring)."""
 
-    PARAMS = (("rank", ".u32"), ("epoch", ".u32"), ("acc_maps", ".u64"), ("acc_ptrs", ".u64"),
+    PARAMS = (("rank", ".u32"), ("ctl", ".u64"), ("acc_maps", ".u64"), ("acc_ptrs", ".u64"),
               ("sig_ptrs", ".u64"), ("out", ".u64"), ("err", ".u64"), ("sig_timeout", ".u64"))
 
     def __init__(self, fcfg: FusedConfig):
@@ -544,7 +573,7 @@ class GemmRsKernel(_FusedBase):
 class AgGemmKernel(_FusedBase):
     """All-gather + GEMM (see the module docstring)."""
 
-    PARAMS = (("rank", ".u32"), ("epoch", ".u32"), ("tmAg", "map"), ("gath_ptrs", ".u64"),
+    PARAMS = (("rank", ".u32"), ("ctl", ".u64"), ("tmAg", "map"), ("gath_ptrs", ".u64"),
               ("sig_ptrs", ".u64"), ("a_local", ".u64"), ("err", ".u64"),
               ("sig_timeout", ".u64"))
 
@@ -899,7 +928,8 @@ class FusedWorld:
     rank r launches on lane r's stream, a green context of its own when ``green``, so
     that all ranks are resident at once). Under torch.distributed pass
     :class:`DistributedPeers`: this process drives its one rank and calls
-    :meth:`run_rank`. The kernel sees only device arrays of peer base addresses either way.
+    :meth:`run_rank` (``device`` and ``green`` only shape the default virtual world). The
+    kernel sees only device arrays of peer base addresses either way.
 
     rs: rank r's ``A_r [W*Mc, K]`` and ``B_r`` -> ``[Mc, N]`` (sum over ranks of the row
     chunk r). ag: ``A_r [Mc, K]`` and ``B_r`` -> ``[W*Mc, N]`` = gather(A) @ B_r. ``B_r`` is
@@ -917,6 +947,8 @@ class FusedWorld:
                  peers=None, green: bool = True):
         import torch
 
+        from pkc.codegen.hopper.launch import load_kernel
+
         fcfg.validate()
         if K % 8 or N % 8:
             raise ValueError(f"K ({K}) and N ({N}) must be multiples of 8")
@@ -932,7 +964,10 @@ class FusedWorld:
         self.W, self.Mc, self.N, self.K = fcfg.world, Mc, N, K
         self.tdt = torch.bfloat16 if self.cfg.dtype == "bf16" else torch.float16
         self.ptx = emit_fused_ptx(fcfg)
-        self.kernel = self._load()
+        # a module of the primary context; its function launches on the lanes' streams
+        # too (green contexts included), as the collectives' kernels do
+        self.kernel = load_kernel(self.ptx, self.cfg.kernel_name, self.cfg.smem_bytes,
+                                  self.device)
         self.sms = self._fit_sms(sms_per_rank)
         c, comm = self.cfg, fcfg.n_comm
         self.tpc = -(-Mc // c.bm) * -(-N // c.bn)
@@ -944,16 +979,6 @@ class FusedWorld:
         self._args: dict = {}
 
     # ---- setup -----------------------------------------------------------------------
-    def _load(self):
-        """The kernel image: context-independent on green-context lanes (a module loaded
-        into the primary context belongs to it), else the GEMM's module loader."""
-        from pkc.codegen.hopper.launch import load_kernel
-
-        c = self.cfg
-        if str(getattr(self.peers, "mode", "")).startswith("green"):
-            return _load_any_context(self.ptx, c.kernel_name, c.smem_bytes, self.device)
-        return load_kernel(self.ptx, c.kernel_name, c.smem_bytes, self.device)
-
     def _fit_sms(self, cap: int | None) -> int:
         """SMs one rank's grid may fill: W = 1 runs on torch's stream over the whole GPU,
         W > 1 on the peers' streams, within the smallest share of the driven ranks."""
@@ -972,6 +997,8 @@ class FusedWorld:
         self.pads = P.symmetric(key + ("pads",), (64,), torch.int32, zero=True)  # slots < 2W
         self.sig_ptrs_dev = self.pads.ptrs_dev
         self.err = self._by_rank(P.local(key + ("err",), (8,), torch.int32, zero=True))
+        # [epoch, ctas_done] per rank: the kernel advances the epoch itself (emit_exit)
+        self.ctl = self._by_rank(P.local(key + ("ctl",), (2,), torch.int32, zero=True))
         if f.kind == "rs":
             acc_t = torch.float32 if f.acc_dtype == "f32" else self.tdt
             sym = P.symmetric(key + ("acc",), (Mc, N), acc_t)
@@ -1006,11 +1033,18 @@ class FusedWorld:
 
     @property
     def epoch(self) -> int:
-        """The last launch's epoch (shared by the worlds of this kernel on these peers)."""
+        """Launches so far (shared by the worlds of this kernel on these peers); the
+        device's epoch counter (``ctl``) advances with each launch, by the kernel itself."""
         return self._epoch[0]
 
     @epoch.setter
     def epoch(self, value: int) -> None:
+        """Moves the device epoch of every driven rank too (tests: skipped epochs make
+        every wait unsatisfiable, which must end in SignalTimeout, not a hang)."""
+        delta = int(value) - self._epoch[0]
+        if delta:
+            for r in self.ranks:
+                self.ctl[r][0] += delta
         self._epoch[0] = int(value)
 
     # ---- arguments -------------------------------------------------------------------
@@ -1029,8 +1063,8 @@ class FusedWorld:
         return encode_tmap(b.data_ptr(), c.dtype, [N, K], [N * 2], [64, BK], 128)
 
     def _bind(self, rank: int, a, b):
-        """(packed arguments, the epoch cell, the operands kept alive) of one rank, cached
-        by pointers and shapes (a repeated call only sets the epoch and launches)."""
+        """(packed arguments, the operands kept alive) of one rank, cached by pointers and
+        shapes (a repeated call only launches: the epoch is on the device)."""
         from pkc.codegen.hopper.launch import KernelArgs
 
         key = (rank, a.data_ptr(), b.data_ptr(), tuple(a.shape), tuple(b.shape))
@@ -1043,14 +1077,14 @@ class FusedWorld:
                 raise ValueError(f"{name} must be contiguous, 16-byte aligned, {self.tdt}, "
                                  f"on {self.device}")
         tmb = self._b_map(b)
-        epoch = ctypes.c_uint32(0)
-        vals = (self._rs_args if self.fcfg.kind == "rs" else self._ag_args)(rank, a, tmb, epoch)
+        ctl = ctypes.c_uint64(self.ctl[rank].data_ptr())
+        vals = (self._rs_args if self.fcfg.kind == "rs" else self._ag_args)(rank, a, tmb, ctl)
         if len(self._args) >= 64:
             self._args.pop(next(iter(self._args)))
-        self._args[key] = (KernelArgs(vals), epoch, (a, b))
+        self._args[key] = (KernelArgs(vals), (a, b))
         return self._args[key]
 
-    def _rs_args(self, rank: int, a, tmb: bytes, epoch) -> list:
+    def _rs_args(self, rank: int, a, tmb: bytes, ctl) -> list:
         f, c, W, Mc, N, K = self.fcfg, self.cfg, self.W, self.Mc, self.N, self.K
         u32, u64 = ctypes.c_uint32, ctypes.c_uint64
         if tuple(a.shape) != (W * Mc, K):
@@ -1060,12 +1094,12 @@ class FusedWorld:
         own = encode_tmap(self.acc[rank].data_ptr(), f.acc_dtype, [N, Mc], [N * f.acc_esize],
                           [pc, 64], pc * f.acc_esize)
         out = self.out[rank].data_ptr()
-        return [tma, tmb, own, u64(out), u32(Mc), u32(N), u32(K), u32(rank), epoch,
+        return [tma, tmb, own, u64(out), u32(Mc), u32(N), u32(K), u32(rank), ctl,
                 u64(self.maps_dev.data_ptr()), u64(self.acc_ptrs_dev.data_ptr()),
                 u64(self.sig_ptrs_dev.data_ptr()), u64(out), u64(self.err[rank].data_ptr()),
                 u64(self.sig_timeout_ns)]
 
-    def _ag_args(self, rank: int, a, tmb: bytes, epoch) -> list:
+    def _ag_args(self, rank: int, a, tmb: bytes, ctl) -> list:
         c, W, Mc, N, K = self.cfg, self.W, self.Mc, self.N, self.K
         u32, u64, dt = ctypes.c_uint32, ctypes.c_uint64, c.dtype
         if tuple(a.shape) != (Mc, K):
@@ -1074,7 +1108,7 @@ class FusedWorld:
         w, out, g = c.epi_width, self.out[rank], self.gath[rank]
         tmc = encode_tmap(out.data_ptr(), dt, [N, Mc, W], [N * 2, Mc * N * 2], [w, 64, 1], 2 * w)
         tmag = encode_tmap(g.data_ptr(), dt, [K, Mc, W], [K * 2, Mc * K * 2], [BK, c.bm, 1], 128)
-        return [tma, tmb, tmc, u64(out.data_ptr()), u32(Mc), u32(N), u32(K), u32(rank), epoch,
+        return [tma, tmb, tmc, u64(out.data_ptr()), u32(Mc), u32(N), u32(K), u32(rank), ctl,
                 tmag, u64(self.gath_ptrs_dev.data_ptr()), u64(self.sig_ptrs_dev.data_ptr()),
                 u64(a.data_ptr()), u64(self.err[rank].data_ptr()), u64(self.sig_timeout_ns)]
 
@@ -1095,12 +1129,11 @@ class FusedWorld:
 
         bound = [self._bind(r, _rank_item(a, r, "A", self.W), _rank_item(b, r, "B", self.W))
                  for r in self.ranks]
-        self.epoch += 1
+        self._epoch[0] += 1          # host count only: the kernel advances its own epoch
         own = streams is None and self.W > 1
         if own:
             self.peers.begin()
-        for r, (args, epoch, _) in zip(self.ranks, bound):
-            epoch.value = self.epoch
+        for r, (args, _) in zip(self.ranks, bound):
             if streams is not None:
                 st = int(getattr(streams[r], "cuda_stream", streams[r]))
             elif own:
@@ -1154,25 +1187,3 @@ def _rank_item(x, rank: int, name: str, world: int):
 
 # Launch epochs, per peers and buffer key: the pads' counters outlive a FusedWorld.
 _EPOCHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_ANY_CONTEXT: dict = {}
-
-
-def _load_any_context(ptx: str, name: str, smem_bytes: int, device):
-    """The kernel loaded context-independently (``cuLibraryLoadData``, as
-    pkc.runtime.loader does): its ``CUkernel`` launches in the context of the stream it is
-    given, the green context of a lane. Shaped like launch.LoadedKernel for ``launch``."""
-    import hashlib
-    from types import SimpleNamespace
-
-    from pkc.codegen.hopper.launch import _ensure_context
-    from pkc.runtime.driver import device as cu_device
-    from pkc.runtime.loader import LoadedKernel
-
-    key = (device.index, name, hashlib.sha1(ptx.encode()).hexdigest(), smem_bytes)
-    hit = _ANY_CONTEXT.get(key)
-    if hit is None:
-        _ensure_context(device)
-        k = LoadedKernel(ptx.encode() + b"\0", name, smem_bytes, cu_device(device.index or 0))
-        hit = _ANY_CONTEXT[key] = SimpleNamespace(func=k.function, smem_bytes=smem_bytes,
-                                                  name=name, loaded=k)
-    return hit

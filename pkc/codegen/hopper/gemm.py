@@ -283,6 +283,12 @@ class GemmKernel:
     def emit_producer_tile_prologue(self, t: TileRegs) -> None:
         """Producer thread, before the first load of a tile."""
 
+    def emit_prologue(self) -> None:
+        """Hook: every thread, before the CTA's first barrier."""
+
+    def emit_exit(self) -> None:
+        """Hook: every thread, at the end (producer and consumers alike)."""
+
     def emit_tile_space(self) -> None:
         """All threads, after the geometry (``%num_m``, ``%num_n``, ``%num_tiles``,
         ``%tile0``, ``%tstride``) and before the roles split: a fused kernel may widen the
@@ -401,6 +407,7 @@ class GemmKernel:
             p(f"add.u64 %t_deadline, %t_deadline, {c.timeout_ns};")
         else:
             p("mov.u64 %t_deadline, 0;")
+        self.emit_prologue()
         p0 = p.pred("p_t0")
         p(f"setp.eq.u32 {p0}, %tidx, 0;")
         init_done = p.fresh("init_done")
@@ -455,6 +462,7 @@ class GemmKernel:
             # CTAs are done: leave together.
             p("barrier.cluster.arrive.release;")
             p("barrier.cluster.wait.acquire;")
+        self.emit_exit()
         p("exit;")
         return self._assemble()
 
