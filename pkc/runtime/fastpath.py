@@ -47,7 +47,8 @@ class FastPlan:
 
     def describe(self) -> str:
         dims = " ".join(f"{k}={v}" for k, v in self.shapes.items())
-        return f"fast path: {self.kind} W={self.world} {self.dtype} {dims}".rstrip()
+        acc = f" ({self.dtype} accumulator)" if self.kind in ("mm_rs", "mm_ar") else ""
+        return f"fast path: {self.kind} W={self.world} {self.dtype} {dims}".rstrip() + acc
 
 
 def _dtype(t: TensorType) -> str | None:
