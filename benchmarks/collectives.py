@@ -70,14 +70,6 @@ def iters_for(size_bytes: int) -> int:
     return 40 if size_bytes <= 16 << 20 else (12 if size_bytes <= 256 << 20 else 6)
 
 
-def pkc_sizes(sizes: list[int]) -> list[int]:
-    """pkc runs at every other size (4 KiB, 64 KiB, 1 MiB, ...) and at the largest."""
-    out = sizes[::2]
-    if sizes and sizes[-1] not in out:
-        out.append(sizes[-1])
-    return out
-
-
 def speedups(row: dict) -> dict:
     """NCCL time / implementation time (> 1: faster than NCCL)."""
     t = row.get("ms", {})

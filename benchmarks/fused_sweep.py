@@ -26,9 +26,11 @@ baseline's: relative Frobenius error < 2e-2 for bf16, no NaN):
   ``FusedWorld`` over ``pkc.runtime.peers.DistributedPeers``) (AG, RS);
 - ``pkc``: the compiler's path: graph-level pk IR of the pattern, the ``default`` pipeline
   (the cost model decides whether to fuse), run by pkc's runtime under torch.distributed
-  (pkc.runtime.execute.run_kernel_module_distributed with one persistent runner). It
-  synchronizes the host on every call, so it is timed by wall clock (``pkc_wall``); the
-  GPU time of its pk.kernel launches alone is ``pkc_kern`` (CUDA events around them).
+  (pkc.runtime.executable: kernels with a fast plan run pkc's sm_90a kernels; ``pkc_path``
+  in the JSON says which path each kernel took), B passed as the transpose view of an
+  ``[N, K]`` weight (as nn.Linear gives it), the result copied out of pkc's persistent
+  buffers as a compiled graph's output is. No host synchronization per call: timed like
+  the others.
 
 Timing: CUDA events around every call, implementations interleaved call by call (A B C A
 B C ..., order rotated each iteration) so that clock drift falls on all alike, the host
@@ -274,7 +276,7 @@ def have_matplotlib() -> bool:
 
 # ---- the fused sweep's table --------------------------------------------------------
 
-FUSED_COLUMNS = ["base", "gemm", "coll", "symm", "pkc_hand", "pkc_wall", "pkc_kern"]
+FUSED_COLUMNS = ["base", "gemm", "coll", "symm", "pkc_hand", "pkc"]
 
 
 def summarize_fused(row: dict) -> dict:
@@ -289,24 +291,20 @@ def summarize_fused(row: dict) -> dict:
         out["roofline_ms"] = roofline_ms(gemm, nbytes, link)
         out["comm_est_ms"] = comm_ms(nbytes, link)
         out["comm_over_compute"] = ratio(out["comm_est_ms"], gemm)
-    pkc_dev = t.get("pkc_kern")  # GPU time of pkc's kernels and its graph-level matmuls
-    out["pkc_dev_est_ms"] = pkc_dev
-    best_pkc = min((v for v in (t.get("pkc_hand"), t.get("pkc_wall")) if v is not None), default=None)
     out["speedup"] = {
+        "pkc": ratio(base, t.get("pkc")),
         "pkc_hand": ratio(base, t.get("pkc_hand")),
-        "pkc_wall": ratio(base, t.get("pkc_wall")),
-        "pkc_dev_est": ratio(base, pkc_dev),
         "symm": ratio(base, t.get("symm")),
         "roofline": ratio(base, out.get("roofline_ms")),
-        "best_pkc": ratio(base, best_pkc),
     }
-    out["pkc_hand_vs_symm"] = ratio(t.get("symm"), t.get("pkc_hand"))
+    out["pkc_vs_symm"] = ratio(t.get("symm"), t.get("pkc"))
+    out["pkc_vs_roofline"] = ratio(out.get("roofline_ms"), t.get("pkc"))
     return out
 
 
 def fused_table(res: dict) -> str:
-    headers = ["shape", "MxNxK", "base ms", "gemm ms", "roof ms", "c/c", "hand x", "symm x",
-               "pkc x", "pkc-dev x", "roof x", "hand/symm", "checks"]
+    headers = ["shape", "MxNxK", "base ms", "gemm ms", "roof ms", "c/c", "pkc x", "symm x",
+               "hand x", "roof x", "pkc/symm", "pkc/roof", "checks"]
     rows = []
     for r in res.get("shapes", []):
         if "error" in r and "ms" not in r:
@@ -316,9 +314,9 @@ def fused_table(res: dict) -> str:
         s = summarize_fused(r)
         bad = [k for k, c in r.get("checks", {}).items() if not c.get("ok")]
         rows.append([r["label"], f"{r['M']}x{r['N']}x{r['K']}", r["ms"].get("base"), r["ms"].get("gemm"),
-                     s.get("roofline_ms"), s.get("comm_over_compute"), s["speedup"]["pkc_hand"],
-                     s["speedup"]["symm"], s["speedup"]["pkc_wall"], s["speedup"]["pkc_dev_est"],
-                     s["speedup"]["roofline"], s["pkc_hand_vs_symm"],
+                     s.get("roofline_ms"), s.get("comm_over_compute"), s["speedup"]["pkc"],
+                     s["speedup"]["symm"], s["speedup"]["pkc_hand"], s["speedup"]["roofline"],
+                     s["pkc_vs_symm"], s["pkc_vs_roofline"],
                      "ok" if not bad else "BAD " + ",".join(bad)])
     return format_table(headers, rows)
 
@@ -335,8 +333,7 @@ def plot_fused(res: dict, path: Path | str) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(max(8, 0.55 * len(rows)), 5))
     xs = range(len(rows))
-    for key, mark in (("pkc_hand", "o"), ("symm", "s"), ("pkc_wall", "x"), ("pkc_dev_est", "+"),
-                      ("roofline", "_")):
+    for key, mark in (("pkc", "o"), ("symm", "s"), ("pkc_hand", "x"), ("roofline", "_")):
         ys = [r["speedup"][key] if r["speedup"][key] is not None else float("nan") for r in rows]
         ax.plot(list(xs), ys, mark, label=key, markersize=8)
     ax.axhline(1.0, color="gray", lw=0.8)
@@ -435,59 +432,6 @@ def time_interleaved(impls: dict, iters: int, warmup: int = 2, chunk: int = 6,
 
 def median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
-
-
-_TIMER: list = [None]  # the active KernelTimer, if any
-
-
-def _timed(fn):
-    """``fn`` with CUDA events recorded around each call while a KernelTimer is active."""
-    import torch
-
-    def timed(*a, **k):
-        timer = _TIMER[0]
-        if timer is None or not timer.active:
-            return fn(*a, **k)
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        out = fn(*a, **k)
-        e.record()
-        timer.events.append((s, e))
-        return out
-
-    timed.pkc_bench_timed = True
-    return timed
-
-
-class KernelTimer:
-    """Records CUDA events around every launch of pkc's runtime kernels (the loaded
-    kernels of pkc.runtime.launch) and around the graph-level matmuls pkc runs through
-    torch (pkc.interp.graph.matmul, which computes in f32), to separate the GPU time of
-    pkc's work from the host overhead of its per-call path (zeroing, barriers, the host
-    synchronization, the output copy)."""
-
-    def __init__(self):
-        self.active = False
-        self.events: list = []
-        _TIMER[0] = self
-
-    def wrap_loaded(self) -> None:
-        import pkc.interp.graph as G
-        from pkc.runtime import launch as L
-
-        for lk in L._LOADED.values():
-            if not getattr(lk.launch, "pkc_bench_timed", False):
-                lk.launch = _timed(lk.launch)
-        if not getattr(G.matmul, "pkc_bench_timed", False):
-            G.matmul = _timed(G.matmul)
-
-    def take_ms(self) -> float:
-        import torch
-
-        torch.cuda.synchronize()
-        total = sum(s.elapsed_time(e) for s, e in self.events)
-        self.events = []
-        return total
 
 
 def compiled_ir(shape: FusedShape, world: int, dtype: str = "bf16") -> str:
@@ -736,28 +680,9 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
             outs.pop("pkc_hand", None)
             hand = None
             row["notes"].append(f"pkc_hand failed on some rank: {err}")
-    for name, x in outs.items():
-        e, nan = rel_err(x, ref)
-        row["checks"][name] = {"rel_err": e, "nan": nan, "ok": nan == 0 and e < 2e-2}
-    # timing (interleaved, CUDA events)
-    ctx.barrier()
-    per = time_interleaved(impls, args.iters)
-    for n, ts in per.items():
-        row["ms"][n] = median(ts)
-        row.setdefault("iqr", {})[n] = (statistics.quantiles(ts, n=4)[2] - statistics.quantiles(ts, n=4)[0]
-                                        if len(ts) >= 4 else None)
-    if hand is not None:
-        try:
-            hand.check()
-            after = hand.run_rank(a, b)
-            torch.cuda.synchronize()
-            e, nan = rel_err(after, ref)
-            row["checks"]["pkc_hand_after_timing"] = {"rel_err": e, "nan": nan, "ok": nan == 0 and e < 2e-2}
-        except Exception as e:
-            row["notes"].append(f"pkc_hand after timing: {type(e).__name__}: {e}"[:300])
-            row["checks"]["pkc_hand_after_timing"] = {"ok": False, "error": str(e)[:200]}
-    # pkc's compiled path (host-synchronizing: wall clock), optionally capped
-    if not args.no_compiled and max(M, N, K) <= args.compiled_max_dim:
+    # pkc's compiled path: graph-level IR -> pipeline -> Executable (fast path where planned)
+    prog = None
+    if not args.no_compiled:
         err = None
         try:
             t0 = time.perf_counter()
@@ -766,38 +691,47 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
             row["pkc_fused"] = prog.fused
             row["pkc_gemm_outside"] = prog.gemm_outside
             row["pkc_remarks"] = prog.remarks[:6]
-            b_kn_c = b_kn.contiguous()
+            # B as an nn.Linear weight's transpose (a view): the fast path takes it as [N, K]
             t0 = time.perf_counter()
-            y = prog(a, b_kn_c)
+            outs["pkc"] = prog(a, b_kn)
             torch.cuda.synchronize()
             row["pkc_first_call_s"] = time.perf_counter() - t0
-            e, nan = rel_err(y, ref)
-            row["checks"]["pkc"] = {"rel_err": e, "nan": nan, "ok": nan == 0 and e < 2e-2}
-            del y
+            row["pkc_path"] = prog.fast_report()
+            impls["pkc"] = lambda: prog(a, b_kn)
         except Exception as e:
             err = f"{type(e).__name__}: {e}"[:400]
             traceback.print_exc()
         if ctx.agree(err is not None):
+            impls.pop("pkc", None)
+            outs.pop("pkc", None)
+            prog = None
             row["notes"].append(f"pkc compiled path failed on some rank: {err}")
-        else:
-            slow = ctx.agree(row.get("pkc_first_call_s", 0) > args.compiled_slow_s)
-            n_calls = 2 if slow else args.compiled_iters
-            timer = KernelTimer()
-            timer.wrap_loaded()
-            walls, kerns = [], []
-            for _ in range(n_calls):
-                ctx.barrier()
-                timer.active = True
-                t0 = time.perf_counter()
-                prog(a, b_kn_c)
-                torch.cuda.synchronize()
-                walls.append((time.perf_counter() - t0) * 1e3)
-                timer.active = False
-                kerns.append(timer.take_ms())
-            row["ms"]["pkc_wall"] = median(walls)
-            row["ms"]["pkc_kern"] = median(kerns)
-    elif not args.no_compiled:
-        row["notes"].append(f"pkc compiled path skipped (dims > {args.compiled_max_dim})")
+    for name, x in outs.items():
+        e, nan = rel_err(x, ref)
+        row["checks"][name] = {"rel_err": e, "nan": nan, "ok": nan == 0 and e < 2e-2}
+    outs.clear()
+    # timing (interleaved, CUDA events)
+    ctx.barrier()
+    per = time_interleaved(impls, args.iters)
+    for n, ts in per.items():
+        row["ms"][n] = median(ts)
+        row.setdefault("iqr", {})[n] = (statistics.quantiles(ts, n=4)[2] - statistics.quantiles(ts, n=4)[0]
+                                        if len(ts) >= 4 else None)
+    # the results after many launches (epochs) are still right
+    for name, fn in (("pkc_hand", (lambda: hand.run_rank(a, b)) if hand is not None else None),
+                     ("pkc", (lambda: prog(a, b_kn)) if prog is not None else None)):
+        if fn is None:
+            continue
+        try:
+            after = fn()
+            torch.cuda.synchronize()
+            if name == "pkc_hand":
+                hand.check()
+            e, nan = rel_err(after, ref)
+            row["checks"][name + "_after_timing"] = {"rel_err": e, "nan": nan, "ok": nan == 0 and e < 2e-2}
+        except Exception as e:
+            row["notes"].append(f"{name} after timing: {type(e).__name__}: {e}"[:300])
+            row["checks"][name + "_after_timing"] = {"ok": False, "error": str(e)[:200]}
     return row
 
 
@@ -843,8 +777,8 @@ def run_sweep(args) -> int:
         if ctx.rank == 0:
             s = summarize_fused(row)
             print(f"[{row['secs']:6.1f} s] {shape.label:28s} base {row['ms'].get('base'):.3f} ms  "
-                  f"speedups hand {s['speedup']['pkc_hand']}  symm {s['speedup']['symm']}  "
-                  f"pkc {s['speedup']['pkc_wall']}  roof {s['speedup']['roofline']}  checks "
+                  f"speedups pkc {s['speedup']['pkc']}  symm {s['speedup']['symm']}  "
+                  f"hand {s['speedup']['pkc_hand']}  roof {s['speedup']['roofline']}  checks "
                   f"{ {k: round(v.get('rel_err', -1), 5) for k, v in row['checks'].items()} } "
                   f"{'; '.join(row['notes'])}", flush=True)
             write_json(out_dir / "fused_sweep.json", res)
@@ -856,8 +790,8 @@ def run_sweep(args) -> int:
         print(f"\nfused sweep W={W} ({res['device']}), {args.iters} interleaved calls per "
               f"implementation, medians; x = speedup over cuBLAS+NCCL (base ms / ms, >1 faster);\n"
               f"hand = pkc hand-built fused kernels (symmetric-memory peers), symm = torch "
-              f"symm_mem fused op, pkc = compiled default pipeline (wall clock per call), "
-              f"pkc-dev = GPU time of its kernels and graph-level (f32) matmuls, roof = "
+              f"symm_mem fused op, pkc = compiled default pipeline (events per call, as all), "
+              f"roof = "
               f"max(GEMM, bytes/link) limit, c/c = est. comm / GEMM time; link "
               f"{(link.get('link_bw') or 0) / 1e9:.0f} GB/s")
         print(fused_table(res))
@@ -941,11 +875,10 @@ def device_run(out: str, budget: dict) -> int:
             dst.write("\n==== rank-failure tests (torchrun W=2)\n" + open(fail_log, errors="replace").read())
         os.remove(fail_log)
     # phase B (timing, one at a time)
-    p = start(trun + ["29512", "benchmarks/collectives.py", "--out", out, "--pkc-iters", "3",
+    p = start(trun + ["29512", "benchmarks/collectives.py", "--out", out,
                       "--budget-s", str(budget["collectives"] - 12)], "bench.log")
     rcs["collectives"] = finish(*p, budget["collectives"], "collectives")
-    p = start(trun + ["29513", "benchmarks/fused_sweep.py", "--out", out, "--compiled-max-dim", "8192",
-                      "--compiled-iters", "3", "--budget-s", str(budget["fused"] - 30)], "bench.log")
+    p = start(trun + ["29513", "benchmarks/fused_sweep.py", "--out", out, "--budget-s", str(budget["fused"] - 30)], "bench.log")
     rcs["fused"] = finish(*p, budget["fused"], "fused_sweep")
     # summary
     print(f"\n==== summary ({time.time() - t_all:.0f} s; rcs {rcs})")
@@ -984,11 +917,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-compiled", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--pipeline", default="default")
-    ap.add_argument("--compiled-max-dim", type=int, default=16384,
-                    help="run pkc's compiled path only where M, N, K <= this")
-    ap.add_argument("--compiled-iters", type=int, default=5)
-    ap.add_argument("--compiled-slow-s", type=float, default=2.0,
-                    help="a first call slower than this gets 2 timed calls only")
     ap.add_argument("--budget-s", type=float, default=600.0, help="start no new shape after this")
     ap.add_argument("--max-shapes", type=int, default=0)
     ap.add_argument("--list", action="store_true", help="print the shapes and their traffic; no GPU")

@@ -105,7 +105,6 @@ def test_collective_sizes_and_layouts():
             assert rows * cols * coll.ESIZE == 4096
             assert op == "all_reduce" or rows % w == 0
     assert coll.layout("all_gather", 4096, 16) is None
-    assert coll.pkc_sizes(sizes) == [4096, 65536, 1 << 20, 16 << 20, 256 << 20, 1 << 30]
     assert fs.ratio(2.0, 1.0) == 2.0 and fs.ratio(None, 1.0) is None and fs.ratio(1.0, 0) is None
 
 
@@ -116,7 +115,7 @@ def _fake_fused_result():
     row = {"label": "pk gemm+rs N=4096", "family": "rs", "M": 4096, "N": 4096, "K": 512,
            "comm_bytes": 16 << 20, "link_bw": 400e9, "pkc_gemm_outside": True,
            "ms": {"base": 0.2, "gemm": 0.05, "coll": 0.15, "symm": 0.18, "pkc_hand": 0.1,
-                  "pkc_wall": 3.0, "pkc_kern": 0.12},
+                  "pkc": 0.125},
            "checks": {"pkc_hand": {"ok": True, "rel_err": 1e-3}, "symm": {"ok": False, "rel_err": 0.5}}}
     err = {"label": "pk gemm+ar N=4096", "family": "ar", "M": 4096, "N": 4096, "K": 512,
            "error": "RuntimeError: boom"}
@@ -128,9 +127,9 @@ def test_summaries_and_the_fused_table():
     s = fs.summarize_fused(res["shapes"][0])
     assert s["roofline_ms"] == pytest.approx(max(0.05, (16 << 20) / 400e9 * 1e3))
     assert s["speedup"]["pkc_hand"] == pytest.approx(2.0)
-    assert s["speedup"]["pkc_wall"] == pytest.approx(0.2 / 3.0)
-    assert s["pkc_dev_est_ms"] == pytest.approx(0.12)   # pkc's kernels and graph-level GEMMs
-    assert s["pkc_hand_vs_symm"] == pytest.approx(1.8)
+    assert s["speedup"]["pkc"] == pytest.approx(0.2 / 0.125)
+    assert s["pkc_vs_symm"] == pytest.approx(0.18 / 0.125)
+    assert s["pkc_vs_roofline"] == pytest.approx(s["roofline_ms"] / 0.125)
     text = fs.fused_table(res)
     assert "pk gemm+rs N=4096" in text and "BAD symm" in text and "ERROR RuntimeError" in text
     assert "2.000" in text
@@ -139,7 +138,7 @@ def test_summaries_and_the_fused_table():
 def test_collectives_table_and_bandwidths():
     res = {"world": 2, "rows": []}
     for size in (4096, 1 << 20):
-        row = {"op": "all_reduce", "size": size, "ms": {"nccl": 0.02, "one_shot": 0.01, "pkc_wall": 2.0},
+        row = {"op": "all_reduce", "size": size, "ms": {"nccl": 0.02, "one_shot": 0.01, "pkc": 2.0},
                "checks": {"one_shot": {"ok": True}}}
         res["rows"].append(coll.add_bandwidths(row, 2))
     assert res["rows"][1]["busbw_GBps"]["nccl"] == pytest.approx(fs.bus_bw("all_reduce", 1 << 20, 2, 0.02))
