@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
+import torch
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
@@ -86,6 +87,8 @@ class Executable:
             return lambda vals: {r: [o] for r, o in enumerate(rule(op, [vals[q][0] for q in range(W)], W))}
         if isinstance(op, g.OpaqueOp):
             return lambda vals: {r: [t.to(dev) for t in _run_opaque(op, v)] for r, v in vals.items()}
+        if isinstance(op, g.MatmulOp):
+            return _gpu_matmul(op)
         if type(op) in _LOCAL:  # .to(dev): pk.constant makes its tensor on the CPU
             rule = _LOCAL[type(op)]
             return lambda vals: {r: [rule(op, *v).to(dev)] for r, v in vals.items()}
@@ -132,6 +135,27 @@ class Executable:
             out[r] = [env[v][r].clone() if (self.copy_outputs and v in self.aliased)
                       else env[v][r] for v in self.returns]
         return out
+
+
+def _gpu_matmul(op) -> Step:
+    """A matmul the overlap pass left alone: cuBLAS in the operands' 16-bit type (f32
+    accumulation, one rounding: the graph's semantics up to summation order), not the
+    interpreter's f32 upcast, which runs at a tenth of the tensor-core rate."""
+    from pkc.interp.graph import _LOCAL
+    from pkc.dialects import graph as g
+
+    from pkc.interp.values import torch_dtype
+
+    rule = _LOCAL[g.MatmulOp]
+    out_dt = torch_dtype(op.results[0].type.element_type)
+
+    def run(vals):
+        out = {}
+        for r, (a, b) in vals.items():
+            native = a.dtype == b.dtype == out_dt and out_dt in (torch.bfloat16, torch.float16)
+            out[r] = [torch.matmul(a, b) if native else rule(op, a, b)]
+        return out
+    return run
 
 
 _CACHE: dict = {}

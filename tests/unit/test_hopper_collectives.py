@@ -35,7 +35,7 @@ def test_protocol_in_ptx(kind):
     W = 4
     ptx = emit_collective_ptx(CollectiveConfig(kind, W, "bf16"))
     phases = 1 if kind in ("ar1", "rs") else 2
-    assert ptx.count("red.release.sys.global.add.u32") == W * phases
+    assert ptx.count("red.relaxed.sys.global.add.u32") == W * phases
     assert ptx.count("ld.acquire.sys.global.u32") == phases
     assert "%globaltimer" in ptx and "atom.global.cas.b32" in ptx   # bounded waits
     assert ptx.count("fence.acq_rel.sys") == phases

@@ -21,22 +21,31 @@ per-(phase, source rank, CTA) slots ``pad[(phase * W + src) * G + c]``. So a ran
 grid-wide barrier, but every CTA of every rank must be resident at once (the host keeps
 ``G`` <= the SMs a rank runs on; one CTA of 512 threads fits any SM).
 
-Kinds (``sym``: the symmetric buffer, ``stage`` double-buffered by epoch parity):
+Every transfer is a push: a rank stores into its peers' symmetric buffers (NVLink writes
+are posted; a pull would pay a round trip per load) and reads only its own memory, where
+the peers' data has landed once their signals arrived. Signals: all threads store; the CTA
+synchronizes; thread 0 fences (``fence.acq_rel.sys``) and adds 1 to the slot on every
+rank; threads 0..W-1 spin (``ld.acquire.sys``) on this rank's W slots.
 
-* ``ar1`` one-shot all-reduce, out of place: copy the input into ``stage[epoch & 1]``;
-  arrive (signal every rank, wait for every rank); sum all ranks' stages into the local
-  output. Double buffering makes it safe without an exit barrier: a rank can only reach
-  epoch e + 2 (and overwrite the half of epoch e) after every rank's CTA arrived in e + 1,
-  i.e. after their kernels of epoch e (which read that half) completed.
-* ``rs`` reduce-scatter (pull), out of place: the same, summing only chunk ``rank``.
-* ``ar2`` two-shot all-reduce in place on ``sym`` (the caller's data lives there, like
-  torch's ``two_shot_all_reduce_``): arrive; sum chunk ``rank`` over all ranks and store
-  the result into every rank's ``sym`` (the all-gather half); leave (signal, wait for every
-  rank's chunk). With ``copy_in`` the input comes from a local tensor into ``sym[0:n]`` and
-  the result goes to ``sym[n:2n]`` (out of place; the result is ``sym[n:2n]`` of the rank).
-* ``ag`` all-gather (push): arrive (every peer's kernel of this epoch started, so its
-  consumers of the last result are done); store the local input into slot ``rank`` of
-  every rank's ``sym``; leave. The result is the rank's ``sym`` (``W x n``).
+Kinds (``sym``: the symmetric buffer; ``stage``: its half of this epoch, by parity):
+
+* ``ar1`` one-shot all-reduce, out of place: store the input into slot ``rank`` of every
+  rank's ``stage`` (``2 x W x n``); arrive (signal every rank, wait for every rank); sum
+  the W local slots into the local output. Double buffering makes it safe without an
+  exit barrier: a rank reaches epoch e + 2 (and overwrites the half of epoch e) only after
+  every rank's CTA arrived in e + 1, i.e. after their kernels of epoch e (which read their
+  own copy of that half) completed.
+* ``rs`` reduce-scatter, out of place: chunk d of the input goes to slot ``rank`` of rank
+  d's ``stage`` (``2 x W x chunk``); arrive; sum the W local slots.
+* ``ar2`` two-shot all-reduce: ``sym = [R: n][S: W x chunk]``. Chunk d of the input (the
+  rank's ``R``, in place like torch's ``two_shot_all_reduce_``; or a local tensor with
+  ``copy_in``) goes to slot ``rank`` of rank d's ``S``; arrive; sum this rank's chunk
+  from its W slots and store the result into ``R`` of every rank; leave (signal, wait for
+  every rank's chunk). The result is the rank's ``R``. The exit barrier is what makes
+  ``S`` and ``R`` safe to reuse at the next epoch.
+* ``ag`` all-gather: arrive (every peer's kernel of this epoch started, so its consumers
+  of the last result are done); store the input into slot ``rank`` of every rank's
+  ``sym`` (``W x n``); leave. The result is the rank's ``sym``.
 
 Every wait is bounded: after ``timeout`` ns a thread records (flag, kind, rank, peer,
 seen, wanted, cta, epoch) in the error record and stops waiting, so a missing rank is an
@@ -182,7 +191,7 @@ class CollectiveKernel:
         for d in range(W):
             self._ptr_of(pad, "%pads", str(d))
             self._slot(addr, pad, phase - 1, "%rank")
-            p(f"red.release.sys.global.add.u32 [{addr}], 1;")
+            p(f"red.relaxed.sys.global.add.u32 [{addr}], 1;")   # ordered by the fence
         p.label(skip)
         waits = p.fresh("wait_done")
         tw = p.pred("tw")
@@ -211,7 +220,7 @@ class CollectiveKernel:
             p(f"add.u32 {v}, {base}, {u * THREADS};")
             vs.append(v)
         self._hi = hi
-        body(vs, [v for v in vs])
+        body(vs)
         p(f"add.u32 {base}, {base}, {U * THREADS};")
         p(f"bra.uni {top};")
         p.label(end)
@@ -244,58 +253,48 @@ class CollectiveKernel:
         q = self._guard(v)
         self.p(f"@{q} st.global.v4.b32 [{addr}], {{{', '.join(regs)}}};")
 
-    def _copy(self, lo: str, hi: str, dst_base: str, dst_shift: str | None = None,
-              to_all: bool = False) -> None:
-        """src[v] -> dst_base[v (+ dst_shift)] (to_all: into every rank's sym at that
-        offset) for v in [lo, hi)."""
-        p, W = self.p, self.cfg.world
-        a = p.r64("caddr")
+    def _push(self, lo: str, hi: str, src: str, dests: list[tuple[str, str | None]],
+              src_peer: bool = False) -> None:
+        """For v in [lo, hi): x = src[v]; store x at ``base + 16 * (v + off)`` for every
+        (base, off) in ``dests`` (peers' symmetric buffers: remote stores, posted)."""
+        p = self.p
+        a = p.r64("paddr")
 
-        def body(vs, ps):
-            for u, (v, q) in enumerate(zip(vs, ps)):
+        def body(vs):
+            for u, v in enumerate(vs):
+                self._addr(a, src, v)
+                self._load([p.r32(f"x{u}_{k}") for k in range(4)], a, v, peer=src_peer)
+            for u, v in enumerate(vs):
                 regs = [p.r32(f"x{u}_{k}") for k in range(4)]
-                self._addr(a, "%src", v)
-                self._load(regs, a, v, peer=False)
-            for u, (v, q) in enumerate(zip(vs, ps)):
-                regs = [p.r32(f"x{u}_{k}") for k in range(4)]
-                if to_all:
-                    for d in range(W):
-                        self._addr(a, f"%symp{d}", v, dst_shift)
-                        self._store(regs, a, v)
-                else:
-                    self._addr(a, dst_base, v, dst_shift)
+                for base, off in dests:
+                    self._addr(a, base, v, off)
                     self._store(regs, a, v)
         self._slice_loop(lo, hi, body)
 
-    def _reduce(self, lo: str, hi: str, src_off: str, out_base: str | None,
-                out_shift: str | None, push_off: str | None) -> None:
-        """For v in [lo, hi): r = sum over q (rank order) of sym_q[src_off + v]; store r to
-        out_base[v - out_shift] (local) or, with push_off, to every rank's
-        sym[push_off + v]."""
+    def _reduce(self, lo: str, hi: str, src_off: str, stride: str,
+                dests: list[tuple[str, str | None]]) -> None:
+        """For v in [lo, hi): r = sum over q (rank order) of this rank's
+        ``sym[src_off + q * stride + v]`` (the slots the peers pushed); store r at every
+        (base, off) of ``dests``."""
         p, W, cfg = self.p, self.cfg.world, self.cfg
         a = p.r64("raddr")
-        soff = p.r64("rsoff")
-        p(f"mul.wide.u32 {soff}, {src_off}, 16;")
+        offs = []
+        for q in range(W):
+            o = p.r32(f"roff{q}")
+            p(f"mad.lo.u32 {o}, {stride}, {q}, {src_off};")
+            offs.append(o)
 
-        def body(vs, ps):
-            for u, (v, q) in enumerate(zip(vs, ps)):
-                for r in range(W):
-                    regs = [p.r32(f"y{u}_{r}_{k}") for k in range(4)]
-                    self._addr(a, f"%symp{r}", v)
-                    p(f"add.s64 {a}, {a}, {soff};")
-                    self._load(regs, a, v, peer=True)
-            for u, (v, q) in enumerate(zip(vs, ps)):
+        def body(vs):
+            for u, v in enumerate(vs):
+                for q in range(W):
+                    self._addr(a, "%mysym", v, offs[q])
+                    self._load([p.r32(f"y{u}_{q}_{k}") for k in range(4)], a, v, peer=True)
+            for u, v in enumerate(vs):
                 res = [p.r32(f"z{u}_{k}") for k in range(4)]
                 for k in range(4):
-                    self._sum_word(res[k], [f"%y{u}_{r}_{k}" for r in range(W)])
-                if push_off is not None:
-                    for d in range(W):
-                        self._addr(a, f"%symp{d}", v, push_off)
-                        self._store(res, a, v)
-                else:
-                    t = p.r32("rloc")
-                    p(f"sub.u32 {t}, {v}, {out_shift};") if out_shift else p(f"mov.u32 {t}, {v};")
-                    self._addr(a, out_base, t)
+                    self._sum_word(res[k], [f"%y{u}_{q}_{k}" for q in range(W)])
+                for base, off in dests:
+                    self._addr(a, base, v, off)
                     self._store(res, a, v)
         # W loads of 4 registers per vector: about 8 vectors (32 registers) in flight per thread
         self._slice_loop(lo, hi, body, max(1, min(cfg.unroll, 8 // W)))
@@ -336,17 +335,23 @@ class CollectiveKernel:
             p(f"cvt.f32.f16 {lo}, {h0};")
             p(f"cvt.f32.f16 {hi}, {h1};")
 
-    def _chunk_slice(self, chunk: str, lo: str, hi: str, limit: str) -> None:
-        """[lo, hi) = CTA %cta's slice of chunk ``chunk`` (clipped to ``limit``)."""
+    def _chunk_slice(self, chunk, lo: str, hi: str, limit: str, base: bool = True) -> None:
+        """[lo, hi) = CTA %cta's slice of chunk ``chunk`` (clipped to ``limit``); with
+        ``base=False`` the slice's offsets inside the chunk (chunk-relative)."""
         p = self.p
         t = p.r32("cs_t")
         p(f"mul.lo.u32 {lo}, {chunk}, %cv;")
         p(f"add.u32 {t}, {lo}, %cv;")
+        p(f"min.u32 {t}, {t}, {limit};")               # the chunk's end
         p(f"mad.lo.u32 {lo}, %cta, %per, {lo};")
         p(f"add.u32 {hi}, {lo}, %per;")
         p(f"min.u32 {hi}, {hi}, {t};")
-        p(f"min.u32 {hi}, {hi}, {limit};")
         p(f"min.u32 {lo}, {lo}, {hi};")
+        if not base:
+            c0 = p.r32("cs_c0")
+            p(f"mul.lo.u32 {c0}, {chunk}, %cv;")
+            p(f"sub.u32 {lo}, {lo}, {c0};")
+            p(f"sub.u32 {hi}, {hi}, {c0};")
 
     # ---- the kernel --------------------------------------------------------------------
     def emit(self) -> str:
@@ -366,49 +371,85 @@ class CollectiveKernel:
         for r in range(W):
             self._ptr_of(p.r64(f"symp{r}"), "%sym", str(r))
         self._ptr_of(p.r64("mypad"), "%pads", "%rank")
-        lo, hi, q = p.r32("lo"), p.r32("hi"), p.r32("chunk")
-        p.r32("stage")             # vector offset of this epoch's staging half
-        if cfg.kind in ("ar1", "rs"):
-            p("and.b32 %stage, %epoch, 1;")
-            p("mul.lo.u32 %stage, %stage, %nv;")
-        else:
-            p("mov.u32 %stage, 0;")
-        mine = p.r64("mysym")
-        self._ptr_of(mine, "%sym", "%rank")
-
-        if cfg.kind in ("ar1", "rs") or cfg.copy_in:
-            p.comment("---- copy-in: this CTA's slice of every chunk into this rank's sym")
-            for c in range(cfg.chunks):
-                p(f"mov.u32 {q}, {c};")
-                self._chunk_slice(q, lo, hi, "%nv")
-                self._copy(lo, hi, mine, "%stage")
-        self._barrier_phase(1)
-
-        if cfg.kind in ("ar1", "rs"):
-            p.comment("---- reduce this CTA's slice of the rank's chunk from every rank")
-            p(f"mov.u32 {q}, {0 if cfg.kind == 'ar1' else '%rank'};")
-            self._chunk_slice(q, lo, hi, "%nv")
-            shift = None if cfg.kind == "ar1" else p.r32("oshift")
-            if shift:
-                p(f"mul.lo.u32 {shift}, %rank, %cv;")
-            self._reduce(lo, hi, "%stage", "%out", shift, None)
-            self._finish()
-            return self._assemble()
-        if cfg.kind == "ar2":
-            p.comment("---- reduce chunk `rank` from every rank, store it into every rank")
-            p(f"mov.u32 {q}, %rank;")
-            self._chunk_slice(q, lo, hi, "%nv")
-            self._reduce(lo, hi, "%stage", None, None, "%nv" if cfg.copy_in else "%stage")
-        else:  # ag
-            p.comment("---- push this rank's slice into slot `rank` of every rank")
-            p(f"mov.u32 {q}, 0;")
-            self._chunk_slice(q, lo, hi, "%nv")
-            shift = p.r32("gshift")
-            p(f"mul.lo.u32 {shift}, %rank, %nv;")
-            self._copy(lo, hi, "", shift, to_all=True)
-        self._barrier_phase(2)
+        self._ptr_of(p.r64("mysym"), "%sym", "%rank")
+        {"ar1": self._emit_ar1, "rs": self._emit_rs, "ar2": self._emit_ar2,
+         "ag": self._emit_ag}[cfg.kind]()
         self._finish()
         return self._assemble()
+
+    def _stage(self, slot_vecs: str) -> str:
+        """This epoch's staging half (double buffering by epoch parity): vector offset
+        (epoch & 1) * W * slot_vecs."""
+        p = self.p
+        st = p.r32("stage")
+        p("and.b32 %stage, %epoch, 1;")
+        p(f"mul.lo.u32 %stage, %stage, {slot_vecs};")
+        p(f"mul.lo.u32 %stage, %stage, {self.cfg.world};")
+        return st
+
+    def _emit_ar1(self) -> None:
+        """Push the input into slot ``rank`` of every rank's staging; arrive; sum the W
+        local slots into the output."""
+        p, W = self.p, self.cfg.world
+        lo, hi = p.r32("lo"), p.r32("hi")
+        st = self._stage("%nv")
+        off = p.r32("slot_off")
+        p(f"mad.lo.u32 {off}, %rank, %nv, {st};")
+        self._chunk_slice(0, lo, hi, "%nv")
+        self._push(lo, hi, "%src", [(f"%symp{d}", off) for d in range(W)])
+        self._barrier_phase(1)
+        self._reduce(lo, hi, st, "%nv", [("%out", None)])
+
+    def _emit_rs(self) -> None:
+        """Push chunk d of the input into slot ``rank`` of rank d's staging; arrive; sum the
+        W local slots into the output (this rank's chunk)."""
+        p, W = self.p, self.cfg.world
+        lo, hi = p.r32("lo"), p.r32("hi")
+        st = self._stage("%cv")
+        off = p.r32("slot_off")
+        for d in range(W):
+            self._chunk_slice(d, lo, hi, "%nv")
+            p(f"mad.lo.u32 {off}, %rank, %cv, {st};")
+            shift = p.r32("dshift")
+            p(f"mul.lo.u32 {shift}, %cv, {d};")
+            p(f"sub.u32 {shift}, {off}, {shift};")     # slot offset - chunk start (mod 2^32)
+            self._push(lo, hi, "%src", [(f"%symp{d}", shift)])
+        self._barrier_phase(1)
+        self._chunk_slice(0, lo, hi, "%cv")
+        self._reduce(lo, hi, st, "%cv", [("%out", None)])
+
+    def _emit_ar2(self) -> None:
+        """sym = [R: nv][S: W x cv]. Push chunk d of the input (the local tensor, or R in
+        place) into slot ``rank`` of rank d's S; arrive; sum this rank's chunk from its W
+        slots and push the result into R of every rank; leave."""
+        p, W, cfg = self.p, self.cfg.world, self.cfg
+        lo, hi = p.r32("lo"), p.r32("hi")
+        off, shift = p.r32("slot_off"), p.r32("dshift")
+        src = "%src" if cfg.copy_in else "%mysym"
+        p(f"mad.lo.u32 {off}, %rank, %cv, %nv;")     # S + rank * cv
+        for d in range(W):
+            self._chunk_slice(d, lo, hi, "%nv")
+            p(f"mul.lo.u32 {shift}, %cv, {d};")
+            p(f"sub.u32 {shift}, {off}, {shift};")
+            self._push(lo, hi, src, [(f"%symp{d}", shift)], src_peer=not cfg.copy_in)
+        self._barrier_phase(1)
+        self._chunk_slice("%rank", lo, hi, "%nv", base=False)
+        r0 = p.r32("r0")
+        p("mul.lo.u32 %r0, %rank, %cv;")
+        self._reduce(lo, hi, "%nv", "%cv", [(f"%symp{d}", r0) for d in range(W)])
+        self._barrier_phase(2)
+
+    def _emit_ag(self) -> None:
+        """Arrive (every peer's kernel of this epoch started: its consumers of the last
+        result are done); push the input into slot ``rank`` of every rank's buffer; leave."""
+        p, W = self.p, self.cfg.world
+        lo, hi = p.r32("lo"), p.r32("hi")
+        self._barrier_phase(1)
+        self._chunk_slice(0, lo, hi, "%nv")
+        shift = p.r32("gshift")
+        p(f"mul.lo.u32 {shift}, %rank, %nv;")
+        self._push(lo, hi, "%src", [(f"%symp{d}", shift) for d in range(W)])
+        self._barrier_phase(2)
 
     def _finish(self) -> None:
         """Thread 0 of the last CTA to get here publishes the epoch for the next launch.
@@ -491,8 +532,8 @@ class CollectiveRunner:
         self.nv, self.cv, self.per, self.grid = plan_grid(cfg, elems, max_ctas)
         self.kernel = load_kernel(emit_collective_ptx(cfg), cfg.kernel_name, 0, peers.device)
         W, ve = cfg.world, cfg.vec_elems
-        sym_vecs = {"ar1": 2 * self.nv, "rs": 2 * self.nv, "ag": W * self.nv,
-                    "ar2": 2 * self.nv if cfg.copy_in else self.nv}[cfg.kind]
+        sym_vecs = {"ar1": 2 * W * self.nv, "rs": 2 * W * self.cv, "ag": W * self.nv,
+                    "ar2": self.nv + W * self.cv}[cfg.kind]
         key = ("collective", cfg, elems, id(self))
         self.sym = peers.symmetric(key + ("sym",), [sym_vecs * ve], self.tdt)
         self.pads = peers.symmetric(key + ("pads",), [2 * W * self.grid], torch.int32, zero=True)
@@ -508,7 +549,7 @@ class CollectiveRunner:
             elif cfg.kind == "rs":
                 self.out[r] = torch.empty(n // W, dtype=self.tdt, device=peers.device)
             elif cfg.kind == "ar2":
-                self.out[r] = s[n:2 * n] if cfg.copy_in else s[:n]
+                self.out[r] = s[:n]
             else:
                 self.out[r] = s
         self._args: dict = {}
