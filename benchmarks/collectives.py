@@ -18,9 +18,10 @@ Implementations (outputs checked against NCCL's on the first call):
   pkc's runtime under torch.distributed (pkc.runtime.executable: the lowered kernel takes
   the sm_90a fast path when it has one; ``pkc_path`` in the JSON says which), output
   copied out of the persistent buffer as a compiled graph's result is;
-- ``pkc_1shot``, ``pkc_2shot`` (all-reduce): pkc's collective kernels
-  (pkc/codegen/hopper/collectives.py) driven directly: one-shot out of place, two-shot in
-  place on its symmetric buffer (as torch's two_shot_all_reduce_).
+- ``pkc_ll``, ``pkc_1shot``, ``pkc_2shot`` (all-reduce): pkc's collective kernels
+  (pkc/codegen/hopper/collectives.py) driven directly: one-shot with flags in the data
+  (up to 4 MiB) and one-shot push, out of place; two-shot in place on its symmetric
+  buffer (as torch's two_shot_all_reduce_).
 
 Timing as in fused_sweep.py: CUDA events around every call, implementations interleaved,
 host queued ahead with torch.cuda._sleep, medians. Bus bandwidth as in nccl-tests
@@ -148,14 +149,15 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
         row["pkc_path"] = prog.fast_report()
         return lambda: prog(x)
 
-    def pkc_kernel(kind):
+    def pkc_kernel(kind, ctas_per_sm=1):
         """pkc's collective kernel driven directly (what the compiled path runs, without
         its per-call graph walk and output copy). ar2 is in place on its symmetric buffer
         (like two_shot_all_reduce_): filled with x once, then values grow, as NCCL's."""
         def make():
             from pkc.codegen.hopper.collectives import CollectiveConfig, CollectiveRunner
 
-            run = CollectiveRunner(CollectiveConfig(kind, W, "bf16"), x.numel(), pkc_peers())
+            run = CollectiveRunner(CollectiveConfig(kind, W, "bf16"), x.numel(), pkc_peers(),
+                                   ctas_per_sm=ctas_per_sm)
             if run.in_place:
                 run.buffer(ctx.rank).copy_(x.view(-1))
                 ctx.barrier()
@@ -167,8 +169,14 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
     if not args.no_pkc:
         try_impl("pkc", pkc_compiled)
         if op == "all_reduce":
+            if size <= 4 << 20:
+                try_impl("pkc_ll", pkc_kernel("ll"))
             try_impl("pkc_1shot", pkc_kernel("ar1"))
             try_impl("pkc_2shot", pkc_kernel("ar2"))
+            if size >= 16 << 20:
+                try_impl("pkc_2shot_2cta", pkc_kernel("ar2", 2))
+    if op == "all_gather" and size >= 16 << 20 and not args.no_pkc:
+        try_impl("pkc_2cta", pkc_kernel("ag", 2))
     if op == "all_reduce":
         def one():
             s1 = symm_copy((rows, cols), x)
@@ -222,7 +230,8 @@ def tables(res: dict) -> str:
         rows = [r for r in res["rows"] if r["op"] == op]
         if not rows:
             continue
-        impls = [k for k in ("pkc", "pkc_1shot", "pkc_2shot", "one_shot", "two_shot", "ce")
+        impls = [k for k in ("pkc", "pkc_ll", "pkc_1shot", "pkc_2shot", "pkc_2shot_2cta", "pkc_2cta",
+                             "one_shot", "two_shot", "ce")
                  if any(k in r["ms"] for r in rows)]
         headers = ["size", "nccl us", "nccl busbw"] + [f"{k} x" for k in impls] + \
                   [f"{k} busbw" for k in impls] + ["checks"]

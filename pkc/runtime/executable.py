@@ -101,9 +101,10 @@ class Executable:
         plan = plan_fast(op, self.target) if self.fast else "fast path off (PKC_FAST=0)"
         if not isinstance(plan, str):
             self.fast_report.append(f"@{name}: {plan.describe()}")
-            self.aliased.update(op.results)
             shapes = [tuple(r.type.get_shape()) for r in op.results]
-            return FastStep(plan, self.peers, shapes)
+            step = FastStep(plan, self.peers, shapes)
+            self.aliased.update(v for v, keep in zip(op.results, step.persistent) if keep)
+            return step
         self.fast_report.append(f"@{name}: general path ({plan})")
         from pkc.runtime.execute import compiled
 

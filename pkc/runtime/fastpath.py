@@ -4,7 +4,8 @@ kernels run on that kernel instead of the general (portable smem-tile) codegen.
 Matched (:func:`plan_fast`, pure IR analysis, so it is tested without a GPU):
 
 * lowered ``all_reduce`` (lower-collectives, ``pk.plan.collective``): one-shot ->
-  collectives ``ar1``; two-shot -> ``ar2`` with copy-in. ``all_gather`` / ``reduce_scatter``
+  collectives ``ll`` up to ``LL_MAX_BYTES``, ``ar1`` above; two-shot -> ``ar2`` with
+  copy-in. ``all_gather`` / ``reduce_scatter``
   along the leading dim (the kernel's 3-d view has one row: every chunk contiguous) ->
   ``ag`` / ``rs``. The algorithm is the one the cost model chose.
 * fused ``mm_reduce_scatter`` (overlap, ``pk.fusion.pattern``) -> the GEMM + reduce-scatter
@@ -33,6 +34,9 @@ from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr, Tenso
 from pkc.dialects.kernel import KernelOp
 
 _DTYPES = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
+# one-shot all-reduces up to this size use the LL kernel (flags in the data: no fence, no
+# signal round trip, twice the bytes); above, the one-shot push kernel
+LL_MAX_BYTES = 256 << 10
 
 
 @dataclass
@@ -103,7 +107,10 @@ def _plan_collective(plan, ins, outs, W, dtype) -> FastPlan | str:
     if coll == "all_reduce":
         if elems % vec:
             return f"all_reduce of {elems} elements: not whole 16-byte vectors"
-        kind = "ar1" if algo == "one_shot" else "ar2"
+        if algo == "one_shot":
+            kind = "ll" if elems * (16 // vec) <= LL_MAX_BYTES else "ar1"
+        else:
+            kind = "ar2"
         return FastPlan(kind, W, dtype, {"elems": elems})
     if coll in ("all_gather", "reduce_scatter"):
         rows = x[0] if len(x) == 3 else None
@@ -157,10 +164,16 @@ class FastStep:
     def __init__(self, plan: FastPlan, peers, out_shapes: list[tuple[int, ...]]):
         self.plan, self.peers, self.out_shapes = plan, peers, out_shapes
         self._made: dict = {}
+        # results that live in a persistent buffer (overwritten by the next call): the
+        # Executable copies them when they leave the graph; the rest are fresh tensors
+        fresh = plan.kind in ("ll", "ar1", "rs")
+        self.persistent = [not fresh] * len(out_shapes)
+        if plan.kind in ("ag_mm", "ag_mms"):   # the products are fresh; the gathered A is not
+            self.persistent = [False] * len(plan.shapes["N"]) + [True] * plan.shapes["gathered"]
 
     def __call__(self, args: dict) -> dict:
         kind = self.plan.kind
-        if kind in ("ar1", "ar2", "ag", "rs"):
+        if kind in ("ll", "ar1", "ar2", "ag", "rs"):
             return self._collective(args)
         return getattr(self, "_" + kind)(args)
 
@@ -189,9 +202,16 @@ class FastStep:
 
     # ---- the plans -----------------------------------------------------------------
     def _collective(self, args: dict) -> dict:
+        import torch
+
         elems = self.plan.shapes["elems"]
         run = self._coll(self.plan.kind, elems)
-        outs = run.run({r: a[0].contiguous().view(-1) for r, a in args.items()})
+        fresh = None
+        if run.local_output:                # a new tensor per call: no copy at the end
+            fresh = {r: torch.empty(self.out_shapes[0], dtype=run.tdt, device=self.peers.device)
+                     for r in args}
+        outs = run.run({r: a[0].contiguous().view(-1) for r, a in args.items()},
+                       outs=None if fresh is None else {r: t.view(-1) for r, t in fresh.items()})
         return {r: [outs[r].view(self.out_shapes[0])] for r in outs}
 
     @staticmethod
@@ -225,11 +245,15 @@ class FastStep:
         return {r: [outs[r].view(s["M"], s["N"])] for r in args}
 
     def _ag_mm(self, args: dict) -> dict:
+        import torch
+
         s = self.plan.shapes
         lay = {r: self._b_operand(a[1]) for r, a in args.items()}
         fw = self._fused("ag", s["Mc"], s["N"][0], s["K"], next(iter(lay.values()))[0])
+        fresh = {r: torch.empty(fw.W * fw.Mc, fw.N, dtype=fw.tdt, device=self.peers.device)
+                 for r in args}                      # C: a new tensor per call, no copy
         outs = fw.run({r: a[0].contiguous() for r, a in args.items()},
-                      {r: lay[r][1] for r in args})
+                      {r: lay[r][1] for r in args}, outs=fresh)
         W, Mc, K = self.plan.world, s["Mc"], s["K"]
         res = {r: [outs[r]] for r in args}
         if s["gathered"]:

@@ -44,7 +44,7 @@ def rank_sum(xs):
 
 
 def expected(kind, xs, W):
-    if kind in ("ar1", "ar2"):
+    if kind in ("ll", "ar1", "ar2"):
         return [rank_sum(xs)] * W
     if kind == "rs":
         return list(rank_sum(xs).chunk(W))
@@ -78,7 +78,7 @@ def _case(kind, W, dtype, elems, copy_in=False, launches=3):
 
 
 @pytest.mark.parametrize("W", [1, 2, 3, 4, 8])
-@pytest.mark.parametrize("kind", ["ar1", "rs", "ar2", "ag"])
+@pytest.mark.parametrize("kind", ["ll", "ar1", "rs", "ar2", "ag"])
 def test_collective_bf16(kind, W):
     for elems in (8 * W, 8 * W * 37, 8 * W * 5000, 1 << 21):
         if (elems // 8) % W and kind == "rs":
@@ -87,7 +87,7 @@ def test_collective_bf16(kind, W):
 
 
 @pytest.mark.parametrize("dtype", ["f16", "f32"])
-@pytest.mark.parametrize("kind", ["ar1", "rs", "ar2", "ag"])
+@pytest.mark.parametrize("kind", ["ll", "ar1", "rs", "ar2", "ag"])
 def test_collective_dtypes(kind, dtype):
     _case(kind, 4, dtype, 4 * 8 * 1031)
 
@@ -99,6 +99,7 @@ def test_two_shot_copy_in(W):
 
 
 def test_many_launches_reuse_pads():
+    _case("ll", 2, "bf16", 4096, launches=50)
     _case("ar1", 2, "bf16", 4096, launches=50)
     _case("ar2", 2, "bf16", 4096, launches=50)
 
@@ -112,10 +113,24 @@ def test_rejects_bad_input():
         CollectiveRunner(CollectiveConfig("ar1", 2, "bf16"), 1001, peers(2))
 
 
-def test_missing_peer_is_an_error_not_a_hang():
-    run = CollectiveRunner(CollectiveConfig("ar1", 2, "bf16"), 4096, peers(2), timeout_ns=50_000_000)
-    x = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+@pytest.mark.parametrize("kind", ["ll", "ar1", "ar2"])
+def test_missing_peer_is_an_error_not_a_hang(kind):
+    run = CollectiveRunner(CollectiveConfig(kind, 2, "bf16", copy_in=kind == "ar2"), 1 << 16,
+                           peers(2), timeout_ns=50_000_000)
+    x = torch.randn(1 << 16, device="cuda", dtype=torch.bfloat16)
     run.run({0: x}, ranks=[0])      # rank 1 never launches
     torch.cuda.synchronize()
     with pytest.raises(CollectiveTimeout, match="rank 0 .* timed out waiting for rank 1"):
         run.check()
+
+
+def test_fresh_outputs():
+    """A caller's output tensor per launch (what the compiled path does: no copy)."""
+    run = CollectiveRunner(CollectiveConfig("ll", 2, "bf16"), 2048, peers(2))
+    for _ in range(3):
+        xs = [torch.randn(2048, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        outs = {r: torch.full((2048,), float("nan"), device="cuda", dtype=torch.bfloat16) for r in range(2)}
+        got = run.run({0: xs[0], 1: xs[1]}, outs=outs)
+        torch.cuda.synchronize()
+        run.check()
+        assert all(got[r] is outs[r] and torch.equal(outs[r], rank_sum(xs)) for r in range(2))

@@ -46,7 +46,7 @@ def test_fused_and_collective_plans():
     ag = plan_fast(ks["all_gather_matmul"])
     assert ag.kind == "ag_mms" and ag.shapes == {"Mc": 128, "K": 1024, "N": [512, 128], "gathered": True}
     ar = [plan_fast(k) for n, k in ks.items() if n.startswith("all_reduce")]
-    assert [p.kind for p in ar] == ["ar1"] and ar[0].shapes["elems"] == 256 * 512
+    assert [p.kind for p in ar] == ["ll"] and ar[0].shapes["elems"] == 256 * 512   # 256 KiB
     assert "sm_90a only" in plan_fast(ks["matmul_reduce_scatter"], "sm_100a")
 
 

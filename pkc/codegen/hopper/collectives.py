@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 from pkc.codegen.hopper.gemm import _Ptx
 
-KINDS = ("ar1", "rs", "ar2", "ag")
+KINDS = ("ll", "ar1", "rs", "ar2", "ag")
 DTYPES = {"bf16": 2, "f16": 2, "f32": 4}
 THREADS = 512
 ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
@@ -89,7 +89,7 @@ class CollectiveConfig:
     @property
     def chunks(self) -> int:
         """Chunks of the input a CTA copies or reduces: W where data is split by rank."""
-        return 1 if self.kind in ("ar1", "ag") else self.world
+        return 1 if self.kind in ("ll", "ar1", "ag") else self.world
 
     @property
     def kernel_name(self) -> str:
@@ -372,8 +372,8 @@ class CollectiveKernel:
             self._ptr_of(p.r64(f"symp{r}"), "%sym", str(r))
         self._ptr_of(p.r64("mypad"), "%pads", "%rank")
         self._ptr_of(p.r64("mysym"), "%sym", "%rank")
-        {"ar1": self._emit_ar1, "rs": self._emit_rs, "ar2": self._emit_ar2,
-         "ag": self._emit_ag}[cfg.kind]()
+        {"ll": self._emit_ll, "ar1": self._emit_ar1, "rs": self._emit_rs,
+         "ar2": self._emit_ar2, "ag": self._emit_ag}[cfg.kind]()
         self._finish()
         return self._assemble()
 
@@ -386,6 +386,95 @@ class CollectiveKernel:
         p(f"mul.lo.u32 %stage, %stage, {slot_vecs};")
         p(f"mul.lo.u32 %stage, %stage, {self.cfg.world};")
         return st
+
+    def _emit_ll(self) -> None:
+        """One-shot all-reduce with the flags in the data (NCCL's "LL" idea): every 4-byte
+        word travels with the epoch in one 8-byte pair, so a reader polls the data itself:
+        no fence, no signal, no barrier; twice the bytes, for small messages."""
+        p, W = self.p, self.cfg.world
+        p("bar.sync 0;")                  # every thread has read the epoch (see _finish)
+        p(f"mov.u32 {p.r32('llgiven')}, 0;")
+        lo, hi = p.r32("lo"), p.r32("hi")
+        st = p.r64("llstage")             # byte offset of this epoch's half: 2 x W x nv x 32
+        t = p.r32("llt")
+        p(f"and.b32 {t}, %epoch, 1;")
+        p(f"mul.lo.u32 {t}, {t}, %nv;")
+        p(f"mul.lo.u32 {t}, {t}, {W};")
+        p(f"mul.wide.u32 {st}, {t}, 32;")
+        self._chunk_slice(0, lo, hi, "%nv")
+        a, b = p.r64("lla"), p.r64("llb")
+
+        def push(vs):
+            (v,) = vs
+            self._addr(a, "%src", v)
+            x = [p.r32(f"x0_{k}") for k in range(4)]
+            self._load(x, a, v, peer=False)
+            slot = p.r32("llslot")
+            p(f"mad.lo.u32 {slot}, %rank, %nv, {v};")
+            for d in range(W):
+                p(f"mul.wide.u32 {b}, {slot}, 32;")
+                p(f"add.s64 {b}, {b}, {st};")
+                p(f"add.s64 {b}, {b}, %symp{d};")
+                q = self._guard(v)
+                p(f"@{q} st.volatile.global.v4.b32 [{b}], {{{x[0]}, %epoch, {x[1]}, %epoch}};")
+                p(f"@{q} st.volatile.global.v4.b32 [{b}+16], {{{x[2]}, %epoch, {x[3]}, %epoch}};")
+        self._slice_loop(lo, hi, push, 1)
+
+        def pull(vs):
+            (v,) = vs
+            words = [[p.r32(f"y0_{q}_{k}") for k in range(4)] for q in range(W)]
+            skip = p.fresh("ll_skip")
+            q_ = self._guard(v)
+            p(f"@!{q_} bra {skip};")
+            slot = p.r32("llslot")
+            for q in range(W):
+                p(f"mad.lo.u32 {slot}, {q}, %nv, {v};")
+                p(f"mul.wide.u32 {b}, {slot}, 32;")
+                p(f"add.s64 {b}, {b}, {st};")
+                p(f"add.s64 {b}, {b}, %mysym;")
+                self._ll_wait(b, words[q], q)
+            res = [p.r32(f"z0_{k}") for k in range(4)]
+            for k in range(4):
+                self._sum_word(res[k], [words[q][k] for q in range(W)])
+            self._addr(a, "%out", v)
+            p(f"st.global.v4.b32 [{a}], {{{', '.join(res)}}};")
+            p.label(skip)
+        self._slice_loop(lo, hi, pull, 1)
+
+    def _ll_wait(self, addr: str, words: list[str], peer: int) -> None:
+        """Poll two 16-byte LL lines at ``addr`` until all four flags are this epoch
+        (bounded: a timeout records the error and takes whatever is there)."""
+        p = self.p
+        top, done, late = p.fresh("llw"), p.fresh("llw_ok"), p.fresh("llw_late")
+        f = [p.r32(f"llf{k}") for k in range(4)]
+        ok, tmp = p.pred("llok"), p.pred("lltmp")
+        dl, now = p.r64("lldl"), p.r64("llnow")
+        gave = p.pred("llgave")
+        given = p.r32("llgiven")          # set once a wait timed out: later waits return at once
+        p(f"setp.ne.u32 {tmp}, {given}, 0;")
+        p(f"@{tmp} bra {done};")
+        p(f"mov.u64 {dl}, 0;")
+        p.label(top)
+        p(f"ld.volatile.global.v4.b32 {{{words[0]}, {f[0]}, {words[1]}, {f[1]}}}, [{addr}];")
+        p(f"ld.volatile.global.v4.b32 {{{words[2]}, {f[2]}, {words[3]}, {f[3]}}}, [{addr}+16];")
+        p(f"setp.eq.u32 {ok}, {f[0]}, %epoch;")
+        for k in range(1, 4):
+            p(f"setp.eq.and.u32 {ok}, {f[k]}, %epoch, {ok};")
+        p(f"@{ok} bra {done};")
+        p(f"mov.u64 {now}, %globaltimer;")
+        p(f"setp.eq.u64 {tmp}, {dl}, 0;")              # first miss: start the clock
+        p(f"@{tmp} add.u64 {dl}, {now}, %timeout;")
+        p(f"setp.gt.u64 {gave}, {now}, {dl};")
+        p(f"@{gave} bra {late};")
+        p(f"bra {top};")
+        p.label(late)
+        p(f"mov.u32 {given}, 1;")
+        old, first = p.r32("eold"), p.pred("sfirst")
+        p("atom.global.cas.b32 %eold, [%err], 0, 1;")
+        p(f"setp.eq.u32 {first}, {old}, 0;")
+        for i, val in enumerate(("1", "%rank", str(peer), f[0], "%epoch", "%cta", "%epoch"), 1):
+            p(f"@{first} st.global.u32 [%err+{4 * i}], {val};")
+        p.label(done)
 
     def _emit_ar1(self) -> None:
         """Push the input into slot ``rank`` of every rank's staging; arrive; sum the W
@@ -497,10 +586,17 @@ def plan_grid(cfg: CollectiveConfig, elems: int, max_ctas: int) -> tuple[int, in
         cv = -(-nv // W)
     else:
         cv = nv
-    work = THREADS * cfg.unroll
+    work = THREADS * (1 if cfg.kind == "ll" else cfg.unroll)
     G = max(1, min(max_ctas, -(-cv // work)))
     per = -(-cv // G)
     return nv, cv, per, G
+
+
+def _blocks_per_sm(kernel) -> int:
+    from pkc.codegen.hopper.launch import _check, _cu
+
+    return int(_check(_cu().cuOccupancyMaxActiveBlocksPerMultiprocessor(kernel.func, THREADS, 0),
+                      "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
 
 
 class CollectiveTimeout(RuntimeError):
@@ -519,7 +615,8 @@ class CollectiveRunner:
     records (it synchronizes) and raises :class:`CollectiveTimeout`.
     """
 
-    def __init__(self, cfg: CollectiveConfig, elems: int, peers, timeout_ns: int = 2_000_000_000):
+    def __init__(self, cfg: CollectiveConfig, elems: int, peers, timeout_ns: int = 2_000_000_000,
+                 ctas_per_sm: int = 1):
         import torch
         from pkc.codegen.hopper.launch import load_kernel
 
@@ -528,12 +625,16 @@ class CollectiveRunner:
             raise ValueError(f"{cfg.kernel_name} is built for {cfg.world} ranks, the peers are {peers.world}")
         self.cfg, self.peers, self.elems = cfg, peers, elems
         self.tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[cfg.dtype]
-        max_ctas = min(peers.sms_of(r) for r in peers.ranks)
-        self.nv, self.cv, self.per, self.grid = plan_grid(cfg, elems, max_ctas)
         self.kernel = load_kernel(emit_collective_ptx(cfg), cfg.kernel_name, 0, peers.device)
+        # every CTA of every rank must be resident at once: at most what fits per SM
+        fit = _blocks_per_sm(self.kernel)
+        if ctas_per_sm > fit:
+            raise ValueError(f"{cfg.kernel_name}: {ctas_per_sm} CTAs per SM requested, {fit} fit")
+        max_ctas = ctas_per_sm * min(peers.sms_of(r) for r in peers.ranks)
+        self.nv, self.cv, self.per, self.grid = plan_grid(cfg, elems, max_ctas)
         W, ve = cfg.world, cfg.vec_elems
-        sym_vecs = {"ar1": 2 * W * self.nv, "rs": 2 * W * self.cv, "ag": W * self.nv,
-                    "ar2": self.nv + W * self.cv}[cfg.kind]
+        sym_vecs = {"ll": 4 * W * self.nv, "ar1": 2 * W * self.nv, "rs": 2 * W * self.cv,
+                    "ag": W * self.nv, "ar2": self.nv + W * self.cv}[cfg.kind]
         key = ("collective", cfg, elems, id(self))
         self.sym = peers.symmetric(key + ("sym",), [sym_vecs * ve], self.tdt)
         self.pads = peers.symmetric(key + ("pads",), [2 * W * self.grid], torch.int32, zero=True)
@@ -544,7 +645,7 @@ class CollectiveRunner:
         self.out = {}
         for r in peers.ranks:
             s = self.sym.tensors[r]
-            if cfg.kind == "ar1":
+            if cfg.kind in ("ar1", "ll"):
                 self.out[r] = torch.empty(n, dtype=self.tdt, device=peers.device)
             elif cfg.kind == "rs":
                 self.out[r] = torch.empty(n // W, dtype=self.tdt, device=peers.device)
@@ -564,20 +665,24 @@ class CollectiveRunner:
             raise ValueError(f"{self.cfg.kernel_name} is not in place")
         return self.out[rank]
 
-    def _bind(self, rank: int, src):
+    def _bind(self, rank: int, src, out=None):
+        """Packed arguments of one rank, cached by the input and output addresses."""
         import ctypes
         from pkc.codegen.hopper.launch import KernelArgs
 
-        key = (rank, 0 if src is None else src.data_ptr())
+        local_out = self.cfg.kind in ("ll", "ar1", "rs")
+        out = (out if out is not None else self.out[rank]) if local_out else None
+        key = (rank, 0 if src is None else src.data_ptr(), 0 if out is None else out.data_ptr())
         hit = self._args.get(key)
         if hit is None:
             u32, u64 = ctypes.c_uint32, ctypes.c_uint64
-            out = self.out[rank].data_ptr() if self.cfg.kind in ("ar1", "rs") else 0
-            vals = [u64(0 if src is None else src.data_ptr()), u64(out),
+            vals = [u64(0 if src is None else src.data_ptr()), u64(0 if out is None else out.data_ptr()),
                     u64(self.sym.ptrs_dev.data_ptr()), u64(self.pads.ptrs_dev.data_ptr()),
                     u32(self.nv), u32(self.cv), u32(self.per), u32(rank), u64(self.ctl[rank].data_ptr()),
                     u64(self.err[rank].data_ptr()), u64(self.timeout_ns)]
-            hit = self._args[key] = (KernelArgs(vals), src)
+            if len(self._args) >= 64:
+                self._args.pop(next(iter(self._args)))
+            hit = self._args[key] = (KernelArgs(vals), (src, out))
         return hit
 
     def _check_input(self, rank: int, x):
@@ -590,8 +695,15 @@ class CollectiveRunner:
                 f"aligned {self.tdt} tensor of {self.elems} elements on {self.peers.device}; "
                 f"got {tuple(x.shape)} {x.dtype} on {x.device}")
 
-    def run(self, inputs=None, ranks=None) -> dict:
+    @property
+    def local_output(self) -> bool:
+        """ll / ar1 / rs write a local output, which a caller may supply per launch
+        (``run(..., outs=)``): then nothing persistent is returned."""
+        return self.cfg.kind in ("ll", "ar1", "rs")
+
+    def run(self, inputs=None, ranks=None, outs=None) -> dict:
         """Launch every driven rank (``inputs[rank]``: its local input; none in place).
+        ``outs[rank]``: where a local output goes (default: the runner's own buffer).
         ``ranks``: launch only these (tests of a missing peer)."""
         from pkc.codegen.hopper.launch import launch
 
@@ -601,10 +713,20 @@ class CollectiveRunner:
             if not self.in_place:
                 x = inputs[r] if inputs is not None else None
                 self._check_input(r, x)
-            args, _ = self._bind(r, x)
+            o = None if outs is None else outs[r]
+            if o is not None:
+                self._check_output(r, o)
+            args, _ = self._bind(r, x, o)
             launch(self.kernel, self.grid, THREADS, args, self.peers.stream(r))
         self.peers.end()
-        return {r: self.out[r] for r in self.peers.ranks}
+        return {r: (self.out[r] if outs is None else outs[r]) for r in self.peers.ranks}
+
+    def _check_output(self, rank: int, o) -> None:
+        want = self.out[rank]
+        if not self.local_output or o.dtype != want.dtype or o.numel() != want.numel() \
+                or not o.is_contiguous() or o.data_ptr() % 16:
+            raise ValueError(f"{self.cfg.kernel_name}: rank {rank}'s output must be a contiguous, "
+                             f"16-byte aligned {want.dtype} tensor of {want.numel()} elements")
 
     def check(self) -> None:
         for r in self.peers.ranks:

@@ -1062,12 +1062,21 @@ class FusedWorld:
             return encode_tmap(b.data_ptr(), c.dtype, [K, N], [K * 2], [BK, c.bn], 128)
         return encode_tmap(b.data_ptr(), c.dtype, [N, K], [N * 2], [64, BK], 128)
 
-    def _bind(self, rank: int, a, b):
+    def _bind(self, rank: int, a, b, out=None):
         """(packed arguments, the operands kept alive) of one rank, cached by pointers and
-        shapes (a repeated call only launches: the epoch is on the device)."""
+        shapes (a repeated call only launches: the epoch is on the device). ``out`` (ag):
+        where C goes instead of the world's own buffer."""
         from pkc.codegen.hopper.launch import KernelArgs
 
-        key = (rank, a.data_ptr(), b.data_ptr(), tuple(a.shape), tuple(b.shape))
+        if out is not None:
+            if self.fcfg.kind != "ag":
+                raise ValueError("only the all-gather kernel takes a caller's output")
+            want = (self.W * self.Mc, self.N)
+            if tuple(out.shape) != want or out.dtype != self.tdt or not out.is_contiguous() \
+                    or out.data_ptr() % 16:
+                raise ValueError(f"out must be a contiguous {self.tdt} tensor of {list(want)}")
+        key = (rank, a.data_ptr(), b.data_ptr(), tuple(a.shape), tuple(b.shape),
+               0 if out is None else out.data_ptr())
         hit = self._args.get(key)
         if hit is not None:
             return hit
@@ -1078,10 +1087,11 @@ class FusedWorld:
                                  f"on {self.device}")
         tmb = self._b_map(b)
         ctl = ctypes.c_uint64(self.ctl[rank].data_ptr())
-        vals = (self._rs_args if self.fcfg.kind == "rs" else self._ag_args)(rank, a, tmb, ctl)
+        vals = self._rs_args(rank, a, tmb, ctl) if self.fcfg.kind == "rs" else \
+            self._ag_args(rank, a, tmb, ctl, out)
         if len(self._args) >= 64:
             self._args.pop(next(iter(self._args)))
-        self._args[key] = (KernelArgs(vals), (a, b))
+        self._args[key] = (KernelArgs(vals), (a, b, out))
         return self._args[key]
 
     def _rs_args(self, rank: int, a, tmb: bytes, ctl) -> list:
@@ -1099,13 +1109,14 @@ class FusedWorld:
                 u64(self.sig_ptrs_dev.data_ptr()), u64(out), u64(self.err[rank].data_ptr()),
                 u64(self.sig_timeout_ns)]
 
-    def _ag_args(self, rank: int, a, tmb: bytes, ctl) -> list:
+    def _ag_args(self, rank: int, a, tmb: bytes, ctl, out=None) -> list:
         c, W, Mc, N, K = self.cfg, self.W, self.Mc, self.N, self.K
         u32, u64, dt = ctypes.c_uint32, ctypes.c_uint64, c.dtype
         if tuple(a.shape) != (Mc, K):
             raise ValueError(f"A must be the shard [Mc, K] = [{Mc}, {K}], got {list(a.shape)}")
         tma = encode_tmap(a.data_ptr(), dt, [K, Mc], [K * 2], [BK, c.bm], 128)
-        w, out, g = c.epi_width, self.out[rank], self.gath[rank]
+        w, g = c.epi_width, self.gath[rank]
+        out = self.out[rank] if out is None else out
         tmc = encode_tmap(out.data_ptr(), dt, [N, Mc, W], [N * 2, Mc * N * 2], [w, 64, 1], 2 * w)
         tmag = encode_tmap(g.data_ptr(), dt, [K, Mc, W], [K * 2, Mc * K * 2], [BK, c.bm, 1], 128)
         return [tma, tmb, tmc, u64(out.data_ptr()), u32(Mc), u32(N), u32(K), u32(rank), ctl,
@@ -1113,7 +1124,7 @@ class FusedWorld:
                 u64(a.data_ptr()), u64(self.err[rank].data_ptr()), u64(self.sig_timeout_ns)]
 
     # ---- launching -------------------------------------------------------------------
-    def run(self, a, b, streams=None) -> list:
+    def run(self, a, b, streams=None, outs=None) -> list:
         """Launches the driven ranks' kernels of the next epoch; returns ``out`` (indexed
         by rank, None for ranks driven elsewhere).
 
@@ -1122,12 +1133,14 @@ class FusedWorld:
         on torch's current stream; W > 1 on the peers' streams, ordered after and before
         torch's (peers.begin / end). Else ``streams[r]`` (a torch stream or a CUstream
         int or CUstream), which the caller orders. Every operand is checked before the epoch advances,
-        so a rejected call leaves the ranks in step."""
+        so a rejected call leaves the ranks in step. ``outs`` (ag only; by rank): write C
+        there instead of the world's buffer (a fresh tensor per call needs no copy)."""
         import torch
 
         from pkc.codegen.hopper.launch import launch
 
-        bound = [self._bind(r, _rank_item(a, r, "A", self.W), _rank_item(b, r, "B", self.W))
+        bound = [self._bind(r, _rank_item(a, r, "A", self.W), _rank_item(b, r, "B", self.W),
+                            None if outs is None else _rank_item(outs, r, "out", self.W))
                  for r in self.ranks]
         self._epoch[0] += 1          # host count only: the kernel advances its own epoch
         own = streams is None and self.W > 1
@@ -1143,6 +1156,8 @@ class FusedWorld:
             launch(self.kernel, self.grid, self.cfg.threads, args, st)
         if own:
             self.peers.end()
+        if outs is not None:
+            return [outs[r] if r in self.ranks else None for r in range(self.W)]
         return self.out
 
     def run_rank(self, a, b):
