@@ -35,7 +35,7 @@ def test_protocol_in_ptx(kind):
     W = 4
     ptx = emit_collective_ptx(CollectiveConfig(kind, W, "bf16"))
     if kind == "ll":      # flags travel with the data: volatile 16-byte pairs, no signals
-        assert "red." not in ptx and "fence" not in ptx
+        assert "red." not in ptx and "fence" not in ptx and "ld.global.nc.u64" not in ptx
         assert ptx.count("st.volatile.global.v4.b32") == 2 * W
         assert ptx.count("ld.volatile.global.v4.b32") == 2 * W and "%globaltimer" in ptx
         return
@@ -78,6 +78,7 @@ def test_config_errors():
 @pytest.mark.parametrize("kind", KINDS)
 def test_epoch_lives_on_the_device(kind):
     ptx = emit_collective_ptx(CollectiveConfig(kind, 2, "bf16"))
-    assert ptx.index("ld.global.u32 %epoch, [%ctl];") < ptx.index("bar.sync 0;")
-    assert "atom.global.add.u32 %fin_old, [%ctl+4], 1;" in ptx
+    first_bar = ptx.index("bar.sync 0;")
+    assert ptx.index("ld.global.u32 %epoch, [%ctl];") < first_bar
+    assert first_bar < ptx.index("atom.global.add.u32 %fin_old, [%ctl+4], 1;")
     assert "st.global.u32 [%ctl], %epoch;" in ptx

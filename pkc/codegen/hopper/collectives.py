@@ -9,8 +9,8 @@ the launch's epoch (zeroed once at allocation), so consecutive launches need no 
 no host barrier and no host synchronization.
 
 The epoch lives on the device (``ctl = [epoch, ctas_done]``, per rank): every thread reads
-it before the CTA's first barrier and uses ``epoch + 1``; the last CTA to finish (the one
-that takes ``ctas_done`` to G) stores the new epoch and resets the count. So the kernel's
+it before the CTA's first barrier and uses ``epoch + 1``; the last CTA past that barrier
+(the one that takes ``ctas_done`` to G) stores the new epoch and resets the count. So the kernel's
 parameters are the same on every launch, and a CUDA graph that captured it replays
 correctly (an epoch passed by value would be frozen into the graph, and every replay's
 waits would be satisfied by the signals of earlier replays: reads before the data).
@@ -111,18 +111,24 @@ class CollectiveKernel:
     """Emits the PTX of one :class:`CollectiveConfig`.
 
     Parameters (in order): ``src`` (u64, local input; ar2 in place: unused), ``out`` (u64,
-    local output: ar1 / rs), ``sym`` (u64 device array of the W ranks' symmetric buffer
-    addresses), ``pads`` (u64 device array of the W signal pads, ``2 * W * G`` u32 each),
-    ``nv`` (u32, 16-byte vectors of the whole tensor: ar1 / ar2 the tensor, rs the input
+    local output: ll / ar1 / rs), ``symp0..`` (u64, the W ranks' symmetric buffers),
+    ``padp0..`` (u64, the W ranks' signal pads, ``2 * W * G`` u32 each), ``mysym``,
+    ``mypad`` (this rank's of each), ``nv`` (u32, 16-byte vectors of the whole tensor: ar1 / ar2 the tensor, rs the input
     ``W x chunk``, ag the local input), ``cv`` (u32, vectors per chunk), ``per`` (u32,
     vectors per CTA slice of a chunk), ``rank`` (u32), ``ctl`` (u64, this rank's
     ``[epoch, ctas_done]`` u32 pair, zeroed once), ``err`` (u64, 8 u32),
     ``timeout`` (u64 ns).
     """
 
-    PARAMS = (("src", "u64"), ("out", "u64"), ("sym", "u64"), ("pads", "u64"), ("nv", "u32"),
-              ("cv", "u32"), ("per", "u32"), ("rank", "u32"), ("ctl", "u64"),
-              ("err", "u64"), ("timeout", "u64"))
+    def params(self) -> list[tuple[str, str]]:
+        """Peer addresses travel by value (constant across launches), not through a device
+        array: no dependent global load before the first store."""
+        W = self.cfg.world
+        return ([("src", "u64"), ("out", "u64")] + [(f"symp{d}", "u64") for d in range(W)]
+                + [(f"padp{d}", "u64") for d in range(W)]
+                + [("mysym", "u64"), ("mypad", "u64"), ("nv", "u32"), ("cv", "u32"),
+                   ("per", "u32"), ("rank", "u32"), ("ctl", "u64"), ("err", "u64"),
+                   ("timeout", "u64")])
 
     def __init__(self, cfg: CollectiveConfig):
         cfg.validate()
@@ -132,13 +138,6 @@ class CollectiveKernel:
     # ---- small helpers ---------------------------------------------------------------
     def _pname(self, s: str) -> str:
         return f"{self.cfg.kernel_name}_param_{s}"
-
-    def _ptr_of(self, dst: str, array: str, idx) -> None:
-        p = self.p
-        off = p.r64("poff")
-        p(f"mul.wide.u32 {off}, {idx}, 8;")
-        p(f"add.s64 {off}, {array}, {off};")
-        p(f"ld.global.nc.u64 {dst}, [{off}];")
 
     def _slot(self, dst: str, base: str, phase: int, src) -> None:
         """dst = base + 4 * ((phase * W + src) * G + cta)."""
@@ -187,10 +186,9 @@ class CollectiveKernel:
         skip = p.fresh("sig_done")
         p(f"@!{t0} bra {skip};")
         p("fence.acq_rel.sys;")
-        pad, addr = p.r64("padq"), p.r64("sig_addr")
+        addr = p.r64("sig_addr")
         for d in range(W):
-            self._ptr_of(pad, "%pads", str(d))
-            self._slot(addr, pad, phase - 1, "%rank")
+            self._slot(addr, f"%padp{d}", phase - 1, "%rank")
             p(f"red.relaxed.sys.global.add.u32 [{addr}], 1;")   # ordered by the fence
         p.label(skip)
         waits = p.fresh("wait_done")
@@ -355,8 +353,8 @@ class CollectiveKernel:
 
     # ---- the kernel --------------------------------------------------------------------
     def emit(self) -> str:
-        cfg, p, W = self.cfg, self.p, self.cfg.world
-        for name, ty in self.PARAMS:
+        cfg, p = self.cfg, self.p
+        for name, ty in self.params():
             p.reg(name, ".b64" if ty == "u64" else ".b32")
             p(f"ld.param.{ty} %{name}, [{self._pname(name)}];")
         for name in ("tidx", "cta", "G"):
@@ -366,15 +364,13 @@ class CollectiveKernel:
         p("mov.u32 %G, %nctaid.x;")
         p(f"setp.eq.u32 {p.pred('t0')}, %tidx, 0;")
         p.reg("epoch", ".b32")
-        p("ld.global.u32 %epoch, [%ctl];")         # before the first bar.sync: see _finish
+        p("ld.global.u32 %epoch, [%ctl];")         # before the first bar.sync: see _publish
         p("add.u32 %epoch, %epoch, 1;")
-        for r in range(W):
-            self._ptr_of(p.r64(f"symp{r}"), "%sym", str(r))
-        self._ptr_of(p.r64("mypad"), "%pads", "%rank")
-        self._ptr_of(p.r64("mysym"), "%sym", "%rank")
+        p("bar.sync 0;")
+        self._publish()
         {"ll": self._emit_ll, "ar1": self._emit_ar1, "rs": self._emit_rs,
          "ar2": self._emit_ar2, "ag": self._emit_ag}[cfg.kind]()
-        self._finish()
+        p("exit;")
         return self._assemble()
 
     def _stage(self, slot_vecs: str) -> str:
@@ -392,7 +388,6 @@ class CollectiveKernel:
         word travels with the epoch in one 8-byte pair, so a reader polls the data itself:
         no fence, no signal, no barrier; twice the bytes, for small messages."""
         p, W = self.p, self.cfg.world
-        p("bar.sync 0;")                  # every thread has read the epoch (see _finish)
         p(f"mov.u32 {p.r32('llgiven')}, 0;")
         lo, hi = p.r32("lo"), p.r32("hi")
         st = p.r64("llstage")             # byte offset of this epoch's half: 2 x W x nv x 32
@@ -540,12 +535,13 @@ class CollectiveKernel:
         self._push(lo, hi, "%src", [(f"%symp{d}", shift) for d in range(W)])
         self._barrier_phase(2)
 
-    def _finish(self) -> None:
+    def _publish(self) -> None:
         """Thread 0 of the last CTA to get here publishes the epoch for the next launch.
         Every thread of every CTA read the epoch before its CTA's first bar.sync, which
-        thread 0 has passed, so no read can see the new value in this launch."""
+        thread 0 has passed, so no read of this launch can see the new value; done at the
+        start, the atomic's round trip overlaps the transfers instead of ending the kernel."""
         p = self.p
-        done = p.fresh("fin")
+        done = p.fresh("pub")
         p(f"@!%t0 bra {done};")
         old, last = p.r32("fin_old"), p.pred("fin_last")
         p(f"atom.global.add.u32 {old}, [%ctl+4], 1;")
@@ -554,14 +550,14 @@ class CollectiveKernel:
         p(f"@{last} st.global.u32 [%ctl+4], 0;")
         p(f"@{last} st.global.u32 [%ctl], %epoch;")
         p.label(done)
-        p("exit;")
 
     def _assemble(self) -> str:
         cfg, p = self.cfg, self.p
-        params = ",\n".join(f"\t.param .{ty} {self._pname(n)}" for n, ty in self.PARAMS)
+        params = ",\n".join(f"\t.param .{ty} {self._pname(n)}" for n, ty in self.params())
         head = [f"// pkc collective {cfg.kind} W={cfg.world} {cfg.dtype} (sm_90a)",
                 ".version 8.5", ".target sm_90a", ".address_size 64", "",
-                f".visible .entry {cfg.kernel_name}(", params, f") .maxntid {THREADS}, 1, 1", "{"]
+                f".visible .entry {cfg.kernel_name}(", params,
+                f") .maxntid {THREADS}, 1, 1" + ("" if cfg.kind == "ll" else " .minnctapersm 2"), "{"]
         return "\n".join(head + p.declarations() + p.lines + ["}", ""])
 
 
@@ -616,7 +612,7 @@ class CollectiveRunner:
     """
 
     def __init__(self, cfg: CollectiveConfig, elems: int, peers, timeout_ns: int = 2_000_000_000,
-                 ctas_per_sm: int = 1):
+                 ctas_per_sm: int | None = None):
         import torch
         from pkc.codegen.hopper.launch import load_kernel
 
@@ -628,6 +624,8 @@ class CollectiveRunner:
         self.kernel = load_kernel(emit_collective_ptx(cfg), cfg.kernel_name, 0, peers.device)
         # every CTA of every rank must be resident at once: at most what fits per SM
         fit = _blocks_per_sm(self.kernel)
+        if ctas_per_sm is None:     # bandwidth kinds: 2 per SM (measured: AG 1.3-1.6x NCCL vs 0.7-1.0x)
+            ctas_per_sm = min(fit, 2 if cfg.kind in ("ag", "rs", "ar2") else 1)
         if ctas_per_sm > fit:
             raise ValueError(f"{cfg.kernel_name}: {ctas_per_sm} CTAs per SM requested, {fit} fit")
         max_ctas = ctas_per_sm * min(peers.sms_of(r) for r in peers.ranks)
@@ -676,10 +674,12 @@ class CollectiveRunner:
         hit = self._args.get(key)
         if hit is None:
             u32, u64 = ctypes.c_uint32, ctypes.c_uint64
-            vals = [u64(0 if src is None else src.data_ptr()), u64(0 if out is None else out.data_ptr()),
-                    u64(self.sym.ptrs_dev.data_ptr()), u64(self.pads.ptrs_dev.data_ptr()),
-                    u32(self.nv), u32(self.cv), u32(self.per), u32(rank), u64(self.ctl[rank].data_ptr()),
-                    u64(self.err[rank].data_ptr()), u64(self.timeout_ns)]
+            vals = ([u64(0 if src is None else src.data_ptr()), u64(0 if out is None else out.data_ptr())]
+                    + [u64(x) for x in self.sym.ptrs] + [u64(x) for x in self.pads.ptrs]
+                    + [u64(self.sym.ptrs[rank]), u64(self.pads.ptrs[rank]),
+                       u32(self.nv), u32(self.cv), u32(self.per), u32(rank),
+                       u64(self.ctl[rank].data_ptr()), u64(self.err[rank].data_ptr()),
+                       u64(self.timeout_ns)])
             if len(self._args) >= 64:
                 self._args.pop(next(iter(self._args)))
             hit = self._args[key] = (KernelArgs(vals), (src, out))

@@ -157,19 +157,29 @@ class KernelArgs:
         return ctypes.addressof(self._array)
 
 
+_CONFIGS: dict = {}
+
+
 def launch(kernel: LoadedKernel, grid: int, block: int, args: KernelArgs,
            stream: int | None = None) -> None:
     cu = _cu()
     if stream is None:
         stream = torch.cuda.current_stream().cuda_stream
-    cfg = cu.CUlaunchConfig()
-    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
-    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
-    cfg.sharedMemBytes = kernel.smem_bytes
-    cfg.hStream = cu.CUstream(stream)
-    cfg.numAttrs = 0
-    _check(cu.cuLaunchKernelEx(cfg, kernel.func, args.address, 0),
-           f"cuLaunchKernelEx({kernel.name})")
+    key = (id(kernel), grid, block, stream)
+    cfg = _CONFIGS.get(key)
+    if cfg is None:     # built once: the per-call host cost is the launch itself
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
+        cfg.sharedMemBytes = kernel.smem_bytes
+        cfg.hStream = cu.CUstream(stream)
+        cfg.numAttrs = 0
+        if len(_CONFIGS) > 4096:
+            _CONFIGS.clear()
+        _CONFIGS[key] = cfg
+    err, = cu.cuLaunchKernelEx(cfg, kernel.func, args.address, 0)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        _check((err,), f"cuLaunchKernelEx({kernel.name})")
 
 
 # ---- the GEMM -----------------------------------------------------------------------
