@@ -514,6 +514,11 @@ class PkcProgram:
             cls._runner = DistributedRunner()
         return cls._runner
 
+    def executable(self):
+        from pkc.runtime.executable import _CACHE
+
+        return next(ex for (mod, ex) in _CACHE.values() if mod is self.module)
+
     def fast_report(self) -> list[str]:
         """Per kernel: the fast path's plan or why the general path runs it (after a call)."""
         from pkc.runtime.executable import _CACHE
@@ -717,6 +722,16 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
         row["ms"][n] = median(ts)
         row.setdefault("iqr", {})[n] = (statistics.quantiles(ts, n=4)[2] - statistics.quantiles(ts, n=4)[0]
                                         if len(ts) >= 4 else None)
+    if prog is not None:   # where the compiled program's time goes, step by step
+        try:
+            from pkc.runtime.executable import step_times
+
+            def calls():
+                for _ in range(5):
+                    prog(a, b_kn)
+            row["pkc_steps_ms"] = step_times(prog.executable(), calls)
+        except Exception as e:
+            row["notes"].append(f"pkc step profile: {type(e).__name__}: {e}"[:200])
     # the results after many launches (epochs) are still right
     for name, fn in (("pkc_hand", (lambda: hand.run_rank(a, b)) if hand is not None else None),
                      ("pkc", (lambda: prog(a, b_kn)) if prog is not None else None)):
@@ -780,7 +795,8 @@ def run_sweep(args) -> int:
                   f"speedups pkc {s['speedup']['pkc']}  symm {s['speedup']['symm']}  "
                   f"hand {s['speedup']['pkc_hand']}  roof {s['speedup']['roofline']}  checks "
                   f"{ {k: round(v.get('rel_err', -1), 5) for k, v in row['checks'].items()} } "
-                  f"{'; '.join(row['notes'])}", flush=True)
+                  f"{'; '.join(row['notes'])}" + (f" pkc steps {row['pkc_steps_ms']}"
+                                                  if row.get("pkc_steps_ms") else ""), flush=True)
             write_json(out_dir / "fused_sweep.json", res)
     res["secs"] = round(time.time() - t_start, 1)
     if ctx.rank == 0:

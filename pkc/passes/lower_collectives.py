@@ -226,7 +226,7 @@ _CHOOSERS = {
 
 def _model_times(t, lay: "Layout") -> dict[str, float]:
     """Predicted time of each algorithm this pass can emit (the cost model also rates a
-    ring all-reduce, never faster on NVSwitch, which is not lowered)."""
+    ring all-reduce, which is not lowered: at W = 2 it is two-shot in two steps)."""
     alternatives = _CHOOSERS[lay.collective](t, lay.message_bytes, lay.world).alternatives
     return {a: alternatives[a] for a in ALGORITHMS[lay.collective]}
 

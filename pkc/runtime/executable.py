@@ -52,12 +52,14 @@ class Executable:
         self.peers, self.general, self.target = peers, general, target
         self.timeout_s, self.copy_outputs, self.distributed = timeout_s, copy_outputs, distributed
         self.fast = fast_enabled() if fast is None else fast
+        self.profile: dict | None = None   # {step: [event pairs]} while profiling
         self.bulk = bulk
         self.fast_report: list[str] = []
         fn = find_function(module, func_name)
         block = fn.body.blocks[0]
         self.args = list(block.args)
         self.steps: list[tuple[list, list, Step]] = []
+        self.step_names: list[tuple] = []
         self.aliased: set = set()          # values that may live in persistent buffers
         self.returns: list = []
         for op in block.ops:
@@ -65,6 +67,8 @@ class Executable:
                 self.returns = list(op.arguments)
                 break
             self.steps.append((list(op.operands), list(op.results), self._step(op)))
+            label = op.kernel_name.data if isinstance(op, KernelOp) else op.name
+            self.step_names.append((op, len(self.steps) - 1, label))
             if not isinstance(op, KernelOp) and any(v in self.aliased for v in op.operands):
                 self.aliased.update(op.results)     # a view of a persistent buffer
         else:
@@ -126,9 +130,16 @@ class Executable:
         env: dict = {}
         for i, a in enumerate(self.args):
             env[a] = {r: inputs[r][i].to(dev) for r in self.peers.ranks}
-        for operands, results, step in self.steps:
+        prof = self.profile
+        for k, (operands, results, step) in enumerate(self.steps):
             vals = {r: [env[v][r] for v in operands] for r in self.peers.ranks}
+            if prof is not None:
+                ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+                ev[0].record()
             outs = step(vals)
+            if prof is not None:
+                ev[1].record()
+                prof.setdefault(k, []).append(ev)
             for i, res in enumerate(results):
                 env[res] = {r: outs[r][i] for r in self.peers.ranks}
         out = {}
@@ -157,6 +168,23 @@ def _gpu_matmul(op) -> Step:
             out[r] = [torch.matmul(a, b) if native else rule(op, a, b)]
         return out
     return run
+
+
+def step_times(ex: Executable, calls) -> list[tuple[str, float]]:
+    """(step name, median ms) of each step over ``calls()`` (run a few calls of the
+    program), timed with CUDA events around each step on torch's stream: where a
+    compiled program's time goes."""
+    import statistics
+
+    ex.profile = {}
+    try:
+        calls()
+        torch.cuda.synchronize()
+        names = [name for _, _, name in ex.step_names]
+        return [(names[k], statistics.median(a.elapsed_time(b) for a, b in evs))
+                for k, evs in sorted(ex.profile.items())]
+    finally:
+        ex.profile = None
 
 
 _CACHE: dict = {}

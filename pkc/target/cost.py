@@ -175,17 +175,23 @@ class Choice:
 
 
 def _xfer(t: Target, link_bytes: float, hbm_bytes: float, mechanism: str) -> float:
-    """Bandwidth term of a standalone collective on all SMs: link or HBM, the slower."""
-    return max(link_time(t, link_bytes, t.num_sms, mechanism), hbm_bytes / t.hbm_achievable_bw)
+    """Bandwidth term of a standalone collective on all SMs: the slower of link and HBM
+    plus half the faster. Measured on 2 H200s (benchmarks/results/h200x2_2026-11-29b): a
+    1 GiB one-shot all-reduce took 3.86 ms and a two-shot 3.38 ms with the same link bytes
+    (2.89 ms at 371 GB/s); the gap follows their local traffic (6n vs 4n bytes) at about
+    half its own time, so the two overlap only partly."""
+    link = link_time(t, link_bytes, t.num_sms, mechanism)
+    hbm = hbm_bytes / t.hbm_achievable_bw
+    return max(link, hbm) + 0.5 * min(link, hbm)
 
 
 def all_reduce_time(target, nbytes: float, W: int, algo: str = "two_shot") -> float:
     """All-reduce of an nbytes tensor on each of W ranks, over symmetric memory.
 
-    one_shot: barrier; every rank loads all W-1 peers' buffers (ld/st, summed in registers)
-      -> (W-1)*nbytes in over its link; barrier (inputs may be reused).  2 round trips.
-    two_shot: reduce-scatter (pull own 1/W from W-1 peers) then all-gather (push the reduced
-      1/W to W-1 peers): 2*(W-1)/W*nbytes in; barriers before, between, after: 3 round trips.
+    one_shot: every rank pushes its whole buffer to all W-1 peers (ld/st) and sums the W
+      slots it received: (W-1)*nbytes over its link; 2 round trips.
+    two_shot: reduce-scatter (push chunk c to rank c) then all-gather (push the reduced
+      1/W to W-1 peers): 2*(W-1)/W*nbytes over the link; 3 round trips.
     ring: 2(W-1) neighbour steps of nbytes/W, each waiting one one-way flag latency.
     """
     t = _target(target)
@@ -194,9 +200,11 @@ def all_reduce_time(target, nbytes: float, W: int, algo: str = "two_shot") -> fl
         return 0.0
     n = float(nbytes)
     if algo == "one_shot":
-        body = signal_time(t, 2) + _xfer(t, (W - 1) * n, (W + 1) * n, "ldst")
+        # local traffic: read the input, W slots written (pushed), W slots read, output
+        body = signal_time(t, 2) + _xfer(t, (W - 1) * n, (2 * W + 2) * n, "ldst")
     elif algo == "two_shot":
-        body = signal_time(t, 3) + 2 * _xfer(t, (W - 1) / W * n, 2 * n / W + (W - 1) / W * n, "ldst")
+        # per phase: n read and n written locally (slots in, results out)
+        body = signal_time(t, 3) + 2 * _xfer(t, (W - 1) / W * n, 2 * n, "ldst")
     elif algo == "ring":
         step = t.one_way_latency + _xfer(t, n / W, 3 * n / W, "ldst")
         body = signal_time(t) + 2 * (W - 1) * step
@@ -594,8 +602,10 @@ def plan_fusion(target, pattern: str, shapes, W: int, dtype=2, mechanism: str = 
     for k in comm_sms_candidates(t):
         variants[("inter", k)] = predict_fused(t, pattern, sh, W, dt, "inter", k, mechanism)
     (overlap, k), fused = min(variants.items(), key=lambda kv: (kv[1], kv[0][1]))
-    saved_launches = launch_time(t, unfused_kernels(pattern, sh) - 1)
-    fuse = W > 1 and fused < (unfused - saved_launches) * (1 - FUSE_MIN_GAIN)
+    # compare the work without any launch (one fused, several unfused): launch costs
+    # depend on how the program runs (eager, CUDA graph), the decision must not
+    fuse = W > 1 and fused - launch_time(t, 1) < \
+        (unfused - launch_time(t, unfused_kernels(pattern, sh))) * (1 - FUSE_MIN_GAIN)
     alts = MappingProxyType({f"{o}:{n}" if o == "inter" else o: v for (o, n), v in variants.items()})
     return FusionPlan(pattern, fuse, overlap, k, fused, unfused, t, sh, W, dt, mechanism, alts)
 

@@ -141,3 +141,23 @@ def test_cuda_graph_capture_and_replay():
         got = [[t.clone() for t in outs[r]] for r in range(W)]
         want = interpret(original, new, W)
         check_outputs(f"replay {seed}", got, want, gemm_atol(want, W), 2e-2)
+
+
+def test_step_times_name_every_step():
+    from pkc.interp import random_inputs
+    from pkc.ir import parse_module
+    from pkc.passes.registry import run_pipeline
+    from pkc.runtime.executable import _CACHE, step_times
+    from pkc.runtime.execute import run_kernel_module
+
+    W = 2
+    ir = layer_ir(W, "bf16", 256, 256, 512, 128)
+    module = parse_module(ir, "p.mlir")
+    run_pipeline("default{force=true}", module)
+    inputs = random_inputs(parse_module(ir, "p.mlir"), W, 0)
+    run_kernel_module(module, inputs, W, fast=True)
+    (ex,) = [ex for mod, ex in _CACHE.values() if mod is module]
+    times = step_times(ex, lambda: [run_kernel_module(module, inputs, W, fast=True) for _ in range(3)])
+    names = [n for n, _ in times]
+    assert "matmul_reduce_scatter" in names and "all_gather_matmul" in names
+    assert all(ms > 0 for _, ms in times)
