@@ -18,10 +18,11 @@ Implementations (outputs checked against NCCL's on the first call):
   pkc's runtime under torch.distributed (pkc.runtime.executable: the lowered kernel takes
   the sm_90a fast path when it has one; ``pkc_path`` in the JSON says which), output
   copied out of the persistent buffer as a compiled graph's result is;
-- ``pkc_ll``, ``pkc_1shot``, ``pkc_2shot`` (all-reduce): pkc's collective kernels
-  (pkc/codegen/hopper/collectives.py) driven directly: one-shot with flags in the data
-  (up to 4 MiB) and one-shot push, out of place; two-shot in place on its symmetric
-  buffer (as torch's two_shot_all_reduce_).
+- ``pkc_ll``, ``pkc_1shot``, ``pkc_2shot``, ``pkc_direct``: pkc's collective kernels
+  (pkc/codegen/hopper/collectives.py) driven directly: LL (flags in the data; up to
+  4 MiB) for all three; all-reduce one-shot push (out of place) and two-shot (in place on
+  its symmetric buffer, as torch's two_shot_all_reduce_); all-gather / reduce-scatter
+  direct push (2 CTAs per SM).
 
 Timing as in fused_sweep.py: CUDA events around every call, implementations interleaved,
 host queued ahead with torch.cuda._sleep, medians. Bus bandwidth as in nccl-tests
@@ -168,15 +169,15 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
 
     if not args.no_pkc:
         try_impl("pkc", pkc_compiled)
+        ll, big = {"all_reduce": ("ll", None), "all_gather": ("llag", "ag"),
+                   "reduce_scatter": ("llrs", "rs")}[op]
+        if size <= 4 << 20:
+            try_impl("pkc_ll", pkc_kernel(ll))
         if op == "all_reduce":
-            if size <= 4 << 20:
-                try_impl("pkc_ll", pkc_kernel("ll"))
             try_impl("pkc_1shot", pkc_kernel("ar1"))
             try_impl("pkc_2shot", pkc_kernel("ar2"))
-            if size >= 16 << 20:
-                try_impl("pkc_2shot_2cta", pkc_kernel("ar2", 2))
-    if op == "all_gather" and size >= 16 << 20 and not args.no_pkc:
-        try_impl("pkc_2cta", pkc_kernel("ag", 2))
+        else:
+            try_impl("pkc_direct", pkc_kernel(big))
     if op == "all_reduce":
         def one():
             s1 = symm_copy((rows, cols), x)
@@ -230,7 +231,7 @@ def tables(res: dict) -> str:
         rows = [r for r in res["rows"] if r["op"] == op]
         if not rows:
             continue
-        impls = [k for k in ("pkc", "pkc_ll", "pkc_1shot", "pkc_2shot", "pkc_2shot_2cta", "pkc_2cta",
+        impls = [k for k in ("pkc", "pkc_ll", "pkc_1shot", "pkc_2shot", "pkc_direct",
                              "one_shot", "two_shot", "ce")
                  if any(k in r["ms"] for r in rows)]
         headers = ["size", "nccl us", "nccl busbw"] + [f"{k} x" for k in impls] + \

@@ -61,6 +61,7 @@ class Executable:
         self.steps: list[tuple[list, list, Step]] = []
         self.step_names: list[tuple] = []
         self.aliased: set = set()          # values that may live in persistent buffers
+        self.arg_views: set = set()        # reshapes (views) of the function's arguments
         self.returns: list = []
         for op in block.ops:
             if isinstance(op, func.ReturnOp):
@@ -71,6 +72,10 @@ class Executable:
             self.step_names.append((op, len(self.steps) - 1, label))
             if not isinstance(op, KernelOp) and any(v in self.aliased for v in op.operands):
                 self.aliased.update(op.results)     # a view of a persistent buffer
+            from pkc.dialects import graph as g
+            if isinstance(op, g.ReshapeOp) and (op.operands[0] in self.args or
+                                                op.operands[0] in self.arg_views):
+                self.arg_views.update(op.results)   # a view of the caller's input
         else:
             raise ValueError(f"function @{func_name} has no func.return")
 
@@ -93,6 +98,12 @@ class Executable:
             return lambda vals: {r: [t.to(dev) for t in _run_opaque(op, v)] for r, v in vals.items()}
         if isinstance(op, g.MatmulOp):
             return _gpu_matmul(op)
+        if isinstance(op, g.ReshapeOp):
+            # a view, not the interpreter's copy: lowered collectives sit between two of
+            # these, and a copy of the whole tensor on each side costs more than the
+            # collective at small sizes (the Executable never writes into a value in place)
+            shape = tuple(op.results[0].type.get_shape())
+            return lambda vals: {r: [v[0].reshape(shape)] for r, v in vals.items()}
         if type(op) in _LOCAL:  # .to(dev): pk.constant makes its tensor on the CPU
             rule = _LOCAL[type(op)]
             return lambda vals: {r: [rule(op, *v).to(dev)] for r, v in vals.items()}
@@ -144,7 +155,8 @@ class Executable:
                 env[res] = {r: outs[r][i] for r in self.peers.ranks}
         out = {}
         for r in self.peers.ranks:
-            out[r] = [env[v][r].clone() if (self.copy_outputs and v in self.aliased)
+            out[r] = [env[v][r].clone() if (v in self.arg_views or
+                                             (self.copy_outputs and v in self.aliased))
                       else env[v][r] for v in self.returns]
         return out
 

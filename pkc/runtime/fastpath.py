@@ -7,7 +7,8 @@ Matched (:func:`plan_fast`, pure IR analysis, so it is tested without a GPU):
   collectives ``ll`` up to ``LL_MAX_BYTES``, ``ar1`` above; two-shot -> ``ar2`` with
   copy-in. ``all_gather`` / ``reduce_scatter``
   along the leading dim (the kernel's 3-d view has one row: every chunk contiguous) ->
-  ``ag`` / ``rs``. The algorithm is the one the cost model chose.
+  ``ag`` / ``rs`` (``llag`` / ``llrs`` up to ``LL_GATHER_MAX_BYTES``). The algorithm is
+  the one the cost model chose.
 * fused ``mm_reduce_scatter`` (overlap, ``pk.fusion.pattern``) -> the GEMM + reduce-scatter
   kernel (TMA reduce-add of each tile into its owner's output, output-dtype accumulator);
   ``all_gather_mm`` with one matmul -> the all-gather + GEMM kernel (gathered A is one of
@@ -35,8 +36,12 @@ from pkc.dialects.kernel import KernelOp
 
 _DTYPES = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
 # one-shot all-reduces up to this size use the LL kernel (flags in the data: no fence, no
-# signal round trip, twice the bytes); above, the one-shot push kernel
+# signal round trip, twice the bytes); above, the one-shot push kernel. Measured on 2 H200s:
+# LL 1.15-1.34x NCCL up to 256 KiB, 0.93x at 1 MiB (where one-shot push is 1.38x).
 LL_MAX_BYTES = 256 << 10
+# all-gathers (by output) and reduce-scatters (by input) up to this size: LL as well; they
+# push W x the shard, as the LL all-reduce pushes W x its input at 256 KiB (not measured yet)
+LL_GATHER_MAX_BYTES = 512 << 10
 
 
 @dataclass
@@ -119,7 +124,9 @@ def _plan_collective(plan, ins, outs, W, dtype) -> FastPlan | str:
         chunk = elems if coll == "all_gather" else elems // W
         if chunk % vec:
             return f"{coll} chunk of {chunk} elements: not whole 16-byte vectors"
-        kind = "ag" if coll == "all_gather" else "rs"
+        full_bytes = chunk * W * (16 // vec)
+        small = full_bytes <= LL_GATHER_MAX_BYTES
+        kind = ("llag" if small else "ag") if coll == "all_gather" else ("llrs" if small else "rs")
         return FastPlan(kind, W, dtype, {"elems": elems, "out": y})
     return f"no fast kernel for {coll}"
 
@@ -166,14 +173,14 @@ class FastStep:
         self._made: dict = {}
         # results that live in a persistent buffer (overwritten by the next call): the
         # Executable copies them when they leave the graph; the rest are fresh tensors
-        fresh = plan.kind in ("ll", "ar1", "rs")
+        fresh = plan.kind in ("ll", "llag", "llrs", "ar1", "rs")
         self.persistent = [not fresh] * len(out_shapes)
         if plan.kind in ("ag_mm", "ag_mms"):   # the products are fresh; the gathered A is not
             self.persistent = [False] * len(plan.shapes["N"]) + [True] * plan.shapes["gathered"]
 
     def __call__(self, args: dict) -> dict:
         kind = self.plan.kind
-        if kind in ("ll", "ar1", "ar2", "ag", "rs"):
+        if kind in ("ll", "llag", "llrs", "ar1", "ar2", "ag", "rs"):
             return self._collective(args)
         return getattr(self, "_" + kind)(args)
 

@@ -46,7 +46,7 @@ def rank_sum(xs):
 def expected(kind, xs, W):
     if kind in ("ll", "ar1", "ar2"):
         return [rank_sum(xs)] * W
-    if kind == "rs":
+    if kind in ("rs", "llrs"):
         return list(rank_sum(xs).chunk(W))
     return [torch.cat(xs)] * W
 
@@ -78,16 +78,16 @@ def _case(kind, W, dtype, elems, copy_in=False, launches=3):
 
 
 @pytest.mark.parametrize("W", [1, 2, 3, 4, 8])
-@pytest.mark.parametrize("kind", ["ll", "ar1", "rs", "ar2", "ag"])
+@pytest.mark.parametrize("kind", ["ll", "llag", "llrs", "ar1", "rs", "ar2", "ag"])
 def test_collective_bf16(kind, W):
     for elems in (8 * W, 8 * W * 37, 8 * W * 5000, 1 << 21):
-        if (elems // 8) % W and kind == "rs":
+        if (elems // 8) % W and kind in ("rs", "llrs"):
             continue
         _case(kind, W, "bf16", elems)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "f32"])
-@pytest.mark.parametrize("kind", ["ll", "ar1", "rs", "ar2", "ag"])
+@pytest.mark.parametrize("kind", ["ll", "llag", "llrs", "ar1", "rs", "ar2", "ag"])
 def test_collective_dtypes(kind, dtype):
     _case(kind, 4, dtype, 4 * 8 * 1031)
 
@@ -113,7 +113,7 @@ def test_rejects_bad_input():
         CollectiveRunner(CollectiveConfig("ar1", 2, "bf16"), 1001, peers(2))
 
 
-@pytest.mark.parametrize("kind", ["ll", "ar1", "ar2"])
+@pytest.mark.parametrize("kind", ["ll", "llag", "ar1", "ar2", "ag"])
 def test_missing_peer_is_an_error_not_a_hang(kind):
     run = CollectiveRunner(CollectiveConfig(kind, 2, "bf16", copy_in=kind == "ar2"), 1 << 16,
                            peers(2), timeout_ns=50_000_000)

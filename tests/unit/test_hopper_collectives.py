@@ -34,10 +34,11 @@ def test_assembles(kind, W):
 def test_protocol_in_ptx(kind):
     W = 4
     ptx = emit_collective_ptx(CollectiveConfig(kind, W, "bf16"))
-    if kind == "ll":      # flags travel with the data: volatile 16-byte pairs, no signals
+    if kind.startswith("ll"):   # flags travel with the data: volatile 16-byte pairs, no signals
         assert "red." not in ptx and "fence" not in ptx and "ld.global.nc.u64" not in ptx
         assert ptx.count("st.volatile.global.v4.b32") == 2 * W
         assert ptx.count("ld.volatile.global.v4.b32") == 2 * W and "%globaltimer" in ptx
+        assert ("add.rn.f32" in ptx) == (kind != "llag")        # all-gather copies, no sum
         return
     phases = 1 if kind in ("ar1", "rs") else 2
     assert ptx.count("red.relaxed.sys.global.add.u32") == W * phases

@@ -58,7 +58,8 @@ from dataclasses import dataclass
 
 from pkc.codegen.hopper.gemm import _Ptx
 
-KINDS = ("ll", "ar1", "rs", "ar2", "ag")
+KINDS = ("ll", "llag", "llrs", "ar1", "rs", "ar2", "ag")
+LL_KINDS = ("ll", "llag", "llrs")
 DTYPES = {"bf16": 2, "f16": 2, "f32": 4}
 THREADS = 512
 ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
@@ -89,7 +90,7 @@ class CollectiveConfig:
     @property
     def chunks(self) -> int:
         """Chunks of the input a CTA copies or reduces: W where data is split by rank."""
-        return 1 if self.kind in ("ll", "ar1", "ag") else self.world
+        return 1 if self.kind in ("ll", "llag", "ar1", "ag") else self.world
 
     @property
     def kernel_name(self) -> str:
@@ -368,8 +369,9 @@ class CollectiveKernel:
         p("add.u32 %epoch, %epoch, 1;")
         p("bar.sync 0;")
         self._publish()
-        {"ll": self._emit_ll, "ar1": self._emit_ar1, "rs": self._emit_rs,
-         "ar2": self._emit_ar2, "ag": self._emit_ag}[cfg.kind]()
+        {"ll": self._emit_ll, "llag": self._emit_ll, "llrs": self._emit_ll,
+         "ar1": self._emit_ar1, "rs": self._emit_rs, "ar2": self._emit_ar2,
+         "ag": self._emit_ag}[cfg.kind]()
         p("exit;")
         return self._assemble()
 
@@ -384,36 +386,56 @@ class CollectiveKernel:
         return st
 
     def _emit_ll(self) -> None:
-        """One-shot all-reduce with the flags in the data (NCCL's "LL" idea): every 4-byte
+        """One-shot collectives with the flags in the data (NCCL's "LL" idea): every 4-byte
         word travels with the epoch in one 8-byte pair, so a reader polls the data itself:
-        no fence, no signal, no barrier; twice the bytes, for small messages."""
-        p, W = self.p, self.cfg.world
+        no fence, no signal, no barrier; twice the bytes, for small messages. ``ll``
+        all-reduce: the input to slot ``rank`` of every rank, the W slots summed; ``llag``:
+        the same push, the slots copied out in rank order; ``llrs``: chunk d to slot
+        ``rank`` of rank d, the W slots of this rank's chunk summed. Slots are double
+        buffered by epoch parity, as in ``ar1``."""
+        p, W, kind = self.p, self.cfg.world, self.cfg.kind
         p(f"mov.u32 {p.r32('llgiven')}, 0;")
         lo, hi = p.r32("lo"), p.r32("hi")
-        st = p.r64("llstage")             # byte offset of this epoch's half: 2 x W x nv x 32
+        slot_vecs = "%cv"                 # vectors per slot: the input (ll, llag), a chunk (llrs)
+        st = p.r64("llstage")             # byte offset of this epoch's half: W slots x 32 B
         t = p.r32("llt")
         p(f"and.b32 {t}, %epoch, 1;")
-        p(f"mul.lo.u32 {t}, {t}, %nv;")
+        p(f"mul.lo.u32 {t}, {t}, {slot_vecs};")
         p(f"mul.lo.u32 {t}, {t}, {W};")
         p(f"mul.wide.u32 {st}, {t}, 32;")
-        self._chunk_slice(0, lo, hi, "%nv")
         a, b = p.r64("lla"), p.r64("llb")
+        slot = p.r32("llslot")
 
-        def push(vs):
-            (v,) = vs
-            self._addr(a, "%src", v)
-            x = [p.r32(f"x0_{k}") for k in range(4)]
-            self._load(x, a, v, peer=False)
-            slot = p.r32("llslot")
-            p(f"mad.lo.u32 {slot}, %rank, %nv, {v};")
+        def push_to(dests, shift):
+            def push(vs):
+                (v,) = vs
+                self._addr(a, "%src", v)
+                x = [p.r32(f"x0_{k}") for k in range(4)]
+                self._load(x, a, v, peer=False)
+                p(f"add.u32 {slot}, {v}, {shift};")      # slot rank's vector (v - chunk start)
+                for d in dests:
+                    p(f"mul.wide.u32 {b}, {slot}, 32;")
+                    p(f"add.s64 {b}, {b}, {st};")
+                    p(f"add.s64 {b}, {b}, %symp{d};")
+                    q = self._guard(v)
+                    p(f"@{q} st.volatile.global.v4.b32 [{b}], {{{x[0]}, %epoch, {x[1]}, %epoch}};")
+                    p(f"@{q} st.volatile.global.v4.b32 [{b}+16], {{{x[2]}, %epoch, {x[3]}, %epoch}};")
+            return push
+
+        shift = p.r32("llshift")
+        if kind == "llrs":
             for d in range(W):
-                p(f"mul.wide.u32 {b}, {slot}, 32;")
-                p(f"add.s64 {b}, {b}, {st};")
-                p(f"add.s64 {b}, {b}, %symp{d};")
-                q = self._guard(v)
-                p(f"@{q} st.volatile.global.v4.b32 [{b}], {{{x[0]}, %epoch, {x[1]}, %epoch}};")
-                p(f"@{q} st.volatile.global.v4.b32 [{b}+16], {{{x[2]}, %epoch, {x[3]}, %epoch}};")
-        self._slice_loop(lo, hi, push, 1)
+                self._chunk_slice(d, lo, hi, "%nv")
+                p(f"mul.lo.u32 {shift}, %rank, %cv;")
+                c0 = p.r32("llc0")
+                p(f"mul.lo.u32 {c0}, %cv, {d};")
+                p(f"sub.u32 {shift}, {shift}, {c0};")
+                self._slice_loop(lo, hi, push_to([d], shift), 1)
+            self._chunk_slice(0, lo, hi, "%cv")
+        else:
+            self._chunk_slice(0, lo, hi, "%nv")
+            p(f"mul.lo.u32 {shift}, %rank, %cv;")
+            self._slice_loop(lo, hi, push_to(range(W), shift), 1)
 
         def pull(vs):
             (v,) = vs
@@ -421,18 +443,23 @@ class CollectiveKernel:
             skip = p.fresh("ll_skip")
             q_ = self._guard(v)
             p(f"@!{q_} bra {skip};")
-            slot = p.r32("llslot")
             for q in range(W):
-                p(f"mad.lo.u32 {slot}, {q}, %nv, {v};")
+                p(f"mad.lo.u32 {slot}, {q}, {slot_vecs}, {v};")
                 p(f"mul.wide.u32 {b}, {slot}, 32;")
                 p(f"add.s64 {b}, {b}, {st};")
                 p(f"add.s64 {b}, {b}, %mysym;")
                 self._ll_wait(b, words[q], q)
-            res = [p.r32(f"z0_{k}") for k in range(4)]
-            for k in range(4):
-                self._sum_word(res[k], [words[q][k] for q in range(W)])
-            self._addr(a, "%out", v)
-            p(f"st.global.v4.b32 [{a}], {{{', '.join(res)}}};")
+                if kind == "llag":                   # out[q * n + v] = slot q's vector
+                    o = p.r32("llo")
+                    p(f"mad.lo.u32 {o}, {q}, {slot_vecs}, {v};")
+                    self._addr(a, "%out", o)
+                    p(f"st.global.v4.b32 [{a}], {{{', '.join(words[q])}}};")
+            if kind != "llag":
+                res = [p.r32(f"z0_{k}") for k in range(4)]
+                for k in range(4):
+                    self._sum_word(res[k], [words[q][k] for q in range(W)])
+                self._addr(a, "%out", v)
+                p(f"st.global.v4.b32 [{a}], {{{', '.join(res)}}};")
             p.label(skip)
         self._slice_loop(lo, hi, pull, 1)
 
@@ -557,7 +584,7 @@ class CollectiveKernel:
         head = [f"// pkc collective {cfg.kind} W={cfg.world} {cfg.dtype} (sm_90a)",
                 ".version 8.5", ".target sm_90a", ".address_size 64", "",
                 f".visible .entry {cfg.kernel_name}(", params,
-                f") .maxntid {THREADS}, 1, 1" + ("" if cfg.kind == "ll" else " .minnctapersm 2"), "{"]
+                f") .maxntid {THREADS}, 1, 1" + ("" if cfg.kind in LL_KINDS else " .minnctapersm 2"), "{"]
         return "\n".join(head + p.declarations() + p.lines + ["}", ""])
 
 
@@ -574,15 +601,15 @@ def plan_grid(cfg: CollectiveConfig, elems: int, max_ctas: int) -> tuple[int, in
         raise ValueError(f"{cfg.kind}: {elems} elements is not a multiple of 16 bytes")
     nv = elems // ve
     W = cfg.world
-    if cfg.kind == "rs":
+    if cfg.kind in ("rs", "llrs"):
         if nv % W:
-            raise ValueError(f"rs: {elems} elements do not split into {W} chunks of 16-byte vectors")
+            raise ValueError(f"{cfg.kind}: {elems} elements do not split into {W} chunks of 16-byte vectors")
         cv = nv // W
     elif cfg.kind == "ar2":
         cv = -(-nv // W)
     else:
         cv = nv
-    work = THREADS * (1 if cfg.kind == "ll" else cfg.unroll)
+    work = THREADS * (1 if cfg.kind in LL_KINDS else cfg.unroll)
     G = max(1, min(max_ctas, -(-cv // work)))
     per = -(-cv // G)
     return nv, cv, per, G
@@ -631,8 +658,9 @@ class CollectiveRunner:
         max_ctas = ctas_per_sm * min(peers.sms_of(r) for r in peers.ranks)
         self.nv, self.cv, self.per, self.grid = plan_grid(cfg, elems, max_ctas)
         W, ve = cfg.world, cfg.vec_elems
-        sym_vecs = {"ll": 4 * W * self.nv, "ar1": 2 * W * self.nv, "rs": 2 * W * self.cv,
-                    "ag": W * self.nv, "ar2": self.nv + W * self.cv}[cfg.kind]
+        sym_vecs = {"ll": 4 * W * self.cv, "llag": 4 * W * self.cv, "llrs": 4 * W * self.cv,
+                    "ar1": 2 * W * self.nv, "rs": 2 * W * self.cv, "ag": W * self.nv,
+                    "ar2": self.nv + W * self.cv}[cfg.kind]
         key = ("collective", cfg, elems, id(self))
         self.sym = peers.symmetric(key + ("sym",), [sym_vecs * ve], self.tdt)
         self.pads = peers.symmetric(key + ("pads",), [2 * W * self.grid], torch.int32, zero=True)
@@ -645,7 +673,9 @@ class CollectiveRunner:
             s = self.sym.tensors[r]
             if cfg.kind in ("ar1", "ll"):
                 self.out[r] = torch.empty(n, dtype=self.tdt, device=peers.device)
-            elif cfg.kind == "rs":
+            elif cfg.kind == "llag":
+                self.out[r] = torch.empty(W * n, dtype=self.tdt, device=peers.device)
+            elif cfg.kind in ("rs", "llrs"):
                 self.out[r] = torch.empty(n // W, dtype=self.tdt, device=peers.device)
             elif cfg.kind == "ar2":
                 self.out[r] = s[:n]
@@ -668,7 +698,7 @@ class CollectiveRunner:
         import ctypes
         from pkc.codegen.hopper.launch import KernelArgs
 
-        local_out = self.cfg.kind in ("ll", "ar1", "rs")
+        local_out = self.local_output
         out = (out if out is not None else self.out[rank]) if local_out else None
         key = (rank, 0 if src is None else src.data_ptr(), 0 if out is None else out.data_ptr())
         hit = self._args.get(key)
@@ -699,7 +729,7 @@ class CollectiveRunner:
     def local_output(self) -> bool:
         """ll / ar1 / rs write a local output, which a caller may supply per launch
         (``run(..., outs=)``): then nothing persistent is returned."""
-        return self.cfg.kind in ("ll", "ar1", "rs")
+        return self.cfg.kind in LL_KINDS + ("ar1", "rs")
 
     def run(self, inputs=None, ranks=None, outs=None) -> dict:
         """Launch every driven rank (``inputs[rank]``: its local input; none in place).
