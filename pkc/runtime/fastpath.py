@@ -14,7 +14,8 @@ Matched (:func:`plan_fast`, pure IR analysis, so it is tested without a GPU):
   ``all_gather_mm`` with one matmul -> the all-gather + GEMM kernel (gathered A is one of
   its buffers, returned when the IR asks for it); with several matmuls -> the ``ag``
   collective, then one cuBLAS GEMM per weight; ``mm_all_reduce`` -> GEMM + reduce-scatter,
-  then the ``ag`` collective of the reduced chunks.
+  then the ``ag`` collective of the reduced chunks (W > 2), or at W <= 2 the GEMM +
+  all-reduce kernel that sends every partial tile to every rank inside the GEMM.
 Anything else (all_to_all, MoE patterns, f64/integer data, shapes that are not whole
 16-byte vectors, a chunk that is not contiguous, 3-d operands) keeps the general path;
 the reason is recorded (:attr:`Executable.fast_report`).
@@ -246,6 +247,16 @@ class FastStep:
 
     def _mm_ar(self, args: dict) -> dict:
         s = self.plan.shapes
+        W = self.plan.world
+        if W <= 2:
+            # broadcast: every partial tile to every rank, overlapped with the GEMM (same
+            # link bytes as RS + AG at W = 2; W > 2 would send (W-1) / (2(W-1)/W) times
+            # more, not measured yet: RS then AG there)
+            lay = {r: self._b_operand(a[1]) for r, a in args.items()}
+            fw = self._fused("ar", s["M"] // W, s["N"], s["K"], next(iter(lay.values()))[0])
+            outs = fw.run({r: a[0].contiguous() for r, a in args.items()},
+                          {r: lay[r][1] for r in args})
+            return {r: [outs[r]] for r in args}
         parts = self._gemm_rs(args)
         elems = s["M"] // self.plan.world * s["N"]
         outs = self._coll("ag", elems).run({r: parts[r].view(-1) for r in args})

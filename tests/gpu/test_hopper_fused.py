@@ -88,6 +88,11 @@ def _cases() -> list[dict]:
         out.append(dict(kind="rs", W=W, dtype="f16", acc="f32", tile=128, shape=(1000, 1000, 1000),
                         b="kn"))
         out.append(dict(kind="ag", W=W, dtype="f16", tile=128, shape=(257, 136, 72), b="kn"))
+    # GEMM + all-reduce by broadcast: every tile to every rank
+    for W in (1, 2, 3):
+        for s in ((1000, 1000, 1000), (256, 512, 1024), (2048, 1024, 1024)):
+            out.append(dict(kind="ar", W=W, dtype="bf16", acc="out", tile=256, shape=s, b="kn"))
+        out.append(dict(kind="ar", W=W, dtype="f16", acc="out", tile=128, shape=(257, 136, 72)))
     return out
 
 
@@ -95,7 +100,7 @@ CASES = _cases()
 
 
 def _case_id(c: dict) -> str:
-    acc = f"-{c.get('acc', '')}" if c["kind"] == "rs" else ""
+    acc = f"-{c.get('acc', '')}" if c["kind"] in ("rs", "ar") else ""
     sab = ("-sabotage" if c.get("sabotage") else "") + (f"-{c['variant']}" if c.get("variant") else "")
     sab += ("-kn" if c.get("b") == "kn" else "") + ("-plain" if c.get("green") is False else "")
     return f"{c['kind']}-W{c['W']}-{c['dtype']}{acc}-t{c['tile']}-{'x'.join(map(str, c['shape']))}{sab}"
@@ -119,7 +124,7 @@ def run_case(c: dict, seed: int = 0) -> dict:
     world = FusedWorld(f, Mc, N, K, green=c.get("green", True),
                        sig_timeout_ns=50_000_000 if c.get("sabotage") else 1_000_000_000)
     g = torch.Generator(device="cuda").manual_seed(seed * 7919 + Mc * 31 + N * 17 + K + W)
-    rows = W * Mc if f.kind == "rs" else Mc
+    rows = W * Mc if f.kind in ("rs", "ar") else Mc
     kn = f.gemm.b_layout == "kn"
     A = [torch.randn(rows, K, device="cuda", generator=g).to(tdt) for _ in range(W)]
     B = [torch.randn(*((K, N) if kn else (N, K)), device="cuda", generator=g).to(tdt)
@@ -131,18 +136,21 @@ def run_case(c: dict, seed: int = 0) -> dict:
     if f.kind == "rs":
         full = sum(prod(A[r], B[r]) for r in range(W))
         refs = [full[p * Mc:(p + 1) * Mc] for p in range(W)]
+    elif f.kind == "ar":
+        full = sum(prod(A[r], B[r]) for r in range(W))
+        refs = [full] * W
     else:
         Ag = torch.cat(A, 0)
         refs = [prod(Ag, B[r]) for r in range(W)]
     rec = {"case": _case_id(c), "kind": f.kind, "W": W, "dtype": c["dtype"],
-           "acc": f.acc_dtype if f.kind == "rs" else None, "tile": c["tile"],
+           "acc": f.acc_dtype if f.kind in ("rs", "ar") else None, "tile": c["tile"],
            "b_layout": f.gemm.b_layout, "Mc": Mc, "N": N, "K": K, "grid": world.grid,
            "kernel": world.cfg.kernel_name, "lanes": getattr(world.peers, "mode", None)}
 
     def poison():
         for t in world.out:
             t.fill_(float("nan"))
-        if f.kind == "rs":
+        if f.kind in ("rs", "ar"):
             for t in world.acc:
                 t.fill_(float("nan"))
         else:
@@ -192,7 +200,7 @@ def run_case(c: dict, seed: int = 0) -> dict:
             same = same and all(torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
                                 for a, b in zip(first, outs))
     tol = 1e-2 if c["dtype"] == "bf16" else 2e-3
-    if f.kind == "rs" and f.acc_dtype != "f32" and W > 1:
+    if f.kind in ("rs", "ar") and f.acc_dtype != "f32" and W > 1:
         tol *= 2                                  # W-1 additions rounded in bf16 / fp16
     rec.update(nan=nans, rel_err=max(errs), tol=tol, deterministic=same,
                ok=nans == 0 and max(errs) < tol and same)

@@ -34,6 +34,8 @@ FUSED = {
     "rs_w8_bf16acc": FusedConfig("rs", 8),
     "rs_w4_f32acc_f16": FusedConfig("rs", 4, acc="f32", gemm=GemmConfig(dtype="f16")),
     "rs_w2_128x128": FusedConfig("rs", 2, gemm=G128),
+    "ar_w2": FusedConfig("ar", 2),
+    "ar_w4_kn_f16": FusedConfig("ar", 4, gemm=GemmConfig(dtype="f16", b_layout="kn")),
     "ag_w1": FusedConfig("ag", 1),
     "ag_w8": FusedConfig("ag", 8),
     "ag_w2_128x128_f16": FusedConfig("ag", 2, gemm=G128.with_(dtype="f16"), comm_ctas=4),
@@ -120,6 +122,15 @@ def test_ptx_has_the_protocol(name):
         assert "ld.acquire.sys.global.u32" in ptx                # final wait (bounded)
         if f.acc_dtype == "f32":
             assert "st.shared.v2.f32" in ptx and "ld.global.cg.v4.f32" in ptx
+    elif f.kind == "ar":
+        # every piece to every rank: W stores (own chunk) and W reduce-adds (others) per
+        # piece, through the W accumulators' 3-d maps; W signals per flush
+        W = f.world
+        stores = ptx.count("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group")
+        adds = ptx.count("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group")
+        assert stores == adds and stores % W == 0 and stores >= W
+        assert ptx.count("red.release.sys.global.add.u32") == 2 * W     # two flush sites
+        assert "ld.acquire.sys.global.u32" in ptx
     else:
         assert "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group" in ptx
         if f.world > 1:

@@ -40,6 +40,10 @@ GEMM + reduce-scatter (:class:`GemmRsKernel`, ``kind="rs"``)
     small-K shapes); with the owner's stores first, the adds of the others wait only for
     the owner's first slot, and the overlap is the same ((W-1)/W of the tiles travel).
 
+GEMM + all-reduce (:class:`GemmArKernel`, ``kind="ar"``)
+    The reduce-scatter kernel with every tile sent to every rank's full accumulator (its
+    class docstring has the protocol): the all-reduce overlapped with the GEMM.
+
 All-gather + GEMM (:class:`AgGemmKernel`, ``kind="ag"``)
     Each rank holds its shard ``A_rank [Mc, K]``; ``gath [W, Mc, K]`` is symmetric; the
     output is ``C [W*Mc, N]`` (row block q = shard q). With W > 1 the last ``comm_ctas``
@@ -85,7 +89,8 @@ ERR_KINDS = {1: "rs: owner's own chunk stored (before adding into it)",
 
 @dataclass(frozen=True)
 class FusedConfig:
-    """One fused kernel: ``kind`` "rs" (GEMM + reduce-scatter) or "ag" (all-gather +
+    """One fused kernel: ``kind`` "rs" (GEMM + reduce-scatter), "ar" (GEMM + all-reduce
+    by broadcast) or "ag" (all-gather +
     GEMM) for ``world`` ranks on top of ``gemm``."""
 
     kind: str = "rs"
@@ -124,8 +129,8 @@ class FusedConfig:
     @property
     def kernel_name(self) -> str:
         g = self.gemm
-        extra = f"_{self.acc_dtype}acc" if self.kind == "rs" else f"_cc{self.n_comm}"
-        if self.kind == "rs":
+        extra = f"_{self.acc_dtype}acc" if self.kind in ("rs", "ar") else f"_cc{self.n_comm}"
+        if self.kind in ("rs", "ar"):
             extra += ("_gmap" if self.own_map == "global" else "") + \
                 ("_wown" if self.wait_own else "")
         if g.b_layout != "nk":            # nk names stay those of the measured kernels
@@ -138,7 +143,7 @@ class FusedConfig:
 
     def tag(self) -> str:
         g = self.gemm
-        extra = f" acc={self.acc_dtype}" if self.kind == "rs" else f" comm={self.n_comm}"
+        extra = f" acc={self.acc_dtype}" if self.kind in ("rs", "ar") else f" comm={self.n_comm}"
         return (f"{self.kind} W={self.world}{extra} {g.bm}x{g.bn} s{g.stages} {g.dtype}"
                 f" B {g.b_layout}")
 
@@ -151,7 +156,11 @@ class FusedConfig:
                 raise ValueError(f"FusedConfig {self.tag()}: {msg}")
         g = self.gemm
         g.validate()
-        need(self.kind in ("rs", "ag"), f"kind {self.kind!r} not rs/ag")
+        need(self.kind in ("rs", "ag", "ar"), f"kind {self.kind!r} not rs/ag/ar")
+        if self.kind == "ar":
+            need(self.acc_dtype == g.dtype, "ar adds in the output dtype (no f32 accumulator)")
+            need(self.world <= 8, "ar keeps W x W signal slots in a 64-slot pad: W <= 8")
+            need(self.own_map == "param", "ar stores its own tiles through the by-value map")
         need(1 <= self.world <= 32, "world must be 1..32 (a u32 bitmask of peers)")
         need(g.cluster_m == 1, "fused kernels use cluster_m=1")
         need(g.epilogue == "tma", "fused kernels use the TMA epilogue")
@@ -405,9 +414,11 @@ class GemmRsKernel(_FusedBase):
     PARAMS = (("rank", ".u32"), ("ctl", ".u64"), ("acc_maps", ".u64"), ("acc_ptrs", ".u64"),
               ("sig_ptrs", ".u64"), ("out", ".u64"), ("err", ".u64"), ("sig_timeout", ".u64"))
 
+    KIND = "rs"
+
     def __init__(self, fcfg: FusedConfig):
-        if fcfg.kind != "rs":
-            raise ValueError("GemmRsKernel needs kind='rs'")
+        if fcfg.kind != self.KIND:
+            raise ValueError(f"{type(self).__name__} needs kind={self.KIND!r}")
         super().__init__(fcfg)
         self.epi_esize = fcfg.acc_esize
 
@@ -568,6 +579,115 @@ class GemmRsKernel(_FusedBase):
         p(f"mad.lo.u32 {i}, {stride}, {U}, {i};")
         p(f"bra {top};")
         p.label(done)
+
+
+class GemmArKernel(GemmRsKernel):
+    """GEMM + all-reduce by broadcast (``kind="ar"``): every rank's partial tile goes to
+    every rank's full ``[W*Mc, N]`` accumulator. Chunk p's tiles: its owner stores them
+    into all W accumulators (slot 0 of its order), every other rank reduce-adds its
+    partial into all W after waiting, once per (p, destination), for p's stores there.
+    Each rank sends (W-1) partial products (RS + AG would send 2(W-1)/W), equal at W = 2
+    and all of it overlapped with the GEMM, where RS + AG leaves the all-gather after it.
+
+    Signals: pad_d[p * W + q] counts the tiles of chunk p that rank q has landed in rank
+    d's accumulator (each consumer warpgroup adds its share when it leaves a chunk). A
+    rank waits for pad_d[p * W + p] before adding chunk p into d, and at the end for
+    pad_rank[p * W + q] of every (p, q) with q != rank (its own adds are ordered by the
+    kernel's completion). The accumulators' maps are 3-d (``[N, Mc, W]``, box depth 1) so
+    that a tile never spills into the next chunk."""
+
+    KIND = "ar"
+
+    def _slot(self, dst: str, chunk: str, src: str) -> None:
+        p = self.p
+        p(f"mad.lo.u32 {dst}, {chunk}, {self.fcfg.world}, {src};")
+
+    def _flush(self, cond: str | None) -> None:
+        p, W = self.p, self.fcfg.world
+        skip = p.fresh("noflush")
+        pz = p.pred("fz_pz")
+        p(f"@!%p_lead bra {skip};")
+        if cond:
+            p(f"@!{cond} bra {skip};")
+        p(f"setp.eq.u32 {pz}, %fz_pend, 0;")
+        p(f"@{pz} bra {skip};")
+        p("cp.async.bulk.wait_group 0;")
+        p("fence.proxy.async.global;")
+        addr, sl = p.r64("fz_faddr"), p.r32("fz_fslot")
+        self._slot(sl, "%fz_cur", "%fz_rank")
+        for d in range(W):
+            self._slot_addr(addr, "%fz_sig_ptrs", str(d), sl)
+            p(f"red.release.sys.global.add.u32 [{addr}], %fz_pend;")
+        p("mov.u32 %fz_pend, 0;")
+        p.label(skip)
+
+    def emit_epilogue_tile(self, t: FusedTile) -> None:
+        p, W = self.p, self.fcfg.world
+        p.comment("---- ar epilogue: signal the previous chunk when the chunk changes")
+        chg, own = p.pred("fz_chg"), p.pred("fz_own")
+        p(f"setp.ne.u32 {chg}, {t.peer}, %fz_cur;")
+        self._flush(chg)
+        p(f"mov.u32 %fz_cur, {t.peer};")
+        p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
+        if W > 1:
+            p.comment("add into every rank only after the owner stored its chunk there")
+            skip = p.fresh("noready")
+            bit, tmp = p.r32("fz_bit"), p.r32("fz_btmp")
+            pk = p.pred("fz_pknown")
+            p(f"@!%p_lead bra {skip};")
+            p(f"@{own} bra {skip};")
+            p(f"shl.b32 {bit}, 1, {t.peer};")
+            p(f"and.b32 {tmp}, %fz_ready, {bit};")
+            p(f"setp.ne.u32 {pk}, {tmp}, 0;")
+            p(f"@{pk} bra {skip};")
+            addr, sl = p.r64("fz_waddr"), p.r32("fz_wslot")
+            self._slot(sl, t.peer, t.peer)
+            for d in range(W):
+                self._slot_addr(addr, "%fz_sig_ptrs", str(d), sl)
+                self._spin_wait(addr, "%fz_want", 1, str(d), "sys")
+            p("fence.proxy.async.global;")
+            p(f"or.b32 %fz_ready, %fz_ready, {bit};")
+            p.label(skip)
+        tms = [p.r64(f"fz_tmap{d}") for d in range(W)]
+        for d in range(W):
+            p(f"add.u64 {tms[d]}, %fz_acc_maps, {128 * d};")
+        pst, pred = p.pred("fz_pst"), p.pred("fz_pred")
+        p(f"and.pred {pst}, %p_lead, {own};")
+        p(f"not.pred {pred}, {own};")
+        p(f"and.pred {pred}, %p_lead, {pred};")
+
+        def ops(buf, cn, cm):
+            out = []
+            for d in range(W):
+                crd = f"{{{cn}, {cm}, {t.peer}}}"
+                out.append(f"@{pst} cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group "
+                           f"[{tms[d]}, {crd}], [{buf}];")
+                out.append(f"@{pred} cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile"
+                           f".bulk_group [{tms[d]}, {crd}], [{buf}];")
+            return out
+
+        self._emit_pieces(t, ops)
+        p("add.u32 %fz_pend, %fz_pend, 1;")
+
+    def emit_epilogue_finish(self) -> None:
+        p, W = self.p, self.fcfg.world
+        p.comment("---- ar finish: signal the last chunk, wait for every (chunk, rank) here")
+        self._flush(None)
+        skip = p.fresh("nofinal")
+        p(f"@!%p_lead bra {skip};")
+        addr, sl = p.r64("fz_qaddr"), p.r32("fz_qslot")
+        for q in range(W):
+            nxt = p.fresh("finalq_next")
+            pself = p.pred("fz_pself")
+            p(f"setp.eq.u32 {pself}, %fz_rank, {q};")
+            p(f"@{pself} bra {nxt};")      # this rank's own adds: ordered by kernel completion
+            for c in range(W):
+                p(f"mov.u32 {sl}, {c * W + q};")
+                self._slot_addr(addr, "%fz_sig_ptrs", "%fz_rank", sl)
+                self._spin_wait(addr, "%fz_want", 2, str(q), "sys")
+            p.label(nxt)
+        p("fence.proxy.async.global;")
+        p.label(skip)
 
 
 class AgGemmKernel(_FusedBase):
@@ -861,10 +981,12 @@ def check_fused_pipeline(fcfg: FusedConfig, sass_text: str) -> list[str]:
     bad = [b for b in tools.check_pipeline(c, sass_text)
            if not b.startswith(("TMA loads", "TMA stores")) and "TMA loads per" not in b
            and "TMA stores per" not in b]
-    pieces = c.m_slices * (c.bn // fcfg.piece_cols if fcfg.kind == "rs" else c.bn // c.epi_width)
+    reduces = fcfg.kind in ("rs", "ar")
+    pieces = c.m_slices * (c.bn // fcfg.piece_cols if reduces else c.bn // c.epi_width)
     loads = tools.expected_pipeline(c)["tma_loads"]       # A + B's boxes (bn/64 for kn)
-    if fcfg.kind == "rs":
-        want = {"UTMALDG": loads, "UTMASTG": pieces, "UTMAREDG": pieces}
+    if reduces:
+        copies = fcfg.world if fcfg.kind == "ar" else 1    # ar: one per destination rank
+        want = {"UTMALDG": loads, "UTMASTG": pieces * copies, "UTMAREDG": pieces * copies}
     else:
         want = {"UTMALDG": loads + (1 if fcfg.world > 1 else 0), "UTMASTG": pieces}
         if fcfg.world > 1:
@@ -877,13 +999,13 @@ def check_fused_pipeline(fcfg: FusedConfig, sass_text: str) -> list[str]:
     if not any("STRONG.SYS" in i and ("REDG" in i or "RED" in i.split()[0]) for i in ins) \
             and fcfg.world > 1:
         bad.append("no system-scope signal (REDG ... STRONG.SYS)")
-    if fcfg.kind == "rs" and not any("REDG" in i for i in ins):
+    if reduces and not any("REDG" in i for i in ins):
         bad.append("no signal (REDG)")
     return bad
 
 
 def emit_fused_ptx(fcfg: FusedConfig) -> str:
-    cls = GemmRsKernel if fcfg.kind == "rs" else AgGemmKernel
+    cls = {"rs": GemmRsKernel, "ag": AgGemmKernel, "ar": GemmArKernel}[fcfg.kind]
     return cls(fcfg).emit()
 
 
@@ -932,7 +1054,7 @@ class FusedWorld:
     kernel sees only device arrays of peer base addresses either way.
 
     rs: rank r's ``A_r [W*Mc, K]`` and ``B_r`` -> ``[Mc, N]`` (sum over ranks of the row
-    chunk r). ag: ``A_r [Mc, K]`` and ``B_r`` -> ``[W*Mc, N]`` = gather(A) @ B_r. ``B_r`` is
+    chunk r). ar: the same operands -> ``[W*Mc, N]``, the sum over ranks of A_r @ B_r. ag: ``A_r [Mc, K]`` and ``B_r`` -> ``[W*Mc, N]`` = gather(A) @ B_r. ``B_r`` is
     ``[N, K]`` (``b_layout="nk"``, the product is A @ B^T) or ``[K, N]`` (``"kn"``, A @ B).
 
     Buffers persist on the peers under a key of kernel and size, so a second world of the
@@ -999,7 +1121,12 @@ class FusedWorld:
         self.err = self._by_rank(P.local(key + ("err",), (8,), torch.int32, zero=True))
         # [epoch, ctas_done] per rank: the kernel advances the epoch itself (emit_exit)
         self.ctl = self._by_rank(P.local(key + ("ctl",), (2,), torch.int32, zero=True))
-        if f.kind == "rs":
+        if f.kind == "ar":          # the full [W*Mc, N] result on every rank
+            sym = P.symmetric(key + ("acc",), (W * Mc, N), self.tdt)
+            self.acc, self.acc_ptrs_dev = self._by_rank(sym.tensors), sym.ptrs_dev
+            self.out = self.acc
+            self.maps_dev = self._acc_maps(sym.ptrs)
+        elif f.kind == "rs":
             acc_t = torch.float32 if f.acc_dtype == "f32" else self.tdt
             sym = P.symmetric(key + ("acc",), (Mc, N), acc_t)
             self.acc, self.acc_ptrs_dev = self._by_rank(sym.tensors), sym.ptrs_dev
@@ -1015,15 +1142,22 @@ class FusedWorld:
         """A list indexed by rank (None for the ranks driven elsewhere)."""
         return [tensors.get(r) for r in range(self.W)]
 
+    def _acc_map(self, ptr: int) -> bytes:
+        """One accumulator's tensor map: rs ``[N, Mc]``; ar ``[N, Mc, W]`` (chunk-deep
+        boxes: a tile never spills into the next chunk)."""
+        f, N, Mc, es = self.fcfg, self.N, self.Mc, self.fcfg.acc_esize
+        pc = f.piece_cols
+        if f.kind == "ar":
+            return encode_tmap(ptr, f.acc_dtype, [N, Mc, self.W], [N * es, Mc * N * es],
+                               [pc, 64, 1], pc * es)
+        return encode_tmap(ptr, f.acc_dtype, [N, Mc], [N * es], [pc, 64], pc * es)
+
     def _acc_maps(self, ptrs: list[int]):
         """The W accumulators' tensor maps in one 128-byte-aligned device array (rs adds
         into peer p's chunk through map p)."""
         import torch
 
-        f, N, Mc = self.fcfg, self.N, self.Mc
-        pc = f.piece_cols
-        maps = b"".join(encode_tmap(ptr, f.acc_dtype, [N, Mc], [N * f.acc_esize], [pc, 64],
-                                    pc * f.acc_esize) for ptr in ptrs)
+        maps = b"".join(self._acc_map(ptr) for ptr in ptrs)
         raw = torch.zeros(len(maps) + 128, dtype=torch.uint8, device=self.device)
         off = (-raw.data_ptr()) % 128
         self._maps_raw = raw
@@ -1087,22 +1221,20 @@ class FusedWorld:
                                  f"on {self.device}")
         tmb = self._b_map(b)
         ctl = ctypes.c_uint64(self.ctl[rank].data_ptr())
-        vals = self._rs_args(rank, a, tmb, ctl) if self.fcfg.kind == "rs" else \
-            self._ag_args(rank, a, tmb, ctl, out)
+        vals = self._ag_args(rank, a, tmb, ctl, out) if self.fcfg.kind == "ag" else \
+            self._rs_args(rank, a, tmb, ctl)
         if len(self._args) >= 64:
             self._args.pop(next(iter(self._args)))
         self._args[key] = (KernelArgs(vals), (a, b, out))
         return self._args[key]
 
     def _rs_args(self, rank: int, a, tmb: bytes, ctl) -> list:
-        f, c, W, Mc, N, K = self.fcfg, self.cfg, self.W, self.Mc, self.N, self.K
+        c, W, Mc, N, K = self.cfg, self.W, self.Mc, self.N, self.K
         u32, u64 = ctypes.c_uint32, ctypes.c_uint64
         if tuple(a.shape) != (W * Mc, K):
             raise ValueError(f"A must be [W*Mc, K] = [{W * Mc}, {K}], got {list(a.shape)}")
         tma = encode_tmap(a.data_ptr(), c.dtype, [K, W * Mc], [K * 2], [BK, c.bm], 128)
-        pc = f.piece_cols
-        own = encode_tmap(self.acc[rank].data_ptr(), f.acc_dtype, [N, Mc], [N * f.acc_esize],
-                          [pc, 64], pc * f.acc_esize)
+        own = self._acc_map(self.acc[rank].data_ptr())
         out = self.out[rank].data_ptr()
         return [tma, tmb, own, u64(out), u32(Mc), u32(N), u32(K), u32(rank), ctl,
                 u64(self.maps_dev.data_ptr()), u64(self.acc_ptrs_dev.data_ptr()),
