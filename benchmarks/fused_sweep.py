@@ -20,7 +20,7 @@ baseline's: relative Frobenius error < 2e-2 for bf16, no NaN):
 - ``base``: cuBLAS (torch.mm) and NCCL (torch.distributed) back to back (the unfused sequence);
 - ``gemm``, ``coll``: each half alone (the roofline's GEMM time; the collective's time);
 - ``symm``: torch.ops.symm_mem.fused_all_gather_matmul / fused_matmul_reduce_scatter (AG, RS);
-- ``pkc_hand``: pkc's hand-built Hopper kernels (pkc/codegen/hopper/fused.py: TMA + wgmma
+- ``pkc_hand`` (``pkc_hand16``: AG with 16 put CTAs): pkc's hand-built Hopper kernels (pkc/codegen/hopper/fused.py: TMA + wgmma
   GEMM with the collective in its epilogue / producer), one process per GPU with the peer
   pointers and signal pads from torch symmetric memory (:func:`hand_world`:
   ``FusedWorld`` over ``pkc.runtime.peers.DistributedPeers``) (AG, RS);
@@ -276,7 +276,7 @@ def have_matplotlib() -> bool:
 
 # ---- the fused sweep's table --------------------------------------------------------
 
-FUSED_COLUMNS = ["base", "gemm", "coll", "symm", "pkc_hand", "pkc"]
+FUSED_COLUMNS = ["base", "gemm", "coll", "symm", "pkc_hand", "pkc_hand16", "pkc"]
 
 
 def summarize_fused(row: dict) -> dict:
@@ -294,6 +294,7 @@ def summarize_fused(row: dict) -> dict:
     out["speedup"] = {
         "pkc": ratio(base, t.get("pkc")),
         "pkc_hand": ratio(base, t.get("pkc_hand")),
+        "pkc_hand16": ratio(base, t.get("pkc_hand16")),
         "symm": ratio(base, t.get("symm")),
         "roofline": ratio(base, out.get("roofline_ms")),
     }
@@ -304,18 +305,19 @@ def summarize_fused(row: dict) -> dict:
 
 def fused_table(res: dict) -> str:
     headers = ["shape", "MxNxK", "base ms", "gemm ms", "roof ms", "c/c", "pkc x", "symm x",
-               "hand x", "roof x", "pkc/symm", "pkc/roof", "checks"]
+               "hand x", "hand16 x", "roof x", "pkc/symm", "pkc/roof", "checks"]
     rows = []
     for r in res.get("shapes", []):
         if "error" in r and "ms" not in r:
             rows.append([r["label"], f"{r['M']}x{r['N']}x{r['K']}", None, None, None, None, None,
-                         None, None, None, None, None, "ERROR " + r["error"][:60]])
+                         None, None, None, None, None, None, "ERROR " + r["error"][:60]])
             continue
         s = summarize_fused(r)
         bad = [k for k, c in r.get("checks", {}).items() if not c.get("ok")]
         rows.append([r["label"], f"{r['M']}x{r['N']}x{r['K']}", r["ms"].get("base"), r["ms"].get("gemm"),
                      s.get("roofline_ms"), s.get("comm_over_compute"), s["speedup"]["pkc"],
-                     s["speedup"]["symm"], s["speedup"]["pkc_hand"], s["speedup"]["roofline"],
+                     s["speedup"]["symm"], s["speedup"]["pkc_hand"], s["speedup"]["pkc_hand16"],
+                     s["speedup"]["roofline"],
                      s["pkc_vs_symm"], s["pkc_vs_roofline"],
                      "ok" if not bad else "BAD " + ",".join(bad)])
     return format_table(headers, rows)
@@ -667,24 +669,31 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
             row["notes"].append(f"symm failed: {err}")
     # pkc's hand-built fused kernels with symmetric-memory peers
     hand = None
-    if fam in ("ag", "rs") and not args.no_hand:
-        err = None
-        try:
-            cfg = choose_config(M, N, K, num_sms=torch.cuda.get_device_properties(dev).multi_processor_count)
-            row["hand_cfg"] = cfg.tag() if hasattr(cfg, "tag") else str(cfg)
-            hand = hand_world(ctx, FusedConfig(kind=fam, world=W, gemm=cfg), M // W, N, K)
-            outs["pkc_hand"] = hand.run_rank(a, b)
-            torch.cuda.synchronize()
-            hand.check()
-            impls["pkc_hand"] = lambda: hand.run_rank(a, b)
-        except Exception as e:
-            err = f"{type(e).__name__}: {e}"[:400]
-            traceback.print_exc()
-        if ctx.agree(err is not None):
-            impls.pop("pkc_hand", None)
-            outs.pop("pkc_hand", None)
-            hand = None
-            row["notes"].append(f"pkc_hand failed on some rank: {err}")
+    hand = None
+    if not args.no_hand:
+        cfg = choose_config(M, N, K, num_sms=torch.cuda.get_device_properties(dev).multi_processor_count)
+        row["hand_cfg"] = cfg.tag() if hasattr(cfg, "tag") else str(cfg)
+        variants = [("pkc_hand", FusedConfig(kind=fam, world=W, gemm=cfg))]
+        if fam == "ag" and W > 1:       # how many put CTAs the all-gather side needs
+            variants.append(("pkc_hand16", FusedConfig(kind=fam, world=W, gemm=cfg, comm_ctas=16)))
+        for name, fcfg in variants:
+            err = None
+            try:
+                world = hand_world(ctx, fcfg, M // W, N, K)
+                outs[name] = world.run_rank(a, b)
+                torch.cuda.synchronize()
+                world.check()
+                impls[name] = (lambda w: lambda: w.run_rank(a, b))(world)
+                if name == "pkc_hand":
+                    hand = world
+            except Exception as e:
+                err = f"{type(e).__name__}: {e}"[:400]
+                traceback.print_exc()
+            if ctx.agree(err is not None):
+                impls.pop(name, None)
+                outs.pop(name, None)
+                hand = None if name == "pkc_hand" else hand
+                row["notes"].append(f"{name} failed on some rank: {err}")
     # pkc's compiled path: graph-level IR -> pipeline -> Executable (fast path where planned)
     prog = None
     if not args.no_compiled:
