@@ -14,6 +14,11 @@ op type). Steps:
   matmul the overlap pass left alone); collectives outside kernels in a virtual world by
   the interpreter's rules (under torch.distributed they must have been lowered).
 
+A fast kernel whose bounded wait expires (a peer that never arrived) writes a record into
+the peers' host-mapped mailbox; under torch.distributed it then traps, so the launch fails
+and the next synchronization raises instead of returning outputs nobody wrote; the next
+call (or :func:`pkc.runtime.peers.describe_timeouts`) names kernel, rank and peer.
+
 Values produced by a fast kernel may live in its persistent buffers, which its next call
 overwrites; the outputs of :meth:`Executable.run` are therefore copied (``copy_outputs``),
 intermediates are not. :attr:`Executable.fast_report` says, per kernel, which path it
@@ -117,7 +122,7 @@ class Executable:
         if not isinstance(plan, str):
             self.fast_report.append(f"@{name}: {plan.describe()}")
             shapes = [tuple(r.type.get_shape()) for r in op.results]
-            step = FastStep(plan, self.peers, shapes)
+            step = FastStep(plan, self.peers, shapes, timeout_s=self.timeout_s)
             self.aliased.update(v for v, keep in zip(op.results, step.persistent) if keep)
             return step
         self.fast_report.append(f"@{name}: general path ({plan})")
@@ -138,6 +143,7 @@ class Executable:
         """``inputs[rank]``: that rank's arguments of the function (every driven rank).
         Returns ``{rank: [results]}`` as CUDA tensors."""
         dev = self.peers.device
+        self.peers.raise_timeouts()       # a fast kernel of an earlier call reported one
         env: dict = {}
         for i, a in enumerate(self.args):
             env[a] = {r: inputs[r][i].to(dev) for r in self.peers.ranks}

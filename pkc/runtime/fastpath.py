@@ -169,8 +169,10 @@ class FastStep:
     (per B layout for the GEMMs: a weight given as ``w.t()`` of an ``[N, K]`` tensor runs
     as B ``[N, K]``, with no copy)."""
 
-    def __init__(self, plan: FastPlan, peers, out_shapes: list[tuple[int, ...]]):
+    def __init__(self, plan: FastPlan, peers, out_shapes: list[tuple[int, ...]],
+                 timeout_s: float = 2.0):
         self.plan, self.peers, self.out_shapes = plan, peers, out_shapes
+        self.timeout_ns = int(timeout_s * 1e9)
         self._made: dict = {}
         # results that live in a persistent buffer (overwritten by the next call): the
         # Executable copies them when they leave the graph; the rest are fresh tensors
@@ -192,7 +194,7 @@ class FastStep:
         key = ("coll", kind, elems)
         if key not in self._made:
             cfg = CollectiveConfig(kind, self.plan.world, self.plan.dtype, copy_in=kind == "ar2")
-            self._made[key] = CollectiveRunner(cfg, elems, self.peers)
+            self._made[key] = CollectiveRunner(cfg, elems, self.peers, timeout_ns=self.timeout_ns)
         return self._made[key]
 
     def _fused(self, kind: str, Mc: int, N: int, K: int, b_layout: str):
@@ -205,7 +207,8 @@ class FastStep:
             sms = min(self.peers.sms_of(r) for r in self.peers.ranks)
             gemm = choose_config(W * Mc, N, K, self.plan.dtype, b_layout, sms)
             fcfg = FusedConfig(kind=kind, world=W, gemm=gemm)
-            self._made[key] = FusedWorld(fcfg, Mc, N, K, peers=self.peers)
+            self._made[key] = FusedWorld(fcfg, Mc, N, K, peers=self.peers,
+                                         sig_timeout_ns=self.timeout_ns)
         return self._made[key]
 
     # ---- the plans -----------------------------------------------------------------

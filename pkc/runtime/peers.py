@@ -42,17 +42,79 @@ class Symmetric:
     keep: list = field(default_factory=list)
 
 
+class Mailbox:
+    """Host-mapped pinned error slots (8 u32 each) that kernels write when a bounded wait
+    expires (:mod:`pkc.codegen.hopper.report`): the host reads them with no CUDA call, so
+    a timeout is reported even when the kernel trapped and the context is gone."""
+
+    SLOTS = 4096
+
+    def __init__(self) -> None:
+        import ctypes
+
+        from pkc.codegen.hopper.launch import _check, _cu
+
+        cu = _cu()
+        flags = cu.CU_MEMHOSTALLOC_DEVICEMAP | cu.CU_MEMHOSTALLOC_PORTABLE
+        nbytes = self.SLOTS * 32
+        self.host = int(_check(cu.cuMemHostAlloc(nbytes, flags), "cuMemHostAlloc"))
+        self.dev = int(_check(cu.cuMemHostGetDevicePointer(self.host, 0), "cuMemHostGetDevicePointer"))
+        self.words = (ctypes.c_uint32 * (self.SLOTS * 8)).from_address(self.host)
+        ctypes.memset(self.host, 0, nbytes)
+        self.owners: list[tuple[str, int, dict]] = []     # slot -> (kernel, rank, kinds)
+
+    def slot(self, kernel: str, rank: int, kinds: dict) -> int:
+        """A fresh slot's device address for ``kernel`` on ``rank`` (``kinds``: the meaning
+        of the record's ``kind`` field)."""
+        i = len(self.owners)
+        if i >= self.SLOTS:
+            raise RuntimeError("pkc: out of error mailbox slots")
+        self.owners.append((kernel, rank, kinds))
+        return self.dev + 32 * i
+
+    def reports(self, clear: bool = False) -> list[str]:
+        """One line per slot whose kernel recorded a timeout (host memory only)."""
+        from pkc.codegen.hopper.report import ERR_FIELDS
+
+        out = []
+        for i, (kernel, rank, kinds) in enumerate(self.owners):
+            rec = list(self.words[8 * i: 8 * i + 8])
+            if not rec[0]:
+                continue
+            d = dict(zip(ERR_FIELDS, rec))
+            out.append(f"kernel {kernel}: rank {d['rank']} (CTA {d['cta']}, epoch {d['epoch']}) "
+                       f"timed out waiting for rank {d['peer']}: {kinds.get(d['kind'], d['kind'])}; "
+                       f"its signal was {d['seen']}, wanted {d['wanted']}")
+            if clear:
+                self.words[8 * i] = 0
+        return out
+
+
+_ALL_PEERS: list = []
+
+
+def describe_timeouts() -> list[str]:
+    """Every timeout any pkc kernel of this process reported (host-mapped records: works
+    after a trap has taken the CUDA context down)."""
+    return [line for P in _ALL_PEERS for line in P.mailbox.reports()]
+
+
 class Peers:
-    """Base: ``world`` ranks, of which ``ranks`` are driven by this process on ``device``."""
+    """Base: ``world`` ranks, of which ``ranks`` are driven by this process on ``device``.
+    ``trap``: kernels trap after reporting an expired wait (the launch fails instead of
+    returning outputs a missing peer never wrote)."""
 
     world: int
     ranks: list[int]
     device: torch.device
+    trap: bool = False
 
     def __init__(self) -> None:
         from pkc.codegen.hopper.launch import _ensure_context
 
         _ensure_context(self.device)     # driver calls below need the primary context
+        self.mailbox = Mailbox()
+        _ALL_PEERS.append(self)
         self._sym: dict[object, Symmetric] = {}
         self._local: dict[object, dict[int, torch.Tensor]] = {}
         self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count
@@ -101,6 +163,15 @@ class Peers:
     def sync_all(self) -> None:
         """Host-side: every rank's allocations and queued work are complete everywhere."""
         torch.cuda.synchronize(self.device)
+
+    def raise_timeouts(self) -> None:
+        """Raise PeerTimeoutError if a kernel launched here reported an expired wait (a
+        host-memory read: cheap enough for every call; reports launches that finished)."""
+        lines = self.mailbox.reports(clear=True)
+        if lines:
+            from pkc.runtime.errors import PeerTimeoutError
+
+            raise PeerTimeoutError("; ".join(lines) + " (did a rank fail, exit or skip a call?)")
 
 
 class VirtualPeers(Peers):
@@ -162,6 +233,10 @@ class DistributedPeers(Peers):
         self.ranks = [self.rank]
         self.device = torch.device("cuda", torch.cuda.current_device() if device is None
                                    else torch.device(device).index or 0)
+        import os
+
+        # a peer that never arrives fails the launch (PKC_TRAP_ON_TIMEOUT=0: record only)
+        self.trap = os.environ.get("PKC_TRAP_ON_TIMEOUT", "1") != "0"
         super().__init__()
         self._barrier = None
 

@@ -122,6 +122,13 @@ def test_missing_peer_is_an_error_not_a_hang(kind):
     torch.cuda.synchronize()
     with pytest.raises(CollectiveTimeout, match="rank 0 .* timed out waiting for rank 1"):
         run.check()
+    # the same record in the host-mapped mailbox (readable without a CUDA call)
+    from pkc.runtime.errors import PeerTimeoutError
+
+    assert any("timed out waiting for rank 1" in ln for ln in peers(2).mailbox.reports())
+    with pytest.raises(PeerTimeoutError, match=run.cfg.kernel_name):
+        peers(2).raise_timeouts()
+    assert not peers(2).mailbox.reports()
 
 
 def test_fresh_outputs():

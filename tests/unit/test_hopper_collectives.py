@@ -69,6 +69,13 @@ def test_plan_grid():
     assert (nv, cv) == (10, 4)                  # chunks of ceil(10 / 3); the last is short
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_timeout_reports_to_the_mailbox_and_may_trap(kind):
+    ptx = emit_collective_ptx(CollectiveConfig(kind, 2, "bf16"))
+    assert "st.volatile.global.u32 [%mbox], 1;" in ptx and "membar.sys;" in ptx
+    assert "trap;" in ptx
+
+
 def test_config_errors():
     with pytest.raises(ValueError, match="kind"):
         CollectiveConfig("bcast").validate()

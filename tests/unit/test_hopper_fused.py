@@ -142,6 +142,8 @@ def test_ptx_has_the_protocol(name):
         else:
             assert "ld.acquire" not in ptx and "red.release" not in ptx
     if "ld.acquire" in ptx:
+        # a timeout is copied to the host-mapped mailbox, then (if asked) traps
+        assert "st.volatile.global.u32 [%fz_mbox], 1;" in ptx and "trap;" in ptx
         # every spin-wait is bounded by %globaltimer and records an error
         waits = ptx.count("ld.acquire.sys.global.u32")
         assert ptx.count("atom.global.cas.b32") == waits
@@ -264,8 +266,12 @@ class _FakePeers(Peers):
     barriers and stream ordering (Peers' allocation logic is the real one)."""
 
     def __init__(self, world, ranks):
+        from types import SimpleNamespace
+
         self.world, self.ranks, self.device = world, list(ranks), torch.device("cpu")
         self._sym, self._local, self.sms, self.log = {}, {}, 132, []
+        slots = []   # a mailbox without the driver: slot addresses only
+        self.mailbox = SimpleNamespace(slot=lambda k, r, kinds: slots.append(k) or 64 * len(slots))
 
     def _make_symmetric(self, shape, dtype):
         ts = {r: torch.full(shape, 7, dtype=dtype) for r in self.ranks}

@@ -57,12 +57,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pkc.codegen.hopper.gemm import _Ptx
+from pkc.codegen.hopper.report import ERR_FIELDS, emit_timeout_record
 
 KINDS = ("ll", "llag", "llrs", "ar1", "rs", "ar2", "ag")
 LL_KINDS = ("ll", "llag", "llrs")
 DTYPES = {"bf16": 2, "f16": 2, "f32": 4}
 THREADS = 512
-ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
 ERR_PHASES = {1: "arrival of the rank's CTA (its data is ready / its kernel started)",
               2: "the rank's results written into this rank (exit)"}
 
@@ -118,7 +118,8 @@ class CollectiveKernel:
     ``W x chunk``, ag the local input), ``cv`` (u32, vectors per chunk), ``per`` (u32,
     vectors per CTA slice of a chunk), ``rank`` (u32), ``ctl`` (u64, this rank's
     ``[epoch, ctas_done]`` u32 pair, zeroed once), ``err`` (u64, 8 u32),
-    ``timeout`` (u64 ns).
+    ``timeout`` (u64 ns), ``mbox`` (u64, a host-mapped error slot or 0), ``trap`` (u32:
+    trap after reporting a timeout; see :mod:`pkc.codegen.hopper.report`).
     """
 
     def params(self) -> list[tuple[str, str]]:
@@ -129,7 +130,7 @@ class CollectiveKernel:
                 + [(f"padp{d}", "u64") for d in range(W)]
                 + [("mysym", "u64"), ("mypad", "u64"), ("nv", "u32"), ("cv", "u32"),
                    ("per", "u32"), ("rank", "u32"), ("ctl", "u64"), ("err", "u64"),
-                   ("timeout", "u64")])
+                   ("timeout", "u64"), ("mbox", "u64"), ("trap", "u32")])
 
     def __init__(self, cfg: CollectiveConfig):
         cfg.validate()
@@ -156,7 +157,7 @@ class CollectiveKernel:
         top, done, late = p.fresh("sw"), p.fresh("sw_ok"), p.fresh("sw_late")
         v, d = p.r32("sv"), p.r32("sd")
         dl, now = p.r64("sdl"), p.r64("snow")
-        ok, pl, first = p.pred("sok"), p.pred("slate"), p.pred("sfirst")
+        ok, pl = p.pred("sok"), p.pred("slate")
         p("mov.u64 %sdl, %globaltimer;")
         p(f"add.u64 {dl}, {dl}, %timeout;")
         p.label(top)
@@ -170,11 +171,8 @@ class CollectiveKernel:
         p("nanosleep.u32 32;")
         p(f"bra {top};")
         p.label(late)
-        old = p.r32("eold")
-        p("atom.global.cas.b32 %eold, [%err], 0, 1;")
-        p(f"setp.eq.u32 {first}, {old}, 0;")
-        for i, val in enumerate((str(phase), "%rank", peer, v, want, "%cta", "%epoch"), 1):
-            p(f"@{first} st.global.u32 [%err+{4 * i}], {val};")
+        emit_timeout_record(p, "%err", "%mbox", "%trap",
+                            [str(phase), "%rank", peer, v, want, "%cta", "%epoch"], "sw")
         p.label(done)
 
     def _barrier_phase(self, phase: int) -> None:
@@ -491,11 +489,8 @@ class CollectiveKernel:
         p(f"bra {top};")
         p.label(late)
         p(f"mov.u32 {given}, 1;")
-        old, first = p.r32("eold"), p.pred("sfirst")
-        p("atom.global.cas.b32 %eold, [%err], 0, 1;")
-        p(f"setp.eq.u32 {first}, {old}, 0;")
-        for i, val in enumerate(("1", "%rank", str(peer), f[0], "%epoch", "%cta", "%epoch"), 1):
-            p(f"@{first} st.global.u32 [%err+{4 * i}], {val};")
+        emit_timeout_record(p, "%err", "%mbox", "%trap",
+                            ["1", "%rank", str(peer), f[0], "%epoch", "%cta", "%epoch"], "ll")
         p.label(done)
 
     def _emit_ar1(self) -> None:
@@ -666,6 +661,7 @@ class CollectiveRunner:
         self.pads = peers.symmetric(key + ("pads",), [2 * W * self.grid], torch.int32, zero=True)
         self.err = peers.local(key + ("err",), [8], torch.int32, zero=True)
         self.ctl = peers.local(key + ("ctl",), [2], torch.int32, zero=True)
+        self.mbox = {r: peers.mailbox.slot(cfg.kernel_name, r, ERR_PHASES) for r in peers.ranks}
         self.timeout_ns = int(timeout_ns)
         n = elems
         self.out = {}
@@ -709,7 +705,7 @@ class CollectiveRunner:
                     + [u64(self.sym.ptrs[rank]), u64(self.pads.ptrs[rank]),
                        u32(self.nv), u32(self.cv), u32(self.per), u32(rank),
                        u64(self.ctl[rank].data_ptr()), u64(self.err[rank].data_ptr()),
-                       u64(self.timeout_ns)])
+                       u64(self.timeout_ns), u64(self.mbox[rank]), u32(int(self.peers.trap))])
             if len(self._args) >= 64:
                 self._args.pop(next(iter(self._args)))
             hit = self._args[key] = (KernelArgs(vals), (src, out))

@@ -80,7 +80,7 @@ from dataclasses import dataclass, field, replace
 from pkc.codegen.hopper.gemm import (_SWIZZLE_FOR_ROW_BYTES, BK, GemmConfig, GemmKernel,
                                      TileRegs)
 
-ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
+from pkc.codegen.hopper.report import ERR_FIELDS, emit_timeout_record  # noqa: E402
 ERR_KINDS = {1: "rs: owner's own chunk stored (before adding into it)",
              2: "rs: all contributions to this rank's chunk",
              3: "ag: shard put by its owner",
@@ -267,13 +267,9 @@ class _FusedBase(GemmKernel):
         p("nanosleep.u32 64;")
         p(f"bra {top};")
         p.label(late)
-        old, first = p.r32("fz_eold"), p.pred("fz_efirst")
         p(f"mov.u32 {gave}, 1;")
-        p(f"atom.global.cas.b32 {old}, [%fz_err], 0, 1;")
-        p(f"setp.eq.u32 {first}, {old}, 0;")
-        for i, val in enumerate((str(kind), "%fz_rank", peer, v, want, "%fz_ctaid",
-                                 "%fz_epoch"), 1):
-            p(f"@{first} st.global.u32 [%fz_err+{4 * i}], {val};")
+        emit_timeout_record(p, "%fz_err", "%fz_mbox", "%fz_trap",
+                            [str(kind), "%fz_rank", peer, v, want, "%fz_ctaid", "%fz_epoch"], "fz")
         p.label(done)
 
     def emit_prologue(self) -> None:
@@ -412,7 +408,8 @@ class GemmRsKernel(_FusedBase):
     """GEMM + reduce-scatter (see the module docstring)."""
 
     PARAMS = (("rank", ".u32"), ("ctl", ".u64"), ("acc_maps", ".u64"), ("acc_ptrs", ".u64"),
-              ("sig_ptrs", ".u64"), ("out", ".u64"), ("err", ".u64"), ("sig_timeout", ".u64"))
+              ("sig_ptrs", ".u64"), ("out", ".u64"), ("err", ".u64"), ("sig_timeout", ".u64"),
+              ("mbox", ".u64"), ("trap", ".u32"))
 
     KIND = "rs"
 
@@ -695,7 +692,8 @@ class AgGemmKernel(_FusedBase):
 
     PARAMS = (("rank", ".u32"), ("ctl", ".u64"), ("tmAg", "map"), ("gath_ptrs", ".u64"),
               ("sig_ptrs", ".u64"), ("a_local", ".u64"), ("err", ".u64"),
-              ("sig_timeout", ".u64"))
+              ("sig_timeout", ".u64"),
+              ("mbox", ".u64"), ("trap", ".u32"))
 
     def __init__(self, fcfg: FusedConfig):
         if fcfg.kind != "ag":
@@ -1119,6 +1117,7 @@ class FusedWorld:
         self.pads = P.symmetric(key + ("pads",), (64,), torch.int32, zero=True)  # slots < 2W
         self.sig_ptrs_dev = self.pads.ptrs_dev
         self.err = self._by_rank(P.local(key + ("err",), (8,), torch.int32, zero=True))
+        self.mbox = {r: P.mailbox.slot(self.cfg.kernel_name, r, ERR_KINDS) for r in self.ranks}
         # [epoch, ctas_done] per rank: the kernel advances the epoch itself (emit_exit)
         self.ctl = self._by_rank(P.local(key + ("ctl",), (2,), torch.int32, zero=True))
         if f.kind == "ar":          # the full [W*Mc, N] result on every rank
@@ -1239,7 +1238,7 @@ class FusedWorld:
         return [tma, tmb, own, u64(out), u32(Mc), u32(N), u32(K), u32(rank), ctl,
                 u64(self.maps_dev.data_ptr()), u64(self.acc_ptrs_dev.data_ptr()),
                 u64(self.sig_ptrs_dev.data_ptr()), u64(out), u64(self.err[rank].data_ptr()),
-                u64(self.sig_timeout_ns)]
+                u64(self.sig_timeout_ns), u64(self.mbox[rank]), u32(int(self.peers.trap))]
 
     def _ag_args(self, rank: int, a, tmb: bytes, ctl, out=None) -> list:
         c, W, Mc, N, K = self.cfg, self.W, self.Mc, self.N, self.K
@@ -1253,7 +1252,8 @@ class FusedWorld:
         tmag = encode_tmap(g.data_ptr(), dt, [K, Mc, W], [K * 2, Mc * K * 2], [BK, c.bm, 1], 128)
         return [tma, tmb, tmc, u64(out.data_ptr()), u32(Mc), u32(N), u32(K), u32(rank), ctl,
                 tmag, u64(self.gath_ptrs_dev.data_ptr()), u64(self.sig_ptrs_dev.data_ptr()),
-                u64(a.data_ptr()), u64(self.err[rank].data_ptr()), u64(self.sig_timeout_ns)]
+                u64(a.data_ptr()), u64(self.err[rank].data_ptr()), u64(self.sig_timeout_ns),
+                u64(self.mbox[rank]), u32(int(self.peers.trap))]
 
     # ---- launching -------------------------------------------------------------------
     def run(self, a, b, streams=None, outs=None) -> list:
