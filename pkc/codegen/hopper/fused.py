@@ -81,8 +81,8 @@ from pkc.codegen.hopper.gemm import (_SWIZZLE_FOR_ROW_BYTES, BK, GemmConfig, Gem
                                      TileRegs)
 
 from pkc.codegen.hopper.report import ERR_FIELDS, emit_timeout_record  # noqa: E402
-ERR_KINDS = {1: "rs: owner's own chunk stored (before adding into it)",
-             2: "rs: all contributions to this rank's chunk",
+ERR_KINDS = {1: "rs/ar: the owner's own chunk stored (before adding into it)",
+             2: "rs/ar: all contributions to this rank's result",
              3: "ag: shard put by its owner",
              4: "ag: peer ready to receive (its kernel of this epoch started)"}
 
@@ -639,9 +639,9 @@ class GemmArKernel(GemmRsKernel):
             p(f"@{pk} bra {skip};")
             addr, sl = p.r64("fz_waddr"), p.r32("fz_wslot")
             self._slot(sl, t.peer, t.peer)
-            for d in range(W):
+            for d in range(W):      # the record names the owner, whose stores are late
                 self._slot_addr(addr, "%fz_sig_ptrs", str(d), sl)
-                self._spin_wait(addr, "%fz_want", 1, str(d), "sys")
+                self._spin_wait(addr, "%fz_want", 1, t.peer, "sys")
             p("fence.proxy.async.global;")
             p(f"or.b32 %fz_ready, %fz_ready, {bit};")
             p.label(skip)
