@@ -176,7 +176,7 @@ class FastStep:
         self._made: dict = {}
         # results that live in a persistent buffer (overwritten by the next call): the
         # Executable copies them when they leave the graph; the rest are fresh tensors
-        fresh = plan.kind in ("ll", "llag", "llrs", "ar1", "rs")
+        fresh = plan.kind in ("ll", "llag", "llrs", "ar1", "rs", "ar2")   # ar2: copy-in, pulled out
         self.persistent = [not fresh] * len(out_shapes)
         if plan.kind in ("ag_mm", "ag_mms"):   # the products are fresh; the gathered A is not
             self.persistent = [False] * len(plan.shapes["N"]) + [True] * plan.shapes["gathered"]

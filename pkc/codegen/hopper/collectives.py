@@ -40,9 +40,11 @@ Kinds (``sym``: the symmetric buffer; ``stage``: its half of this epoch, by pari
 * ``ar2`` two-shot all-reduce: ``sym = [R: n][S: W x chunk]``. Chunk d of the input (the
   rank's ``R``, in place like torch's ``two_shot_all_reduce_``; or a local tensor with
   ``copy_in``) goes to slot ``rank`` of rank d's ``S``; arrive; sum this rank's chunk
-  from its W slots and store the result into ``R`` of every rank; leave (signal, wait for
-  every rank's chunk). The result is the rank's ``R``. The exit barrier is what makes
-  ``S`` and ``R`` safe to reuse at the next epoch.
+  from its W slots. In place: store the result into ``R`` of every rank; leave (signal,
+  wait for every rank's chunk); the result is the rank's ``R``, and the exit barrier is
+  what makes ``S`` and ``R`` safe to reuse. With ``copy_in``: store it into the own
+  ``R``; signal; pull the W reduced chunks from the ranks' ``R`` into a local output
+  (a fresh tensor per call: nothing persistent leaves the kernel).
 * ``ag`` all-gather: arrive (every peer's kernel of this epoch started, so its consumers
   of the last result are done); store the input into slot ``rank`` of every rank's
   ``sym`` (``W x n``); leave. The result is the rank's ``sym``.
@@ -136,6 +138,9 @@ class CollectiveKernel:
         cfg.validate()
         self.cfg = cfg
         self.p = _Ptx()
+        # vectors per thread per loop trip; the out-of-place two-shot holds more live
+        # registers (3 loops) and must stay within 64 for 2 CTAs per SM
+        self.unroll = min(cfg.unroll, 3) if cfg.kind == "ar2" and cfg.copy_in else cfg.unroll
 
     # ---- small helpers ---------------------------------------------------------------
     def _pname(self, s: str) -> str:
@@ -203,7 +208,7 @@ class CollectiveKernel:
     def _slice_loop(self, lo: str, hi: str, body, unroll: int | None = None) -> None:
         """For v in [lo, hi) in steps of THREADS * unroll, each thread ``unroll`` vectors
         (v + tid + u * THREADS), guarded by predicates: ``body(vregs, preds)``."""
-        p, U = self.p, unroll or self.cfg.unroll
+        p, U = self.p, unroll or self.unroll
         top, end = p.fresh("loop"), p.fresh("loop_end")
         base = p.r32("lbase")
         p(f"add.u32 {base}, {lo}, %tidx;")
@@ -273,7 +278,7 @@ class CollectiveKernel:
         """For v in [lo, hi): r = sum over q (rank order) of this rank's
         ``sym[src_off + q * stride + v]`` (the slots the peers pushed); store r at every
         (base, off) of ``dests``."""
-        p, W, cfg = self.p, self.cfg.world, self.cfg
+        p, W = self.p, self.cfg.world
         a = p.r64("raddr")
         offs = []
         for q in range(W):
@@ -294,7 +299,7 @@ class CollectiveKernel:
                     self._addr(a, base, v, off)
                     self._store(res, a, v)
         # W loads of 4 registers per vector: about 8 vectors (32 registers) in flight per thread
-        self._slice_loop(lo, hi, body, max(1, min(cfg.unroll, 8 // W)))
+        self._slice_loop(lo, hi, body, max(1, min(self.unroll, 8 // W)))
 
     def _sum_word(self, dst: str, words: list[str]) -> None:
         """dst (b32) = the rank-order f32 sum of the words (2 x 16-bit or 1 x f32 each),
@@ -542,8 +547,19 @@ class CollectiveKernel:
         self._chunk_slice("%rank", lo, hi, "%nv", base=False)
         r0 = p.r32("r0")
         p("mul.lo.u32 %r0, %rank, %cv;")
-        self._reduce(lo, hi, "%nv", "%cv", [(f"%symp{d}", r0) for d in range(W)])
+        if not cfg.copy_in:
+            self._reduce(lo, hi, "%nv", "%cv", [(f"%symp{d}", r0) for d in range(W)])
+            self._barrier_phase(2)
+            return
+        # out of place: the reduced chunk stays in this rank's R; every rank then pulls
+        # the W chunks into its own (fresh, local) output: nothing persistent is returned.
+        # R and S are safe to reuse next epoch: a peer writes them only after the next
+        # arrival, i.e. after this rank's kernel (and its pulls) completed.
+        self._reduce(lo, hi, "%nv", "%cv", [("%mysym", r0)])
         self._barrier_phase(2)
+        for q in range(W):
+            self._chunk_slice(q, lo, hi, "%nv")
+            self._push(lo, hi, f"%symp{q}", [("%out", None)], src_peer=True)
 
     def _emit_ag(self) -> None:
         """Arrive (every peer's kernel of this epoch started: its consumers of the last
@@ -674,7 +690,8 @@ class CollectiveRunner:
             elif cfg.kind in ("rs", "llrs"):
                 self.out[r] = torch.empty(n // W, dtype=self.tdt, device=peers.device)
             elif cfg.kind == "ar2":
-                self.out[r] = s[:n]
+                self.out[r] = torch.empty(n, dtype=self.tdt, device=peers.device) \
+                    if cfg.copy_in else s[:n]
             else:
                 self.out[r] = s
         self._args: dict = {}
@@ -725,7 +742,7 @@ class CollectiveRunner:
     def local_output(self) -> bool:
         """ll / ar1 / rs write a local output, which a caller may supply per launch
         (``run(..., outs=)``): then nothing persistent is returned."""
-        return self.cfg.kind in LL_KINDS + ("ar1", "rs")
+        return self.cfg.kind in LL_KINDS + ("ar1", "rs") or (self.cfg.kind == "ar2" and self.cfg.copy_in)
 
     def run(self, inputs=None, ranks=None, outs=None) -> dict:
         """Launch every driven rank (``inputs[rank]``: its local input; none in place).
