@@ -10,25 +10,17 @@ from __future__ import annotations
 import pytest
 
 from tests.gpu.helpers import TIMEOUT_S, check_outputs, gemm_atol
+from tests.unit.test_fastpath import layer, t
 
 
 def _t(shape, dt):
-    return f"tensor<{'x'.join(map(str, shape))}x{dt}>"
+    return t(shape, dt)
 
 
-def layer_ir(W, dt, M, K, N, V):
-    x, w, h, r = _t((M, K), dt), _t((K, N), dt), _t((M, N), dt), _t((M // W, N), dt)
-    w2, w3, o, q = _t((N, K), dt), _t((N, V), dt), _t((M, K), dt), _t((M, V), dt)
-    return f"""
-func.func @main(%x: {x}, %w: {w}, %w2: {w2}, %v: {w3}) -> ({r}, {h}, {o}, {q}) {{
-  %h = pk.matmul %x, %w : ({x}, {w}) -> {h}
-  %r = pk.reduce_scatter %h {{dim = 0 : i64, reduce = "sum", world = {W} : i64}} : {h} -> {r}
-  %g = pk.all_gather %r {{dim = 0 : i64, world = {W} : i64}} : {r} -> {h}
-  %m = pk.matmul %g, %w2 : ({h}, {w2}) -> {o}
-  %a = pk.all_reduce %m {{reduce = "sum", world = {W} : i64}} : {o} -> {o}
-  %q = pk.matmul %g, %v : ({h}, {w3}) -> {q}
-  func.return %r, %g, %a, %q : {r}, {h}, {o}, {q}
-}}"""
+def layer_ir(W, dt, M, K, N, V=128):
+    """The layer of tests/unit/test_fastpath.py (fused mm+RS, AG + two matmuls, all_reduce)."""
+    assert V == 128
+    return layer(W, dt, M, K, N)
 
 
 def mm_ir(W, dt, M, K, N, coll):

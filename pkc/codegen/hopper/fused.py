@@ -452,25 +452,33 @@ class GemmRsKernel(_FusedBase):
         p(f"@{pz} bra {skip};")
         p("cp.async.bulk.wait_group 0;")
         p("fence.proxy.async.global;")
+        self._signal_pending()
+        p("mov.u32 %fz_pend, 0;")
+        p.label(skip)
+
+    def _signal_pending(self) -> None:
+        """rs: the pending tiles of chunk ``cur`` landed in its owner: pad_cur[rank]."""
+        p = self.p
         addr = p.r64("fz_faddr")
         self._slot_addr(addr, "%fz_sig_ptrs", "%fz_cur", "%fz_rank")
         ploc = p.pred("fz_ploc")
         p(f"setp.eq.u32 {ploc}, %fz_cur, %fz_rank;")
         p(f"@{ploc} red.release.gpu.global.add.u32 [{addr}], %fz_pend;")
         p(f"@!{ploc} red.release.sys.global.add.u32 [{addr}], %fz_pend;")
-        p("mov.u32 %fz_pend, 0;")
-        p.label(skip)
 
-    def emit_epilogue_tile(self, t: FusedTile) -> None:
-        p, f = self.p, self.fcfg
-        p.comment("---- rs epilogue: signal the previous chunk when the chunk changes")
+    def _enter_chunk(self, t: FusedTile) -> str:
+        """Signal the previous chunk when the tile's chunk differs; then, once per owner
+        (a bitmask of owners seen), the leader waits until adding into its chunk is safe
+        (:meth:`_wait_owner_ready`). Returns the "own chunk" predicate."""
+        p = self.p
+        p.comment(f"---- {self.KIND} epilogue: signal the previous chunk when the chunk changes")
         chg, own = p.pred("fz_chg"), p.pred("fz_own")
         p(f"setp.ne.u32 {chg}, {t.peer}, %fz_cur;")
         self._flush(chg)
         p(f"mov.u32 %fz_cur, {t.peer};")
         p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
-        if f.world > 1:
-            p.comment("adds into peer p only after p's own chunk is stored (once per peer)")
+        if self.fcfg.world > 1:
+            p.comment("adds into a chunk only after its owner stored it (once per owner)")
             skip = p.fresh("noready")
             bit, tmp = p.r32("fz_bit"), p.r32("fz_btmp")
             pk = p.pred("fz_pknown")
@@ -480,12 +488,21 @@ class GemmRsKernel(_FusedBase):
             p(f"and.b32 {tmp}, %fz_ready, {bit};")
             p(f"setp.ne.u32 {pk}, {tmp}, 0;")
             p(f"@{pk} bra {skip};")
-            addr = p.r64("fz_waddr")
-            self._slot_addr(addr, "%fz_sig_ptrs", t.peer, t.peer)
-            self._spin_wait(addr, "%fz_want", 1, t.peer, "sys")
+            self._wait_owner_ready(t)
             p("fence.proxy.async.global;")
             p(f"or.b32 %fz_ready, %fz_ready, {bit};")
             p.label(skip)
+        return own
+
+    def _wait_owner_ready(self, t: FusedTile) -> None:
+        """rs: the owner's own tiles are in its accumulator (its slot of its own pad)."""
+        addr = self.p.r64("fz_waddr")
+        self._slot_addr(addr, "%fz_sig_ptrs", t.peer, t.peer)
+        self._spin_wait(addr, "%fz_want", 1, t.peer, "sys")
+
+    def emit_epilogue_tile(self, t: FusedTile) -> None:
+        p, f = self.p, self.fcfg
+        own = self._enter_chunk(t)
         tm = p.r64("fz_tmap")
         p(f"mad.wide.u32 {tm}, {t.peer}, 128, %fz_acc_maps;")
         if f.own_map == "param":
@@ -599,52 +616,28 @@ class GemmArKernel(GemmRsKernel):
         p = self.p
         p(f"mad.lo.u32 {dst}, {chunk}, {self.fcfg.world}, {src};")
 
-    def _flush(self, cond: str | None) -> None:
+    def _signal_pending(self) -> None:
+        """ar: the pending tiles of chunk ``cur`` landed in every rank: pad_d[cur, rank]."""
         p, W = self.p, self.fcfg.world
-        skip = p.fresh("noflush")
-        pz = p.pred("fz_pz")
-        p(f"@!%p_lead bra {skip};")
-        if cond:
-            p(f"@!{cond} bra {skip};")
-        p(f"setp.eq.u32 {pz}, %fz_pend, 0;")
-        p(f"@{pz} bra {skip};")
-        p("cp.async.bulk.wait_group 0;")
-        p("fence.proxy.async.global;")
         addr, sl = p.r64("fz_faddr"), p.r32("fz_fslot")
         self._slot(sl, "%fz_cur", "%fz_rank")
         for d in range(W):
             self._slot_addr(addr, "%fz_sig_ptrs", str(d), sl)
             p(f"red.release.sys.global.add.u32 [{addr}], %fz_pend;")
-        p("mov.u32 %fz_pend, 0;")
-        p.label(skip)
+
+    def _wait_owner_ready(self, t: FusedTile) -> None:
+        """ar: the owner's tiles are stored in every rank's accumulator (slot (p, p) of
+        every rank's pad); the record names the owner, whose stores are late."""
+        p, W = self.p, self.fcfg.world
+        addr, sl = p.r64("fz_waddr"), p.r32("fz_wslot")
+        self._slot(sl, t.peer, t.peer)
+        for d in range(W):
+            self._slot_addr(addr, "%fz_sig_ptrs", str(d), sl)
+            self._spin_wait(addr, "%fz_want", 1, t.peer, "sys")
 
     def emit_epilogue_tile(self, t: FusedTile) -> None:
         p, W = self.p, self.fcfg.world
-        p.comment("---- ar epilogue: signal the previous chunk when the chunk changes")
-        chg, own = p.pred("fz_chg"), p.pred("fz_own")
-        p(f"setp.ne.u32 {chg}, {t.peer}, %fz_cur;")
-        self._flush(chg)
-        p(f"mov.u32 %fz_cur, {t.peer};")
-        p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
-        if W > 1:
-            p.comment("add into every rank only after the owner stored its chunk there")
-            skip = p.fresh("noready")
-            bit, tmp = p.r32("fz_bit"), p.r32("fz_btmp")
-            pk = p.pred("fz_pknown")
-            p(f"@!%p_lead bra {skip};")
-            p(f"@{own} bra {skip};")
-            p(f"shl.b32 {bit}, 1, {t.peer};")
-            p(f"and.b32 {tmp}, %fz_ready, {bit};")
-            p(f"setp.ne.u32 {pk}, {tmp}, 0;")
-            p(f"@{pk} bra {skip};")
-            addr, sl = p.r64("fz_waddr"), p.r32("fz_wslot")
-            self._slot(sl, t.peer, t.peer)
-            for d in range(W):      # the record names the owner, whose stores are late
-                self._slot_addr(addr, "%fz_sig_ptrs", str(d), sl)
-                self._spin_wait(addr, "%fz_want", 1, t.peer, "sys")
-            p("fence.proxy.async.global;")
-            p(f"or.b32 %fz_ready, %fz_ready, {bit};")
-            p.label(skip)
+        own = self._enter_chunk(t)
         tms = [p.r64(f"fz_tmap{d}") for d in range(W)]
         for d in range(W):
             p(f"add.u64 {tms[d]}, %fz_acc_maps, {128 * d};")
