@@ -59,7 +59,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pkc.codegen.hopper.gemm import _Ptx
-from pkc.codegen.hopper.report import ERR_FIELDS, emit_timeout_record
+from pkc.codegen.hopper.report import ERR_FIELDS, emit_bounded_wait, emit_timeout_record
 
 KINDS = ("ll", "llag", "llrs", "ar1", "rs", "ar2", "ag")
 LL_KINDS = ("ll", "llag", "llrs")
@@ -157,28 +157,11 @@ class CollectiveKernel:
 
     def _spin_wait(self, addr: str, want: str, phase: int, peer: str) -> None:
         """Wait until (s32)(ld.acquire.sys [addr] - want) >= 0, bounded by %timeout; on
-        expiry record the first error of this rank and stop waiting."""
-        p = self.p
-        top, done, late = p.fresh("sw"), p.fresh("sw_ok"), p.fresh("sw_late")
-        v, d = p.r32("sv"), p.r32("sd")
-        dl, now = p.r64("sdl"), p.r64("snow")
-        ok, pl = p.pred("sok"), p.pred("slate")
-        p("mov.u64 %sdl, %globaltimer;")
-        p(f"add.u64 {dl}, {dl}, %timeout;")
-        p.label(top)
-        p(f"ld.acquire.sys.global.u32 {v}, [{addr}];")
-        p(f"sub.s32 {d}, {v}, {want};")
-        p(f"setp.ge.s32 {ok}, {d}, 0;")
-        p(f"@{ok} bra {done};")
-        p(f"mov.u64 {now}, %globaltimer;")
-        p(f"setp.gt.u64 {pl}, {now}, {dl};")
-        p(f"@{pl} bra {late};")
-        p("nanosleep.u32 32;")
-        p(f"bra {top};")
-        p.label(late)
-        emit_timeout_record(p, "%err", "%mbox", "%trap",
-                            [str(phase), "%rank", peer, v, want, "%cta", "%epoch"], "sw")
-        p.label(done)
+        expiry record the first error of this rank and stop waiting (later waits too)."""
+        emit_bounded_wait(self.p, addr, want, timeout="%timeout", sleep_ns=32, scope="sys",
+                          gave=self.p.r32("gave"), err="%err", mbox="%mbox", trap="%trap",
+                          tag="sw", record=[str(phase), "%rank", peer, "%seen", want, "%cta",
+                                            "%epoch"])
 
     def _barrier_phase(self, phase: int) -> None:
         """Every thread's stores so far are visible to all ranks; then signal slot
@@ -367,6 +350,7 @@ class CollectiveKernel:
         p("mov.u32 %cta, %ctaid.x;")
         p("mov.u32 %G, %nctaid.x;")
         p(f"setp.eq.u32 {p.pred('t0')}, %tidx, 0;")
+        p(f"mov.u32 {p.r32('gave')}, 0;")         # set once a wait expired (sticky)
         p.reg("epoch", ".b32")
         p("ld.global.u32 %epoch, [%ctl];")         # before the first bar.sync: see _publish
         p("add.u32 %epoch, %epoch, 1;")
@@ -397,7 +381,6 @@ class CollectiveKernel:
         ``rank`` of rank d, the W slots of this rank's chunk summed. Slots are double
         buffered by epoch parity, as in ``ar1``."""
         p, W, kind = self.p, self.cfg.world, self.cfg.kind
-        p(f"mov.u32 {p.r32('llgiven')}, 0;")
         lo, hi = p.r32("lo"), p.r32("hi")
         slot_vecs = "%cv"                 # vectors per slot: the input (ll, llag), a chunk (llrs)
         st = p.r64("llstage")             # byte offset of this epoch's half: W slots x 32 B
@@ -475,7 +458,7 @@ class CollectiveKernel:
         ok, tmp = p.pred("llok"), p.pred("lltmp")
         dl, now = p.r64("lldl"), p.r64("llnow")
         gave = p.pred("llgave")
-        given = p.r32("llgiven")          # set once a wait timed out: later waits return at once
+        given = p.r32("gave")          # set once a wait timed out: later waits return at once
         p(f"setp.ne.u32 {tmp}, {given}, 0;")
         p(f"@{tmp} bra {done};")
         p(f"mov.u64 {dl}, 0;")

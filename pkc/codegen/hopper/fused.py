@@ -80,7 +80,7 @@ from dataclasses import dataclass, field, replace
 from pkc.codegen.hopper.gemm import (_SWIZZLE_FOR_ROW_BYTES, BK, GemmConfig, GemmKernel,
                                      TileRegs)
 
-from pkc.codegen.hopper.report import ERR_FIELDS, emit_timeout_record  # noqa: E402
+from pkc.codegen.hopper.report import ERR_FIELDS, emit_bounded_wait  # noqa: E402
 ERR_KINDS = {1: "rs/ar: the owner's own chunk stored (before adding into it)",
              2: "rs/ar: all contributions to this rank's result",
              3: "ag: shard put by its owner",
@@ -245,32 +245,11 @@ class _FusedBase(GemmKernel):
         """One thread: wait until (s32)(ld.acquire [addr] - want) >= 0, at most
         ``sig_timeout`` ns; then record the first timeout in ``err`` and stop waiting
         (this and every later wait of the thread returns at once)."""
-        p = self.p
-        top, done, late = p.fresh("sw"), p.fresh("sw_ok"), p.fresh("sw_late")
-        v, d = p.r32("fz_sv"), p.r32("fz_sd")
-        dl, now = p.r64("fz_sdl"), p.r64("fz_snow")
-        ok, pl = p.pred("fz_sok"), p.pred("fz_slate")
-        gave = p.r32("fz_gave")
-        pg = p.pred("fz_pgave")
-        p(f"setp.ne.u32 {pg}, {gave}, 0;")
-        p(f"@{pg} bra {done};")
-        p(f"mov.u64 {dl}, %globaltimer;")
-        p(f"add.u64 {dl}, {dl}, %fz_sig_timeout;")
-        p.label(top)
-        p(f"ld.acquire.{scope}.global.u32 {v}, [{addr}];")
-        p(f"sub.s32 {d}, {v}, {want};")
-        p(f"setp.ge.s32 {ok}, {d}, 0;")
-        p(f"@{ok} bra {done};")
-        p(f"mov.u64 {now}, %globaltimer;")
-        p(f"setp.gt.u64 {pl}, {now}, {dl};")
-        p(f"@{pl} bra {late};")
-        p("nanosleep.u32 64;")
-        p(f"bra {top};")
-        p.label(late)
-        p(f"mov.u32 {gave}, 1;")
-        emit_timeout_record(p, "%fz_err", "%fz_mbox", "%fz_trap",
-                            [str(kind), "%fz_rank", peer, v, want, "%fz_ctaid", "%fz_epoch"], "fz")
-        p.label(done)
+        emit_bounded_wait(self.p, addr, want, timeout="%fz_sig_timeout", sleep_ns=64,
+                          scope=scope, gave=self.p.r32("fz_gave"), err="%fz_err",
+                          mbox="%fz_mbox", trap="%fz_trap", tag="fz",
+                          record=[str(kind), "%fz_rank", peer, "%seen", want, "%fz_ctaid",
+                                  "%fz_epoch"])
 
     def emit_prologue(self) -> None:
         """The launch's epoch from the device: ``ctl = [epoch, ctas_done]`` of this rank;
