@@ -1,0 +1,136 @@
+"""The Executable's bookkeeping, without a GPU (fake peers and a fake fast step): which
+results leave a call copied (persistent buffers, views of the caller's arguments) and
+which are handed out as they are (fresh tensors); the fast path off sends every kernel to
+the general runner; reports from the peers' mailbox raise before any work is queued."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pkc.ir import parse_module
+from pkc.passes.registry import run_pipeline
+from pkc.runtime.errors import PeerTimeoutError
+from pkc.runtime.executable import Executable
+
+
+class FakePeers:
+    world, ranks, device = 2, [0, 1], torch.device("cpu")
+
+    def __init__(self):
+        self.pending: list[str] = []
+
+    def raise_timeouts(self):
+        if self.pending:
+            raise PeerTimeoutError("; ".join(self.pending))
+
+
+class FakeStep:
+    """Stands for FastStep: returns, per rank, ``buffers[r]`` (a persistent buffer) or a
+    new tensor, filled with the sum over ranks of the first operand."""
+
+    made: list = []
+
+    def __init__(self, plan, peers, shapes, timeout_s=2.0):
+        self.plan, self.shapes = plan, shapes
+        self.persistent = [plan.kind in ("mm_rs", "mm_ar", "ag", "ar2x")] * len(shapes)
+        self.buffers = {r: torch.zeros(shapes[0]) for r in peers.ranks}
+        FakeStep.made.append(self)
+
+    def __call__(self, vals):
+        total = sum(v[0].float() for v in vals.values())
+        out = {}
+        for r in vals:
+            t = self.buffers[r] if self.persistent[0] else torch.empty(self.shapes[0])
+            out[r] = [t.copy_(total.reshape(self.shapes[0]).to(t.dtype))]
+        return out
+
+
+@pytest.fixture
+def fake_fast(monkeypatch):
+    import pkc.runtime.fastpath as fp
+
+    FakeStep.made = []
+    monkeypatch.setattr(fp, "FastStep", FakeStep)
+    return FakeStep
+
+
+def _module(ir: str, pipeline="default{force=true}"):
+    m = parse_module(ir, "x.mlir")
+    run_pipeline(pipeline, m)
+    return m
+
+
+AR = """func.func @main(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %y = pk.all_reduce %x {reduce = "sum", world = 2 : i64} : tensor<64x64xf32> -> tensor<64x64xf32>
+  func.return %y : tensor<64x64xf32>
+}"""
+
+RS = """func.func @main(%a: tensor<64x32xbf16>, %b: tensor<32x64xbf16>) -> tensor<32x64xbf16> {
+  %p = pk.matmul %a, %b : (tensor<64x32xbf16>, tensor<32x64xbf16>) -> tensor<64x64xbf16>
+  %y = pk.reduce_scatter %p {dim = 0 : i64, reduce = "sum", world = 2 : i64} : tensor<64x64xbf16> -> tensor<32x64xbf16>
+  func.return %y : tensor<32x64xbf16>
+}"""
+
+VIEW = """func.func @main(%x: tensor<4x16xf32>) -> tensor<64xf32> {
+  %y = pk.reshape %x : tensor<4x16xf32> -> tensor<64xf32>
+  func.return %y : tensor<64xf32>
+}"""
+
+
+def test_fresh_results_are_not_copied(fake_fast):
+    ex = Executable(_module(AR), FakePeers(), None, target="sm_90a")
+    assert ["fast path: ll" in line for line in ex.fast_report] == [True]
+    xs = {r: [torch.randn(64, 64)] for r in (0, 1)}
+    out = ex.run(xs)
+    assert torch.equal(out[0][0], xs[0][0] + xs[1][0])
+    (step,) = fake_fast.made
+    assert not step.persistent[0]
+
+
+def test_persistent_results_are_copied_unless_told(fake_fast):
+    peers = FakePeers()
+    ex = Executable(_module(RS), peers, None, target="sm_90a")
+    (step,) = fake_fast.made
+    assert step.plan.kind == "mm_rs" and step.persistent == [True]
+    args = {r: [torch.randn(64, 32).bfloat16(), torch.randn(32, 64).bfloat16()] for r in (0, 1)}
+    out = ex.run(args)
+    assert out[0][0].data_ptr() != step.buffers[0].data_ptr()       # copied out
+    assert torch.equal(out[0][0], step.buffers[0])
+    ex.copy_outputs = False                                         # caller accepts reuse
+    out = ex.run(args)
+    assert out[0][0].data_ptr() == step.buffers[0].data_ptr()
+
+
+def test_views_of_arguments_are_copied():
+    ex = Executable(_module(VIEW, "default"), FakePeers(), None, target="sm_90a")
+    xs = {r: [torch.randn(4, 16)] for r in (0, 1)}
+    out = ex.run(xs)
+    assert torch.equal(out[1][0], xs[1][0].reshape(64))
+    assert out[1][0].data_ptr() != xs[1][0].data_ptr()             # not the caller's storage
+
+
+def test_fast_path_off_uses_the_general_runner(fake_fast, monkeypatch):
+    calls = []
+
+    class General:
+        def run(self, ck, inputs, timeout_s):
+            calls.append(ck.meta.name)
+            return [[x[0].clone()] for x in inputs]
+
+    import pkc.runtime.execute as execute
+
+    monkeypatch.setattr(execute, "compiled", lambda op, target, bulk=None: type(
+        "CK", (), {"meta": type("M", (), {"name": op.kernel_name.data})()})())
+    ex = Executable(_module(AR), FakePeers(), General(), target="sm_90a", fast=False)
+    assert not fake_fast.made and "fast path off" in ex.fast_report[0]
+    ex.run({r: [torch.randn(64, 64)] for r in (0, 1)})
+    assert calls == ["all_reduce_one_shot"]
+
+
+def test_an_earlier_timeout_raises_before_any_work(fake_fast):
+    peers = FakePeers()
+    ex = Executable(_module(AR), peers, None, target="sm_90a")
+    peers.pending.append("kernel k: rank 0 timed out waiting for rank 1")
+    with pytest.raises(PeerTimeoutError, match="waiting for rank 1"):
+        ex.run({r: [torch.randn(64, 64)] for r in (0, 1)})
