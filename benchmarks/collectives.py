@@ -150,10 +150,11 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
         row["pkc_path"] = prog.fast_report()
         return lambda: prog(x)
 
-    def pkc_kernel(kind, ctas_per_sm=1):
+    def pkc_kernel(kind, ctas_per_sm=None):
         """pkc's collective kernel driven directly (what the compiled path runs, without
         its per-call graph walk and output copy). ar2 is in place on its symmetric buffer
-        (like two_shot_all_reduce_): filled with x once, then values grow, as NCCL's."""
+        (like two_shot_all_reduce_): filled with x once, then values grow, as NCCL's.
+        ``ctas_per_sm=None``: the runner's default, what the compiled path uses."""
         def make():
             from pkc.codegen.hopper.collectives import CollectiveConfig, CollectiveRunner
 
