@@ -645,7 +645,9 @@ class CollectiveRunner:
         self.kernel = load_kernel(emit_collective_ptx(cfg), cfg.kernel_name, 0, peers.device)
         # every CTA of every rank must be resident at once: at most what fits per SM
         fit = _blocks_per_sm(self.kernel)
-        if ctas_per_sm is None:     # bandwidth kinds: 2 per SM (measured: AG 1.3-1.6x NCCL vs 0.7-1.0x)
+        # bandwidth kinds: 2 per SM (with 1 the spilling first version reached 189 GB/s
+        # on a 1 GiB all-gather, with 2 342 GB/s; docs/FACTS.md has the caveat)
+        if ctas_per_sm is None:
             ctas_per_sm = min(fit, 2 if cfg.kind in ("ag", "rs", "ar2") else 1)
         if ctas_per_sm > fit:
             raise ValueError(f"{cfg.kernel_name}: {ctas_per_sm} CTAs per SM requested, {fit} fit")
