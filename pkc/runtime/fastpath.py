@@ -207,8 +207,10 @@ class FastStep:
             sms = min(self.peers.sms_of(r) for r in self.peers.ranks)
             gemm = choose_config(W * Mc, N, K, self.plan.dtype, b_layout, sms)
             fcfg = FusedConfig(kind=kind, world=W, gemm=gemm)
+            # owner: this step's own buffers; a second kernel of the same shape in the
+            # program must not overwrite this one's result
             self._made[key] = FusedWorld(fcfg, Mc, N, K, peers=self.peers,
-                                         sig_timeout_ns=self.timeout_ns)
+                                         sig_timeout_ns=self.timeout_ns, owner=id(self))
         return self._made[key]
 
     # ---- the plans -----------------------------------------------------------------

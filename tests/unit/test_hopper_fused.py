@@ -367,6 +367,8 @@ def test_world_one_rank_of_many(fake_launch):
     assert o is w.out[2] and fake_launch.launches == [(w.grid, 102)] and w.epoch == 1
     w2 = FusedWorld(f, Mc, N, K, peers=peers)
     assert w2.pads is w.pads and w2.acc[2] is w.acc[2] and peers.log.count("sync") == 1
+    other = FusedWorld(f, Mc, N, K, peers=peers, owner="second kernel of the program")
+    assert other.pads is not w.pads and other.acc[2] is not w.acc[2]   # no sharing across owners
     w2.run_rank(a[2], b[2])
     assert w.epoch == 2
     w.check()

@@ -1027,16 +1027,18 @@ class FusedWorld:
     chunk r). ar: the same operands -> ``[W*Mc, N]``, the sum over ranks of A_r @ B_r. ag: ``A_r [Mc, K]`` and ``B_r`` -> ``[W*Mc, N]`` = gather(A) @ B_r. ``B_r`` is
     ``[N, K]`` (``b_layout="nk"``, the product is A @ B^T) or ``[K, N]`` (``"kn"``, A @ B).
 
-    Buffers persist on the peers under a key of kernel and size, so a second world of the
-    same kernel and size on the same peers shares them (and the launch epoch, which the
-    pads' counters are compared with); outputs are those buffers, overwritten by the next
-    launch. The grid fills at most ``sms_per_rank`` SMs and at most the SMs a rank runs on
+    Buffers persist on the peers under a key of kernel, size and ``owner``, so a second
+    world of the same kernel, size and owner on the same peers shares them (and the launch
+    epoch, which the pads' counters are compared with); outputs are those buffers,
+    overwritten by the next launch. Two kernels of one program must not share them (the
+    second would overwrite the first's result while it may still be read): the compiled
+    path passes a distinct ``owner`` per kernel. The grid fills at most ``sms_per_rank`` SMs and at most the SMs a rank runs on
     (every CTA must be resident: a waiting CTA must not keep one it waits for from starting).
     """
 
     def __init__(self, fcfg: FusedConfig, Mc: int, N: int, K: int, device=None,
                  sms_per_rank: int | None = None, sig_timeout_ns: int = 2_000_000_000,
-                 peers=None, green: bool = True):
+                 peers=None, green: bool = True, owner=None):
         import torch
 
         from pkc.codegen.hopper.launch import load_kernel
@@ -1067,6 +1069,7 @@ class FusedWorld:
             raise ValueError(f"{self.sms} SMs per rank cannot hold {comm} comm CTAs")
         self.grid = min(self.sms - comm, self.W * self.tpc) + comm
         self.sig_timeout_ns = int(sig_timeout_ns)
+        self.owner = owner
         self._alloc()
         self._args: dict = {}
 
@@ -1084,7 +1087,7 @@ class FusedWorld:
         import torch
 
         f, P, W, Mc, N, K = self.fcfg, self.peers, self.W, self.Mc, self.N, self.K
-        key = ("pkc.fused", self.cfg.kernel_name, Mc, N, K)
+        key = ("pkc.fused", self.cfg.kernel_name, Mc, N, K, self.owner)
         self._epoch = _EPOCHS.setdefault(P, {}).setdefault(key, [0])
         self.pads = P.symmetric(key + ("pads",), (64,), torch.int32, zero=True)  # slots < 2W
         self.sig_ptrs_dev = self.pads.ptrs_dev
