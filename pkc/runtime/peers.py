@@ -61,6 +61,9 @@ class Mailbox:
         self.dev = int(_check(cu.cuMemHostGetDevicePointer(self.host, 0), "cuMemHostGetDevicePointer"))
         self.words = (ctypes.c_uint32 * (self.SLOTS * 8)).from_address(self.host)
         ctypes.memset(self.host, 0, nbytes)
+        import numpy as np
+
+        self._flags = np.ctypeslib.as_array(self.words)[0::8]   # a view: no copy per check
         self.owners: list[tuple[str, int, dict]] = []     # slot -> (kernel, rank, kinds)
 
     def slot(self, kernel: str, rank: int, kinds: dict) -> int:
@@ -77,6 +80,8 @@ class Mailbox:
         from pkc.codegen.hopper.report import ERR_FIELDS
 
         out = []
+        if not self._flags[:len(self.owners)].any():   # the common case, every call: one scan
+            return out
         for i, (kernel, rank, kinds) in enumerate(self.owners):
             rec = list(self.words[8 * i: 8 * i + 8])
             if not rec[0]:

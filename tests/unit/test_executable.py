@@ -134,3 +134,28 @@ def test_an_earlier_timeout_raises_before_any_work(fake_fast):
     peers.pending.append("kernel k: rank 0 timed out waiting for rank 1")
     with pytest.raises(PeerTimeoutError, match="waiting for rank 1"):
         ex.run({r: [torch.randn(64, 64)] for r in (0, 1)})
+
+
+def test_mailbox_reports_without_cuda():
+    """The host side of the error mailbox (pkc.runtime.peers.Mailbox) on plain host memory:
+    nothing reported until a kernel's record sets a slot's flag; the line names kernel,
+    rank, CTA, epoch, the missing peer and what was awaited; clearing forgets it."""
+    import ctypes
+
+    import numpy as np
+
+    from pkc.runtime.peers import Mailbox
+
+    m = Mailbox.__new__(Mailbox)            # skip cuMemHostAlloc: same layout on the host
+    buf = (ctypes.c_uint32 * (Mailbox.SLOTS * 8))()
+    m.host, m.dev, m.words, m.owners = ctypes.addressof(buf), 1 << 40, buf, []
+    m._flags = np.ctypeslib.as_array(m.words)[0::8]
+    assert m.slot("k0", 0, {1: "arrival"}) == 1 << 40
+    assert m.slot("k1", 1, {1: "arrival"}) == (1 << 40) + 32
+    assert m.reports() == []
+    for i, v in enumerate([1, 1, 1, 0, 3, 4, 7, 2]):     # flag kind rank peer seen wanted cta epoch
+        buf[8 + i] = v
+    (line,) = m.reports(clear=True)
+    assert line == ("kernel k1: rank 1 (CTA 7, epoch 2) timed out waiting for rank 0: arrival; "
+                    "its signal was 3, wanted 4")
+    assert m.reports() == []
