@@ -78,10 +78,12 @@ def plan_of(op: Operation) -> dict[str, float | int | str | bool]:
 
 def format_remarks(root: Operation, filename: str = "<unknown>") -> list[str]:
     """``file:line:col: remark: [op] text`` for every remark, at the op's source location."""
-    lines = []
-    for op, text in collect_remarks(root):
-        loc, where = op.location, filename
-        if isinstance(loc, FileLineColLoc):
-            where = f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
-        lines.append(f"{where}: remark: [{op.name}] {text}")
-    return lines
+    return [remark_line(op, text, filename) for op, text in collect_remarks(root)]
+
+
+def remark_line(op: Operation, text: str, filename: str = "<unknown>", tag: str | None = None) -> str:
+    """One ``file:line:col: remark: [tag] text`` line at ``op``'s location (tag: op name)."""
+    loc, where = op.location, filename
+    if isinstance(loc, FileLineColLoc):
+        where = f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
+    return f"{where}: remark: [{tag or op.name}] {text}"

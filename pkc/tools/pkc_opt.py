@@ -156,6 +156,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "SM splits, what was left alone and why) to stderr",
     )
     p.add_argument(
+        "--fast-path",
+        action="store_true",
+        help="print, for every pk.kernel, the hand-tuned kernel the runtime will run it on "
+        "for --target (or why it takes the general codegen path) to stderr",
+    )
+    p.add_argument(
         "--load-pass-plugin",
         action="append",
         default=[],
@@ -314,6 +320,7 @@ class Options:
     print_after: set[str]
     allow_unregistered: bool
     remarks: bool = False
+    fast_path: bool = False
     emit: str = "mlir"
     target: str = "sm_90a"
     dump_kernels: str | None = None
@@ -387,6 +394,22 @@ def format_remarks(module: ModuleOp, filename: str) -> str:
     return "".join(line + "\n" for line in lines) or f"{filename}: remark: no decisions recorded\n"
 
 
+def format_fast_path(module: ModuleOp, filename: str, target: str) -> str:
+    """Per pk.kernel, the runtime's fast-path plan (pkc.runtime.fastpath) or the reason
+    it has none; a line saying so when the module has no kernel."""
+    from pkc.dialects.kernel import KernelOp
+    from pkc.passes.remarks import remark_line
+    from pkc.runtime.fastpath import plan_fast
+
+    lines = []
+    for op in module.walk():
+        if isinstance(op, KernelOp):
+            plan = plan_fast(op, target)
+            text = f"general path ({plan})" if isinstance(plan, str) else plan.describe()
+            lines.append(remark_line(op, f"@{op.kernel_name.data}: {text}", filename, "fast-path"))
+    return "".join(line + "\n" for line in lines) or f"{filename}: remark: no pk.kernel\n"
+
+
 def emit_output(module: ModuleOp, opts: Options) -> str:
     """The text written for one chunk: its IR, or the PTX of its kernels."""
     from pkc.codegen import CodegenError, dump_kernels, emit_ptx
@@ -419,6 +442,8 @@ def process_chunk(
         run_pipeline(module, ctx, opts, timer, source=source, filename=filename, err=err)
         if opts.remarks:
             err.write(format_remarks(module, filename))
+        if opts.fast_path:
+            err.write(format_fast_path(module, filename, opts.target))
         if opts.trace:
             write_trace(module, opts.trace)
         with _Clock(timer, "Output"):
@@ -556,6 +581,7 @@ def run(argv: Sequence[str] | None) -> int:
         print_after=print_after_names(args),
         allow_unregistered=args.allow_unregistered_dialect,
         remarks=args.remarks,
+        fast_path=args.fast_path,
         emit=args.emit,
         target=args.target,
         dump_kernels=args.dump_kernels,
