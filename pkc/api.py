@@ -75,6 +75,15 @@ class CompiledProgram:
 
         return format_remarks(self.module)
 
+    def fast_path(self) -> list[str]:
+        """Per pk.kernel, the hand-tuned kernel the GPU runtime will run it on for this
+        program's target (pkc.runtime.fastpath), or why it takes the general codegen path
+        (what ``pkc-opt --fast-path`` prints)."""
+        from pkc.runtime.fastpath import fast_path_lines
+        from pkc.target.targets import get_target
+
+        return fast_path_lines(self.module, get_target(self.target).sm_arch)
+
     def __repr__(self) -> str:
         names = ", ".join(f"{i.name}:{i.kind}" for i in self.inputs)
         return f"<pkc.CompiledProgram world={self.world_size} target={self.target} args=[{names}]>"
@@ -397,7 +406,8 @@ def compile(
     - ``dump_dir``: writes ``00-imported.mlir``, the IR after every pass
       (``01-<pass>.mlir``, ...) and, under ``kernels/``, every kernel's PTX and ptxas report.
     - ``explain``: print the passes' decisions (what was fused, predicted times, SM split,
-      what was left alone and why); also available later as ``program.remarks()``.
+      what was left alone and why) and each kernel's fast-path plan; also available later
+      as ``program.remarks()`` and ``program.fast_path()``.
 
     Raises :class:`PkcFrontendError` for programs pkc cannot capture (dynamic shapes,
     collectives over sub-groups, example inputs that do not fit the program).
@@ -407,6 +417,8 @@ def compile(
     program = _finish(captured, target=target, pipeline=pipeline, dump_dir=dump_dir)
     if explain:
         print("\n".join(program.remarks()) or "pkc: no decisions recorded (no pipeline ran?)")
+        if program.fast_path():
+            print("\n".join(program.fast_path()))
     return program
 
 

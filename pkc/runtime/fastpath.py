@@ -105,6 +105,20 @@ def plan_fast(op: KernelOp, target: str = "sm_90a") -> FastPlan | str:
     return "not a lowered collective or a fused pattern"
 
 
+def fast_path_lines(root, target: str = "sm_90a", filename: str = "<unknown>") -> list[str]:
+    """``file:line:col: remark: [fast-path] @kernel: plan`` for every pk.kernel under
+    ``root``: what ``pkc-opt --fast-path`` and ``CompiledProgram.fast_path()`` show."""
+    from pkc.passes.remarks import remark_line
+
+    out = []
+    for op in root.walk():
+        if isinstance(op, KernelOp):
+            plan = plan_fast(op, target)
+            text = f"general path ({plan})" if isinstance(plan, str) else plan.describe()
+            out.append(remark_line(op, f"@{op.kernel_name.data}: {text}", filename, "fast-path"))
+    return out
+
+
 def _plan_collective(plan, ins, outs, W, dtype) -> FastPlan | str:
     coll, algo = plan["collective"], plan.get("algorithm", "")
     vec = 16 // {"f32": 4}.get(dtype, 2)

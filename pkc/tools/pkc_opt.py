@@ -397,16 +397,9 @@ def format_remarks(module: ModuleOp, filename: str) -> str:
 def format_fast_path(module: ModuleOp, filename: str, target: str) -> str:
     """Per pk.kernel, the runtime's fast-path plan (pkc.runtime.fastpath) or the reason
     it has none; a line saying so when the module has no kernel."""
-    from pkc.dialects.kernel import KernelOp
-    from pkc.passes.remarks import remark_line
-    from pkc.runtime.fastpath import plan_fast
+    from pkc.runtime.fastpath import fast_path_lines
 
-    lines = []
-    for op in module.walk():
-        if isinstance(op, KernelOp):
-            plan = plan_fast(op, target)
-            text = f"general path ({plan})" if isinstance(plan, str) else plan.describe()
-            lines.append(remark_line(op, f"@{op.kernel_name.data}: {text}", filename, "fast-path"))
+    lines = fast_path_lines(module, target, filename)
     return "".join(line + "\n" for line in lines) or f"{filename}: remark: no pk.kernel\n"
 
 
