@@ -68,11 +68,13 @@ class Executable:
         self.aliased: set = set()          # values that may live in persistent buffers
         self.arg_views: set = set()        # reshapes (views) of the function's arguments
         self.returns: list = []
+        self.nresults = 0
         for op in block.ops:
             if isinstance(op, func.ReturnOp):
                 self.returns = list(op.arguments)
                 break
             self.steps.append((list(op.operands), list(op.results), self._step(op)))
+            self.nresults += len(op.results)
             label = op.kernel_name.data if isinstance(op, KernelOp) else op.name
             self.step_names.append((op, len(self.steps) - 1, label))
             if not isinstance(op, KernelOp) and any(v in self.aliased for v in op.operands):
@@ -83,6 +85,21 @@ class Executable:
                 self.arg_views.update(op.results)   # a view of the caller's input
         else:
             raise ValueError(f"function @{func_name} has no func.return")
+        self._index_values()
+
+    def _index_values(self) -> None:
+        """SSA values -> slots of a per-call list (hashing xDSL values on every call was
+        half of the host time of a small program)."""
+        slot = {v: i for i, v in enumerate(self.args)}
+        for _, results, _ in self.steps:
+            for v in results:
+                slot[v] = len(slot)
+        self.nslots = len(slot)
+        self.plan = [([slot[v] for v in operands], [slot[v] for v in results], step)
+                     for operands, results, step in self.steps]
+        copy = self.arg_views | (self.aliased if self.copy_outputs else set())
+        self.out_plan = [(slot[v], v in copy) for v in self.returns]
+        self.out_plan_nocopy = [(slot[v], v in self.arg_views) for v in self.returns]
 
     # ---- preparing -----------------------------------------------------------------
     def _step(self, op) -> Step:
@@ -143,13 +160,14 @@ class Executable:
         """``inputs[rank]``: that rank's arguments of the function (every driven rank).
         Returns ``{rank: [results]}`` as CUDA tensors."""
         dev = self.peers.device
+        ranks = self.peers.ranks
         self.peers.raise_timeouts()       # a fast kernel of an earlier call reported one
-        env: dict = {}
-        for i, a in enumerate(self.args):
-            env[a] = {r: inputs[r][i].to(dev) for r in self.peers.ranks}
+        env: list = [None] * self.nslots
+        for i in range(len(self.args)):
+            env[i] = {r: inputs[r][i].to(dev) for r in ranks}
         prof = self.profile
-        for k, (operands, results, step) in enumerate(self.steps):
-            vals = {r: [env[v][r] for v in operands] for r in self.peers.ranks}
+        for k, (operands, results, step) in enumerate(self.plan):
+            vals = {r: [env[i][r] for i in operands] for r in ranks}
             if prof is not None:
                 ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
                 ev[0].record()
@@ -157,14 +175,10 @@ class Executable:
             if prof is not None:
                 ev[1].record()
                 prof.setdefault(k, []).append(ev)
-            for i, res in enumerate(results):
-                env[res] = {r: outs[r][i] for r in self.peers.ranks}
-        out = {}
-        for r in self.peers.ranks:
-            out[r] = [env[v][r].clone() if (v in self.arg_views or
-                                             (self.copy_outputs and v in self.aliased))
-                      else env[v][r] for v in self.returns]
-        return out
+            for j, i in enumerate(results):
+                env[i] = {r: outs[r][j] for r in ranks}
+        plan = self.out_plan if self.copy_outputs else self.out_plan_nocopy
+        return {r: [env[i][r].clone() if copy else env[i][r] for i, copy in plan] for r in ranks}
 
 
 def _gpu_matmul(op) -> Step:
