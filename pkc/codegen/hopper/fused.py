@@ -337,46 +337,22 @@ class _FusedBase(GemmKernel):
 
     def _emit_pieces(self, t: FusedTile, op_lines) -> None:
         """Stage the warpgroup's accumulators piece by piece (64 rows x piece columns) in
-        the swizzled epilogue buffers; ``op_lines(buf, cn, cm)`` gives the leader's bulk
-        op(s) for one piece (cm: the piece's first row inside the chunk / shard)."""
-        c, p = self.cfg, self.p
-        es = self.epi_esize
-        w = c.epi_width * 2 // es                # columns per piece
-        bar_id = p.r32("epi_bar")
-        lead = p.pred("p_lead")
-        buf, a, x, v = p.r32("epi_buf"), p.r32("epi_addr"), p.r32("epi_xa"), p.r32("epi_v")
-        rb = [p.r32(f"epi_rb{i}") for i in range(2)]
-        cn, cm = p.r32("epi_cn"), p.r32("epi_cm")
-        for mi in range(c.m_slices):
-            p(f"mad.lo.u32 {cm}, %cw, {c.wg_m}, {t.m0_local};")
-            if mi:
-                p(f"add.u32 {cm}, {cm}, {64 * mi};")
-            for ch in range(c.bn // w):
-                p.comment(f"piece: rows +{64 * mi}, columns +{ch * w}")
-                p(f"@{lead} cp.async.bulk.wait_group.read {c.epi_bufs - 1};")
-                p(f"bar.sync {bar_id}, 128;")
-                p(f"add.u32 {buf}, %epi_base, %epi_off;")
-                for i in range(2):
-                    p(f"add.u32 {rb[i]}, {buf}, %epi_row{i};")
-                for jj in range(w // 8):
-                    j = ch * (w // 8) + jj
-                    for i in range(2):
-                        q = 4 * j + 2 * i
-                        p(f"xor.b32 {x}, %epi_y{i}, {8 * es * jj};")
-                        p(f"add.u32 {a}, {rb[i]}, {x};")
-                        if es == 4:
-                            p(f"st.shared.v2.f32 [{a}], {{{self.acc(mi, q)}, {self.acc(mi, q + 1)}}};")
-                        else:
-                            self._pack(v, self.acc(mi, q), self.acc(mi, q + 1))
-                            p(f"st.shared.b32 [{a}], {v};")
-                p("fence.proxy.async.shared::cta;")
-                p(f"bar.sync {bar_id}, 128;")
-                p(f"add.u32 {cn}, {t.n0}, {ch * w};")
-                for line in op_lines(buf, cn, cm):
-                    p(line)
-                p(f"@{lead} cp.async.bulk.commit_group;")
-                if c.epi_bufs == 2:
-                    p(f"xor.b32 %epi_off, %epi_off, {c.epi_buf_bytes};")
+        the swizzled epilogue buffers (the GEMM's loop); ``op_lines(buf, cn, cm)`` gives
+        the leader's bulk op(s) for one piece (cm: the piece's first row inside the chunk /
+        shard). f32 accumulators are stored as they are, 16-bit ones packed."""
+        p, es = self.p, self.epi_esize
+
+        def store_pair(mi, q, i, jj, x, a, rb, v):
+            p(f"xor.b32 {x}, %epi_y{i}, {8 * es * jj};")
+            p(f"add.u32 {a}, {rb}, {x};")
+            if es == 4:
+                p(f"st.shared.v2.f32 [{a}], {{{self.acc(mi, q)}, {self.acc(mi, q + 1)}}};")
+            else:
+                self._pack(v, self.acc(mi, q), self.acc(mi, q + 1))
+                p(f"st.shared.b32 [{a}], {v};")
+
+        self._emit_epilogue_pieces(t.m0_local, t.n0, self.cfg.epi_width * 2 // es, store_pair,
+                                   op_lines)
 
     def emit(self) -> str:
         text = super().emit()

@@ -54,7 +54,7 @@ by value), ``C`` (u64 pointer), ``M, N, K`` (u32), then ``extra_params``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 BK = 64                   # elements of K per stage: 128 bytes of 16-bit data = one swizzle row
 ROW_BYTES = 128
@@ -432,7 +432,7 @@ class GemmKernel:
         p(f"add.u32 %num_n, %N, {c.bn - 1};")
         p(f"div.u32 %num_n, %num_n, {c.bn};")
         p(f"add.u32 %num_kb, %K, {BK - 1};")
-        p(f"shr.u32 %num_kb, %num_kb, 6;")
+        p("shr.u32 %num_kb, %num_kb, 6;")
         if c.cluster_m > 1:
             p(f"add.u32 %num_mc, %num_m, {c.cluster_m - 1};")
             p(f"div.u32 %num_mc, %num_mc, {c.cluster_m};")
@@ -453,7 +453,7 @@ class GemmKernel:
         consumer = p.fresh("consumer")
         p(f"@!{pp} bra {consumer};")
         self._emit_producer()
-        p(f"bra $L_end;")
+        p("bra $L_end;")
         p.label(consumer)
         self._emit_consumer()
         p.label("$L_end")
@@ -685,21 +685,42 @@ class GemmKernel:
         self.p(f"cvt.rn.{self.cfg.dtype}x2.f32 {dst}, {hi}, {lo};")
 
     def _tma_epilogue_tile(self, t: TileRegs) -> None:
-        c, p = self.cfg, self.p
-        w = c.epi_width
-        bar_id = "%epi_bar"
+        p = self.p
         p.r32("epi_bar")
-        p(f"add.u32 {bar_id}, %cw, 1;")
+        p("add.u32 %epi_bar, %cw, 1;")
+
+        def store_pair(mi, q, i, jj, x, a, rb, v):
+            self._pack(v, self.acc(mi, q), self.acc(mi, q + 1))
+            p(f"xor.b32 {x}, %epi_x{i}, {16 * jj};")
+            p(f"add.u32 {a}, {rb}, {x};")
+            p(f"st.shared.b32 [{a}], {v};")
+
+        def store_c(buf, cn, cm):
+            return [f"@%p_lead cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group "
+                    f"[%tmC, {{{cn}, {cm}}}], [{buf}];"]
+
+        self._emit_epilogue_pieces(t.m0, t.n0, self.cfg.epi_width, store_pair, store_c, "C piece")
+
+    def _emit_epilogue_pieces(self, m_first: str, n_first: str, w: int, store_pair, op_lines,
+                              label: str = "piece") -> None:
+        """The TMA epilogue's loop, shared with the fused kernels: the warpgroup's
+        accumulators go piece by piece (64 rows x ``w`` columns) through the swizzled
+        epilogue buffers; ``store_pair(mi, q, i, jj, x, a, rb, v)`` writes accumulators q,
+        q+1 of row i into shared memory; ``op_lines(buf, cn, cm)`` gives the leader's bulk
+        op(s) for the piece (``cn``, ``cm``: its first column and row, from ``n_first``,
+        ``m_first``)."""
+        c, p = self.cfg, self.p
+        bar_id = "%epi_bar"
         lead = p.pred("p_lead")
         buf, a, x, v = p.r32("epi_buf"), p.r32("epi_addr"), p.r32("epi_xa"), p.r32("epi_v")
         rb = [p.r32(f"epi_rb{i}") for i in range(2)]
         cn, cm = p.r32("epi_cn"), p.r32("epi_cm")
         for mi in range(c.m_slices):
-            p(f"mad.lo.u32 {cm}, %cw, {c.wg_m}, {t.m0};")
+            p(f"mad.lo.u32 {cm}, %cw, {c.wg_m}, {m_first};")
             if mi:
                 p(f"add.u32 {cm}, {cm}, {64 * mi};")
             for ch in range(c.bn // w):
-                p.comment(f"C piece: rows +{64 * mi}, columns +{ch * w}")
+                p.comment(f"{label}: rows +{64 * mi}, columns +{ch * w}")
                 p(f"@{lead} cp.async.bulk.wait_group.read {c.epi_bufs - 1};")
                 p(f"bar.sync {bar_id}, 128;")
                 p(f"add.u32 {buf}, %epi_base, %epi_off;")
@@ -708,16 +729,12 @@ class GemmKernel:
                 for jj in range(w // 8):
                     j = ch * (w // 8) + jj
                     for i in range(2):
-                        q = 4 * j + 2 * i
-                        self._pack(v, self.acc(mi, q), self.acc(mi, q + 1))
-                        p(f"xor.b32 {x}, %epi_x{i}, {16 * jj};")
-                        p(f"add.u32 {a}, {rb[i]}, {x};")
-                        p(f"st.shared.b32 [{a}], {v};")
+                        store_pair(mi, 4 * j + 2 * i, i, jj, x, a, rb[i], v)
                 p("fence.proxy.async.shared::cta;")
                 p(f"bar.sync {bar_id}, 128;")
-                p(f"add.u32 {cn}, {t.n0}, {ch * w};")
-                p(f"@{lead} cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group "
-                  f"[%tmC, {{{cn}, {cm}}}], [{buf}];")
+                p(f"add.u32 {cn}, {n_first}, {ch * w};")
+                for line in op_lines(buf, cn, cm):
+                    p(line)
                 p(f"@{lead} cp.async.bulk.commit_group;")
                 if c.epi_bufs == 2:
                     p(f"xor.b32 %epi_off, %epi_off, {c.epi_buf_bytes};")
