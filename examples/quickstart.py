@@ -14,7 +14,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
 
 from pkc.interp import InterpError, interpret, random_inputs
 from pkc.ir import PkcDiagnostic, parse_module, print_module, verify_module

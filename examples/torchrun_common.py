@@ -193,3 +193,21 @@ def tolerance(dtype: torch.dtype) -> float:
 def randn(gen: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
     """Seeded CPU normal values (the same on every rank for the same generator state)."""
     return torch.randn(*shape, generator=gen) * scale
+
+
+def run_example(name: str, build: Callable, ctx: Rank, args, default_dtype: str | None = None
+                ) -> CheckResult:
+    """One example on this rank: ``build(rank, world, device, dtype, size)`` gives its model
+    and inputs; compiled with pkc and checked against the same model run eagerly."""
+    dtype = dtype_of(args.dtype or default_dtype, ctx.device)
+    model, inputs = build(ctx.rank, ctx.world, ctx.device, dtype, size_of(args.size, ctx.device))
+    return check_model(ctx, name, model, inputs, pipeline=args.pipeline, rtol=tolerance(dtype),
+                       calls=args.calls)
+
+
+def example_main(doc: str, run: Callable[[Rank, argparse.Namespace], CheckResult],
+                 argv: list[str] | None = None) -> int:
+    """``torchrun ... examples/torchrun_<name>.py [options]``: parse, join the group, run."""
+    args = base_args(doc.splitlines()[0]).parse_args(argv)
+    ctx = init_distributed()
+    return finish(ctx, run(ctx, args).ok)

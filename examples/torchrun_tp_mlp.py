@@ -66,16 +66,11 @@ def build(rank: int, world: int, device: torch.device, dtype: torch.dtype, size:
 
 
 def run(ctx: common.Rank, args) -> common.CheckResult:
-    dtype = common.dtype_of(args.dtype, ctx.device)
-    model, inputs = build(ctx.rank, ctx.world, ctx.device, dtype, common.size_of(args.size, ctx.device))
-    return common.check_model(ctx, "tp_mlp", model, inputs, pipeline=args.pipeline,
-                              rtol=common.tolerance(dtype), calls=args.calls)
+    return common.run_example("tp_mlp", build, ctx, args)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.base_args(__doc__.splitlines()[0]).parse_args(argv)
-    ctx = common.init_distributed()
-    return common.finish(ctx, run(ctx, args).ok)
+    return common.example_main(__doc__, run, argv)
 
 
 if __name__ == "__main__":
