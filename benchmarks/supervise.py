@@ -107,6 +107,25 @@ def _append(path: str, rec: dict) -> None:
         f.write(json.dumps(rec) + "\n")
 
 
+def log_case(jsonl: str, index: int, run, on_error: dict) -> bool:
+    """The worker side: run one case (``run()`` -> its record), append the record with
+    ``index`` and ``secs`` to ``jsonl`` and print PASS / FAIL. If it raises, append
+    ``on_error`` with the error and return False: a trap poisons the CUDA context, so the
+    worker stops and the supervisor restarts it after this case."""
+    t0 = time.time()
+    try:
+        rec = run()
+    except Exception as e:
+        rec = dict(on_error, ok=False, error=f"{type(e).__name__}: {e}"[:600], index=index)
+        _append(jsonl, rec)
+        print(json.dumps(rec), flush=True)
+        return False
+    rec.update(index=index, secs=round(time.time() - t0, 2))
+    _append(jsonl, rec)
+    print(("PASS " if rec["ok"] else "FAIL ") + json.dumps(rec), flush=True)
+    return True
+
+
 if __name__ == "__main__":   # python benchmarks/supervise.py N TIMEOUT JSONL -- cmd...
     n, to, jl = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
     cmd = sys.argv[sys.argv.index("--") + 1:]

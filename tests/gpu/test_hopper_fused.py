@@ -14,7 +14,6 @@ and the bounded-wait error path.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import types
@@ -233,24 +232,14 @@ def main(argv=None) -> int:
     if not _have_hopper():
         print("no sm_90 GPU / cuda.bindings", flush=True)
         return 2
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from supervise import log_case
+
     for i, c in enumerate(CASES):
         if i < args.skip:
             continue
-        t0 = time.time()
-        try:
-            r = run_case(c)
-        except Exception as e:       # a trap poisons the context: report and stop
-            r = {"case": _case_id(c), "ok": False, "error": f"{type(e).__name__}: {e}"[:600]}
-            r["index"] = i
-            with open(args.jsonl, "a") as fh:
-                fh.write(json.dumps(r) + "\n")
-            print(json.dumps(r), flush=True)
+        if not log_case(args.jsonl, i, lambda: run_case(c), {"case": _case_id(c)}):
             return 3
-        r["index"] = i
-        r["secs"] = round(time.time() - t0, 2)
-        with open(args.jsonl, "a") as fh:
-            fh.write(json.dumps(r) + "\n")
-        print(("PASS " if r["ok"] else "FAIL ") + json.dumps(r), flush=True)
     return 0
 
 

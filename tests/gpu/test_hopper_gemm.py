@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import pytest
 import torch
@@ -115,7 +114,7 @@ def main(argv=None) -> int:
         return 2
     cases = [(n, d, s) for (n, d) in CASES for s in SHAPES]
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
-    from supervise import crashed
+    from supervise import crashed, log_case
     crashes = crashed(args.jsonl, lambda r: (r.get("name") or r.get("cfg"), r.get("dtype")))
     for i, (name, dtype, (M, N, K)) in enumerate(cases):
         if i < args.skip:
@@ -126,23 +125,10 @@ def main(argv=None) -> int:
             with open(args.jsonl, "a") as f:
                 f.write(json.dumps(r) + "\n")
             continue
-        t0 = time.time()
-        try:
-            r = run_case(_cfg(name, dtype), M, N, K)
-        except Exception as e:   # a trap poisons the context: report and stop this process
-            r = {"cfg": name, "name": name, "dtype": dtype, "M": M, "N": N, "K": K, "ok": False,
-                 "error": f"{type(e).__name__}: {e}"[:500]}
-            r["index"] = i
-            with open(args.jsonl, "a") as f:
-                f.write(json.dumps(r) + "\n")
-            print(json.dumps(r), flush=True)
+        ok = log_case(args.jsonl, i, lambda: dict(run_case(_cfg(name, dtype), M, N, K), name=name),
+                      {"cfg": name, "name": name, "dtype": dtype, "M": M, "N": N, "K": K})
+        if not ok:
             return 3
-        r["index"] = i
-        r["name"] = name
-        r["secs"] = round(time.time() - t0, 2)
-        with open(args.jsonl, "a") as f:
-            f.write(json.dumps(r) + "\n")
-        print(("PASS " if r["ok"] else "FAIL ") + json.dumps(r), flush=True)
     return 0
 
 

@@ -243,3 +243,15 @@ def test_torchrun_examples_run_as_one_cpu_process(capsys):
         assert f"] {name}: max abs error" in out
     assert "reference interpreter" in out or "pkc kernels" in out
     assert "FAILED" not in out
+
+
+def test_log_case_records_passes_and_crashes(tmp_path):
+    from supervise import log_case
+
+    path = str(tmp_path / "cases.jsonl")
+    assert log_case(path, 3, lambda: {"ok": True, "err": 0.0}, {"case": "a"})
+    assert not log_case(path, 4, lambda: 1 / 0, {"case": "b"})
+    recs = [json.loads(line) for line in open(path)]
+    assert recs[0]["index"] == 3 and recs[0]["ok"] and "secs" in recs[0]
+    assert recs[1] == {"case": "b", "ok": False, "error": "ZeroDivisionError: division by zero",
+                       "index": 4}
