@@ -23,18 +23,13 @@ import os
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if "pkc" not in sys.modules:
-    # import the Hopper modules without pkc/__init__ (frontend, xdsl, ...)
-    for _name, _sub in (("pkc", "pkc"), ("pkc.codegen", "pkc/codegen")):
-        _m = types.ModuleType(_name)
-        _m.__path__ = [str(ROOT / _sub)]
-        sys.modules[_name] = _m
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hopper_only import skip_pkc_init  # noqa: E402
+
+skip_pkc_init()       # the Hopper modules without pkc/__init__ (frontend, xdsl, ...)
 from timing import alternate  # noqa: E402
 
 SHAPES = [  # (label, kernels, M, N, K); for rs M is the (single) chunk, for ag the shard

@@ -22,16 +22,12 @@ import os
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if "pkc" not in sys.modules:
-    for _name, _sub in (("pkc", "pkc"), ("pkc.codegen", "pkc/codegen")):
-        _m = types.ModuleType(_name)
-        _m.__path__ = [str(ROOT / _sub)]
-        sys.modules[_name] = _m
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hopper_only import skip_pkc_init  # noqa: E402
+
+skip_pkc_init()       # the Hopper modules without pkc/__init__ (frontend, xdsl, ...)
 
 SMS = [1, 2, 4, 8, 16, 32, 66, 132]
 SIZES = [2 << 10 << i for i in range(10)]             # 2 KB .. 1 MB

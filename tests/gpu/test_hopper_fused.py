@@ -16,18 +16,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-if __name__ == "__main__" and "pkc" not in sys.modules:
-    # device runs: import the Hopper modules without pkc/__init__ (frontend, xdsl, ...)
-    for _name, _sub in (("pkc", "pkc"), ("pkc.codegen", "pkc/codegen")):
-        _m = types.ModuleType(_name)
-        _m.__path__ = [str(ROOT / _sub)]
-        sys.modules[_name] = _m
 sys.path.insert(0, str(ROOT))
+if __name__ == "__main__":
+    # device runs: import the Hopper modules without pkc/__init__ (frontend, xdsl, ...)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from hopper_only import skip_pkc_init
+
+    skip_pkc_init()
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
