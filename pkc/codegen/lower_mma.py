@@ -55,12 +55,7 @@ def _mma_sync(ctx: WorkerCtx, a: TileRef, bt: TileRef, c: TileRef, d: TileRef) -
         """A 16-bit element of a row-major tile, 0 outside [rows, cols)."""
         lin = b.r(ptx.FmaOp(row, b.u32(cols), col, "u32", "mad.lo"))
         addr = ctx.tile_addr(tile, lin)
-        guard = None
-        if check_row:
-            guard = b.setp("lt", "u32", row, rows)
-        if check_col:
-            pc = b.setp("lt", "u32", col, cols)
-            guard = pc if guard is None else b.pand(guard, pc)
+        guard = _guard(row, rows, check_row, col, cols, check_col)
         if guard is None:
             return b.ld("shared", "b16", addr)
         return b.ld("shared", "b16", addr, guard=guard, other=b.imm(0, "b16"))
