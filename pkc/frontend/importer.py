@@ -586,8 +586,6 @@ class _Importer:
     # ---------------------------------------------------------------- collectives
 
     def check_group(self, group_name: Any, group_size: int | None = None) -> None:
-        import torch.distributed as dist
-
         size, ranks = group_size, None
         if isinstance(group_name, str) and group_name in self.groups:
             size, ranks = self.groups[group_name]
@@ -903,26 +901,29 @@ def _clamp(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
     return im.finish(x, t)
 
 
+def _where_map(im: _Importer, n: torch.fx.Node, cond: Any, first: Any, second: Any,
+               first_when_true: bool = True) -> Any:
+    """``pk.map "where"`` of a boolean condition and two values broadcast to the output
+    (imported in the order given; ``first_when_true=False``: ``second`` where cond holds)."""
+    t = im.out_type(n)
+    rank = len(t.get_shape())
+    c = im.operand(cond, i1, rank)
+    x = im.operand(first, t.element_type, rank)
+    y = im.operand(second, t.element_type, rank)
+    args = [c, x, y] if first_when_true else [c, y, x]
+    return im.finish(im.map("where", args, t.element_type), t)
+
+
 @_handles(aten.where)
 def _where(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
     if "condition" not in a or a.get("self") is None:
         raise _Unsupported("where(cond) form")
-    t = im.out_type(n)
-    rank = len(t.get_shape())
-    cond = im.operand(a["condition"], i1, rank)
-    x = im.operand(a["self"], t.element_type, rank)
-    y = im.operand(a["other"], t.element_type, rank)
-    return im.finish(im.map("where", [cond, x, y], t.element_type), t)
+    return _where_map(im, n, a["condition"], a["self"], a["other"])
 
 
 @_handles(aten.masked_fill)
 def _masked_fill(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
-    t = im.out_type(n)
-    rank = len(t.get_shape())
-    cond = im.operand(a["mask"], i1, rank)
-    x = im.operand(a["self"], t.element_type, rank)
-    v = im.operand(a["value"], t.element_type, rank)
-    return im.finish(im.map("where", [cond, v, x], t.element_type), t)
+    return _where_map(im, n, a["mask"], a["self"], a["value"], first_when_true=False)
 
 
 @_handles(aten.logical_not)
