@@ -126,15 +126,23 @@ class SPMLP(nn.Module):
         return out
 
 
-def sp_mlp_full(d: int, f: int, seed: int = 1) -> dict[str, torch.Tensor]:
+def _norm_mlp_full(d: int, f: int, seed: int, fc2_bias: bool) -> dict[str, torch.Tensor]:
+    """LayerNorm -> fc1 (+bias) -> fc2 (+bias if asked) parameters, drawn in that order."""
     gen = torch.Generator().manual_seed(seed)
-    return {
+    out = {
         "norm.weight": 1 + _randn(gen, d, scale=0.1),
         "norm.bias": _randn(gen, d, scale=0.1),
         "fc1.weight": _randn(gen, f, d, scale=d ** -0.5),
         "fc1.bias": _randn(gen, f, scale=0.1),
         "fc2.weight": _randn(gen, d, f, scale=f ** -0.5),
     }
+    if fc2_bias:
+        out["fc2.bias"] = _randn(gen, d, scale=0.1)
+    return out
+
+
+def sp_mlp_full(d: int, f: int, seed: int = 1) -> dict[str, torch.Tensor]:
+    return _norm_mlp_full(d, f, seed, fc2_bias=False)
 
 
 def sp_mlp_shard(full: dict[str, torch.Tensor], world: int, rank: int) -> dict[str, torch.Tensor]:
@@ -308,15 +316,7 @@ class PlainMLP(nn.Module):
 
 
 def plain_mlp_full(d: int, f: int, seed: int = 5) -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    return {
-        "norm.weight": 1 + _randn(gen, d, scale=0.1),
-        "norm.bias": _randn(gen, d, scale=0.1),
-        "fc1.weight": _randn(gen, f, d, scale=d ** -0.5),
-        "fc1.bias": _randn(gen, f, scale=0.1),
-        "fc2.weight": _randn(gen, d, f, scale=f ** -0.5),
-        "fc2.bias": _randn(gen, d, scale=0.1),
-    }
+    return _norm_mlp_full(d, f, seed, fc2_bias=True)
 
 
 def dtensor_mlp(full: dict[str, torch.Tensor], d: int, f: int, world: int, sequence_parallel: bool
