@@ -77,7 +77,7 @@ class Mailbox:
 
     def reports(self, clear: bool = False) -> list[str]:
         """One line per slot whose kernel recorded a timeout (host memory only)."""
-        from pkc.codegen.hopper.report import ERR_FIELDS
+        from pkc.codegen.hopper.report import describe_record
 
         out = []
         if not self._flags[:len(self.owners)].any():   # the common case, every call: one scan
@@ -86,10 +86,7 @@ class Mailbox:
             rec = list(self.words[8 * i: 8 * i + 8])
             if not rec[0]:
                 continue
-            d = dict(zip(ERR_FIELDS, rec))
-            out.append(f"kernel {kernel}: rank {d['rank']} (CTA {d['cta']}, epoch {d['epoch']}) "
-                       f"timed out waiting for rank {d['peer']}: {kinds.get(d['kind'], d['kind'])}; "
-                       f"its signal was {d['seen']}, wanted {d['wanted']}")
+            out.append(describe_record(kernel, rec, kinds))
             if clear:
                 self.words[8 * i] = 0
         return out

@@ -59,7 +59,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pkc.codegen.hopper.gemm import _Ptx
-from pkc.codegen.hopper.report import ERR_FIELDS, emit_bounded_wait, emit_timeout_record
+from pkc.codegen.hopper.report import describe_record, emit_bounded_wait, emit_timeout_record
 
 KINDS = ("ll", "llag", "llrs", "ar1", "rs", "ar2", "ag")
 LL_KINDS = ("ll", "llag", "llrs")
@@ -760,9 +760,4 @@ class CollectiveRunner:
         for r in self.peers.ranks:
             rec = self.err[r].tolist()
             if rec[0]:
-                d = dict(zip(ERR_FIELDS, rec))
-                raise CollectiveTimeout(
-                    f"{self.cfg.kernel_name}: rank {d['rank']} (CTA {d['cta']}, epoch "
-                    f"{d['epoch']}) timed out waiting for rank {d['peer']}: "
-                    f"{ERR_PHASES.get(d['kind'], d['kind'])}; its signal was {d['seen']}, "
-                    f"wanted {d['wanted']}")
+                raise CollectiveTimeout(describe_record(self.cfg.kernel_name, rec, ERR_PHASES))

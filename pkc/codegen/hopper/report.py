@@ -16,6 +16,14 @@ from __future__ import annotations
 ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
 
 
+def describe_record(kernel: str, record, kinds: dict) -> str:
+    """The line for one error record (``kinds``: what each ``kind`` value waited for)."""
+    d = dict(zip(ERR_FIELDS, record))
+    return (f"kernel {kernel}: rank {d['rank']} (CTA {d['cta']}, epoch {d['epoch']}) timed out "
+            f"waiting for rank {d['peer']}: {kinds.get(d['kind'], d['kind'])}; its signal was "
+            f"{d['seen']}, wanted {d['wanted']}")
+
+
 def emit_timeout_record(p, err: str, mbox: str, trap: str, values: list[str], tag: str) -> None:
     """PTX for the expired-wait path: ``values`` are the 7 fields after ``flag`` (registers
     or immediates); ``err``/``mbox`` u64 registers (mbox may be 0), ``trap`` a u32 register.
