@@ -208,16 +208,10 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
     return row
 
 
-_PEERS = []
-
-
 def pkc_peers():
-    """One torch-symmetric-memory peer world for every pkc kernel of the run."""
-    if not _PEERS:
-        from pkc.runtime.peers import DistributedPeers
-
-        _PEERS.append(DistributedPeers())
-    return _PEERS[0]
+    """The symmetric-memory peers of the compiled programs' runner: one peer world for
+    every pkc kernel of the run."""
+    return PkcProgram.runner().peers
 
 
 def add_bandwidths(row: dict, world: int) -> dict:

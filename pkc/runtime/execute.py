@@ -65,7 +65,6 @@ def run_kernel_module_distributed(module: ModuleOp, inputs: list[torch.Tensor], 
     """The same under torch.distributed: this rank's inputs -> this rank's outputs.
     Collectives must have been lowered into kernels."""
     from pkc.runtime.executable import Executable, executable_for
-    from pkc.runtime.peers import DistributedPeers
     from pkc.runtime.symm import DistributedRunner
 
     global _DEFAULT_RUNNER
@@ -74,8 +73,6 @@ def run_kernel_module_distributed(module: ModuleOp, inputs: list[torch.Tensor], 
         runner = _DEFAULT_RUNNER
 
     def make():
-        if getattr(runner, "peers", None) is None:
-            runner.peers = DistributedPeers(runner.group, runner.device)
         return Executable(module, runner.peers, runner, target=target or target_for(runner.capability),
                           func_name=func_name, timeout_s=timeout_s, fast=fast, distributed=True)
     ex = executable_for(module, ("dist", func_name, target, timeout_s, id(runner), fast), make)

@@ -31,33 +31,33 @@ from pkc.runtime.world import DEFAULT_TIMEOUT_S, dtype_of, poison_
 
 
 class DistributedRunner:
+    """The general codegen path's kernels under torch.distributed. Its symmetric buffers
+    come from the group's :class:`~pkc.runtime.peers.DistributedPeers` (``peers``), which
+    the fast kernels use too: one place that allocates and rendezvous."""
+
     def __init__(self, group=None, device_index: int | None = None):
         import torch.distributed as dist
-        import torch.distributed._symmetric_memory as symm_mem
 
-        self.dist, self.symm_mem = dist, symm_mem
+        from pkc.runtime.peers import DistributedPeers
+
+        self.dist = dist
         self.group = group or dist.group.WORLD
         self.rank = dist.get_rank(self.group)
         self.world = dist.get_world_size(self.group)
         self.device = torch.device("cuda", torch.cuda.current_device() if device_index is None else device_index)
         self.capability = torch.cuda.get_device_capability(self.device)
         self.sms = attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", device(self.device.index))
-        self._sym: dict[tuple, tuple[torch.Tensor, object, torch.Tensor]] = {}
-        self._local: dict[tuple, torch.Tensor] = {}
+        self.peers = DistributedPeers(self.group, self.device)
         self._barrier_handle = self._symmetric(("__barrier__",), [1], torch.int32)[1]
 
     def _symmetric(self, key, shape, dtype):
-        if key not in self._sym:
-            t = self.symm_mem.empty(*shape, dtype=dtype, device=self.device)
-            h = self.symm_mem.rendezvous(t, self.group.group_name)
-            ptrs = torch.tensor(list(h.buffer_ptrs), dtype=torch.int64, device=self.device)
-            self._sym[key] = (t, h, ptrs)
-        return self._sym[key]
+        """(this rank's tensor, the rendezvous handle, the device array of all ranks'
+        addresses) of the persistent symmetric buffer ``key``."""
+        s = self.peers.symmetric(("runner",) + tuple(key), shape, dtype)
+        return s.tensors[self.rank], s.keep[0], s.ptrs_dev
 
     def _scratch(self, key, shape, dtype):
-        if key not in self._local:
-            self._local[key] = torch.empty(shape, dtype=dtype, device=self.device)
-        return self._local[key]
+        return self.peers.local(("runner",) + tuple(key), shape, dtype)[self.rank]
 
     def run(self, ck: CompiledKernel, inputs: list[torch.Tensor],
             timeout_s: float = DEFAULT_TIMEOUT_S) -> list[torch.Tensor]:
