@@ -10,7 +10,7 @@ Families (bf16, B given as [N, K] like an nn.Linear weight; M x N x K is each ra
 - AG+GEMM ``N x N/8 x N`` (PK): each rank holds M/W rows of A, all-gathers A, multiplies
   by its B. GEMM+RS and GEMM+AR ``N x N x N/8``: each rank multiplies its K-shard, the
   partial products are reduce-scattered (rank r keeps rows r*M/W..) or all-reduced.
-  N = 2048, 4096, 8192, 16384.
+  N = 2048, 4096, 8192, 16384, 32768 (the two largest run last, under the time budget).
 - Llama-70B tensor-parallel layers (hidden 8192, FFN 28672, 64 query / 8 KV heads of 128;
   T = 8192 tokens): sequence-parallel QKV and up+gate as AG+GEMM, O and down as GEMM+RS,
   and O and down as GEMM+AR (plain tensor parallelism).
@@ -77,7 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/timing.py
 # CPU-only pieces: shapes, traffic, roofline, bus bandwidth, tables, files
 # ======================================================================================
 
-PK_NS = (2048, 4096, 8192, 16384)
+PK_NS = (2048, 4096, 8192, 16384, 32768)
 LLAMA70B = {"hidden": 8192, "ffn": 28672, "q_heads": 64, "kv_heads": 8, "head_dim": 128}
 FAMILIES = ("ag", "rs", "ar")
 FAMILY_NAMES = {"ag": "AG+GEMM", "rs": "GEMM+RS", "ar": "GEMM+AR"}
@@ -882,29 +882,30 @@ def device_run(out: str, budget: dict) -> int:
     trun = [py, "-m", "torch.distributed.run", f"--nproc_per_node={n}", "--master_port"]
     # phase A (correctness only, concurrent): examples | robustness (virtual world, last GPU)
     # | rank-failure tests (torchrun W=2 inside the test)
-    procs = []
-    procs.append(("examples", budget["phase_a"], *start(
-        trun + ["29511", "examples/torchrun_all.py", "--calls", "3"], "examples.log")))
-    last = str(max(0, ngpu - 1))
-    procs.append(("robustness", budget["phase_a"], *start(
-        [py, "-m", "pytest", "-q", "-s", "-rfEsx", "-p", "no:cacheprovider", "tests/gpu/test_robustness.py",
-         "-k", "not torchrun"], "robustness.log", {"CUDA_VISIBLE_DEVICES": last})))
-    if ngpu >= 2:
-        procs.append(("rank-failure", budget["phase_a"], *start(
-            [py, "-m", "pytest", "-q", "-s", "-rfEsx", "-p", "no:cacheprovider",
-             "tests/gpu/test_robustness.py", "-k", "torchrun"], "failure.log")))
-    rcs = {name: finish(p, fh, t0, lim, name) for name, lim, p, fh, t0 in procs}
-    fail_log = os.path.join(out, "failure.log")
-    if os.path.exists(fail_log):  # at most 8 files come back: fold it into robustness.log
-        with open(os.path.join(out, "robustness.log"), "a") as dst:
-            dst.write("\n==== rank-failure tests (torchrun W=2)\n" + open(fail_log, errors="replace").read())
-        os.remove(fail_log)
+    procs, rcs = [], {}
+    if budget["phase_a"]:  # a budget of 0 skips a step
+        procs.append(("examples", budget["phase_a"], *start(
+            trun + ["29511", "examples/torchrun_all.py", "--calls", "3"], "examples.log")))
+        last = str(max(0, ngpu - 1))
+        procs.append(("robustness", budget["phase_a"], *start(
+            [py, "-m", "pytest", "-q", "-s", "-rfEsx", "-p", "no:cacheprovider", "tests/gpu/test_robustness.py",
+             "-k", "not torchrun"], "robustness.log", {"CUDA_VISIBLE_DEVICES": last})))
+        if ngpu >= 2:
+            procs.append(("rank-failure", budget["phase_a"], *start(
+                [py, "-m", "pytest", "-q", "-s", "-rfEsx", "-p", "no:cacheprovider",
+                 "tests/gpu/test_robustness.py", "-k", "torchrun"], "failure.log")))
+        rcs = {name: finish(p, fh, t0, lim, name) for name, lim, p, fh, t0 in procs}
+        fail_log = os.path.join(out, "failure.log")
+        if os.path.exists(fail_log):  # at most 8 files come back: fold it into robustness.log
+            with open(os.path.join(out, "robustness.log"), "a") as dst:
+                dst.write("\n==== rank-failure tests (torchrun W=2)\n" + open(fail_log, errors="replace").read())
+            os.remove(fail_log)
     # phase B (timing, one at a time)
-    p = start(trun + ["29512", "benchmarks/collectives.py", "--out", out,
-                      "--budget-s", str(budget["collectives"] - 12)], "bench.log")
-    rcs["collectives"] = finish(*p, budget["collectives"], "collectives")
-    p = start(trun + ["29513", "benchmarks/fused_sweep.py", "--out", out, "--budget-s", str(budget["fused"] - 30)], "bench.log")
-    rcs["fused"] = finish(*p, budget["fused"], "fused_sweep")
+    for name, port, script, margin in (("collectives", "29512", "benchmarks/collectives.py", 12),
+                                       ("fused", "29513", "benchmarks/fused_sweep.py", 30)):
+        if budget[name]:
+            p = start(trun + [port, script, "--out", out, "--budget-s", str(budget[name] - margin)], "bench.log")
+            rcs[name] = finish(*p, budget[name], name)
     # summary
     print(f"\n==== summary ({time.time() - t_all:.0f} s; rcs {rcs})")
     rpath = os.path.join(out, "robustness.log")

@@ -30,12 +30,13 @@ def test_fused_shapes_are_valid_and_unique(world):
     labels = [s.label for s in shapes]
     assert len(labels) == len(set(labels))
     assert all(s.valid(world) for s in shapes)
-    # PK: 4 values of N x 3 families, Llama-70B: 6 layers
-    assert len([s for s in shapes if s.label.startswith("pk ")]) == 12
+    # PK: 5 values of N x 3 families, Llama-70B: 6 layers
+    assert len([s for s in shapes if s.label.startswith("pk ")]) == 15
     assert len([s for s in shapes if s.label.startswith("llama70b")]) == 6
     order = fs.priority_order(shapes)
     assert sorted(s.label for s in order) == sorted(labels)
-    assert all("16384" in s.label for s in order[-3:])
+    assert all("16384" in s.label for s in order[-6:-3])
+    assert all("32768" in s.label for s in order[-3:])
 
 
 def test_pk_shapes_follow_the_paper():
