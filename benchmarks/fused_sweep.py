@@ -279,6 +279,15 @@ def have_matplotlib() -> bool:
 FUSED_COLUMNS = ["base", "gemm", "coll", "symm", "pkc_hand", "pkc_hand16", "pkc"]
 
 
+def parse_put_spec(spec: str) -> dict:
+    """``CTAS:PIECE_KIB:RING:LAG`` (an AG put-side variant) -> FusedConfig fields."""
+    try:
+        ctas, piece, ring, lag = (int(x) for x in spec.split(":"))
+    except ValueError:
+        raise ValueError(f"--ag-puts {spec!r}: want CTAS:PIECE_KIB:RING:LAG, e.g. 16:32:4:2") from None
+    return dict(comm_ctas=ctas, put_piece=piece * 1024, put_ring=ring, put_lag=lag)
+
+
 def summarize_fused(row: dict) -> dict:
     """Derived numbers of one shape's result: roofline, ratios (speedups: baseline time /
     implementation time, > 1 is faster), comm/compute balance."""
@@ -298,6 +307,9 @@ def summarize_fused(row: dict) -> dict:
         "symm": ratio(base, t.get("symm")),
         "roofline": ratio(base, out.get("roofline_ms")),
     }
+    for name, ms in t.items():            # extra variants (--ag-puts)
+        if name.startswith("pkc_ag_"):
+            out["speedup"][name] = ratio(base, ms)
     out["pkc_vs_symm"] = ratio(t.get("symm"), t.get("pkc"))
     out["pkc_vs_roofline"] = ratio(out.get("roofline_ms"), t.get("pkc"))
     return out
@@ -676,6 +688,9 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
         variants = [("pkc_hand", FusedConfig(kind=fam, world=W, gemm=cfg))]
         if fam == "ag" and W > 1:       # how many put CTAs the all-gather side needs
             variants.append(("pkc_hand16", FusedConfig(kind=fam, world=W, gemm=cfg, comm_ctas=16)))
+            for spec in args.ag_puts:
+                variants.append((f"pkc_ag_{spec}", FusedConfig(
+                    kind=fam, world=W, gemm=cfg, **parse_put_spec(spec))))
         for name, fcfg in variants:
             err = None
             try:
@@ -802,7 +817,9 @@ def run_sweep(args) -> int:
             s = summarize_fused(row)
             print(f"[{row['secs']:6.1f} s] {shape.label:28s} base {row['ms'].get('base'):.3f} ms  "
                   f"speedups pkc {s['speedup']['pkc']}  symm {s['speedup']['symm']}  "
-                  f"hand {s['speedup']['pkc_hand']}  roof {s['speedup']['roofline']}  checks "
+                  f"hand {s['speedup']['pkc_hand']}  roof {s['speedup']['roofline']}  "
+                  + "".join(f"{k[4:]} {v:.3f}  " for k, v in s["speedup"].items()
+                            if k.startswith("pkc_ag_") and v) + "checks "
                   f"{ {k: round(v.get('rel_err', -1), 5) for k, v in row['checks'].items()} } "
                   f"{'; '.join(row['notes'])}" + (f" pkc steps {row['pkc_steps_ms']}"
                                                   if row.get("pkc_steps_ms") else ""), flush=True)
@@ -945,6 +962,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipeline", default="default")
     ap.add_argument("--budget-s", type=float, default=600.0, help="start no new shape after this")
     ap.add_argument("--max-shapes", type=int, default=0)
+    ap.add_argument("--ag-puts", nargs="*", default=[], metavar="CTAS:PIECE_KIB:RING:LAG",
+                    help="extra AG+GEMM hand variants of the put side (timed as pkc_ag_<spec>)")
     ap.add_argument("--list", action="store_true", help="print the shapes and their traffic; no GPU")
     ap.add_argument("--world", type=int, default=None, help="with --list: the world size")
     ap.add_argument("--device-run", action="store_true", help="the whole issue-7 device run")

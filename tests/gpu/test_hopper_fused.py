@@ -86,6 +86,14 @@ def _cases() -> list[dict]:
         out.append(dict(kind="rs", W=W, dtype="f16", acc="f32", tile=128, shape=(1000, 1000, 1000),
                         b="kn"))
         out.append(dict(kind="ag", W=W, dtype="f16", tile=128, shape=(257, 136, 72), b="kn"))
+    # several row blocks per shard (raster groups of 8 x 128 rows; the last one ragged),
+    # signalled block by block, peers served one at a time; other put rings
+    for W in (2, 4):
+        out.append(dict(kind="ag", W=W, dtype="bf16", tile=256, shape=(3000, 512, 1024)))
+        out.append(dict(kind="ag", W=W, dtype="bf16", tile=256, shape=(4096, 256, 2048),
+                        put=dict(put_ring=3, put_piece=49152, put_lag=2)))
+        out.append(dict(kind="ag", W=W, dtype="bf16", tile=128, shape=(2304, 384, 520),
+                        put=dict(put_ring=6, put_piece=16384, put_lag=3)))
     # GEMM + all-reduce by broadcast: every tile to every rank
     for W in (1, 2, 3):
         for s in ((1000, 1000, 1000), (256, 512, 1024), (2048, 1024, 1024)):
@@ -101,6 +109,7 @@ def _case_id(c: dict) -> str:
     acc = f"-{c.get('acc', '')}" if c["kind"] in ("rs", "ar") else ""
     sab = ("-sabotage" if c.get("sabotage") else "") + (f"-{c['variant']}" if c.get("variant") else "")
     sab += ("-kn" if c.get("b") == "kn" else "") + ("-plain" if c.get("green") is False else "")
+    sab += "".join(f"-{k}{v}" for k, v in c.get("put", {}).items())
     return f"{c['kind']}-W{c['W']}-{c['dtype']}{acc}-t{c['tile']}-{'x'.join(map(str, c['shape']))}{sab}"
 
 
@@ -109,6 +118,7 @@ def fcfg_of(c: dict) -> FusedConfig:
     acc = "f32" if c.get("acc") == "f32" else ""
     comm = 4 if c["W"] > 1 else -1
     extra = dict(own_map="global", wait_own=True) if c.get("variant") == "v1" else {}
+    extra.update(c.get("put", {}))
     return FusedConfig(kind=c["kind"], world=c["W"], gemm=g, acc=acc, comm_ctas=comm, **extra)
 
 

@@ -47,17 +47,24 @@ GEMM + all-reduce (:class:`GemmArKernel`, ``kind="ar"``)
 All-gather + GEMM (:class:`AgGemmKernel`, ``kind="ag"``)
     Each rank holds its shard ``A_rank [Mc, K]``; ``gath [W, Mc, K]`` is symmetric; the
     output is ``C [W*Mc, N]`` (row block q = shard q). With W > 1 the last ``comm_ctas``
-    CTAs of the grid are the put side: one thread per CTA moves its share of the shard in
+    CTAs of the grid are the put side. The shard is cut into G row blocks of one raster
+    group each (``group_m x bm`` rows: the consumers' tile order walks a shard one raster
+    group after another). One thread per put CTA serves the peers one at a time, in the
+    order d = rank-1, rank-2, ... (peer d consumes shard rank in its slot W-k, so each
+    peer gets first the shard it needs first, and in every step the ranks' puts form a
+    permutation: no two share a destination); for each row block it moves its share in
     ``put_piece``-byte pieces, ``cp.async.bulk`` global -> shared (mbarrier), then
-    ``cp.async.bulk`` shared -> every peer's ``gath[rank]`` (bulk groups), a
-    ``put_ring``-deep ring; then waits for its writes, fences, and adds 1 to
-    ``pad_d[rank]`` of every peer d. Before its first put to d it waits for
-    ``pad_rank[W + d] >= epoch`` (d's kernel of this epoch started, so d finished reading
+    ``cp.async.bulk`` shared -> d's ``gath[rank]`` (bulk groups), a ``put_ring``-deep ring
+    with ``put_lag`` pieces' stores in flight; then waits for its writes, fences, and adds
+    1 to ``pad_d[rank*G + block]``. Before its first put it waits for ``pad_rank[W*G + d]
+    >= epoch`` for every peer d (d's kernel of this epoch started, so d finished reading
     the previous epoch's gathered rows). The producer thread visits shards in the order
     rank, rank+1, ...: local tiles load A from the local shard's tensor map, remote ones
     from the gathered buffer's 3-D map ``[W, Mc, K]`` (rows past a shard read zeros), after
-    waiting once per shard for ``pad_rank[q] >= epoch x comm_ctas``. C is stored through a
-    3-D map ``[W, Mc, N]`` so that a tile never spills into the next shard's rows.
+    waiting once per row block for ``pad_rank[q*G + block] >= epoch x comm_ctas``: the GEMM
+    follows the data block by block instead of waiting for whole shards. C is stored
+    through a 3-D map ``[W, Mc, N]`` so that a tile never spills into the next shard's
+    rows.
     With W = 1 there is no put side and no wait: the kernel is the GEMM with the tile order
     and the A source switch, which is what its W=1 ratio measures.
 
@@ -100,6 +107,8 @@ class FusedConfig:
     comm_ctas: int = -1            # ag: put CTAs (-1: 0 at W=1, else 8)
     put_piece: int = 32768         # ag: bytes per bulk copy of the put side
     put_ring: int = 4              # ag: pieces in flight per put CTA
+    put_lag: int = 0               # ag: of them, pieces whose stores may be in flight
+    #                                (0: put_ring // 2)
     own_map: str = "param"         # rs: own accumulator's tensor map: "param" (by value,
     #                                as the GEMM's C) or "global" (from the device array)
     wait_own: bool = False         # rs: end-of-kernel wait also on this rank's own tiles
@@ -117,6 +126,10 @@ class FusedConfig:
         return 8 if self.comm_ctas < 0 else self.comm_ctas
 
     @property
+    def lag(self) -> int:
+        return self.put_lag or max(1, self.put_ring // 2)
+
+    @property
     def acc_esize(self) -> int:
         return 4 if self.acc_dtype == "f32" else 2
 
@@ -130,6 +143,8 @@ class FusedConfig:
     def kernel_name(self) -> str:
         g = self.gemm
         extra = f"_{self.acc_dtype}acc" if self.kind in ("rs", "ar") else f"_cc{self.n_comm}"
+        if self.kind == "ag" and (self.put_piece, self.put_ring, self.put_lag) != (32768, 4, 0):
+            extra += f"_p{self.put_piece // 1024}k{self.put_ring}l{self.lag}"
         if self.kind in ("rs", "ar"):
             extra += ("_gmap" if self.own_map == "global" else "") + \
                 ("_wown" if self.wait_own else "")
@@ -174,6 +189,7 @@ class FusedConfig:
                  "put_ring must be 2..stages (the put ring reuses the full barriers)")
             need(self.put_ring * self.put_piece <= g.stages * g.stage_bytes,
                  "put ring does not fit in the stage buffers")
+            need(1 <= self.lag < self.put_ring, "put_lag must be 1..put_ring-1")
 
 
 @dataclass
@@ -655,6 +671,12 @@ class AgGemmKernel(_FusedBase):
             return
         want = p.r32("fz_want")
         p(f"mul.lo.u32 {want}, %fz_epoch, {f.n_comm};")
+        # pad layout: [src * G + block] data of row block `block` of shard src arrived
+        # (n_comm signals per epoch), [W * G + d] rank d's kernel of this epoch started
+        G, ann = p.r32("fz_G"), p.r32("fz_ann")
+        p(f"add.u32 {G}, %num_mc, {self.cfg.group_m - 1};")
+        p(f"div.u32 {G}, {G}, {self.cfg.group_m};")
+        p(f"mul.lo.u32 {ann}, {G}, {f.world};")
         p.comment("the last comm_ctas CTAs put this rank's shard to every peer")
         p(f"sub.u32 %tstride, %tstride, {f.n_comm};")
         pc = p.pred("fz_pcomm")
@@ -666,6 +688,10 @@ class AgGemmKernel(_FusedBase):
         p.label(compute)
 
     def _emit_put(self) -> None:
+        """Thread 0 of each put CTA: announce this epoch, wait for every peer's
+        announcement, then for each peer d = rank-1, rank-2, ... (the order in which they
+        consume this shard) and each row block of the shard, copy this CTA's pieces of the
+        block into d's ``gath[rank]`` and signal ``pad_d[rank*G + block]``."""
         p, f, c = self.p, self.fcfg, self.cfg
         W = f.world
         pnl = p.pred("fz_pnl")
@@ -681,43 +707,59 @@ class AgGemmKernel(_FusedBase):
         for k in range(1, W):
             p(f"add.u32 {d}, %fz_rank, {W - k};")
             self._mod_world(d)
-            p(f"add.u32 {slot}, %fz_rank, {W};")
+            p(f"add.u32 {slot}, %fz_ann, %fz_rank;")
             self._slot_addr(addr, "%fz_sig_ptrs", d, slot)
             p(f"@{pj} red.release.sys.global.add.u32 [{addr}], 1;")
         # wait until every peer announced this epoch
         for k in range(1, W):
             p(f"add.u32 {d}, %fz_rank, {W - k};")
             self._mod_world(d)
-            p(f"add.u32 {slot}, {d}, {W};")
+            p(f"add.u32 {slot}, %fz_ann, {d};")
             self._slot_addr(addr, "%fz_sig_ptrs", "%fz_rank", slot)
             self._spin_wait(addr, "%fz_epoch", 4, d, "sys")
         p("fence.proxy.async.global;")
-        # pieces of this rank's shard (Mc * K * 2 bytes), piece j, j + comm_ctas, ...
-        total, src = p.r64("fz_total"), p.r64("fz_src")
+        # the shard is Mc * K * 2 bytes; a block is G_ROWS rows (one raster group)
+        total, blk, off, n = p.r64("fz_total"), p.r64("fz_blk"), p.r64("fz_boff"), p.r64("fz_bn")
+        src, dst, dbase = p.r64("fz_src"), p.r64("fz_dst"), p.r64("fz_dbase")
         p(f"mul.wide.u32 {total}, %M, %K;")
         p(f"shl.b64 {total}, {total}, 1;")
-        p(f"mov.u64 {src}, %fz_a_local;")
-        dsts = []
-        for k in range(1, W):
-            p(f"add.u32 {d}, %fz_rank, {W - k};")
-            self._mod_world(d)
-            r = p.r64(f"fz_dst{k}")
-            self._ptr_of(r, "%fz_gath_ptrs", d)
-            off = p.r64("fz_rowoff")
-            p(f"mul.wide.u32 {off}, %fz_rank, 1;")
-            p(f"mul.lo.u64 {off}, {off}, {total};")
-            p(f"add.s64 {r}, {r}, {off};")
-            dsts.append(r)
-        emit_bulk_copy_loop(p, src=src, dsts=dsts, total=total, first=j, step=f.n_comm,
+        p(f"mul.wide.u32 {blk}, %K, {2 * c.bm * c.group_m};")
+        ring_s, ring_ph = p.r32("fz_rs"), p.r32("fz_rph")
+        p(f"mov.u32 {ring_s}, 0;")
+        p(f"mov.u32 {ring_ph}, 0;")
+        k, b = p.r32("fz_k"), p.r32("fz_b")
+        pk, pb = p.pred("fz_pk"), p.pred("fz_pb")
+        peer_top, blk_top = p.fresh("put_peer"), p.fresh("put_blk")
+        p(f"mov.u32 {k}, 1;")
+        p.label(peer_top)
+        p(f"add.u32 {d}, %fz_rank, {W};")
+        p(f"sub.u32 {d}, {d}, {k};")
+        self._mod_world(d)
+        self._ptr_of(dbase, "%fz_gath_ptrs", d)
+        p(f"mul.wide.u32 {off}, %fz_rank, 1;")
+        p(f"mad.lo.u64 {dbase}, {off}, {total}, {dbase};")
+        p(f"mov.u32 {b}, 0;")
+        p.label(blk_top)
+        p(f"mul.wide.u32 {off}, {b}, 1;")
+        p(f"mul.lo.u64 {off}, {off}, {blk};")
+        p(f"sub.s64 {n}, {total}, {off};")
+        p(f"min.u64 {n}, {n}, {blk};")
+        p(f"add.s64 {src}, %fz_a_local, {off};")
+        p(f"add.s64 {dst}, {dbase}, {off};")
+        emit_bulk_copy_loop(p, src=src, dsts=[dst], total=n, first=j, step=f.n_comm,
                             piece=f.put_piece, ring=f.put_ring, smem="%sbase", bars="%sbar",
-                            timeout=c.timeout_ns > 0, lag=max(1, f.put_ring // 2))
+                            timeout=c.timeout_ns > 0, lag=f.lag, state=(ring_s, ring_ph))
         p("cp.async.bulk.wait_group 0;")
         p("fence.proxy.async.global;")
-        for k in range(1, W):
-            p(f"add.u32 {d}, %fz_rank, {W - k};")
-            self._mod_world(d)
-            self._slot_addr(addr, "%fz_sig_ptrs", d, "%fz_rank")
-            p(f"red.release.sys.global.add.u32 [{addr}], 1;")
+        p(f"mad.lo.u32 {slot}, %fz_rank, %fz_G, {b};")
+        self._slot_addr(addr, "%fz_sig_ptrs", d, slot)
+        p(f"red.release.sys.global.add.u32 [{addr}], 1;")
+        p(f"add.u32 {b}, {b}, 1;")
+        p(f"setp.lt.u32 {pb}, {b}, %fz_G;")
+        p(f"@{pb} bra {blk_top};")
+        p(f"add.u32 {k}, {k}, 1;")
+        p(f"setp.lt.u32 {pk}, {k}, {W};")
+        p(f"@{pk} bra {peer_top};")
 
     def emit_tile_coords(self, tile: str, pre: str) -> FusedTile:
         t = super().emit_tile_coords(tile, pre)
@@ -728,28 +770,27 @@ class AgGemmKernel(_FusedBase):
         p, f = self.p, self.fcfg
         if f.world == 1:
             return
-        p.comment("---- ag: before the first remote tile of shard q, wait for its put")
-        skip = p.fresh("shard_ok")
+        p.comment("---- ag: before the first tile of a remote row block, wait for its put")
+        skip = p.fresh("block_ok")
         own, pk = p.pred("fz_pown"), p.pred("fz_pk")
-        bit, tmp = p.r32("fz_abit"), p.r32("fz_atmp")
-        ready = p.r32("fz_aready")
+        key = p.r32("fz_akey")
         if not getattr(self, "_ready_init", False):
             raise AssertionError("producer prologue before its setup")
         p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
         p(f"@{own} bra {skip};")
-        p(f"shl.b32 {bit}, 1, {t.peer};")
-        p(f"and.b32 {tmp}, {ready}, {bit};")
-        p(f"setp.ne.u32 {pk}, {tmp}, 0;")
+        p(f"div.u32 {key}, {t.m_blk}, {self.cfg.group_m};")
+        p(f"mad.lo.u32 {key}, {t.peer}, %fz_G, {key};")
+        p(f"setp.eq.u32 {pk}, {key}, %fz_alast;")
         p(f"@{pk} bra {skip};")
         addr = p.r64("fz_aaddr")
-        self._slot_addr(addr, "%fz_sig_ptrs", "%fz_rank", t.peer)
+        self._slot_addr(addr, "%fz_sig_ptrs", "%fz_rank", key)
         self._spin_wait(addr, "%fz_want", 3, t.peer, "sys")
         p("fence.proxy.async.global;")
-        p(f"or.b32 {ready}, {ready}, {bit};")
+        p(f"mov.u32 %fz_alast, {key};")
         p.label(skip)
 
     def _emit_producer(self) -> None:
-        self.p(f"mov.u32 {self.p.r32('fz_aready')}, 0;")
+        self.p(f"mov.u32 {self.p.r32('fz_alast')}, -1;")
         self._ready_init = True
         super()._emit_producer()
 
@@ -782,7 +823,7 @@ class AgGemmKernel(_FusedBase):
 
 def emit_bulk_copy_loop(p, *, src: str, dsts: list[str], total: str, first: str, step,
                         piece: int | str, ring: int | str, smem: str, bars: str,
-                        timeout: bool = False, lag: int = 1) -> None:
+                        timeout: bool = False, lag: int = 1, state=None) -> None:
     """One thread copies pieces ``first, first+step, ...`` of ``[src, src+total)`` to each
     address in ``dsts`` (same offsets): ``cp.async.bulk`` global -> shared into a ring of
     ``ring`` slots of ``piece`` bytes at ``smem`` (slot s completes on the mbarrier at
@@ -794,9 +835,13 @@ def emit_bulk_copy_loop(p, *, src: str, dsts: list[str], total: str, first: str,
     run's transfer table). ``piece`` / ``ring`` / ``step`` may be registers (u32) or
     constants; ``ring`` must be > ``lag`` at run time. The caller waits
     for the writes (``cp.async.bulk.wait_group 0``) after the loop. Uses %globaltimer
-    deadline ``%t_deadline`` (trap) on the mbarrier waits when ``timeout``."""
+    deadline ``%t_deadline`` (trap) on the mbarrier waits when ``timeout``. ``state``: the
+    caller's (slot, phase) registers of the ring, carried from one call to the next (the
+    mbarriers' phases continue; the caller drains the stores between calls), initialized
+    to 0 by the caller; without it the loop starts at slot 0, phase 0."""
     r = p.r32
-    npieces, mine, l, s, ph = r("bc_np"), r("bc_mine"), r("bc_l"), r("bc_s"), r("bc_ph")
+    npieces, mine, l = r("bc_np"), r("bc_mine"), r("bc_l")
+    s, ph = state if state else (r("bc_s"), r("bc_ph"))
     pc, sz, sa, ba = r("bc_pc"), r("bc_sz"), r("bc_sa"), r("bc_ba")
     tmp = r("bc_tmp")
     off, rem, ga = p.r64("bc_off"), p.r64("bc_rem"), p.r64("bc_ga")
@@ -845,15 +890,21 @@ def emit_bulk_copy_loop(p, *, src: str, dsts: list[str], total: str, first: str,
     p.label(pre_top)
     p(f"setp.ge.u32 {pdone}, {l}, {lim};")
     p(f"@{pdone} bra {pre_done};")
-    issue_load(l, l)
+    if state:
+        p(f"add.u32 {tmp}, {s}, {l};")
+        p(f"rem.u32 {tmp}, {tmp}, {ring_r};")
+        issue_load(l, tmp)
+    else:
+        issue_load(l, l)
     p(f"add.u32 {l}, {l}, 1;")
     p(f"bra {pre_top};")
     p.label(pre_done)
     # main loop over local pieces l (slot s, phase ph)
     top, done = p.fresh("bc_top"), p.fresh("bc_done")
     p(f"mov.u32 {l}, 0;")
-    p(f"mov.u32 {s}, 0;")
-    p(f"mov.u32 {ph}, 0;")
+    if not state:
+        p(f"mov.u32 {s}, 0;")
+        p(f"mov.u32 {ph}, 0;")
     p.label(top)
     p(f"setp.ge.u32 {pdone}, {l}, {mine};")
     p(f"@{pdone} bra {done};")
@@ -936,7 +987,7 @@ def check_fused_pipeline(fcfg: FusedConfig, sass_text: str) -> list[str]:
     else:
         want = {"UTMALDG": loads + (1 if fcfg.world > 1 else 0), "UTMASTG": pieces}
         if fcfg.world > 1:
-            want.update({"UBLKCP.S.G": 2, "UBLKCP.G.S": fcfg.world - 1})   # ring prologue + loop loads
+            want.update({"UBLKCP.S.G": 2, "UBLKCP.G.S": 1})   # ring prologue + loop loads; the put
     for op, n in want.items():
         got = sum(1 for i in ins if i.split()[0].lstrip("@!PU0123456789T ").startswith(op)
                   or (" " + op) in (" " + i))
@@ -1041,6 +1092,7 @@ class FusedWorld:
         self.sms = self._fit_sms(sms_per_rank)
         c, comm = self.cfg, fcfg.n_comm
         self.tpc = -(-Mc // c.bm) * -(-N // c.bn)
+        self.row_blocks = -(-(-(-Mc // c.bm)) // c.group_m)   # ag: signalled row blocks
         if self.sms <= comm:
             raise ValueError(f"{self.sms} SMs per rank cannot hold {comm} comm CTAs")
         self.grid = min(self.sms - comm, self.W * self.tpc) + comm
@@ -1065,7 +1117,9 @@ class FusedWorld:
         f, P, W, Mc, N, K = self.fcfg, self.peers, self.W, self.Mc, self.N, self.K
         key = ("pkc.fused", self.cfg.kernel_name, Mc, N, K, self.owner)
         self._epoch = _EPOCHS.setdefault(P, {}).setdefault(key, [0])
-        self.pads = P.symmetric(key + ("pads",), (64,), torch.int32, zero=True)  # slots < 2W
+        # rs: slots < 2W; ar: < W*W + W; ag: W row blocks per shard + W (AgGemmKernel)
+        n_pad = W * self.row_blocks + W if f.kind == "ag" else 0
+        self.pads = P.symmetric(key + ("pads",), (max(64, n_pad),), torch.int32, zero=True)
         self.sig_ptrs_dev = self.pads.ptrs_dev
         self.err = self._by_rank(P.local(key + ("err",), (8,), torch.int32, zero=True))
         self.mbox = {r: P.mailbox.slot(self.cfg.kernel_name, r, ERR_KINDS) for r in self.ranks}
