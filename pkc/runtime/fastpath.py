@@ -4,7 +4,7 @@ kernels run on that kernel instead of the general (portable smem-tile) codegen.
 Matched (:func:`plan_fast`, pure IR analysis, so it is tested without a GPU):
 
 * lowered ``all_reduce`` (lower-collectives, ``pk.plan.collective``): one-shot ->
-  collectives ``ll`` up to ``LL_MAX_BYTES``, ``ar1`` above; two-shot -> ``ar2`` with
+  collectives ``ll`` up to :func:`ll_max_bytes`, ``ar1`` above; two-shot -> ``ar2`` with
   copy-in. ``all_gather`` / ``reduce_scatter``
   along the leading dim (the kernel's 3-d view has one row: every chunk contiguous) ->
   ``ag`` / ``rs`` (``llag`` / ``llrs`` up to ``LL_GATHER_MAX_BYTES``). The algorithm is
@@ -29,6 +29,7 @@ rounds), so fused results agree within the tolerance of a 16-bit GEMM, not bitwi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr, TensorType
@@ -36,10 +37,36 @@ from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr, Tenso
 from pkc.dialects.kernel import KernelOp
 
 _DTYPES = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
-# one-shot all-reduces up to this size use the LL kernel (flags in the data: no fence, no
-# signal round trip, twice the bytes); above, the one-shot push kernel. Measured on 2 H200s:
-# LL 1.15-1.34x NCCL up to 256 KiB, 0.93x at 1 MiB (where one-shot push is 1.38x).
+# one-shot all-reduces up to LL_MAX_BYTES x 2 / W use the LL kernel (flags in the data: no
+# fence, no signal round trip, twice the bytes, W - 1 copies sent); above, the one-shot
+# push kernel. Measured on 2 H200s: LL 1.15-1.34x NCCL up to 256 KiB, 0.93x at 1 MiB
+# (where one-shot push is 1.38x); on 4: LL 1.33x at 64 KiB (push 1.12x), 0.76x at 256 KiB
+# (push 1.13x).
 LL_MAX_BYTES = 256 << 10
+
+
+# AG + GEMM: bytes per second one put CTA moved over NVLink (cp.async.bulk through a
+# 4 x 32 KiB ring), measured on 2 and 4 H200s: 16 CTAs reached about the link's 370 GB/s.
+PUT_CTA_BW = 24e9
+
+
+def ag_put_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> int:
+    """Put CTAs for an all-gather + GEMM with gathered A ``[M, K]``: enough to deliver
+    the remote rows at 1.5x the rate the GEMM consumes them (the (W-1)/W remote part of
+    A over the whole GEMM's predicted time), a multiple of 4 in [4, 16]. Every CTA more
+    is an SM less for the GEMM: compute-bound shapes (Llama up+gate) want few; measured
+    on 2 and 4 H200s, 16 won where A's bytes outrun the GEMM, 8 lost 8-17% there."""
+    from pkc.target.cost import gemm_time
+
+    rate = (world - 1) / world * M * K * 2 / gemm_time(target, M, N, K)
+    return min(16, max(4, 4 * math.ceil(1.5 * rate / PUT_CTA_BW / 4)))
+
+
+def ll_max_bytes(world: int) -> int:
+    """The largest one-shot all-reduce that takes the LL kernel in a world of W ranks."""
+    return LL_MAX_BYTES * 2 // max(2, world)
+
+
 # all-gathers (by output) and reduce-scatters (by input) up to this size: LL as well.
 # Measured on 2 H200s: LL 1.17-1.33x NCCL up to 256 KiB where the direct push kernels are
 # 0.89-1.02x; from 1 MiB the direct kernels win (AG 1.20 vs 1.05x, RS 1.32 vs 1.15x);
@@ -130,7 +157,7 @@ def _plan_collective(plan, ins, outs, W, dtype) -> FastPlan | str:
         if elems % vec:
             return f"all_reduce of {elems} elements: not whole 16-byte vectors"
         if algo == "one_shot":
-            kind = "ll" if elems * (16 // vec) <= LL_MAX_BYTES else "ar1"
+            kind = "ll" if elems * (16 // vec) <= ll_max_bytes(W) else "ar1"
         else:
             kind = "ar2"
         return FastPlan(kind, W, dtype, {"elems": elems})
@@ -221,8 +248,11 @@ class FastStep:
         if key not in self._made:
             W = self.plan.world
             sms = min(self.peers.sms_of(r) for r in self.peers.ranks)
-            gemm = choose_config(W * Mc, N, K, self.plan.dtype, b_layout, sms)
-            fcfg = FusedConfig(kind=kind, world=W, gemm=gemm)
+            put = dict(comm_ctas=ag_put_ctas(W * Mc, N, K, W)) if kind == "ag" and W > 1 else {}
+            # the tile shape for the SMs left to the GEMM (wave quantization)
+            gemm = choose_config(W * Mc, N, K, self.plan.dtype, b_layout,
+                                 sms - put.get("comm_ctas", 0))
+            fcfg = FusedConfig(kind=kind, world=W, gemm=gemm, **put)
             # owner: this step's own buffers; a second kernel of the same shape in the
             # program must not overwrite this one's result
             self._made[key] = FusedWorld(fcfg, Mc, N, K, peers=self.peers,

@@ -187,6 +187,22 @@ class CollectiveKernel:
         p.label(waits)
         p("bar.sync 0;")
 
+    def _rotated(self, i: int) -> tuple[str, str]:
+        """(d, base): d = (rank + i) mod W and the address of rank d's symmetric buffer.
+        Loops over chunks visit d = rank+1, rank+2, ..., rank: at every step the ranks'
+        destinations (or sources) form a permutation, so no rank's link is the target of
+        all the others at once (chunk 0 first everywhere would be an incast on rank 0)."""
+        p, W = self.p, self.cfg.world
+        d, base, q = p.r32(f"rot{i}"), p.r64(f"rotp{i}"), p.pred("rotq")
+        p(f"add.u32 {d}, %rank, {i % W};")
+        p(f"setp.ge.u32 {q}, {d}, {W};")
+        p(f"@{q} sub.u32 {d}, {d}, {W};")
+        p(f"mov.u64 {base}, %symp0;")
+        for k in range(1, W):
+            p(f"setp.eq.u32 {q}, {d}, {k};")
+            p(f"selp.u64 {base}, %symp{k}, {base}, {q};")
+        return d, base
+
     # ---- vector loops ------------------------------------------------------------------
     def _slice_loop(self, lo: str, hi: str, body, unroll: int | None = None) -> None:
         """For v in [lo, hi) in steps of THREADS * unroll, each thread ``unroll`` vectors
@@ -402,7 +418,7 @@ class CollectiveKernel:
                 for d in dests:
                     p(f"mul.wide.u32 {b}, {slot}, 32;")
                     p(f"add.s64 {b}, {b}, {st};")
-                    p(f"add.s64 {b}, {b}, %symp{d};")
+                    p(f"add.s64 {b}, {b}, {d};")
                     q = self._guard(v)
                     p(f"@{q} st.volatile.global.v4.b32 [{b}], {{{x[0]}, %epoch, {x[1]}, %epoch}};")
                     p(f"@{q} st.volatile.global.v4.b32 [{b}+16], {{{x[2]}, %epoch, {x[3]}, %epoch}};")
@@ -410,18 +426,19 @@ class CollectiveKernel:
 
         shift = p.r32("llshift")
         if kind == "llrs":
-            for d in range(W):
+            for i in range(1, W + 1):
+                d, base = self._rotated(i)
                 self._chunk_slice(d, lo, hi, "%nv")
                 p(f"mul.lo.u32 {shift}, %rank, %cv;")
                 c0 = p.r32("llc0")
                 p(f"mul.lo.u32 {c0}, %cv, {d};")
                 p(f"sub.u32 {shift}, {shift}, {c0};")
-                self._slice_loop(lo, hi, push_to([d], shift), 1)
+                self._slice_loop(lo, hi, push_to([base], shift), 1)
             self._chunk_slice(0, lo, hi, "%cv")
         else:
             self._chunk_slice(0, lo, hi, "%nv")
             p(f"mul.lo.u32 {shift}, %rank, %cv;")
-            self._slice_loop(lo, hi, push_to(range(W), shift), 1)
+            self._slice_loop(lo, hi, push_to([f"%symp{d}" for d in range(W)], shift), 1)
 
         def pull(vs):
             (v,) = vs
@@ -501,13 +518,14 @@ class CollectiveKernel:
         lo, hi = p.r32("lo"), p.r32("hi")
         st = self._stage("%cv")
         off = p.r32("slot_off")
-        for d in range(W):
+        for i in range(1, W + 1):
+            d, base = self._rotated(i)
             self._chunk_slice(d, lo, hi, "%nv")
             p(f"mad.lo.u32 {off}, %rank, %cv, {st};")
             shift = p.r32("dshift")
             p(f"mul.lo.u32 {shift}, %cv, {d};")
             p(f"sub.u32 {shift}, {off}, {shift};")     # slot offset - chunk start (mod 2^32)
-            self._push(lo, hi, "%src", [(f"%symp{d}", shift)])
+            self._push(lo, hi, "%src", [(base, shift)])
         self._barrier_phase(1)
         self._chunk_slice(0, lo, hi, "%cv")
         self._reduce(lo, hi, st, "%cv", [("%out", None)])
@@ -521,11 +539,12 @@ class CollectiveKernel:
         off, shift = p.r32("slot_off"), p.r32("dshift")
         src = "%src" if cfg.copy_in else "%mysym"
         p(f"mad.lo.u32 {off}, %rank, %cv, %nv;")     # S + rank * cv
-        for d in range(W):
+        for i in range(1, W + 1):
+            d, base = self._rotated(i)
             self._chunk_slice(d, lo, hi, "%nv")
             p(f"mul.lo.u32 {shift}, %cv, {d};")
             p(f"sub.u32 {shift}, {off}, {shift};")
-            self._push(lo, hi, src, [(f"%symp{d}", shift)], src_peer=not cfg.copy_in)
+            self._push(lo, hi, src, [(base, shift)], src_peer=not cfg.copy_in)
         self._barrier_phase(1)
         self._chunk_slice("%rank", lo, hi, "%nv", base=False)
         r0 = p.r32("r0")
@@ -540,9 +559,10 @@ class CollectiveKernel:
         # arrival, i.e. after this rank's kernel (and its pulls) completed.
         self._reduce(lo, hi, "%nv", "%cv", [("%mysym", r0)])
         self._barrier_phase(2)
-        for q in range(W):
+        for i in range(W):
+            q, base = self._rotated(i)
             self._chunk_slice(q, lo, hi, "%nv")
-            self._push(lo, hi, f"%symp{q}", [("%out", None)], src_peer=True)
+            self._push(lo, hi, base, [("%out", None)], src_peer=True)
 
     def _emit_ag(self) -> None:
         """Arrive (every peer's kernel of this epoch started: its consumers of the last
