@@ -14,7 +14,8 @@ Matched (:func:`plan_fast`, pure IR analysis, so it is tested without a GPU):
   ``all_gather_mm`` with one matmul -> the all-gather + GEMM kernel (gathered A is one of
   its buffers, returned when the IR asks for it); with several matmuls -> the ``ag``
   collective, then one cuBLAS GEMM per weight; ``mm_all_reduce`` -> GEMM + reduce-scatter,
-  then the ``ag`` collective of the reduced chunks (W > 2), or at W <= 2 the GEMM +
+  then a pull all-gather (``agp``) of the reduced chunks into a fresh output (W > 2), or
+  at W <= 2 the GEMM +
   all-reduce kernel that sends every partial tile to every rank inside the GEMM.
 Anything else (all_to_all, MoE patterns, f64/integer data, shapes that are not whole
 16-byte vectors, a chunk that is not contiguous, 3-d operands) keeps the general path;
@@ -219,7 +220,9 @@ class FastStep:
         self._made: dict = {}
         # results that live in a persistent buffer (overwritten by the next call): the
         # Executable copies them when they leave the graph; the rest are fresh tensors
-        fresh = plan.kind in ("ll", "llag", "llrs", "ar1", "rs", "ar2")   # ar2: copy-in, pulled out
+        # ar2 (copy-in) and mm_ar at W > 2 pull their result into a fresh output
+        fresh = plan.kind in ("ll", "llag", "llrs", "ar1", "rs", "ar2") or \
+            (plan.kind == "mm_ar" and plan.world > 2)
         self.persistent = [not fresh] * len(out_shapes)
         if plan.kind in ("ag_mm", "ag_mms"):   # the products are fresh; the gathered A is not
             self.persistent = [False] * len(plan.shapes["N"]) + [True] * plan.shapes["gathered"]
@@ -231,13 +234,14 @@ class FastStep:
         return getattr(self, "_" + kind)(args)
 
     # ---- pieces, made once ---------------------------------------------------------
-    def _coll(self, kind: str, elems: int):
+    def _coll(self, kind: str, elems: int, source=None):
         from pkc.codegen.hopper.collectives import CollectiveConfig, CollectiveRunner
 
         key = ("coll", kind, elems)
         if key not in self._made:
             cfg = CollectiveConfig(kind, self.plan.world, self.plan.dtype, copy_in=kind == "ar2")
-            self._made[key] = CollectiveRunner(cfg, elems, self.peers, timeout_ns=self.timeout_ns)
+            self._made[key] = CollectiveRunner(cfg, elems, self.peers, timeout_ns=self.timeout_ns,
+                                               source=source)
         return self._made[key]
 
     def _fused(self, kind: str, Mc: int, N: int, K: int, b_layout: str):
@@ -284,16 +288,17 @@ class FastStep:
         return "kn", b.contiguous()
 
     def _gemm_rs(self, args: dict):
+        """(the fused GEMM + reduce-scatter world, its outputs by rank)."""
         s = self.plan.shapes
         W = self.plan.world
         lay = {r: self._b_operand(a[1]) for r, a in args.items()}
         layouts = {v[0] for v in lay.values()}
         fw = self._fused("rs", s["M"] // W, s["N"], s["K"], layouts.pop())
-        return fw.run({r: a[0].contiguous() for r, a in args.items()},
-                      {r: lay[r][1] for r in args})
+        return fw, fw.run({r: a[0].contiguous() for r, a in args.items()},
+                          {r: lay[r][1] for r in args})
 
     def _mm_rs(self, args: dict) -> dict:
-        outs = self._gemm_rs(args)
+        _, outs = self._gemm_rs(args)
         return {r: [outs[r]] for r in args}
 
     def _mm_ar(self, args: dict) -> dict:
@@ -308,9 +313,16 @@ class FastStep:
             outs = fw.run({r: a[0].contiguous() for r, a in args.items()},
                           {r: lay[r][1] for r in args})
             return {r: [outs[r]] for r in args}
-        parts = self._gemm_rs(args)
-        elems = s["M"] // self.plan.world * s["N"]
-        outs = self._coll("ag", elems).run({r: parts[r].view(-1) for r in args})
+        # reduce-scatter fused into the GEMM; the reduced chunks stay in its symmetric
+        # accumulators, and every rank pulls them into a fresh output (no copy at the end)
+        import torch
+
+        fw, _ = self._gemm_rs(args)
+        elems = s["M"] // W * s["N"]
+        run = self._coll("agp", elems, source=fw.acc_sym)
+        fresh = {r: torch.empty(s["M"], s["N"], dtype=run.tdt, device=self.peers.device)
+                 for r in args}
+        outs = run.run(outs={r: t.view(-1) for r, t in fresh.items()})
         return {r: [outs[r].view(s["M"], s["N"])] for r in args}
 
     def _ag_mm(self, args: dict) -> dict:

@@ -92,6 +92,32 @@ def test_collective_dtypes(kind, dtype):
     _case(kind, 4, dtype, 4 * 8 * 1031)
 
 
+@pytest.mark.parametrize("W", [1, 2, 3, 4, 8])
+def test_pull_all_gather_from_symmetric_chunks(W):
+    """agp: each rank's chunk already lies in symmetric memory (a fused GEMM + RS result);
+    every rank pulls the W chunks into a fresh output; several launches with new chunks."""
+    pr = peers(W)
+    for dtype, elems in (("bf16", 8 * 7), ("bf16", 8 * 40000), ("f32", 4 * 1031)):
+        src = pr.symmetric(("test-agp", W, dtype, elems), (elems,), DT[dtype])
+        run = CollectiveRunner(CollectiveConfig("agp", W, dtype), elems, pr, source=src)
+        g = torch.Generator(device="cuda").manual_seed(elems + W)
+        for launch in range(3):
+            xs = [torch.randn(elems, device="cuda", dtype=DT[dtype], generator=g) for _ in range(W)]
+            for r in range(W):
+                src.tensors[r].copy_(xs[r])
+            outs = {r: torch.full((W * elems,), float("nan"), device="cuda", dtype=DT[dtype])
+                    for r in range(W)}
+            pr.sync_all()
+            got = run.run(outs=outs)
+            torch.cuda.synchronize()
+            run.check()
+            for r in range(W):
+                assert got[r] is outs[r]
+                assert torch.equal(got[r], torch.cat(xs)), f"agp W={W} rank {r} launch {launch}"
+    with pytest.raises(ValueError, match="source"):
+        CollectiveRunner(CollectiveConfig("agp", W, "bf16"), 64, pr)
+
+
 @pytest.mark.parametrize("W", [2, 4])
 def test_two_shot_copy_in(W):
     _case("ar2", W, "bf16", 8 * W * 3001, copy_in=True)

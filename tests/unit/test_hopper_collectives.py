@@ -34,6 +34,8 @@ def test_assembles(kind, W):
 def test_protocol_in_ptx(kind):
     W = 4
     ptx = emit_collective_ptx(CollectiveConfig(kind, W, "bf16"))
+    # loops over chunks start at rank+1 (or rank): no incast on rank 0
+    assert ("selp.u64 %rotp" in ptx) == (kind in ("llrs", "rs", "ar2", "agp"))
     if kind.startswith("ll"):   # flags travel with the data: volatile 16-byte pairs, no signals
         assert "red." not in ptx and "fence" not in ptx and "ld.global.nc.u64" not in ptx
         assert ptx.count("st.volatile.global.v4.b32") == 2 * W
@@ -45,7 +47,12 @@ def test_protocol_in_ptx(kind):
     assert ptx.count("ld.acquire.sys.global.u32") == phases
     assert "%globaltimer" in ptx and "atom.global.cas.b32" in ptx   # bounded waits
     assert ptx.count("fence.acq_rel.sys") == phases
-    if kind != "ag":
+    if kind == "agp":
+        # W pulls (peer loads through L2, no sum), sources chosen by rank: rank+0, rank+1, ..
+        assert len(re.findall(r"ld\.global\.cg\.v4\.b32", ptx)) == W * 4   # unroll 4
+        assert "add.rn.f32" not in ptx
+        assert ptx.count("selp.u64 %rotp") == W * (W - 1)
+    elif kind != "ag":
         # W peer loads per vector through L2, the sum in f32, one rounding per word pair
         assert re.search(r"ld\.global\.cg\.v4\.b32", ptx)
         assert "add.rn.f32" in ptx and "cvt.rn.bf16x2.f32" in ptx

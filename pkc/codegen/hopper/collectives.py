@@ -48,6 +48,12 @@ Kinds (``sym``: the symmetric buffer; ``stage``: its half of this epoch, by pari
 * ``ag`` all-gather: arrive (every peer's kernel of this epoch started, so its consumers
   of the last result are done); store the input into slot ``rank`` of every rank's
   ``sym`` (``W x n``); leave. The result is the rank's ``sym``.
+* ``agp`` pull all-gather of data that already lies in symmetric memory (``sym``: each
+  rank's ``n``-element chunk, e.g. a fused GEMM + reduce-scatter's result): arrive
+  (every rank's chunk is final: the kernel that wrote it completed on that rank's
+  stream); pull the W chunks into a local output ``W x n`` (a fresh tensor per call:
+  nothing persistent leaves); leave (no rank overwrites its chunk, in its next kernel,
+  while a peer still reads it).
 
 Every wait is bounded: after ``timeout`` ns a thread records (flag, kind, rank, peer,
 seen, wanted, cta, epoch) in the error record and stops waiting, so a missing rank is an
@@ -61,7 +67,7 @@ from dataclasses import dataclass
 from pkc.codegen.hopper.gemm import _Ptx
 from pkc.codegen.hopper.report import describe_record, emit_bounded_wait, emit_timeout_record
 
-KINDS = ("ll", "llag", "llrs", "ar1", "rs", "ar2", "ag")
+KINDS = ("ll", "llag", "llrs", "ar1", "rs", "ar2", "ag", "agp")
 LL_KINDS = ("ll", "llag", "llrs")
 DTYPES = {"bf16": 2, "f16": 2, "f32": 4}
 THREADS = 512
@@ -374,7 +380,7 @@ class CollectiveKernel:
         self._publish()
         {"ll": self._emit_ll, "llag": self._emit_ll, "llrs": self._emit_ll,
          "ar1": self._emit_ar1, "rs": self._emit_rs, "ar2": self._emit_ar2,
-         "ag": self._emit_ag}[cfg.kind]()
+         "ag": self._emit_ag, "agp": self._emit_agp}[cfg.kind]()
         p("exit;")
         return self._assemble()
 
@@ -576,6 +582,20 @@ class CollectiveKernel:
         self._push(lo, hi, "%src", [(f"%symp{d}", shift) for d in range(W)])
         self._barrier_phase(2)
 
+    def _emit_agp(self) -> None:
+        """Arrive; pull chunk q of every rank q (from rank+0, rank+1, ...: a permutation of
+        sources at every step) into ``out[q * n:]``; leave."""
+        p, W = self.p, self.cfg.world
+        lo, hi = p.r32("lo"), p.r32("hi")
+        self._barrier_phase(1)
+        self._chunk_slice(0, lo, hi, "%nv")
+        shift = p.r32("gshift")
+        for i in range(W):
+            q, base = self._rotated(i)
+            p(f"mul.lo.u32 {shift}, {q}, %nv;")
+            self._push(lo, hi, base, [("%out", shift)], src_peer=True)
+        self._barrier_phase(2)
+
     def _publish(self) -> None:
         """Thread 0 of the last CTA to get here publishes the epoch for the next launch.
         Every thread of every CTA read the epoch before its CTA's first bar.sync, which
@@ -653,7 +673,7 @@ class CollectiveRunner:
     """
 
     def __init__(self, cfg: CollectiveConfig, elems: int, peers, timeout_ns: int = 2_000_000_000,
-                 ctas_per_sm: int | None = None):
+                 ctas_per_sm: int | None = None, source=None):
         import torch
         from pkc.codegen.hopper.launch import load_kernel
 
@@ -668,7 +688,7 @@ class CollectiveRunner:
         # bandwidth kinds: 2 per SM (with 1 the spilling first version reached 189 GB/s
         # on a 1 GiB all-gather, with 2 342 GB/s; docs/FACTS.md has the caveat)
         if ctas_per_sm is None:
-            ctas_per_sm = min(fit, 2 if cfg.kind in ("ag", "rs", "ar2") else 1)
+            ctas_per_sm = min(fit, 2 if cfg.kind in ("ag", "agp", "rs", "ar2") else 1)
         if ctas_per_sm > fit:
             raise ValueError(f"{cfg.kernel_name}: {ctas_per_sm} CTAs per SM requested, {fit} fit")
         max_ctas = ctas_per_sm * min(peers.sms_of(r) for r in peers.ranks)
@@ -676,9 +696,19 @@ class CollectiveRunner:
         W, ve = cfg.world, cfg.vec_elems
         sym_vecs = {"ll": 4 * W * self.cv, "llag": 4 * W * self.cv, "llrs": 4 * W * self.cv,
                     "ar1": 2 * W * self.nv, "rs": 2 * W * self.cv, "ag": W * self.nv,
-                    "ar2": self.nv + W * self.cv}[cfg.kind]
+                    "ar2": self.nv + W * self.cv, "agp": self.nv}[cfg.kind]
         key = ("collective", cfg, elems, id(self))
-        self.sym = peers.symmetric(key + ("sym",), [sym_vecs * ve], self.tdt)
+        if (source is not None) != (cfg.kind == "agp"):
+            raise ValueError(f"{cfg.kernel_name}: a source (symmetric chunks) is what agp, "
+                             "and only agp, gathers from")
+        if source is not None:
+            bad = [r for r, t in source.tensors.items() if t.dtype != self.tdt or t.numel() != elems
+                   or not t.is_contiguous()]
+            if bad:
+                raise ValueError(f"{cfg.kernel_name}: the source must hold a contiguous {self.tdt} "
+                                 f"chunk of {elems} elements per rank (rank {bad[0]} does not)")
+        self.sym = source if source is not None else \
+            peers.symmetric(key + ("sym",), [sym_vecs * ve], self.tdt)
         self.pads = peers.symmetric(key + ("pads",), [2 * W * self.grid], torch.int32, zero=True)
         self.err = peers.local(key + ("err",), [8], torch.int32, zero=True)
         self.ctl = peers.local(key + ("ctl",), [2], torch.int32, zero=True)
@@ -692,6 +722,8 @@ class CollectiveRunner:
                 self.out[r] = torch.empty(n, dtype=self.tdt, device=peers.device)
             elif cfg.kind == "llag":
                 self.out[r] = torch.empty(W * n, dtype=self.tdt, device=peers.device)
+            elif cfg.kind == "agp":
+                self.out[r] = torch.empty(W * n, dtype=self.tdt, device=peers.device)
             elif cfg.kind in ("rs", "llrs"):
                 self.out[r] = torch.empty(n // W, dtype=self.tdt, device=peers.device)
             elif cfg.kind == "ar2":
@@ -704,6 +736,11 @@ class CollectiveRunner:
     @property
     def in_place(self) -> bool:
         return self.cfg.kind == "ar2" and not self.cfg.copy_in
+
+    @property
+    def takes_input(self) -> bool:
+        """False where the data is already in the symmetric buffer (ar2 in place, agp)."""
+        return not self.in_place and self.cfg.kind != "agp"
 
     def buffer(self, rank: int):
         """ar2 in place: the symmetric tensor rank ``rank`` writes its input into."""
@@ -745,9 +782,10 @@ class CollectiveRunner:
 
     @property
     def local_output(self) -> bool:
-        """ll / ar1 / rs write a local output, which a caller may supply per launch
+        """ll / ar1 / rs / agp (and ar2 with copy-in) write a local output, which a caller may supply per launch
         (``run(..., outs=)``): then nothing persistent is returned."""
-        return self.cfg.kind in LL_KINDS + ("ar1", "rs") or (self.cfg.kind == "ar2" and self.cfg.copy_in)
+        return self.cfg.kind in LL_KINDS + ("ar1", "rs", "agp") or \
+            (self.cfg.kind == "ar2" and self.cfg.copy_in)
 
     def run(self, inputs=None, ranks=None, outs=None) -> dict:
         """Launch every driven rank (``inputs[rank]``: its local input; none in place).
@@ -758,7 +796,7 @@ class CollectiveRunner:
         self.peers.begin()
         for r in (self.peers.ranks if ranks is None else ranks):
             x = None
-            if not self.in_place:
+            if self.takes_input:
                 x = inputs[r] if inputs is not None else None
                 self._check_input(r, x)
             o = None if outs is None else outs[r]

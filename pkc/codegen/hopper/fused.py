@@ -1134,6 +1134,7 @@ class FusedWorld:
             acc_t = torch.float32 if f.acc_dtype == "f32" else self.tdt
             sym = P.symmetric(key + ("acc",), (Mc, N), acc_t)
             self.acc, self.acc_ptrs_dev = self._by_rank(sym.tensors), sym.ptrs_dev
+            self.acc_sym = sym          # a pull all-gather can read the reduced chunks here
             self.out = self.acc if f.acc_dtype != "f32" else \
                 self._by_rank(P.local(key + ("out",), (Mc, N), self.tdt))
             self.maps_dev = self._acc_maps(sym.ptrs)
