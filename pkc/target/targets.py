@@ -57,6 +57,7 @@ EST_MMA_RATIO = ("estimate: datasheet * 0.79, the measured/datasheet ratio on H2
 ARCH_SRC = {"sm_90a": "datasheet: Hopper is compute capability 9.0 (PTX target sm_90a)",
             "sm_100a": "datasheet: Blackwell B200 is compute capability 10.0 (PTX target sm_100a)"}
 MEAS_GC = MEASURED + ": cuDevSmResourceSplitByCount min partition 8 SMs, alignment 8"
+MEASURED_NVL = "measured here 2026-11-29 (benchmarks/fused_sweep.py, 2 and 4 H200s over NVSwitch)"
 MEASURED_XFER = "measured here 2026-11-29 (benchmarks/transfer.py, device-to-device on one H200)"
 MEAS_H200_TMA = (MEASURED_XFER + ": one thread per SM, cp.async.bulk global->smem->global, "
                  "49.9 GB/s copied per SM at 8 SMs with 32 KB messages (48-50 from 1 to 32 SMs "
@@ -180,6 +181,12 @@ H200 = _make("h200", "sm_90a", dict(
     sm_partition_min=(8, MEAS_GC), sm_partition_align=(8, MEAS_GC),
     tma_bw_per_sm=(49.9e9, MEAS_H200_TMA),
     ldst_bw_per_sm=(37.7e9, MEAS_H200_LDST),
+    nvlink_achievable_bw=(370e9, MEASURED_NVL + ": the best of a peer pull through symmetric "
+                                 "memory and NCCL all-gather bus bandwidth at 256 MiB, 370-371 "
+                                 "GB/s on 2 and on 4 GPUs"),
+    intra_sm_slowdown_tma=(1.02, "measured here 2026-11-29 (benchmarks/fused_w1.py): the fused GEMM + "
+                                 "reduce-scatter kernel at W = 1 costs 1.00-1.03x the GEMM "
+                                 "alone"),
 ), _hopper_link(DS_H200), _common(DS_HOPPER_SMEM, MEAS_GC))
 
 _BLACKWELL_LINK = dict(

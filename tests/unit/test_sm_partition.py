@@ -66,7 +66,7 @@ def test_plan_off_the_green_context_grid_is_rounded_up():
 def test_without_a_plan_the_link_decides():
     _, kern = partition(kernel_ir())
     assert sms(kern) == {"compute": [124], "communicate": [8]}
-    assert remarks_of(kern)[0].endswith("8 TMA SMs saturate the link (351 GB/s)")
+    assert remarks_of(kern)[0].endswith("8 TMA SMs saturate the link (370 GB/s)")
 
 
 def test_b200_needs_more_sms_to_saturate_its_faster_link():
@@ -164,7 +164,7 @@ def test_lowered_collective_gets_what_the_model_says():
     _, kern = _lowered("lower-collectives,sm-partition")
     assert sms(kern) == {"communicate": [8]}
     assert remarks_of(kern)[-1] == ("sm-partition: 8 communicate SMs of 132 (h200); "
-                                    "8 TMA SMs saturate the link (351 GB/s)")
+                                    "8 TMA SMs saturate the link (370 GB/s)")
 
 
 def test_few_tiles_need_few_sms_but_the_grid_minimum_holds():

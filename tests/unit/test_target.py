@@ -7,7 +7,9 @@ import pytest
 from pkc.target import TARGETS, Target, get_target
 
 SOURCE_KINDS = ("measured here 2026-11-29 (PLATFORM.md)",
-                "measured here 2026-11-29 (benchmarks/transfer.py", "datasheet:", "PK paper",
+                "measured here 2026-11-29 (benchmarks/transfer.py",
+                "measured here 2026-11-29 (benchmarks/fused_sweep.py",
+                "measured here 2026-11-29 (benchmarks/fused_w1.py", "datasheet:", "PK paper",
                 "estimate:")
 NAMES = ["h100", "h200", "b200", "nvl72"]
 
@@ -66,8 +68,11 @@ def test_pk_sourced_and_estimated_figures_are_marked():
     assert 13 <= b.nvlink_achievable_bw / b.tma_bw_per_sm <= 17
     # ld/st needs 3-5x more SMs
     assert 3 <= b.tma_bw_per_sm / b.ldst_bw_per_sm <= 5
-    for f in ("signal_latency", "launch_overhead", "intra_sm_slowdown_tma"):
+    for f in ("signal_latency", "launch_overhead"):
         assert h.sources[f].startswith("estimate:"), f
+    # measured on the multi-GPU machines / the W = 1 fused kernel
+    assert h.sources["nvlink_achievable_bw"].startswith("measured here 2026-11-29 (benchmarks/fused_sweep.py")
+    assert h.sources["intra_sm_slowdown_tma"].startswith("measured here 2026-11-29 (benchmarks/fused_w1.py")
     # H200 per-SM drive rates: pkc's transfer microbenchmark (device to device)
     for f in ("tma_bw_per_sm", "ldst_bw_per_sm"):
         assert h.sources[f].startswith("measured here 2026-11-29 (benchmarks/transfer.py"), f

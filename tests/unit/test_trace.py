@@ -15,7 +15,7 @@ def _trace(tmp_path, text: str, pipeline: str) -> dict:
 
 
 def test_trace_of_a_fused_pk_shape_is_well_formed(tmp_path):
-    # PK's GEMM+RS at N = 8192, W = 8: the cost model fuses it (inter-SM).
+    # PK's GEMM+RS at N = 8192, W = 8: the cost model fuses it (intra-SM on H200).
     trace = _trace(tmp_path, rs_ir(8, 8192, 8192, 1024, "bf16"), "default")
     events = trace["traceEvents"]
     assert trace["displayTimeUnit"] in ("ns", "ms")
@@ -25,7 +25,8 @@ def test_trace_of_a_fused_pk_shape_is_well_formed(tmp_path):
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
     procs = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
     assert list(procs.values()) == ["pk.kernel @matmul_reduce_scatter"]
-    assert any("comm SMs" in n for n in names.values()) and any("compute" in n for n in names.values())
+    assert any(("comm SMs" in n or "producer warps" in n) for n in names.values())
+    assert any(("compute" in n or "consumer warpgroups" in n) for n in names.values())
     for e in spans:
         assert {"name", "cat", "ts", "dur", "pid", "tid"} <= set(e)
         assert e["ts"] >= 0 and e["dur"] >= 0 and (e["pid"], e["tid"]) in names

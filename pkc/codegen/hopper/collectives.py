@@ -767,7 +767,9 @@ class CollectiveRunner:
                        u64(self.timeout_ns), u64(self.mbox[rank]), u32(int(self.peers.trap))])
             if len(self._args) >= 64:
                 self._args.pop(next(iter(self._args)))
-            hit = self._args[key] = (KernelArgs(vals), (src, out))
+            # addresses are all the arguments depend on: nothing is kept alive, so a fresh
+            # output per call reuses the caching allocator's block (and this entry)
+            hit = self._args[key] = (KernelArgs(vals), None)
         return hit
 
     def _check_input(self, rank: int, x):

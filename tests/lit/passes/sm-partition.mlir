@@ -28,9 +28,9 @@ func.func @planned(%x: tensor<64x64xbf16>) -> tensor<64x64xbf16> {
   func.return %y : tensor<64x64xbf16>
 }
 
-// Without a plan: the link saturates with 8 TMA SMs on h200 (351 GB/s), 15 -> 16 on b200.
+// Without a plan: the link saturates with 8 TMA SMs on h200 (370 GB/s), 15 -> 16 on b200.
 // CHECK-LABEL: func.func @unplanned
-// CHECK:       "sm-partition: 8 communicate + 124 compute SMs of 132 (h200); 8 TMA SMs saturate the link (351 GB/s)"
+// CHECK:       "sm-partition: 8 communicate + 124 compute SMs of 132 (h200); 8 TMA SMs saturate the link (370 GB/s)"
 // CHECK:       pk.worker "compute" attributes {sms = 124 : i64} {
 // CHECK:       pk.worker "communicate" attributes {sms = 8 : i64} {
 // B200-LABEL:  func.func @unplanned
@@ -53,7 +53,7 @@ func.func @unplanned(%x: tensor<64x64xbf16>) -> tensor<64x64xbf16> {
 // LOWERED-LABEL: func.func @collective
 // LOWERED:       pk.kernel "all_reduce_two_shot"
 // LOWERED-SAME:    sms_communicate = 8 : i64, sms_compute = 0 : i64
-// LOWERED-SAME:    "sm-partition: 8 communicate SMs of 132 (h200); 8 TMA SMs saturate the link (351 GB/s)"
+// LOWERED-SAME:    "sm-partition: 8 communicate SMs of 132 (h200); 8 TMA SMs saturate the link (370 GB/s)"
 // LOWERED:       pk.worker "communicate" attributes {sms = 8 : i64} {
 func.func @collective(%x: tensor<2048x1024xbf16>) -> tensor<2048x1024xbf16> {
   %y = pk.all_reduce %x {world = 8 : i64, reduce = "sum"} : tensor<2048x1024xbf16> -> tensor<2048x1024xbf16>
