@@ -53,14 +53,15 @@ PUT_CTA_BW = 24e9
 
 def ag_put_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> int:
     """Put CTAs for an all-gather + GEMM with gathered A ``[M, K]``: enough to deliver
-    the remote rows at 1.5x the rate the GEMM consumes them (the (W-1)/W remote part of
+    the remote rows at 1.25x the rate the GEMM consumes them (the (W-1)/W remote part of
     A over the whole GEMM's predicted time), a multiple of 4 in [4, 16]. Every CTA more
     is an SM less for the GEMM: compute-bound shapes (Llama up+gate) want few; measured
-    on 2 and 4 H200s, 16 won where A's bytes outrun the GEMM, 8 lost 8-17% there."""
+    on 2 and 4 H200s, 16 won where A's bytes outrun the GEMM (8 lost 8-17% there), 8
+    won over 12 and 16 on N = 32768 at W = 4 (by 7%), 4 over 8 on up+gate at W = 2."""
     from pkc.target.cost import gemm_time
 
     rate = (world - 1) / world * M * K * 2 / gemm_time(target, M, N, K)
-    return min(16, max(4, 4 * math.ceil(1.5 * rate / PUT_CTA_BW / 4)))
+    return min(16, max(4, 4 * math.ceil(1.25 * rate / PUT_CTA_BW / 4)))
 
 
 def ll_max_bytes(world: int) -> int:
@@ -253,9 +254,9 @@ class FastStep:
             W = self.plan.world
             sms = min(self.peers.sms_of(r) for r in self.peers.ranks)
             put = dict(comm_ctas=ag_put_ctas(W * Mc, N, K, W)) if kind == "ag" and W > 1 else {}
-            # the tile shape for the SMs left to the GEMM (wave quantization)
-            gemm = choose_config(W * Mc, N, K, self.plan.dtype, b_layout,
-                                 sms - put.get("comm_ctas", 0))
+            # the tile shape for the whole GPU: picking it for the SMs the put CTAs leave
+            # measured 4-7% slower (Llama up+gate, N = 32768 all-gather + GEMM on 2 / 4 GPUs)
+            gemm = choose_config(W * Mc, N, K, self.plan.dtype, b_layout, sms)
             fcfg = FusedConfig(kind=kind, world=W, gemm=gemm, **put)
             # owner: this step's own buffers; a second kernel of the same shape in the
             # program must not overwrite this one's result
