@@ -507,6 +507,9 @@ def predict_fused(target, pattern: str, shapes, W: int, dtype=2, overlap: str = 
     _check_world(t, W)
     if W == 1:
         return launch_time(t) + _gemms(t, sh, dt)
+    if _rs_then_all_gather(t, pattern, W):
+        rs = predict_fused(t, "mm_reduce_scatter", sh, W, dt, overlap, comm_sms, mechanism)
+        return rs + launch_time(t) + choose_all_gather(t, sh.M * sh.N[0] * dt, W).time
     k = _default_comm_sms(t) if comm_sms is None else comm_sms
     times = _simulate(_build(t, pattern, sh, W, dt, overlap, k, mechanism))
     makespan = max(end for _, end, _ in times)
@@ -654,7 +657,11 @@ def schedule_timeline(plan: FusionPlan, min_wait: float = 0.0) -> list:
                  "comm": f"producer warps ({t.num_sms} SMs)"}
     if plan.W == 1:
         return []
-    tasks = _build(t, plan.pattern, plan.shapes, plan.W, plan.dtype_bytes, plan.overlap,
+    pattern = plan.pattern
+    rs_then_ag = _rs_then_all_gather(t, pattern, plan.W)
+    if rs_then_ag:
+        pattern = "mm_reduce_scatter"
+    tasks = _build(t, pattern, plan.shapes, plan.W, plan.dtype_bytes, plan.overlap,
                    k, plan.mechanism)
     times = _simulate(tasks)
     t0 = t.signal_latency
@@ -666,7 +673,19 @@ def schedule_timeline(plan: FusionPlan, min_wait: float = 0.0) -> list:
         ev.append(Event(names[task.worker], task.op, task.name, t0 + start, task.dur, task.step))
     end = t0 + max(e for _, e, _ in times)
     ev += [Event(names[w], "signal", "exit barrier", end, t.signal_latency) for w in ("compute", "comm")]
+    if rs_then_ag:                  # the all-gather kernel after the launch gap
+        sh = plan.shapes
+        ag = choose_all_gather(t, sh.M * sh.N[0] * plan.dtype_bytes, plan.W).time
+        start = end + t.signal_latency + launch_time(t)
+        ev.append(Event(names["comm"], "put", "all-gather of the reduced chunks", start, ag))
     return ev
+
+
+def _rs_then_all_gather(t: Target, pattern: str, W: int) -> bool:
+    """GEMM + all-reduce runs as fused GEMM + reduce-scatter, then an all-gather, on
+    sm_90a with more than 2 ranks (the fast path: the broadcast kernel would send W-1
+    copies of every tile)."""
+    return pattern == "mm_all_reduce" and W > 2 and t.sm_arch == "sm_90a"
 
 
 def to_chrome_trace(events: Sequence[Event], process: str = "pkc fused kernel") -> dict:

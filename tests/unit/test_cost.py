@@ -194,9 +194,24 @@ def test_overlap_style_follows_pk():
     p = plan_fusion(H200, "all_gather_mm", pk_shape("all_gather_mm", 16384), 8)
     assert p.overlap == "inter"
     assert p.alternatives["intra"] > 2 * p.fused_time
-    # reductions (AR) favour inter-SM at large N
-    p = plan_fusion(H200, "mm_all_reduce", pk_shape("mm_all_reduce", 32768), 8)
+    # reductions (AR) favour inter-SM at large N (the broadcast schedule, modelled where
+    # it runs: not sm_90a at W > 2)
+    p = plan_fusion("b200", "mm_all_reduce", pk_shape("mm_all_reduce", 32768), 8)
     assert p.overlap == "inter"
+
+
+def test_sm90_all_reduce_beyond_two_ranks_is_rs_then_all_gather():
+    # what the sm_90a fast path runs at W > 2: fused GEMM + RS, then an all-gather
+    shape = pk_shape("mm_all_reduce", 8192)
+    for W in (4, 8):
+        rs = cost.predict_fused(H200, "mm_reduce_scatter", shape, W, 2, "intra", 0)
+        ag = cost.choose_all_gather(H200, 8192 * 8192 * 2, W).time
+        got = cost.predict_fused(H200, "mm_all_reduce", shape, W, 2, "intra", 0)
+        assert got == pytest.approx(rs + ag + H200.launch_overhead)
+    # at W = 2 the broadcast schedule (one copy of each tile, as RS + AG would send)
+    assert cost.predict_fused(H200, "mm_all_reduce", shape, 2) != pytest.approx(
+        cost.predict_fused(H200, "mm_reduce_scatter", shape, 2)
+        + cost.choose_all_gather(H200, 8192 * 8192 * 2, 2).time + H200.launch_overhead)
 
 
 def test_world_of_one_never_fuses():
@@ -307,7 +322,8 @@ def test_fill_and_drain_are_exposed():
 
 
 def test_timeline_respects_dependencies():
-    p = plan_fusion(H200, "mm_all_reduce", pk_shape("mm_all_reduce", 8192), 8)
+    # the broadcast schedule (W = 2 on sm_90a; W > 2 is RS then an all-gather there)
+    p = plan_fusion(H200, "mm_all_reduce", pk_shape("mm_all_reduce", 8192), 2)
     by_name = {e.name: e for e in schedule_timeline(p)}
     steps = [int(n.split()[1]) for n in by_name if n.startswith("mma ")]
     assert len(steps) > 4
