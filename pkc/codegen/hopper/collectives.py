@@ -373,11 +373,14 @@ class CollectiveKernel:
         p("mov.u32 %G, %nctaid.x;")
         p(f"setp.eq.u32 {p.pred('t0')}, %tidx, 0;")
         p(f"mov.u32 {p.r32('gave')}, 0;")         # set once a wait expired (sticky)
+        if cfg.kind in ("ll", "llag"):
+            self._ll_prefetch()                    # in flight with the epoch's load
         p.reg("epoch", ".b32")
         p("ld.global.u32 %epoch, [%ctl];")         # before the first bar.sync: see _publish
         p("add.u32 %epoch, %epoch, 1;")
         p("bar.sync 0;")
-        self._publish()
+        if cfg.kind not in LL_KINDS:               # LL: after the pushes (latency-bound)
+            self._publish()
         {"ll": self._emit_ll, "llag": self._emit_ll, "llrs": self._emit_ll,
          "ar1": self._emit_ar1, "rs": self._emit_rs, "ar2": self._emit_ar2,
          "ag": self._emit_ag, "agp": self._emit_agp}[cfg.kind]()
@@ -414,12 +417,24 @@ class CollectiveKernel:
         a, b = p.r64("lla"), p.r64("llb")
         slot = p.r32("llslot")
 
+        prefetched = kind in ("ll", "llag")      # see _ll_prefetch
+
         def push_to(dests, shift):
             def push(vs):
                 (v,) = vs
                 self._addr(a, "%src", v)
                 x = [p.r32(f"x0_{k}") for k in range(4)]
-                self._load(x, a, v, peer=False)
+                if prefetched:                  # the first trip's vector is in xp
+                    first = p.pred("llfirst")
+                    p(f"setp.eq.u32 {first}, {v}, %llv0;")
+                    for k in range(4):
+                        p(f"@{first} mov.b32 {x[k]}, %xp_{k};")
+                    q, again = self._guard(v), p.pred("llagain")
+                    p(f"not.pred {again}, {first};")
+                    p(f"and.pred {again}, {again}, {q};")
+                    p(f"@{again} ld.global.nc.v4.b32 {{{', '.join(x)}}}, [{a}];")
+                else:
+                    self._load(x, a, v, peer=False)
                 p(f"add.u32 {slot}, {v}, {shift};")      # slot rank's vector (v - chunk start)
                 for d in dests:
                     p(f"mul.wide.u32 {b}, {slot}, 32;")
@@ -446,6 +461,8 @@ class CollectiveKernel:
             p(f"mul.lo.u32 {shift}, %rank, %cv;")
             self._slice_loop(lo, hi, push_to([f"%symp{d}" for d in range(W)], shift), 1)
 
+        self._publish()          # its atomic's round trip overlaps the pushes' flight
+
         def pull(vs):
             (v,) = vs
             words = [[p.r32(f"y0_{q}_{k}") for k in range(4)] for q in range(W)]
@@ -471,6 +488,18 @@ class CollectiveKernel:
                 p(f"st.global.v4.b32 [{a}], {{{', '.join(res)}}};")
             p.label(skip)
         self._slice_loop(lo, hi, pull, 1)
+
+    def _ll_prefetch(self) -> None:
+        """ll / llag: load this thread's first input vector before the epoch (the two
+        loads' latencies overlap; the push uses it instead of loading it again)."""
+        p = self.p
+        lo, hi = p.r32("lo"), p.r32("hi")
+        self._chunk_slice(0, lo, hi, "%nv")
+        v0, a = p.r32("llv0"), p.r64("lla")
+        p(f"add.u32 {v0}, {lo}, %tidx;")
+        self._hi = hi
+        self._addr(a, "%src", v0)
+        self._load([p.r32(f"xp_{k}") for k in range(4)], a, v0, peer=False)
 
     def _ll_wait(self, addr: str, words: list[str], peer: int) -> None:
         """Poll two 16-byte LL lines at ``addr`` until all four flags are this epoch
