@@ -7,7 +7,7 @@ Matched (:func:`plan_fast`, pure IR analysis, so it is tested without a GPU):
   collectives ``ll`` up to :func:`ll_max_bytes`, ``ar1`` above; two-shot -> ``ar2`` with
   copy-in. ``all_gather`` / ``reduce_scatter``
   along the leading dim (the kernel's 3-d view has one row: every chunk contiguous) ->
-  ``ag`` / ``rs`` (``llag`` / ``llrs`` up to ``LL_GATHER_MAX_BYTES``). The algorithm is
+  ``ag`` / ``rs`` (``llag`` / ``llrs`` up to ``LL_GATHER_MAX_BYTES x 2 / W``). The algorithm is
   the one the cost model chose.
 * fused ``mm_reduce_scatter`` (overlap, ``pk.fusion.pattern``) -> the GEMM + reduce-scatter
   kernel (TMA reduce-add of each tile into its owner's output, output-dtype accumulator);
@@ -69,11 +69,12 @@ def ll_max_bytes(world: int) -> int:
     return LL_MAX_BYTES * 2 // max(2, world)
 
 
-# all-gathers (by output) and reduce-scatters (by input) up to this size: LL as well.
-# Measured on 2 H200s: LL 1.17-1.33x NCCL up to 256 KiB where the direct push kernels are
-# 0.89-1.02x; from 1 MiB the direct kernels win (AG 1.20 vs 1.05x, RS 1.32 vs 1.15x);
-# 512 KiB was not measured
-LL_GATHER_MAX_BYTES = 512 << 10
+# all-gathers (by output) and reduce-scatters (by input) up to this size x 2 / W: LL as
+# well. Measured on 2 H200s: LL 1.17-1.33x NCCL up to 256 KiB where the direct push
+# kernels are 0.89-1.02x; at 1 MiB LL 1.15x vs 0.99x for the direct all-gather with its
+# output copied out of the symmetric buffer (the compiled path); from 4 MiB direct wins.
+# On 4: LL 1.14x at 256 KiB, 0.81x at 1 MiB (direct 1.06x with the copy).
+LL_GATHER_MAX_BYTES = 1 << 20
 
 
 @dataclass
@@ -171,7 +172,7 @@ def _plan_collective(plan, ins, outs, W, dtype) -> FastPlan | str:
         if chunk % vec:
             return f"{coll} chunk of {chunk} elements: not whole 16-byte vectors"
         full_bytes = chunk * W * (16 // vec)
-        small = full_bytes <= LL_GATHER_MAX_BYTES
+        small = full_bytes <= LL_GATHER_MAX_BYTES * 2 // max(2, W)
         kind = ("llag" if small else "ag") if coll == "all_gather" else ("llrs" if small else "rs")
         return FastPlan(kind, W, dtype, {"elems": elems, "out": y})
     return f"no fast kernel for {coll}"
