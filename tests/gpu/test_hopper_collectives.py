@@ -51,8 +51,8 @@ def expected(kind, xs, W):
     return [torch.cat(xs)] * W
 
 
-def _case(kind, W, dtype, elems, copy_in=False, launches=3):
-    cfg = CollectiveConfig(kind, W, dtype, copy_in=copy_in)
+def _case(kind, W, dtype, elems, copy_in=False, launches=3, gather="push"):
+    cfg = CollectiveConfig(kind, W, dtype, copy_in=copy_in, gather=gather)
     pr = peers(W)
     run = CollectiveRunner(cfg, elems, pr)
     g = torch.Generator(device="cuda").manual_seed(elems + W)
@@ -118,10 +118,12 @@ def test_pull_all_gather_from_symmetric_chunks(W):
         CollectiveRunner(CollectiveConfig("agp", W, "bf16"), 64, pr)
 
 
-@pytest.mark.parametrize("W", [2, 4])
-def test_two_shot_copy_in(W):
-    _case("ar2", W, "bf16", 8 * W * 3001, copy_in=True)
-    _case("ar2", W, "f32", 1 << 20, copy_in=True)
+@pytest.mark.parametrize("gather", ["push", "pull"])
+@pytest.mark.parametrize("W", [2, 3, 4, 8])
+def test_two_shot_copy_in(W, gather):
+    _case("ar2", W, "bf16", 8 * W * 3001, copy_in=True, gather=gather)
+    _case("ar2", W, "f32", 1 << 20, copy_in=True, gather=gather)
+    _case("ar2", W, "bf16", 8 * W * 5, copy_in=True, gather=gather)
 
 
 def test_many_launches_reuse_pads():

@@ -22,8 +22,9 @@ needs_ptxas = pytest.mark.skipif(tools.find_tool("ptxas") is None, reason="ptxas
 @pytest.mark.parametrize("kind", KINDS)
 def test_assembles(kind, W):
     for dtype in ("bf16", "f16", "f32"):
-        for copy_in in ([False, True] if kind == "ar2" else [False]):
-            cfg = CollectiveConfig(kind, W, dtype, copy_in=copy_in)
+        for copy_in, gather in ([(False, "push"), (True, "push"), (True, "pull")]
+                                if kind == "ar2" else [(False, "push")]):
+            cfg = CollectiveConfig(kind, W, dtype, copy_in=copy_in, gather=gather)
             a = tools.assemble(emit_collective_ptx(cfg))
             assert a.registers <= 128, cfg
             if W >= 2:
@@ -97,3 +98,20 @@ def test_epoch_lives_on_the_device(kind):
     assert ptx.index("ld.global.u32 %epoch, [%ctl];") < first_bar
     assert first_bar < ptx.index("atom.global.add.u32 %fin_old, [%ctl+4], 1;")
     assert "st.global.u32 [%ctl], %epoch;" in ptx
+
+
+@pytest.mark.parametrize("W", [2, 4, 8])
+def test_two_shot_copy_in_gathers_by_push_or_pull(W):
+    push = emit_collective_ptx(CollectiveConfig("ar2", W, "bf16", copy_in=True))
+    pull = emit_collective_ptx(CollectiveConfig("ar2", W, "bf16", copy_in=True, gather="pull"))
+    # push: the reduced chunk is stored into every rank's R (W stores per vector), the
+    # output copied from the own R; pull: stored once (own R), then read from the W ranks'
+    ends = [ptx.rsplit("ld.acquire.sys.global.u32", 1)[1] for ptx in (push, pull)]  # after the exit wait
+    assert "%mysym" in ends[0] and "%rotp" not in ends[0]
+    assert "%rotp" in ends[1]
+    with pytest.raises(ValueError, match="gather"):
+        CollectiveConfig("ar2", W, "bf16", copy_in=True, gather="ring").validate()
+    if tools.find_tool("ptxas") is not None:
+        for ptx in (push, pull):
+            a = tools.assemble(ptx)
+            assert a.spill_stores == 0 and a.registers <= 64, a.log
