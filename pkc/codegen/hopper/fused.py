@@ -718,7 +718,7 @@ class AgGemmKernel(_FusedBase):
             self._slot_addr(addr, "%fz_sig_ptrs", "%fz_rank", slot)
             self._spin_wait(addr, "%fz_epoch", 4, d, "sys")
         p("fence.proxy.async.global;")
-        # the shard is Mc * K * 2 bytes; a block is G_ROWS rows (one raster group)
+        # the shard is Mc * K * 2 bytes; a block is group_m x bm rows (one raster group)
         total, blk, off, n = p.r64("fz_total"), p.r64("fz_blk"), p.r64("fz_boff"), p.r64("fz_bn")
         src, dst, dbase = p.r64("fz_src"), p.r64("fz_dst"), p.r64("fz_dbase")
         p(f"mul.wide.u32 {total}, %M, %K;")
