@@ -19,6 +19,7 @@ Implementations (outputs checked against NCCL's on the first call):
   the sm_90a fast path when it has one; ``pkc_path`` in the JSON says which), output
   copied out of the persistent buffer as a compiled graph's result is;
 - ``pkc_ll``, ``pkc_1shot``, ``pkc_2shot``, ``pkc_direct``: pkc's collective kernels
+  (``pkc_2copy`` / ``pkc_2pull``: the two-shot into a fresh output, push / pull gather)
   (pkc/codegen/hopper/collectives.py) driven directly: LL (flags in the data; up to
   4 MiB) for all three; all-reduce one-shot push (out of place) and two-shot (in place on
   its symmetric buffer, as torch's two_shot_all_reduce_); all-gather / reduce-scatter
@@ -150,7 +151,7 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
         row["pkc_path"] = prog.fast_report()
         return lambda: prog(x)
 
-    def pkc_kernel(kind, ctas_per_sm=None):
+    def pkc_kernel(kind, ctas_per_sm=None, **cfg):
         """pkc's collective kernel driven directly (what the compiled path runs, without
         its per-call graph walk and output copy). ar2 is in place on its symmetric buffer
         (like two_shot_all_reduce_): filled with x once, then values grow, as NCCL's.
@@ -158,7 +159,7 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
         def make():
             from pkc.codegen.hopper.collectives import CollectiveConfig, CollectiveRunner
 
-            run = CollectiveRunner(CollectiveConfig(kind, W, "bf16"), x.numel(), pkc_peers(),
+            run = CollectiveRunner(CollectiveConfig(kind, W, "bf16", **cfg), x.numel(), pkc_peers(),
                                    ctas_per_sm=ctas_per_sm)
             if run.in_place:
                 run.buffer(ctx.rank).copy_(x.view(-1))
@@ -177,6 +178,9 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
         if op == "all_reduce":
             try_impl("pkc_1shot", pkc_kernel("ar1"))
             try_impl("pkc_2shot", pkc_kernel("ar2"))
+            # into a fresh output, as the compiled path runs it (kernel alone)
+            try_impl("pkc_2copy", pkc_kernel("ar2", copy_in=True))
+            try_impl("pkc_2pull", pkc_kernel("ar2", copy_in=True, gather="pull"))
         else:
             try_impl("pkc_direct", pkc_kernel(big))
     if op == "all_reduce":
@@ -226,7 +230,8 @@ def tables(res: dict) -> str:
         rows = [r for r in res["rows"] if r["op"] == op]
         if not rows:
             continue
-        impls = [k for k in ("pkc", "pkc_ll", "pkc_1shot", "pkc_2shot", "pkc_direct",
+        impls = [k for k in ("pkc", "pkc_ll", "pkc_1shot", "pkc_2shot", "pkc_2copy", "pkc_2pull",
+                             "pkc_direct",
                              "one_shot", "two_shot", "ce")
                  if any(k in r["ms"] for r in rows)]
         headers = ["size", "nccl us", "nccl busbw"] + [f"{k} x" for k in impls] + \
