@@ -153,8 +153,8 @@ class CollectiveKernel:
         self.p = _Ptx()
         # vectors per thread per loop trip; the out-of-place two-shot holds more live
         # registers (3 loops) and must stay within 64 for 2 CTAs per SM
-        # (the push gather's reduce stores to W ranks: fewer, or ptxas spills at W = 4)
-        cap = (2 if cfg.world <= 2 else 1) if cfg.gather == "push" else 3
+        # (3 live loops; the push gather's reduce also stores to W ranks: 2, or ptxas spills)
+        cap = 2 if cfg.gather == "push" else 3
         self.unroll = min(cfg.unroll, cap) if cfg.kind == "ar2" and cfg.copy_in else cfg.unroll
 
     # ---- small helpers ---------------------------------------------------------------
@@ -605,16 +605,42 @@ class CollectiveKernel:
             # chunk of the own R is complete (each rank's CTA %cta wrote that slice)
             self._reduce(lo, hi, "%nv", "%cv", [(f"%symp{d}", r0) for d in range(W)])
             self._barrier_phase(2)
-            for q in range(W):
-                self._chunk_slice(q, lo, hi, "%nv")
-                self._push(lo, hi, "%mysym", [("%out", None)], src_peer=True)
+            self._gather_chunks(lo, hi, ["%mysym"] * W)
             return
         self._reduce(lo, hi, "%nv", "%cv", [("%mysym", r0)])
         self._barrier_phase(2)
-        for i in range(W):
-            q, base = self._rotated(i)
-            self._chunk_slice(q, lo, hi, "%nv")
-            self._push(lo, hi, base, [("%out", None)], src_peer=True)
+        self._gather_chunks(lo, hi, [self._rotated(i) for i in range(W)])
+
+    def _gather_chunks(self, lo: str, hi: str, sources) -> None:
+        """out[q * cv + v] = source_q[q * cv + v] for v in this CTA's chunk-relative slice
+        [lo, hi) and every chunk q: the W loads of a vector are in flight together (a loop
+        per chunk would wait W load latencies in a row: 1 MiB at W = 4 ran 5 us slower).
+        ``sources``: a base register per chunk, or (chunk register, base) pairs in any
+        chunk order (the pull from rank+0, rank+1, ...)."""
+        p = self.p
+        a, idx = p.r64("gaddr"), p.r32("gidx")
+        pairs = [s if isinstance(s, tuple) else (str(q), s) for q, s in enumerate(sources)]
+        self._chunk_slice(0, lo, hi, "%nv")      # a full chunk's slice (the last may be short)
+
+        def body(vs):
+            (v,) = vs
+            for b0 in range(0, len(pairs), 4):      # 4 chunks in flight (8 spill at W = 8)
+                batch = list(enumerate(pairs))[b0:b0 + 4]
+                for j, (q, base) in batch:
+                    p(f"mad.lo.u32 {idx}, {q}, %cv, {v};")
+                    g = p.pred("gq")
+                    p(f"setp.lt.u32 {g}, {idx}, %nv;")
+                    self._addr(a, base, idx)
+                    regs = [p.r32(f"y0_{j % 4}_{k}") for k in range(4)]
+                    p(f"@{g} ld.global.cg.v4.b32 {{{', '.join(regs)}}}, [{a}];")
+                for j, (q, _) in batch:
+                    p(f"mad.lo.u32 {idx}, {q}, %cv, {v};")
+                    g = p.pred("gq")
+                    p(f"setp.lt.u32 {g}, {idx}, %nv;")
+                    self._addr(a, "%out", idx)
+                    regs = [p.r32(f"y0_{j % 4}_{k}") for k in range(4)]
+                    p(f"@{g} st.global.v4.b32 [{a}], {{{', '.join(regs)}}};")
+        self._slice_loop(lo, hi, body, 1)
 
     def _emit_ag(self) -> None:
         """Arrive (every peer's kernel of this epoch started: its consumers of the last
