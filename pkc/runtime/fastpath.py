@@ -4,10 +4,10 @@ kernels run on that kernel instead of the general (portable smem-tile) codegen.
 Matched (:func:`plan_fast`, pure IR analysis, so it is tested without a GPU):
 
 * lowered ``all_reduce`` (lower-collectives, ``pk.plan.collective``): one-shot ->
-  collectives ``ll`` up to :func:`ll_max_bytes`, ``ar1`` above; two-shot -> ``ar2`` with
+  collectives ``ll`` up to ``ll_limit(LL_MAX_BYTES, W)``, ``ar1`` above; two-shot -> ``ar2`` with
   copy-in. ``all_gather`` / ``reduce_scatter``
   along the leading dim (the kernel's 3-d view has one row: every chunk contiguous) ->
-  ``ag`` / ``rs`` (``llag`` / ``llrs`` up to ``LL_GATHER_MAX_BYTES x 2 / W``). The algorithm is
+  ``ag`` / ``rs`` (``llag`` / ``llrs`` up to ``ll_limit(LL_GATHER_MAX_BYTES, W)``). The algorithm is
   the one the cost model chose.
 * fused ``mm_reduce_scatter`` (overlap, ``pk.fusion.pattern``) -> the GEMM + reduce-scatter
   kernel (TMA reduce-add of each tile into its owner's output, output-dtype accumulator);
@@ -38,13 +38,33 @@ from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr, Tenso
 from pkc.dialects.kernel import KernelOp
 
 _DTYPES = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
-# one-shot all-reduces up to LL_MAX_BYTES x 2 / W use the LL kernel (flags in the data: no
-# fence, no signal round trip, twice the bytes, W - 1 copies sent); above, the one-shot
-# push kernel. Measured on 2 H200s: LL 1.15-1.34x NCCL up to 256 KiB, 0.93x at 1 MiB
-# (where one-shot push is 1.38x); on 4: LL 1.33x at 64 KiB (push 1.12x), 0.76x at 256 KiB
-# (push 1.13x).
-LL_MAX_BYTES = 256 << 10
+_ESIZE = {"bf16": 2, "f16": 2, "f32": 4}
 
+# LL kernels (flags in the data: no fence, no signal round trip; twice the bytes, and
+# the all-reduce sends W - 1 copies) for small messages, up to a limit x 2 / W.
+# One-shot all-reduce (limit LL_MAX_BYTES; above it the one-shot push kernel), measured on
+# 2 H200s: LL 1.15-1.34x NCCL up to 256 KiB, 0.93x at 1 MiB (where one-shot push is
+# 1.38x); on 4: LL 1.33x at 64 KiB (push 1.12x), 0.76x at 256 KiB (push 1.13x).
+LL_MAX_BYTES = 256 << 10
+# All-gathers (by output) and reduce-scatters (by input), measured on 2 H200s: LL
+# 1.17-1.33x NCCL up to 256 KiB where the direct push kernels are 0.89-1.02x; at 1 MiB
+# LL 1.15x vs 0.99x for the direct all-gather with its output copied out of the symmetric
+# buffer (the compiled path); from 4 MiB direct wins. On 4: LL 1.14x at 256 KiB, 0.81x at
+# 1 MiB (direct 1.06x with the copy).
+LL_GATHER_MAX_BYTES = 1 << 20
+
+
+def ll_limit(limit: int, world: int) -> int:
+    """An LL size limit measured at W = 2, for W ranks (LL traffic grows with W)."""
+    return limit * 2 // max(2, world)
+
+
+# Two-shot all-reduces into a fresh output pull the reduced chunks from the peers from
+# this size (no local copy of the result); below, they push them into every rank's
+# buffer and copy the own one out. Measured on 4 H200s (kernels alone, run j): push
+# 1.10 / 1.46 / 0.96 / 0.88x NCCL at 1 MiB / 4 MiB / 256 MiB / 1 GiB, pull 1.05 / 1.46 /
+# 0.95 / 0.91x.
+AR2_PULL_MIN_BYTES = 512 << 20
 
 # AG + GEMM: bytes per second one put CTA moved over NVLink (cp.async.bulk through a
 # 4 x 32 KiB ring), measured on 2 and 4 H200s: 16 CTAs reached about the link's 370 GB/s.
@@ -62,26 +82,6 @@ def ag_put_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> int
 
     rate = (world - 1) / world * M * K * 2 / gemm_time(target, M, N, K)
     return min(16, max(4, 4 * math.ceil(1.25 * rate / PUT_CTA_BW / 4)))
-
-
-# two-shot all-reduces into a fresh output from this size pull the reduced chunks from the
-# peers (no local copy); below, they push them and copy locally. Measured on 2 and 4
-# H200s: at 1 GiB pull 0.86-0.89x NCCL, the in-place push 0.93-1.03x (push + copy is
-# that plus a 2 GiB local copy); at 1 MiB pull 0.96x, in-place push 1.35x (W = 4).
-AR2_PULL_MIN_BYTES = 512 << 20
-
-
-def ll_max_bytes(world: int) -> int:
-    """The largest one-shot all-reduce that takes the LL kernel in a world of W ranks."""
-    return LL_MAX_BYTES * 2 // max(2, world)
-
-
-# all-gathers (by output) and reduce-scatters (by input) up to this size x 2 / W: LL as
-# well. Measured on 2 H200s: LL 1.17-1.33x NCCL up to 256 KiB where the direct push
-# kernels are 0.89-1.02x; at 1 MiB LL 1.15x vs 0.99x for the direct all-gather with its
-# output copied out of the symmetric buffer (the compiled path); from 4 MiB direct wins.
-# On 4: LL 1.14x at 256 KiB, 0.81x at 1 MiB (direct 1.06x with the copy).
-LL_GATHER_MAX_BYTES = 1 << 20
 
 
 @dataclass
@@ -167,7 +167,7 @@ def _plan_collective(plan, ins, outs, W, dtype) -> FastPlan | str:
         if elems % vec:
             return f"all_reduce of {elems} elements: not whole 16-byte vectors"
         if algo == "one_shot":
-            kind = "ll" if elems * (16 // vec) <= ll_max_bytes(W) else "ar1"
+            kind = "ll" if elems * _ESIZE[dtype] <= ll_limit(LL_MAX_BYTES, W) else "ar1"
         else:
             kind = "ar2"
         return FastPlan(kind, W, dtype, {"elems": elems})
@@ -179,7 +179,7 @@ def _plan_collective(plan, ins, outs, W, dtype) -> FastPlan | str:
         if chunk % vec:
             return f"{coll} chunk of {chunk} elements: not whole 16-byte vectors"
         full_bytes = chunk * W * (16 // vec)
-        small = full_bytes <= LL_GATHER_MAX_BYTES * 2 // max(2, W)
+        small = full_bytes <= ll_limit(LL_GATHER_MAX_BYTES, W)
         kind = ("llag" if small else "ag") if coll == "all_gather" else ("llrs" if small else "rs")
         return FastPlan(kind, W, dtype, {"elems": elems, "out": y})
     return f"no fast kernel for {coll}"
@@ -248,7 +248,7 @@ class FastStep:
 
         key = ("coll", kind, elems)
         if key not in self._made:
-            pull = kind == "ar2" and elems * {"f32": 4}.get(self.plan.dtype, 2) >= AR2_PULL_MIN_BYTES
+            pull = kind == "ar2" and elems * _ESIZE[self.plan.dtype] >= AR2_PULL_MIN_BYTES
             cfg = CollectiveConfig(kind, self.plan.world, self.plan.dtype, copy_in=kind == "ar2",
                                    gather="pull" if pull else "push")
             self._made[key] = CollectiveRunner(cfg, elems, self.peers, timeout_ns=self.timeout_ns,

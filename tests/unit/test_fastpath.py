@@ -108,3 +108,23 @@ def test_declined_with_reason(case, why):
     (k,) = kernels(ir, "default").values()
     reason = plan_fast(k)
     assert isinstance(reason, str) and why in reason
+
+
+def test_size_limits_and_put_ctas_follow_the_measurements():
+    from pkc.runtime.fastpath import (LL_GATHER_MAX_BYTES, LL_MAX_BYTES, ag_put_ctas,
+                                      ll_limit)
+
+    # LL limits are the W = 2 measurements, scaled by 2 / W (W = 4: 256 KiB went to the
+    # one-shot push kernel, 1.13 vs 0.76x)
+    assert ll_limit(LL_MAX_BYTES, 2) == 256 << 10 and ll_limit(LL_MAX_BYTES, 1) == 256 << 10
+    assert ll_limit(LL_MAX_BYTES, 4) == 128 << 10 and ll_limit(LL_MAX_BYTES, 8) == 64 << 10
+    assert ll_limit(LL_GATHER_MAX_BYTES, 4) == 512 << 10
+    # put CTAs: a multiple of 4 in [4, 16]; many where A's bytes outrun the GEMM, few where
+    # the GEMM dominates (the measured winners on 2 and 4 H200s)
+    assert ag_put_ctas(16384, 2048, 16384, 4) == 16            # PK N = 16384
+    assert ag_put_ctas(8192, 28672, 8192, 2) == 4              # Llama-70B up+gate, W = 2
+    assert ag_put_ctas(32768, 4096, 32768, 4) == 8             # PK N = 32768, W = 4
+    for M, N, K in ((2048, 256, 2048), (8192, 5120, 8192), (65536, 65536, 1024)):
+        for W in (2, 3, 4, 8):
+            n = ag_put_ctas(M, N, K, W)
+            assert 4 <= n <= 16 and n % 4 == 0
