@@ -138,6 +138,12 @@ def test_ptx_has_the_protocol(name):
             assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
             assert "cp.async.bulk.tensor.3d.shared::cluster.global.tile" in ptx
             assert "red.release.sys.global.add.u32" in ptx
+            # row-block slots as ag_put_schedule / test_ag_row_block_protocol model them:
+            # the put signals rank*G + block, a tile waits on shard*G + m_blk / group_m
+            assert "mad.lo.u32 %fz_dslot, %fz_rank, %fz_G, %fz_b;" in ptx
+            assert re.search(rf"div\.u32 %fz_akey, %\w+, {f.gemm.group_m};", ptx)
+            assert re.search(r"mad\.lo\.u32 %fz_akey, %\w+, %fz_G, %fz_akey;", ptx)
+            assert f"div.u32 %fz_G, %fz_G, {f.gemm.group_m};" in ptx
             assert "ld.acquire.sys.global.u32" in ptx
         else:
             assert "ld.acquire" not in ptx and "red.release" not in ptx
@@ -394,3 +400,46 @@ def test_epoch_lives_on_the_device(kind):
     assert "atom.global.add.u32 %fz_done, [%fz_ctl+4], 1;" in ptx
     assert "st.global.u32 [%fz_ctl], %fz_epoch;" in ptx
     assert ".param .u64 pkc_" in ptx and "_param_epoch" not in ptx
+
+
+@pytest.mark.parametrize("W", [2, 3, 4, 8])
+@pytest.mark.parametrize("Mc,K,comm", [(1000, 1000, 4), (3000, 1024, 8), (4096, 2048, 16),
+                                       (128, 72, 3)])
+def test_ag_row_block_protocol(W, Mc, K, comm):
+    """The put side (ag_put_schedule, the arithmetic of _emit_put) against the consumer
+    (tile_order + the row-block key of emit_producer_tile_prologue): every byte of every
+    shard reaches every peer once; each (shard, block) slot gets comm signals per epoch;
+    a consumer's tile waits on the block that holds its rows; peers are served in the
+    order they consume, and in each step the destinations form a permutation."""
+    from pkc.codegen.hopper.fused import ag_put_schedule, ag_row_blocks
+
+    f = FusedConfig("ag", W, comm_ctas=comm)
+    c = f.gemm_cfg()
+    G, total, blk_rows = ag_row_blocks(f, Mc), Mc * K * 2, c.bm * c.group_m
+    signals = {}
+    for r in range(W):
+        sched = ag_put_schedule(f, r, Mc, K)
+        for d in range(W):
+            if d == r:
+                continue
+            got = sorted(p for e in sched if e["dest"] == d for p in e["pieces"])
+            assert got[0][0] == 0 and got[-1][1] == total
+            assert all(a[1] == b[0] for a, b in zip(got, got[1:]))      # no gap, no overlap
+        for e in sched:
+            signals[(e["dest"], e["slot"])] = signals.get((e["dest"], e["slot"]), 0) + 1
+            lo, hi = e["block"] * blk_rows * K * 2, (e["block"] + 1) * blk_rows * K * 2
+            assert all(lo <= a and b <= hi for a, b in e["pieces"])    # pieces in their block
+        for j in range(comm):       # per CTA: peers rank-1, rank-2, ... (their consuming order)
+            dests = [e["dest"] for e in sched if e["cta"] == j]
+            order = list(dict.fromkeys(dests))
+            assert order == [(r - k) % W for k in range(1, W)]
+    assert set(signals.values()) == {comm}
+    assert len(signals) == W * (W - 1) * G
+    for k in range(1, W):           # step k: rank r serves r-k, a permutation of ranks
+        assert sorted((r - k) % W for r in range(W)) == list(range(W))
+    for r in range(W):              # each remote tile waits on a slot that is signalled
+        for q, m_blk, _ in tile_order(f, r, Mc, 1):
+            if q != r:
+                key = q * G + m_blk // c.group_m
+                assert (r, key) in signals
+                assert m_blk * c.bm < min(Mc, (m_blk // c.group_m + 1) * blk_rows)

@@ -967,6 +967,33 @@ def tile_order(fcfg: FusedConfig, rank: int, Mc: int, N: int) -> list[tuple[int,
     return out
 
 
+def ag_row_blocks(fcfg: FusedConfig, Mc: int) -> int:
+    """G, the row blocks of an all-gather shard that are signalled one by one (a raster
+    group of ``group_m x bm`` rows each); the pad holds W x G data slots + W."""
+    c = fcfg.gemm_cfg()
+    return -(-(-(-Mc // c.bm)) // c.group_m)
+
+
+def ag_put_schedule(fcfg: FusedConfig, rank: int, Mc: int, K: int) -> list[dict]:
+    """The puts of ``rank``'s put CTAs in issue order: (cta, dest, block, pieces as byte
+    ranges of the shard, pad slot signalled), the arithmetic of ``_emit_put`` (kept in
+    step with it; the tests check coverage, counts and order on it)."""
+    c, W, n = fcfg.gemm_cfg(), fcfg.world, fcfg.n_comm
+    G, total = ag_row_blocks(fcfg, Mc), Mc * K * 2
+    blk = K * 2 * c.bm * c.group_m
+    out = []
+    for j in range(n):
+        for k in range(1, W):
+            d = (rank + W - k) % W
+            for b in range(G):
+                lo, nb = b * blk, min(blk, total - b * blk)
+                npieces = -(-nb // fcfg.put_piece)
+                pieces = [(lo + i * fcfg.put_piece, lo + min(nb, (i + 1) * fcfg.put_piece))
+                          for i in range(j, npieces, n)]
+                out.append(dict(cta=j, dest=d, block=b, pieces=pieces, slot=rank * G + b))
+    return out
+
+
 def check_fused_pipeline(fcfg: FusedConfig, sass_text: str) -> list[str]:
     """Problems in the SASS of a fused kernel: the GEMM's checks (HGMMA shape and count,
     one full and one empty mbarrier per stage at the expected offsets, no local memory,
@@ -1092,7 +1119,7 @@ class FusedWorld:
         self.sms = self._fit_sms(sms_per_rank)
         c, comm = self.cfg, fcfg.n_comm
         self.tpc = -(-Mc // c.bm) * -(-N // c.bn)
-        self.row_blocks = -(-(-(-Mc // c.bm)) // c.group_m)   # ag: signalled row blocks
+        self.row_blocks = ag_row_blocks(fcfg, Mc)                 # ag: signalled row blocks
         if self.sms <= comm:
             raise ValueError(f"{self.sms} SMs per rank cannot hold {comm} comm CTAs")
         self.grid = min(self.sms - comm, self.W * self.tpc) + comm
