@@ -399,7 +399,12 @@ def test_torchrun_rank_raises_and_lingers_peer_gets_an_error():
 def test_capturing_compiled_program_run(layer):
     """Last in the file: a failed capture may leave the process's allocator state odd."""
     prog, inputs, params, eager = layer
+    # operands already on the GPU (CPU ones are copied in every call, which no capture
+    # can hold); one eager call first so that every one-time setup happens outside
+    inputs = [tuple(t.cuda() for t in inp) for inp in inputs]
+    params = [{k: v.cuda() for k, v in p.items()} for p in params]
     first = [[o.clone() for o in outs] for outs in prog.run(inputs, params)]
+    torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph):
