@@ -944,6 +944,12 @@ def device_run(out: str, budget: dict) -> int:
             seg = text.splitlines()[-n_lines:]
         print(f"\n---- {log}" + (f" ({marker})" if marker else " (tail)"))
         print("\n".join(seg))
+    found = [f for f in ("fused_sweep.json", "collectives.json") if os.path.exists(os.path.join(out, f))]
+    if found:
+        import done_when
+
+        print("\n---- issue 7's Done-when (benchmarks/done_when.py)")
+        print("\n".join(done_when.report(Path(out) / f) for f in found))
     return 0
 
 

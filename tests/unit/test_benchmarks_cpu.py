@@ -16,6 +16,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import collectives as coll  # noqa: E402
+import done_when as dw  # noqa: E402
 import fused_sweep as fs  # noqa: E402
 
 sys.path.pop(0)
@@ -256,3 +257,33 @@ def test_log_case_records_passes_and_crashes(tmp_path):
     assert recs[0]["index"] == 3 and recs[0]["ok"] and "secs" in recs[0]
     assert recs[1] == {"case": "b", "ok": False, "error": "ZeroDivisionError: division by zero",
                        "index": 4}
+
+
+def test_done_when_tallies_from_json(tmp_path):
+    def shape(label, base, gemm, pkc, symm=None, comm_bytes=0.0):
+        ms = {"base": base, "gemm": gemm, "pkc": pkc}
+        if symm is not None:
+            ms["symm"] = symm
+        return {"label": label, "M": 1, "N": 1, "K": 1, "ms": ms, "link_bw": 1e9,
+                "comm_bytes": comm_bytes, "checks": {}}
+    fused = {"world": 4, "shapes": [
+        shape("a", 2.0, 1.0, 1.0, symm=1.1, comm_bytes=1e6),   # c/c 1.0: 2.0x, beats symm
+        shape("b", 2.0, 1.0, 1.6, symm=1.5, comm_bytes=1e6),   # c/c 1.0: 1.25x < 1.3, loses
+        shape("c", 1.0, 1.0, 1.2, comm_bytes=1e5),             # c/c 0.1: 0.83x < 1.0
+    ]}
+    checks = dw.fused_checks(fused)
+    assert checks["pkc >= 1.0x"][:2] == (2, 3) and checks["pkc >= 1.0x"][2][0].startswith("c ")
+    assert checks["pkc >= 1.3x (c/c 0.5-2)"][:2] == (1, 2)      # "c" is outside the range
+    assert checks["pkc >= symm"][:2] == (1, 2)
+    coll_res = {"world": 4, "rows": [
+        {"op": "all_reduce", "size": 4096, "ms": {"nccl": 0.015, "pkc": 0.009}},        # 1.67x
+        {"op": "all_reduce", "size": 1 << 20, "ms": {"nccl": 0.02, "pkc": 0.02}},        # 1.0x
+        {"op": "all_reduce", "size": 1 << 30, "ms": {"nccl": 4.0, "pkc": 4.1}},          # 0.98x
+        {"op": "all_gather", "size": 4096, "ms": {"nccl": 0.01, "pkc": 0.02}}]}
+    ar = dw.allreduce_checks(coll_res)
+    assert ar["all-reduce >= 1.5x at <= 1 MiB"][:2] == (1, 2)
+    assert ar["all-reduce >= 0.95x at 1 GiB"][:2] == (1, 1)
+    (tmp_path / "fused_sweep.json").write_text(json.dumps(fused))
+    (tmp_path / "collectives.json").write_text(json.dumps(coll_res))
+    assert dw.main([str(tmp_path)]) == 0
+    assert dw.main([str(tmp_path / "nothing")]) == 2
