@@ -218,6 +218,20 @@ class CollectiveKernel:
             p(f"selp.u64 {base}, %symp{k}, {base}, {q};")
         return d, base
 
+    def _each_chunk_to_its_rank(self, lo: str, hi: str, slot_off: str, push) -> None:
+        """For chunk d = rank+1, ..., rank (see :meth:`_rotated`): [lo, hi) = this CTA's
+        slice of chunk d of the input, ``shift`` = slot_off - d * cv, so that input vector
+        v lands at ``slot_off + (v - chunk start)`` of rank d; ``push(base, shift)`` emits
+        the copy to rank d's buffer."""
+        p = self.p
+        shift = p.r32("dshift")
+        for i in range(1, self.cfg.world + 1):
+            d, base = self._rotated(i)
+            self._chunk_slice(d, lo, hi, "%nv")
+            p(f"mul.lo.u32 {shift}, %cv, {d};")
+            p(f"sub.u32 {shift}, {slot_off}, {shift};")     # mod 2^32
+            push(base, shift)
+
     # ---- vector loops ------------------------------------------------------------------
     def _slice_loop(self, lo: str, hi: str, body, unroll: int | None = None) -> None:
         """For v in [lo, hi) in steps of THREADS * unroll, each thread ``unroll`` vectors
@@ -456,14 +470,9 @@ class CollectiveKernel:
 
         shift = p.r32("llshift")
         if kind == "llrs":
-            for i in range(1, W + 1):
-                d, base = self._rotated(i)
-                self._chunk_slice(d, lo, hi, "%nv")
-                p(f"mul.lo.u32 {shift}, %rank, %cv;")
-                c0 = p.r32("llc0")
-                p(f"mul.lo.u32 {c0}, %cv, {d};")
-                p(f"sub.u32 {shift}, {shift}, {c0};")
-                self._slice_loop(lo, hi, push_to([base], shift), 1)
+            p(f"mul.lo.u32 {shift}, %rank, %cv;")          # slot rank (LL vectors: x 32 B)
+            self._each_chunk_to_its_rank(lo, hi, shift, lambda base, sh: self._slice_loop(
+                lo, hi, push_to([base], sh), 1))
             self._chunk_slice(0, lo, hi, "%cv")
         else:
             self._chunk_slice(0, lo, hi, "%nv")
@@ -558,18 +567,13 @@ class CollectiveKernel:
     def _emit_rs(self) -> None:
         """Push chunk d of the input into slot ``rank`` of rank d's staging; arrive; sum the
         W local slots into the output (this rank's chunk)."""
-        p, W = self.p, self.cfg.world
+        p = self.p
         lo, hi = p.r32("lo"), p.r32("hi")
         st = self._stage("%cv")
         off = p.r32("slot_off")
-        for i in range(1, W + 1):
-            d, base = self._rotated(i)
-            self._chunk_slice(d, lo, hi, "%nv")
-            p(f"mad.lo.u32 {off}, %rank, %cv, {st};")
-            shift = p.r32("dshift")
-            p(f"mul.lo.u32 {shift}, %cv, {d};")
-            p(f"sub.u32 {shift}, {off}, {shift};")     # slot offset - chunk start (mod 2^32)
-            self._push(lo, hi, "%src", [(base, shift)])
+        p(f"mad.lo.u32 {off}, %rank, %cv, {st};")
+        self._each_chunk_to_its_rank(lo, hi, off,
+                                     lambda base, shift: self._push(lo, hi, "%src", [(base, shift)]))
         self._barrier_phase(1)
         self._chunk_slice(0, lo, hi, "%cv")
         self._reduce(lo, hi, st, "%cv", [("%out", None)])
@@ -580,15 +584,11 @@ class CollectiveKernel:
         slots and push the result into R of every rank; leave."""
         p, W, cfg = self.p, self.cfg.world, self.cfg
         lo, hi = p.r32("lo"), p.r32("hi")
-        off, shift = p.r32("slot_off"), p.r32("dshift")
+        off = p.r32("slot_off")
         src = "%src" if cfg.copy_in else "%mysym"
         p(f"mad.lo.u32 {off}, %rank, %cv, %nv;")     # S + rank * cv
-        for i in range(1, W + 1):
-            d, base = self._rotated(i)
-            self._chunk_slice(d, lo, hi, "%nv")
-            p(f"mul.lo.u32 {shift}, %cv, {d};")
-            p(f"sub.u32 {shift}, {off}, {shift};")
-            self._push(lo, hi, src, [(base, shift)], src_peer=not cfg.copy_in)
+        self._each_chunk_to_its_rank(lo, hi, off, lambda base, shift: self._push(
+            lo, hi, src, [(base, shift)], src_peer=not cfg.copy_in))
         self._barrier_phase(1)
         self._chunk_slice("%rank", lo, hi, "%nv", base=False)
         r0 = p.r32("r0")
