@@ -151,7 +151,7 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
         row["pkc_path"] = prog.fast_report()
         return lambda: prog(x)
 
-    def pkc_kernel(kind, ctas_per_sm=None, **cfg):
+    def pkc_kernel(kind, ctas_per_sm=None, ll_cta_vecs=None, **cfg):
         """pkc's collective kernel driven directly (what the compiled path runs, without
         its per-call graph walk and output copy). ar2 is in place on its symmetric buffer
         (like two_shot_all_reduce_): filled with x once, then values grow, as NCCL's.
@@ -160,7 +160,7 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
             from pkc.codegen.hopper.collectives import CollectiveConfig, CollectiveRunner
 
             run = CollectiveRunner(CollectiveConfig(kind, W, "bf16", **cfg), x.numel(), pkc_peers(),
-                                   ctas_per_sm=ctas_per_sm)
+                                   ctas_per_sm=ctas_per_sm, ll_cta_vecs=ll_cta_vecs)
             if run.in_place:
                 run.buffer(ctx.rank).copy_(x.view(-1))
                 ctx.barrier()
@@ -175,6 +175,8 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
                    "reduce_scatter": ("llrs", "rs")}[op]
         if size <= 4 << 20:
             try_impl("pkc_ll", pkc_kernel(ll))
+            for v in args.ll_vecs:          # LL spread over more CTAs (v vectors each)
+                try_impl(f"pkc_ll{v}", pkc_kernel(ll, ll_cta_vecs=v))
         if op == "all_reduce":
             try_impl("pkc_1shot", pkc_kernel("ar1"))
             try_impl("pkc_2shot", pkc_kernel("ar2"))
@@ -230,9 +232,10 @@ def tables(res: dict) -> str:
         rows = [r for r in res["rows"] if r["op"] == op]
         if not rows:
             continue
-        impls = [k for k in ("pkc", "pkc_ll", "pkc_1shot", "pkc_2shot", "pkc_2copy", "pkc_2pull",
-                             "pkc_direct",
-                             "one_shot", "two_shot", "ce")
+        lls = sorted({k for r in rows for k in r["ms"] if k.startswith("pkc_ll") and k != "pkc_ll"},
+                     key=lambda k: int(k[6:]))
+        impls = [k for k in ("pkc", "pkc_ll", *lls, "pkc_1shot", "pkc_2shot", "pkc_2copy",
+                             "pkc_2pull", "pkc_direct", "one_shot", "two_shot", "ce")
                  if any(k in r["ms"] for r in rows)]
         headers = ["size", "nccl us", "nccl busbw"] + [f"{k} x" for k in impls] + \
                   [f"{k} busbw" for k in impls] + ["checks"]
@@ -297,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipeline", default="default")
     ap.add_argument("--budget-s", type=float, default=600.0, help="start no new size after this")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--ll-vecs", type=int, nargs="*", default=[], metavar="V",
+                    help="also time the LL kernels with V vectors per CTA (columns pkc_llV)")
     args = ap.parse_args(argv)
     import torch
 

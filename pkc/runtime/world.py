@@ -49,6 +49,15 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
     return t.fill_(torch.iinfo(t.dtype).min)
 
 
+def _pointer_array(ts: list[torch.Tensor], dev) -> torch.Tensor:
+    """A device int64 array of the tensors' addresses, written by fills on the device (no
+    host-to-device copy, which a CUDA graph capture forbids from pageable memory)."""
+    arr = torch.empty(len(ts), dtype=torch.int64, device=dev)
+    for i, t in enumerate(ts):
+        arr[i].fill_(t.data_ptr())
+    return arr
+
+
 class VirtualWorld:
     """Runs compiled kernels for ``world`` ranks on one GPU."""
 
@@ -65,16 +74,25 @@ class VirtualWorld:
         self.capability = torch.cuda.get_device_capability(self.device)
         self.green = green
         self.lanes, self.mode = lanes(world, self.ordinal, green)
+        self._errors: dict[str, torch.Tensor] = {}      # kernel PTX -> [W, ERROR_WORDS]
+        self._unchecked: dict[str, float] = {}          # kernels launched in a capture
 
     def run(self, ck: CompiledKernel, inputs: list[list[torch.Tensor]],
             timeout_s: float = DEFAULT_TIMEOUT_S) -> list[list[torch.Tensor]]:
-        """``inputs[r]``: rank r's kernel inputs. Returns ``outputs[r]``."""
+        """``inputs[r]``: rank r's kernel inputs. Returns ``outputs[r]``.
+
+        Capturable into a CUDA graph: nothing is copied from the host (pointer arrays are
+        filled on the device) and, while torch's stream is capturing, the call neither
+        synchronizes nor reads the error records; a timed-out wait of a captured launch
+        is raised by this kernel's next call outside a capture."""
         meta = ck.meta
         W = self.world
         if meta.world != W:
             raise ValueError(f"kernel @{meta.name} is compiled for {meta.world} ranks, the world has {W}")
         kernel = L.load(ck, self.ordinal, self.capability)
         dev = self.device
+        capturing = torch.cuda.is_current_stream_capturing()
+        errors = self._errors_of(ck, capturing, timeout_s)
         keep: list[torch.Tensor] = []
         bufs: list[list[int]] = [[] for _ in range(W)]
         outputs: dict[int, list[torch.Tensor]] = {}
@@ -91,7 +109,7 @@ class VirtualWorld:
                         outputs[b.index] = ts
                 keep += ts
                 if b.symmetric:
-                    arr = torch.tensor([t.data_ptr() for t in ts], dtype=torch.int64, device=dev)
+                    arr = _pointer_array(ts, dev)
                     keep.append(arr)
                     for r in range(W):
                         bufs[r].append(arr.data_ptr())
@@ -101,15 +119,31 @@ class VirtualWorld:
             sig_params = []
             for s in meta.signals:
                 pads = [torch.zeros(s.count, dtype=torch.int32, device=dev) for _ in range(W)]
-                arr = torch.tensor([p.data_ptr() for p in pads], dtype=torch.int64, device=dev)
+                arr = _pointer_array(pads, dev)
                 keep += pads + [arr]
                 sig_params.append(arr.data_ptr())
-            errors = torch.zeros(W, ERROR_WORDS, dtype=torch.int32, device=dev)
+            errors.zero_()
             workspace = torch.zeros(W, meta.workspace_words, dtype=torch.int32, device=dev)
             self._launch_all(ck, kernel, bufs, sig_params, errors, workspace, timeout_s)
+            if capturing:
+                # the graph's memory pool keeps every tensor above alive for its replays
+                self._unchecked[ck.ptx] = timeout_s
+                return [[outputs[i][r] for i in sorted(outputs)] for r in range(W)]
             torch.cuda.current_stream(dev).synchronize()
         self._raise_errors(ck, errors, timeout_s)
         return [[outputs[i][r] for i in sorted(outputs)] for r in range(W)]
+
+    def _errors_of(self, ck: CompiledKernel, capturing: bool, timeout_s: float) -> torch.Tensor:
+        """The kernel's error records (one per rank, kept per kernel). Outside a capture,
+        first raise what launches of a captured graph recorded since the last check."""
+        errs = self._errors.get(ck.ptx)
+        if errs is None:
+            errs = self._errors[ck.ptx] = torch.zeros(self.world, ERROR_WORDS, dtype=torch.int32,
+                                                      device=self.device)
+        if not capturing and ck.ptx in self._unchecked:
+            torch.cuda.current_stream(self.device).synchronize()
+            self._raise_errors(ck, errs, self._unchecked.pop(ck.ptx))
+        return errs
 
     def _launch_all(self, ck, kernel, bufs, sig_params, errors, workspace, timeout_s) -> None:
         try:

@@ -75,6 +75,22 @@ def test_plan_grid():
     ar2 = CollectiveConfig("ar2", 3, "f32")
     nv, cv, per, G = plan_grid(ar2, 4 * 10, 8)
     assert (nv, cv) == (10, 4)                  # chunks of ceil(10 / 3); the last is short
+    ll = CollectiveConfig("ll", 2, "bf16")
+    assert plan_grid(ll, 2048, 132) == (256, 256, 256, 1)            # default: 512 per CTA
+    assert plan_grid(ll, 2048, 132, 64) == (256, 256, 64, 4)         # spread over 4 SMs
+    assert plan_grid(ll, 1 << 17, 132, 64)[3] == 132                 # at most max_ctas
+    with pytest.raises(ValueError, match="LL takes"):
+        plan_grid(ll, 2048, 132, 1024)
+
+
+@pytest.mark.parametrize("W", [2, 4, 8])
+def test_ll_issues_every_slots_poll_before_checking_a_flag(W):
+    """One load latency per vector, not W in a row: the 2W polls of the W slots all come
+    before the first flag comparison of the wait loop."""
+    ptx = emit_collective_ptx(CollectiveConfig("ll", W, "bf16"))
+    body = ptx[ptx.index("$L_llw_"):]
+    first_check = body.index("setp.eq.u32 %llok")
+    assert body[:first_check].count("ld.volatile.global.v4.b32") == 2 * W
 
 
 @pytest.mark.parametrize("kind", KINDS)

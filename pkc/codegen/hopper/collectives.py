@@ -75,6 +75,10 @@ KINDS = ("ll", "llag", "llrs", "ar1", "rs", "ar2", "ag", "agp")
 LL_KINDS = ("ll", "llag", "llrs")
 DTYPES = {"bf16": 2, "f16": 2, "f32": 4}
 THREADS = 512
+# LL kinds: vectors of a slot per CTA (one per thread). Fewer than THREADS spreads a small
+# message over more SMs: each SM's share of the stores and polls is what its load/store
+# path takes time for (see docs/PERF_NOTES.md, issue 7 session 4).
+LL_CTA_VECS = 512
 ERR_PHASES = {1: "arrival of the rank's CTA (its data is ready / its kernel started)",
               2: "the rank's results written into this rank (exit)"}
 
@@ -487,18 +491,20 @@ class CollectiveKernel:
             skip = p.fresh("ll_skip")
             q_ = self._guard(v)
             p(f"@!{q_} bra {skip};")
+            addrs = [p.r64(f"llb{q}") for q in range(W)]
             for q in range(W):
                 p(f"mad.lo.u32 {slot}, {q}, {slot_vecs}, {v};")
-                p(f"mul.wide.u32 {b}, {slot}, 32;")
-                p(f"add.s64 {b}, {b}, {st};")
-                p(f"add.s64 {b}, {b}, %mysym;")
-                self._ll_wait(b, words[q], q)
-                if kind == "llag":                   # out[q * n + v] = slot q's vector
+                p(f"mul.wide.u32 {addrs[q]}, {slot}, 32;")
+                p(f"add.s64 {addrs[q]}, {addrs[q]}, {st};")
+                p(f"add.s64 {addrs[q]}, {addrs[q]}, %mysym;")
+            self._ll_wait(addrs, words)
+            if kind == "llag":                       # out[q * n + v] = slot q's vector
+                for q in range(W):
                     o = p.r32("llo")
                     p(f"mad.lo.u32 {o}, {q}, {slot_vecs}, {v};")
                     self._addr(a, "%out", o)
                     p(f"st.global.v4.b32 [{a}], {{{', '.join(words[q])}}};")
-            if kind != "llag":
+            else:
                 res = [p.r32(f"z0_{k}") for k in range(4)]
                 for k in range(4):
                     self._sum_word(res[k], [words[q][k] for q in range(W)])
@@ -519,25 +525,34 @@ class CollectiveKernel:
         self._addr(a, "%src", v0)
         self._load([p.r32(f"xp_{k}") for k in range(4)], a, v0, peer=False)
 
-    def _ll_wait(self, addr: str, words: list[str], peer: int) -> None:
-        """Poll two 16-byte LL lines at ``addr`` until all four flags are this epoch
-        (bounded: a timeout records the error and takes whatever is there)."""
-        p = self.p
+    def _ll_wait(self, addrs: list[str], words: list[list[str]]) -> None:
+        """Poll the W slots' LL lines (two 16-byte lines each, at ``addrs``) until every
+        flag is this epoch: all W slots' loads are issued before any flag is checked, so
+        a thread waits about one latency, not W in a row (bounded: a timeout records the
+        first slot still short and takes whatever is there)."""
+        p, W = self.p, self.cfg.world
         top, done, late = p.fresh("llw"), p.fresh("llw_ok"), p.fresh("llw_late")
-        f = [p.r32(f"llf{k}") for k in range(4)]
+        f = [[p.r32(f"llf{q}_{k}") for k in range(4)] for q in range(W)]
         ok, tmp = p.pred("llok"), p.pred("lltmp")
+        oq = [p.pred(f"llok{q}") for q in range(W)]
         dl, now = p.r64("lldl"), p.r64("llnow")
-        gave = p.pred("llgave")
+        gave, short = p.pred("llgave"), p.r32("llshort")
         given = p.r32("gave")          # set once a wait timed out: later waits return at once
         p(f"setp.ne.u32 {tmp}, {given}, 0;")
         p(f"@{tmp} bra {done};")
         p(f"mov.u64 {dl}, 0;")
         p.label(top)
-        p(f"ld.volatile.global.v4.b32 {{{words[0]}, {f[0]}, {words[1]}, {f[1]}}}, [{addr}];")
-        p(f"ld.volatile.global.v4.b32 {{{words[2]}, {f[2]}, {words[3]}, {f[3]}}}, [{addr}+16];")
-        p(f"setp.eq.u32 {ok}, {f[0]}, %epoch;")
-        for k in range(1, 4):
-            p(f"setp.eq.and.u32 {ok}, {f[k]}, %epoch, {ok};")
+        for q in range(W):
+            w, fq = words[q], f[q]
+            p(f"ld.volatile.global.v4.b32 {{{w[0]}, {fq[0]}, {w[1]}, {fq[1]}}}, [{addrs[q]}];")
+            p(f"ld.volatile.global.v4.b32 {{{w[2]}, {fq[2]}, {w[3]}, {fq[3]}}}, [{addrs[q]}+16];")
+        for q in range(W):
+            p(f"setp.eq.u32 {oq[q]}, {f[q][0]}, %epoch;")
+            for k in range(1, 4):
+                p(f"setp.eq.and.u32 {oq[q]}, {f[q][k]}, %epoch, {oq[q]};")
+        p(f"mov.pred {ok}, {oq[0]};")
+        for q in range(1, W):
+            p(f"and.pred {ok}, {ok}, {oq[q]};")
         p(f"@{ok} bra {done};")
         p(f"mov.u64 {now}, %globaltimer;")
         p(f"setp.eq.u64 {tmp}, {dl}, 0;")              # first miss: start the clock
@@ -547,8 +562,16 @@ class CollectiveKernel:
         p(f"bra {top};")
         p.label(late)
         p(f"mov.u32 {given}, 1;")
+        p(f"mov.u32 {short}, 0;")
+        for q in reversed(range(W)):                   # the first slot still short
+            p(f"@!{oq[q]} mov.u32 {short}, {q};")
+        seen = p.r32("llseen")
+        p(f"mov.u32 {seen}, {f[0][0]};")
+        for q in range(1, W):
+            p(f"setp.eq.u32 {tmp}, {short}, {q};")
+            p(f"@{tmp} mov.u32 {seen}, {f[q][0]};")
         emit_timeout_record(p, "%err", "%mbox", "%trap",
-                            ["1", "%rank", str(peer), f[0], "%epoch", "%cta", "%epoch"], "ll")
+                            ["1", "%rank", short, seen, "%epoch", "%cta", "%epoch"], "ll")
         p.label(done)
 
     def _emit_ar1(self) -> None:
@@ -698,10 +721,13 @@ def emit_collective_ptx(cfg: CollectiveConfig) -> str:
     return CollectiveKernel(cfg).emit()
 
 
-def plan_grid(cfg: CollectiveConfig, elems: int, max_ctas: int) -> tuple[int, int, int, int]:
+def plan_grid(cfg: CollectiveConfig, elems: int, max_ctas: int,
+              ll_cta_vecs: int | None = None) -> tuple[int, int, int, int]:
     """(nv, cv, per, G) for a tensor of ``elems`` elements (the input of the kernel: for
     rs the ``W x chunk`` tensor, for ag the local shard). Raises if the size is not a
-    whole number of 16-byte vectors (per chunk, where chunks exist)."""
+    whole number of 16-byte vectors (per chunk, where chunks exist). LL kinds give each
+    CTA ``ll_cta_vecs`` vectors of a slot (default :data:`LL_CTA_VECS`), the others
+    ``THREADS x unroll``."""
     ve = cfg.vec_elems
     if elems % ve:
         raise ValueError(f"{cfg.kind}: {elems} elements is not a multiple of 16 bytes")
@@ -715,7 +741,12 @@ def plan_grid(cfg: CollectiveConfig, elems: int, max_ctas: int) -> tuple[int, in
         cv = -(-nv // W)
     else:
         cv = nv
-    work = THREADS * (1 if cfg.kind in LL_KINDS else cfg.unroll)
+    if cfg.kind in LL_KINDS:
+        work = ll_cta_vecs or LL_CTA_VECS
+        if not 1 <= work <= THREADS:
+            raise ValueError(f"{cfg.kind}: {work} vectors per CTA; LL takes 1..{THREADS}")
+    else:
+        work = THREADS * cfg.unroll
     G = max(1, min(max_ctas, -(-cv // work)))
     per = -(-cv // G)
     return nv, cv, per, G
@@ -745,7 +776,7 @@ class CollectiveRunner:
     """
 
     def __init__(self, cfg: CollectiveConfig, elems: int, peers, timeout_ns: int = 2_000_000_000,
-                 ctas_per_sm: int | None = None, source=None):
+                 ctas_per_sm: int | None = None, source=None, ll_cta_vecs: int | None = None):
         import torch
         from pkc.codegen.hopper.launch import load_kernel
 
@@ -764,7 +795,10 @@ class CollectiveRunner:
         if ctas_per_sm > fit:
             raise ValueError(f"{cfg.kernel_name}: {ctas_per_sm} CTAs per SM requested, {fit} fit")
         max_ctas = ctas_per_sm * min(peers.sms_of(r) for r in peers.ranks)
-        self.nv, self.cv, self.per, self.grid = plan_grid(cfg, elems, max_ctas)
+        self.nv, self.cv, self.per, self.grid = plan_grid(cfg, elems, max_ctas, ll_cta_vecs)
+        # LL: one vector per thread when a CTA's slice fits (no idle warps to launch)
+        self.threads = min(THREADS, -(-self.per // 32) * 32) if cfg.kind in LL_KINDS \
+            else THREADS
         W, ve = cfg.world, cfg.vec_elems
         sym_vecs = {"ll": 4 * W * self.cv, "llag": 4 * W * self.cv, "llrs": 4 * W * self.cv,
                     "ar1": 2 * W * self.nv, "rs": 2 * W * self.cv, "ag": W * self.nv,
@@ -877,7 +911,7 @@ class CollectiveRunner:
             if o is not None:
                 self._check_output(r, o)
             args, _ = self._bind(r, x, o)
-            launch(self.kernel, self.grid, THREADS, args, self.peers.stream(r))
+            launch(self.kernel, self.grid, self.threads, args, self.peers.stream(r))
         self.peers.end()
         return {r: (self.out[r] if outs is None else outs[r]) for r in self.peers.ranks}
 
