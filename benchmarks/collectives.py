@@ -176,7 +176,7 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
         if size <= 4 << 20:
             try_impl("pkc_ll", pkc_kernel(ll))
             for v in args.ll_vecs:          # LL spread over more CTAs (v vectors each)
-                try_impl(f"pkc_ll{v}", pkc_kernel(ll, ll_cta_vecs=v))
+                try_impl(f"pkc_ll{v}", pkc_kernel(ll, ll_cta_vecs=v, ctas_per_sm=args.ll_ctas_per_sm))
         if op == "all_reduce":
             try_impl("pkc_1shot", pkc_kernel("ar1"))
             try_impl("pkc_2shot", pkc_kernel("ar2"))
@@ -302,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--ll-vecs", type=int, nargs="*", default=[], metavar="V",
                     help="also time the LL kernels with V vectors per CTA (columns pkc_llV)")
+    ap.add_argument("--ll-ctas-per-sm", type=int, default=None,
+                    help="CTAs per SM of the --ll-vecs kernels (default: the runner's)")
     args = ap.parse_args(argv)
     import torch
 

@@ -42,6 +42,8 @@ def test_protocol_in_ptx(kind):
         assert ptx.count("st.volatile.global.v4.b32") == 2 * W
         assert ptx.count("ld.volatile.global.v4.b32") == 2 * W and "%globaltimer" in ptx
         assert ("add.rn.f32" in ptx) == (kind != "llag")        # all-gather copies, no sum
+        # ll / llag keep their own vector in registers: the own slot is not stored or polled
+        assert ("!%llself" in ptx) == (kind != "llrs")
         return
     phases = 1 if kind in ("ar1", "rs") else 2
     assert ptx.count("red.relaxed.sys.global.add.u32") == W * phases
@@ -76,9 +78,12 @@ def test_plan_grid():
     nv, cv, per, G = plan_grid(ar2, 4 * 10, 8)
     assert (nv, cv) == (10, 4)                  # chunks of ceil(10 / 3); the last is short
     ll = CollectiveConfig("ll", 2, "bf16")
-    assert plan_grid(ll, 2048, 132) == (256, 256, 256, 1)            # default: 512 per CTA
+    assert plan_grid(ll, 2048, 132, 512) == (256, 256, 256, 1)       # one CTA
     assert plan_grid(ll, 2048, 132, 64) == (256, 256, 64, 4)         # spread over 4 SMs
     assert plan_grid(ll, 1 << 17, 132, 64)[3] == 132                 # at most max_ctas
+    for cv in range(1, 400):           # every CTA gets a non-empty slice (LL publishes in it)
+        _, _, per, G = plan_grid(ll, 8 * cv, 132, 3)
+        assert (G - 1) * per < cv <= G * per
     with pytest.raises(ValueError, match="LL takes"):
         plan_grid(ll, 2048, 132, 1024)
 

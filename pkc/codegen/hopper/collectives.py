@@ -77,8 +77,10 @@ DTYPES = {"bf16": 2, "f16": 2, "f32": 4}
 THREADS = 512
 # LL kinds: vectors of a slot per CTA (one per thread). Fewer than THREADS spreads a small
 # message over more SMs: each SM's share of the stores and polls is what its load/store
-# path takes time for (see docs/PERF_NOTES.md, issue 7 session 4).
-LL_CTA_VECS = 512
+# path takes time for. Measured on 2 H200s (all-reduce, x NCCL at 4K / 16K / 64K / 256K):
+# 512: 1.41 / 1.34 / 1.34 / 1.28; 256: 1.42 / 1.53 / 1.45 / 1.33; 128: 1.48 / 1.52 / 1.46 /
+# 1.36; 64: 1.52 / 1.63 / 1.55 / 1.38; 32: 1.48 / 1.51 / 1.46 / 1.34 (docs/PERF_NOTES.md).
+LL_CTA_VECS = 64
 ERR_PHASES = {1: "arrival of the rank's CTA (its data is ready / its kernel started)",
               2: "the rank's results written into this rank (exit)"}
 
@@ -445,12 +447,17 @@ class CollectiveKernel:
         slot = p.r32("llslot")
 
         prefetched = kind in ("ll", "llag")      # see _ll_prefetch
+        x = [p.r32(f"x0_{k}") for k in range(4)]
+        # ll / llag: the own slot is neither stored nor polled (the thread holds the vector)
+        selfs = [p.pred(f"llself{d}") for d in range(W)] if prefetched else None
+        if selfs:
+            for d in range(W):
+                p(f"setp.eq.u32 {selfs[d]}, %rank, {d};")
 
         def push_to(dests, shift):
             def push(vs):
                 (v,) = vs
                 self._addr(a, "%src", v)
-                x = [p.r32(f"x0_{k}") for k in range(4)]
                 if prefetched:                  # the first trip's vector is in xp
                     first = p.pred("llfirst")
                     p(f"setp.eq.u32 {first}, {v}, %llv0;")
@@ -463,27 +470,16 @@ class CollectiveKernel:
                 else:
                     self._load(x, a, v, peer=False)
                 p(f"add.u32 {slot}, {v}, {shift};")      # slot rank's vector (v - chunk start)
-                for d in dests:
+                for i, d in enumerate(dests):
                     p(f"mul.wide.u32 {b}, {slot}, 32;")
                     p(f"add.s64 {b}, {b}, {st};")
                     p(f"add.s64 {b}, {b}, {d};")
                     q = self._guard(v)
+                    if selfs:
+                        p(f"and.pred {q}, {q}, !{selfs[i]};")
                     p(f"@{q} st.volatile.global.v4.b32 [{b}], {{{x[0]}, %epoch, {x[1]}, %epoch}};")
                     p(f"@{q} st.volatile.global.v4.b32 [{b}+16], {{{x[2]}, %epoch, {x[3]}, %epoch}};")
             return push
-
-        shift = p.r32("llshift")
-        if kind == "llrs":
-            p(f"mul.lo.u32 {shift}, %rank, %cv;")          # slot rank (LL vectors: x 32 B)
-            self._each_chunk_to_its_rank(lo, hi, shift, lambda base, sh: self._slice_loop(
-                lo, hi, push_to([base], sh), 1))
-            self._chunk_slice(0, lo, hi, "%cv")
-        else:
-            self._chunk_slice(0, lo, hi, "%nv")
-            p(f"mul.lo.u32 {shift}, %rank, %cv;")
-            self._slice_loop(lo, hi, push_to([f"%symp{d}" for d in range(W)], shift), 1)
-
-        self._publish()          # its atomic's round trip overlaps the pushes' flight
 
         def pull(vs):
             (v,) = vs
@@ -497,7 +493,7 @@ class CollectiveKernel:
                 p(f"mul.wide.u32 {addrs[q]}, {slot}, 32;")
                 p(f"add.s64 {addrs[q]}, {addrs[q]}, {st};")
                 p(f"add.s64 {addrs[q]}, {addrs[q]}, %mysym;")
-            self._ll_wait(addrs, words)
+            self._ll_wait(addrs, words, own=(x, selfs) if selfs else None)
             if kind == "llag":                       # out[q * n + v] = slot q's vector
                 for q in range(W):
                     o = p.r32("llo")
@@ -511,7 +507,29 @@ class CollectiveKernel:
                 self._addr(a, "%out", v)
                 p(f"st.global.v4.b32 [{a}], {{{', '.join(res)}}};")
             p.label(skip)
-        self._slice_loop(lo, hi, pull, 1)
+
+        shift = p.r32("llshift")
+        if kind == "llrs":
+            p(f"mul.lo.u32 {shift}, %rank, %cv;")          # slot rank (LL vectors: x 32 B)
+            self._each_chunk_to_its_rank(lo, hi, shift, lambda base, sh: self._slice_loop(
+                lo, hi, push_to([base], sh), 1))
+            self._chunk_slice(0, lo, hi, "%cv")
+            self._publish()          # its atomic's round trip overlaps the pushes' flight
+            self._slice_loop(lo, hi, pull, 1)
+            return
+        # ll / llag: push a vector, then wait for its W - 1 peers' copies, in one loop (a
+        # rank pushes trip t before it waits for trip t, so no rank waits on a push that a
+        # wait keeps back); plan_grid leaves no CTA an empty slice, so thread 0's first
+        # trip publishes the epoch, after its pushes
+        self._chunk_slice(0, lo, hi, "%nv")
+        p(f"mul.lo.u32 {shift}, %rank, %cv;")
+        push = push_to([f"%symp{d}" for d in range(W)], shift)
+
+        def push_pull(vs):
+            push(vs)
+            self._publish(cond="%llfirst")
+            pull(vs)
+        self._slice_loop(lo, hi, push_pull, 1)
 
     def _ll_prefetch(self) -> None:
         """ll / llag: load this thread's first input vector before the epoch (the two
@@ -525,11 +543,12 @@ class CollectiveKernel:
         self._addr(a, "%src", v0)
         self._load([p.r32(f"xp_{k}") for k in range(4)], a, v0, peer=False)
 
-    def _ll_wait(self, addrs: list[str], words: list[list[str]]) -> None:
+    def _ll_wait(self, addrs: list[str], words: list[list[str]], own=None) -> None:
         """Poll the W slots' LL lines (two 16-byte lines each, at ``addrs``) until every
         flag is this epoch: all W slots' loads are issued before any flag is checked, so
         a thread waits about one latency, not W in a row (bounded: a timeout records the
-        first slot still short and takes whatever is there)."""
+        first slot still short and takes whatever is there). ``own = (regs, selfs)``: slot
+        q is this thread's own vector ``regs`` where predicate ``selfs[q]`` holds (no load)."""
         p, W = self.p, self.cfg.world
         top, done, late = p.fresh("llw"), p.fresh("llw_ok"), p.fresh("llw_late")
         f = [[p.r32(f"llf{q}_{k}") for k in range(4)] for q in range(W)]
@@ -541,15 +560,23 @@ class CollectiveKernel:
         p(f"setp.ne.u32 {tmp}, {given}, 0;")
         p(f"@{tmp} bra {done};")
         p(f"mov.u64 {dl}, 0;")
+        if own:
+            regs, selfs = own
+            for q in range(W):
+                for k in range(4):
+                    p(f"@{selfs[q]} mov.b32 {words[q][k]}, {regs[k]};")
         p.label(top)
         for q in range(W):
             w, fq = words[q], f[q]
-            p(f"ld.volatile.global.v4.b32 {{{w[0]}, {fq[0]}, {w[1]}, {fq[1]}}}, [{addrs[q]}];")
-            p(f"ld.volatile.global.v4.b32 {{{w[2]}, {fq[2]}, {w[3]}, {fq[3]}}}, [{addrs[q]}+16];")
+            g = f"@!{own[1][q]} " if own else ""
+            p(f"{g}ld.volatile.global.v4.b32 {{{w[0]}, {fq[0]}, {w[1]}, {fq[1]}}}, [{addrs[q]}];")
+            p(f"{g}ld.volatile.global.v4.b32 {{{w[2]}, {fq[2]}, {w[3]}, {fq[3]}}}, [{addrs[q]}+16];")
         for q in range(W):
             p(f"setp.eq.u32 {oq[q]}, {f[q][0]}, %epoch;")
             for k in range(1, 4):
                 p(f"setp.eq.and.u32 {oq[q]}, {f[q][k]}, %epoch, {oq[q]};")
+            if own:
+                p(f"or.pred {oq[q]}, {oq[q]}, {own[1][q]};")
         p(f"mov.pred {ok}, {oq[0]};")
         for q in range(1, W):
             p(f"and.pred {ok}, {ok}, {oq[q]};")
@@ -691,7 +718,7 @@ class CollectiveKernel:
             self._push(lo, hi, base, [("%out", shift)], src_peer=True)
         self._barrier_phase(2)
 
-    def _publish(self) -> None:
+    def _publish(self, cond: str | None = None) -> None:
         """Thread 0 of the last CTA to get here publishes the epoch for the next launch.
         Every thread of every CTA read the epoch before its CTA's first bar.sync, which
         thread 0 has passed, so no read of this launch can see the new value; done at the
@@ -699,6 +726,8 @@ class CollectiveKernel:
         p = self.p
         done = p.fresh("pub")
         p(f"@!%t0 bra {done};")
+        if cond:                                   # once per CTA: where cond holds
+            p(f"@!{cond} bra {done};")
         old, last = p.r32("fin_old"), p.pred("fin_last")
         p(f"atom.global.add.u32 {old}, [%ctl+4], 1;")
         p(f"add.u32 {old}, {old}, 1;")
@@ -749,6 +778,7 @@ def plan_grid(cfg: CollectiveConfig, elems: int, max_ctas: int,
         work = THREADS * cfg.unroll
     G = max(1, min(max_ctas, -(-cv // work)))
     per = -(-cv // G)
+    G = max(1, -(-cv // per))        # no CTA with an empty slice (LL publishes in its loop)
     return nv, cv, per, G
 
 
