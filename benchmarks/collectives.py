@@ -177,6 +177,15 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
             try_impl("pkc_ll", pkc_kernel(ll))
             for v in args.ll_vecs:          # LL spread over more CTAs (v vectors each)
                 try_impl(f"pkc_ll{v}", pkc_kernel(ll, ll_cta_vecs=v, ctas_per_sm=args.ll_ctas_per_sm))
+        for var in args.variants:           # KIND:UNROLL:CTAS_PER_SM
+            kind, unroll, cps = var.split(":")
+            if kind in {"all_reduce": ("ar1", "ar2", "ar2c", "ar2p"), "all_gather": ("ag",),
+                        "reduce_scatter": ("rs",)}[op]:
+                # ar2c / ar2p: the two-shot into a fresh output, push / pull gather
+                extra = {"ar2c": dict(copy_in=True), "ar2p": dict(copy_in=True, gather="pull")}
+                try_impl(f"pkc_{kind}_u{unroll}c{cps}",
+                         pkc_kernel(kind[:3], ctas_per_sm=int(cps), unroll=int(unroll),
+                                    **extra.get(kind, {})))
         if op == "all_reduce":
             try_impl("pkc_1shot", pkc_kernel("ar1"))
             try_impl("pkc_2shot", pkc_kernel("ar2"))
@@ -232,11 +241,10 @@ def tables(res: dict) -> str:
         rows = [r for r in res["rows"] if r["op"] == op]
         if not rows:
             continue
-        lls = sorted({k for r in rows for k in r["ms"] if k.startswith("pkc_ll") and k != "pkc_ll"},
-                     key=lambda k: int(k[6:]))
-        impls = [k for k in ("pkc", "pkc_ll", *lls, "pkc_1shot", "pkc_2shot", "pkc_2copy",
-                             "pkc_2pull", "pkc_direct", "one_shot", "two_shot", "ce")
-                 if any(k in r["ms"] for r in rows)]
+        fixed = ("pkc", "pkc_ll", "pkc_1shot", "pkc_2shot", "pkc_2copy", "pkc_2pull",
+                 "pkc_direct", "one_shot", "two_shot", "ce")
+        extra = sorted({k for r in rows for k in r["ms"] if k not in fixed and k != "nccl"})
+        impls = [k for k in fixed[:2] + tuple(extra) + fixed[2:] if any(k in r["ms"] for r in rows)]
         headers = ["size", "nccl us", "nccl busbw"] + [f"{k} x" for k in impls] + \
                   [f"{k} busbw" for k in impls] + ["checks"]
         body = []
@@ -302,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--ll-vecs", type=int, nargs="*", default=[], metavar="V",
                     help="also time the LL kernels with V vectors per CTA (columns pkc_llV)")
+    ap.add_argument("--variants", nargs="*", default=[], metavar="KIND:UNROLL:CTAS_PER_SM",
+                    help="also time pkc kernels ar1 / ar2 (in place) / ar2c / ar2p (fresh "
+                         "output, push / pull gather) / ag / rs with these settings")
     ap.add_argument("--ll-ctas-per-sm", type=int, default=None,
                     help="CTAs per SM of the --ll-vecs kernels (default: the runner's)")
     args = ap.parse_args(argv)

@@ -125,11 +125,14 @@ def test_epoch_lives_on_the_device(kind):
 def test_two_shot_copy_in_gathers_by_push_or_pull(W):
     push = emit_collective_ptx(CollectiveConfig("ar2", W, "bf16", copy_in=True))
     pull = emit_collective_ptx(CollectiveConfig("ar2", W, "bf16", copy_in=True, gather="pull"))
-    # push: the reduced chunk is stored into every rank's R (W stores per vector), the
-    # output copied from the own R; pull: stored once (own R), then read from the W ranks'
+    # push: the reduced chunk is stored into the own output and every peer's R, then the
+    # W - 1 peers' chunks are copied from the own R; pull: stored once (own R), then read
+    # from the W ranks'
     ends = [ptx.rsplit("ld.acquire.sys.global.u32", 1)[1] for ptx in (push, pull)]  # after the exit wait
     assert "%mysym" in ends[0] and "%rotp" not in ends[0]
-    assert "%rotp" in ends[1]
+    assert ends[0].count("ld.global.cg.v4.b32") == W - 1          # not the own chunk
+    assert push.count("selp.u64 %rdst") == W                        # own chunk -> %out
+    assert "%rotp" in ends[1] and ends[1].count("ld.global.cg.v4.b32") == W - 1
     with pytest.raises(ValueError, match="gather"):
         CollectiveConfig("ar2", W, "bf16", copy_in=True, gather="ring").validate()
     if tools.find_tool("ptxas") is not None:

@@ -44,11 +44,12 @@ Kinds (``sym``: the symmetric buffer; ``stage``: its half of this epoch, by pari
   wait for every rank's chunk); the result is the rank's ``R``, and the exit barrier is
   what makes ``S`` and ``R`` safe to reuse. With ``copy_in`` the result goes to a local
   output (a fresh tensor per call: nothing persistent leaves the kernel), by
-  ``gather="push"``: as in place, then each CTA copies its slice of every chunk from the
-  own ``R`` (complete once every rank's CTA of that slice signalled); or ``"pull"``:
-  the result only into the own ``R``; signal; pull the W reduced chunks from the
-  ranks' ``R``. Measured on 4 H200s (kernels alone): push 1.10 vs pull 1.05x NCCL at
-  1 MiB, 0.88 vs 0.91x at 1 GiB (pull saves the local copy where bandwidth rules).
+  ``gather="push"``: the result into the own output and every peer's ``R``, then each
+  CTA copies its slice of the W - 1 peers' chunks from the own ``R`` (complete once
+  every rank's CTA of that slice signalled); or ``"pull"``: the result only into the
+  own ``R`` and the own output; signal; pull the W - 1 peers' reduced chunks from their
+  ``R`` (its local reduce runs while the link is idle). Measured on 4 H200s (kernels alone, when push still
+  copied all W chunks): push 1.10 vs pull 1.05x NCCL at 1 MiB, 0.88 vs 0.91x at 1 GiB.
 * ``ag`` all-gather: arrive (every peer's kernel of this epoch started, so its consumers
   of the last result are done); store the input into slot ``rank`` of every rank's
   ``sym`` (``W x n``); leave. The result is the rank's ``sym``.
@@ -651,15 +652,29 @@ class CollectiveKernel:
         # are safe to reuse next epoch: a peer writes them only after the next arrival,
         # i.e. after this rank's kernel (and its reads of R) completed.
         if cfg.gather == "push":
-            # the result into every rank's R; after the exit signals, slice %cta of every
-            # chunk of the own R is complete (each rank's CTA %cta wrote that slice)
-            self._reduce(lo, hi, "%nv", "%cv", [(f"%symp{d}", r0) for d in range(W)])
+            # the result into the own output and every peer's R; after the exit signals,
+            # slice %cta of every peer's chunk in the own R is complete (each rank's CTA
+            # %cta wrote that slice): copy those W - 1 chunks out
+            dests = []
+            for d in range(W):
+                base, own = p.r64(f"rdst{d}"), p.pred("rdst_own")
+                p(f"setp.eq.u32 {own}, %rank, {d};")
+                p(f"selp.u64 {base}, %out, %symp{d}, {own};")
+                dests.append((base, r0))
+            self._reduce(lo, hi, "%nv", "%cv", dests)
             self._barrier_phase(2)
-            self._gather_chunks(lo, hi, ["%mysym"] * W)
+            peers = []
+            for i in range(1, W):
+                q = p.r32(f"gq{i}")
+                p(f"add.u32 {q}, %rank, {i};")
+                p(f"rem.u32 {q}, {q}, {W};")
+                peers.append((q, "%mysym"))
+            self._gather_chunks(lo, hi, peers)
             return
-        self._reduce(lo, hi, "%nv", "%cv", [("%mysym", r0)])
+        # the own chunk goes to the output here, while the link is idle
+        self._reduce(lo, hi, "%nv", "%cv", [("%mysym", r0), ("%out", r0)])
         self._barrier_phase(2)
-        self._gather_chunks(lo, hi, [self._rotated(i) for i in range(W)])
+        self._gather_chunks(lo, hi, [self._rotated(i) for i in range(1, W)])
 
     def _gather_chunks(self, lo: str, hi: str, sources) -> None:
         """out[q * cv + v] = source_q[q * cv + v] for v in this CTA's chunk-relative slice
