@@ -177,15 +177,15 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
             try_impl("pkc_ll", pkc_kernel(ll))
             for v in args.ll_vecs:          # LL spread over more CTAs (v vectors each)
                 try_impl(f"pkc_ll{v}", pkc_kernel(ll, ll_cta_vecs=v, ctas_per_sm=args.ll_ctas_per_sm))
-        for var in args.variants:           # KIND:UNROLL:CTAS_PER_SM
-            kind, unroll, cps = var.split(":")
+        for var in args.variants:           # KIND:UNROLL:CTAS_PER_SM[:GROUPS]
+            kind, unroll, cps, *grp = var.split(":")
             if kind in {"all_reduce": ("ar1", "ar2", "ar2c", "ar2p"), "all_gather": ("ag",),
                         "reduce_scatter": ("rs",)}[op]:
                 # ar2c / ar2p: the two-shot into a fresh output, push / pull gather
                 extra = {"ar2c": dict(copy_in=True), "ar2p": dict(copy_in=True, gather="pull")}
-                try_impl(f"pkc_{kind}_u{unroll}c{cps}",
-                         pkc_kernel(kind[:3], ctas_per_sm=int(cps), unroll=int(unroll),
-                                    **extra.get(kind, {})))
+                extra = dict(extra.get(kind, {}), **({"groups": int(grp[0])} if grp else {}))
+                try_impl(f"pkc_{kind}_u{unroll}c{cps}" + (f"g{grp[0]}" if grp else ""),
+                         pkc_kernel(kind[:3], ctas_per_sm=int(cps), unroll=int(unroll), **extra))
         if op == "all_reduce":
             try_impl("pkc_1shot", pkc_kernel("ar1"))
             try_impl("pkc_2shot", pkc_kernel("ar2"))
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--ll-vecs", type=int, nargs="*", default=[], metavar="V",
                     help="also time the LL kernels with V vectors per CTA (columns pkc_llV)")
-    ap.add_argument("--variants", nargs="*", default=[], metavar="KIND:UNROLL:CTAS_PER_SM",
+    ap.add_argument("--variants", nargs="*", default=[], metavar="KIND:UNROLL:CTAS_PER_SM[:GROUPS]",
                     help="also time pkc kernels ar1 / ar2 (in place) / ar2c / ar2p (fresh "
                          "output, push / pull gather) / ag / rs with these settings")
     ap.add_argument("--ll-ctas-per-sm", type=int, default=None,

@@ -51,8 +51,8 @@ def expected(kind, xs, W):
     return [torch.cat(xs)] * W
 
 
-def _case(kind, W, dtype, elems, copy_in=False, launches=3, gather="push"):
-    cfg = CollectiveConfig(kind, W, dtype, copy_in=copy_in, gather=gather)
+def _case(kind, W, dtype, elems, copy_in=False, launches=3, gather="push", groups=1):
+    cfg = CollectiveConfig(kind, W, dtype, copy_in=copy_in, gather=gather, groups=groups)
     pr = peers(W)
     run = CollectiveRunner(cfg, elems, pr)
     g = torch.Generator(device="cuda").manual_seed(elems + W)
@@ -124,6 +124,16 @@ def test_two_shot_copy_in(W, gather):
     _case("ar2", W, "bf16", 8 * W * 3001, copy_in=True, gather=gather)
     _case("ar2", W, "f32", 1 << 20, copy_in=True, gather=gather)
     _case("ar2", W, "bf16", 8 * W * 5, copy_in=True, gather=gather)
+
+
+@pytest.mark.parametrize("groups", [2, 3, 8])
+@pytest.mark.parametrize("W", [2, 4])
+def test_two_shot_in_staggered_groups(W, groups):
+    """CTA groups that take turns on the exchange: every group's slices still land (the
+    last group may be short or empty), in place and into a fresh output."""
+    for copy_in, gather in ((True, "push"), (True, "pull"), (False, "push")):
+        _case("ar2", W, "bf16", 8 * W * 3001, copy_in=copy_in, gather=gather, groups=groups)
+    _case("ar2", W, "bf16", 1 << 22, copy_in=True, groups=groups, launches=4)
 
 
 def test_many_launches_reuse_pads():

@@ -139,3 +139,17 @@ def test_two_shot_copy_in_gathers_by_push_or_pull(W):
         for ptx in (push, pull):
             a = tools.assemble(ptx)
             assert a.spill_stores == 0 and a.registers <= 64, a.log
+
+
+@pytest.mark.parametrize("copy_in,gather", [(False, "push"), (True, "push"), (True, "pull")])
+def test_two_shot_groups_pass_and_wait_once(copy_in, gather):
+    """ar2 groups: every CTA signals its turn once after the exchange (in place too, or
+    the next group would wait for ever); CTAs of later groups wait for it before theirs."""
+    ptx = emit_collective_ptx(CollectiveConfig("ar2", 4, "bf16", copy_in=copy_in, gather=gather,
+                                               groups=2))
+    assert ptx.count("red.release.gpu.global.add.u32 [%grp_addr], 1;") == 1
+    wait = ptx.index("ld.acquire.gpu.global.u32")
+    assert wait < ptx.index("fence.acq_rel.sys;") < ptx.index("red.release.gpu.global.add.u32 [%grp_addr]")
+    assert "%grp_addr" not in emit_collective_ptx(CollectiveConfig("ar2", 4, "bf16"))
+    with pytest.raises(ValueError, match="groups"):
+        CollectiveConfig("ar1", 2, "bf16", groups=2).validate()

@@ -83,7 +83,8 @@ THREADS = 512
 # 1.36; 64: 1.52 / 1.63 / 1.55 / 1.38; 32: 1.48 / 1.51 / 1.46 / 1.34 (docs/PERF_NOTES.md).
 LL_CTA_VECS = 64
 ERR_PHASES = {1: "arrival of the rank's CTA (its data is ready / its kernel started)",
-              2: "the rank's results written into this rank (exit)"}
+              2: "the rank's results written into this rank (exit)",
+              3: "this rank's CTA of the previous group (ar2 groups) done with its exchange"}
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,9 @@ class CollectiveConfig:
     """One collective kernel: ``kind`` (see the module doc) for ``world`` ranks, element
     type ``dtype``; ``unroll`` vectors per thread per iteration; ``copy_in`` (ar2 only):
     take the input from a local tensor, the result into a local output, its chunks
-    gathered by ``gather`` "push" or "pull" (see the module doc)."""
+    gathered by ``gather`` "push" or "pull" (see the module doc); ``groups`` (ar2): CTA
+    groups that exchange one after another, so that a group's local copy-out overlaps the
+    next group's link traffic."""
 
     kind: str = "ar1"
     world: int = 2
@@ -99,6 +102,7 @@ class CollectiveConfig:
     unroll: int = 4
     copy_in: bool = False
     gather: str = "push"
+    groups: int = 1
 
     @property
     def esize(self) -> int:
@@ -116,6 +120,7 @@ class CollectiveConfig:
     @property
     def kernel_name(self) -> str:
         extra = ("_copy" + ("_pull" if self.gather == "pull" else "")) if self.copy_in else ""
+        extra += f"_g{self.groups}" if self.groups > 1 else ""
         return f"pkc_coll_{self.kind}{extra}_w{self.world}_{self.dtype}_u{self.unroll}"
 
     def validate(self) -> None:
@@ -128,6 +133,8 @@ class CollectiveConfig:
         need(1 <= self.unroll <= 8, "unroll must be 1..8")
         need(not self.copy_in or self.kind == "ar2", "copy_in is an ar2 option")
         need(self.gather in ("push", "pull"), "gather must be push or pull")
+        need(self.groups == 1 or self.kind == "ar2", "groups is an ar2 option")
+        need(1 <= self.groups <= 8, "groups must be 1..8")
 
 
 class CollectiveKernel:
@@ -638,6 +645,8 @@ class CollectiveKernel:
         off = p.r32("slot_off")
         src = "%src" if cfg.copy_in else "%mysym"
         p(f"mad.lo.u32 {off}, %rank, %cv, %nv;")     # S + rank * cv
+        if cfg.groups > 1:
+            self._group_turn("wait")
         self._each_chunk_to_its_rank(lo, hi, off, lambda base, shift: self._push(
             lo, hi, src, [(base, shift)], src_peer=not cfg.copy_in))
         self._barrier_phase(1)
@@ -647,6 +656,8 @@ class CollectiveKernel:
         if not cfg.copy_in:
             self._reduce(lo, hi, "%nv", "%cv", [(f"%symp{d}", r0) for d in range(W)])
             self._barrier_phase(2)
+            if cfg.groups > 1:
+                self._group_turn("pass")
             return
         # out of place, into a fresh local output: nothing persistent is returned. R and S
         # are safe to reuse next epoch: a peer writes them only after the next arrival,
@@ -663,6 +674,8 @@ class CollectiveKernel:
                 dests.append((base, r0))
             self._reduce(lo, hi, "%nv", "%cv", dests)
             self._barrier_phase(2)
+            if cfg.groups > 1:
+                self._group_turn("pass")
             peers = []
             for i in range(1, W):
                 q = p.r32(f"gq{i}")
@@ -674,7 +687,42 @@ class CollectiveKernel:
         # the own chunk goes to the output here, while the link is idle
         self._reduce(lo, hi, "%nv", "%cv", [("%mysym", r0), ("%out", r0)])
         self._barrier_phase(2)
+        if cfg.groups > 1:
+            self._group_turn("pass")
         self._gather_chunks(lo, hi, [self._rotated(i) for i in range(1, W)])
+
+    def _group_turn(self, what: str) -> None:
+        """ar2 ``groups``: CTA c belongs to group c / ceil(G / groups). "wait": a CTA of
+        group g > 0 waits until CTA c - ceil(G / groups) of this rank passed its exchange
+        (slot ``2 W G + c`` of the own pad reaches the epoch); "pass": signal that slot
+        after the exchange, before the local copy-out."""
+        p, W, n = self.p, self.cfg.world, self.cfg.groups
+        gsz, slot, addr = p.r32("grp_sz"), p.r32("grp_slot"), p.r64("grp_addr")
+        p(f"add.u32 {gsz}, %G, {n - 1};")
+        p(f"div.u32 {gsz}, {gsz}, {n};")
+        if what == "pass":
+            done = p.fresh("grp_passed")
+            p(f"@!%t0 bra {done};")
+            p(f"mad.lo.u32 {slot}, %G, {2 * W}, %cta;")
+            p(f"mul.wide.u32 {addr}, {slot}, 4;")
+            p(f"add.s64 {addr}, {addr}, %mypad;")
+            p(f"red.release.gpu.global.add.u32 [{addr}], 1;")
+            p.label(done)
+            return
+        done, first = p.fresh("grp_go"), p.pred("grp_first")
+        p(f"setp.lt.u32 {first}, %cta, {gsz};")
+        p(f"@{first} bra {done};")
+        p(f"@!%t0 bra {done};")
+        p(f"sub.u32 {slot}, %cta, {gsz};")
+        p(f"mad.lo.u32 {slot}, %G, {2 * W}, {slot};")
+        p(f"mul.wide.u32 {addr}, {slot}, 4;")
+        p(f"add.s64 {addr}, {addr}, %mypad;")
+        emit_bounded_wait(p, addr, "%epoch", timeout="%timeout", sleep_ns=256, scope="gpu",
+                          gave=p.r32("gave"), err="%err", mbox="%mbox", trap="%trap",
+                          tag="gw", record=["3", "%rank", "%rank", "%seen", "%epoch", "%cta",
+                                            "%epoch"])
+        p.label(done)
+        p("bar.sync 0;")
 
     def _gather_chunks(self, lo: str, hi: str, sources) -> None:
         """out[q * cv + v] = source_q[q * cv + v] for v in this CTA's chunk-relative slice
@@ -860,7 +908,9 @@ class CollectiveRunner:
                                  f"chunk of {elems} elements per rank (rank {bad[0]} does not)")
         self.sym = source if source is not None else \
             peers.symmetric(key + ("sym",), [sym_vecs * ve], self.tdt)
-        self.pads = peers.symmetric(key + ("pads",), [2 * W * self.grid], torch.int32, zero=True)
+        # phases 1, 2: W x G slots each; ar2 groups: G more (one per CTA, local)
+        self.pads = peers.symmetric(key + ("pads",), [(2 * W + 1) * self.grid], torch.int32,
+                                    zero=True)
         self.err = peers.local(key + ("err",), [8], torch.int32, zero=True)
         self.ctl = peers.local(key + ("ctl",), [2], torch.int32, zero=True)
         self.mbox = {r: peers.mailbox.slot(cfg.kernel_name, r, ERR_PHASES) for r in peers.ranks}
