@@ -59,12 +59,18 @@ def ll_limit(limit: int, world: int) -> int:
     return limit * 2 // max(2, world)
 
 
-# Two-shot all-reduces into a fresh output pull the reduced chunks from the peers from
-# this size (no local copy of the result); below, they push them into every rank's
-# buffer and copy the own one out. Measured on 4 H200s (kernels alone, run j): push
-# 1.10 / 1.46 / 0.96 / 0.88x NCCL at 1 MiB / 4 MiB / 256 MiB / 1 GiB, pull 1.05 / 1.46 /
-# 0.95 / 0.91x.
+# Two-shot all-reduces into a fresh output at W > 2 pull the reduced chunks from the
+# peers from this size; below (and at W = 2 always) they push them into the peers'
+# buffers and copy the peers' chunks out. Measured on 4 H200s (kernels alone, run j,
+# when push still copied all W chunks): push 1.10 / 1.46 / 0.96 / 0.88x NCCL at 1 MiB /
+# 4 MiB / 256 MiB / 1 GiB, pull 1.05 / 1.46 / 0.95 / 0.91x; on 2 H200s (session 4, the
+# own chunk written straight to the output): push 0.94-0.95x at 1 GiB, pull 0.83-0.85x.
 AR2_PULL_MIN_BYTES = 512 << 20
+# From this size the two-shot runs in 2 CTA groups that take turns on the exchange (a
+# group's copy-out overlaps the next group's link traffic). On 2 H200s, push: 1 GiB
+# 0.95 -> 0.99x NCCL, 256 MiB 1.08 -> 1.13x, 64 MiB 1.18 -> 1.21x; 16 MiB 1.38 -> 1.30x
+# (why not below); pull 1 GiB 0.84 -> 0.94x.
+AR2_GROUPS_MIN_BYTES = 64 << 20
 
 # AG + GEMM: bytes per second one put CTA moved over NVLink (cp.async.bulk through a
 # 4 x 32 KiB ring), measured on 2 and 4 H200s: 16 CTAs reached about the link's 370 GB/s.
@@ -82,6 +88,20 @@ def ag_put_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> int
 
     rate = (world - 1) / world * M * K * 2 / gemm_time(target, M, N, K)
     return min(16, max(4, 4 * math.ceil(1.25 * rate / PUT_CTA_BW / 4)))
+
+
+def collective_config(kind: str, world: int, dtype: str, elems: int):
+    """The collective kernel the fast path runs for ``kind`` on ``elems`` elements: the
+    two-shot (``ar2``) into a fresh output, gathered by push or pull and in CTA groups by
+    size (the thresholds above); the other kinds as they are."""
+    from pkc.codegen.hopper.collectives import CollectiveConfig
+
+    if kind != "ar2":
+        return CollectiveConfig(kind, world, dtype)
+    nbytes = elems * _ESIZE[dtype]
+    pull = world > 2 and nbytes >= AR2_PULL_MIN_BYTES
+    return CollectiveConfig(kind, world, dtype, copy_in=True, gather="pull" if pull else "push",
+                            groups=2 if nbytes >= AR2_GROUPS_MIN_BYTES else 1)
 
 
 @dataclass
@@ -244,13 +264,11 @@ class FastStep:
 
     # ---- pieces, made once ---------------------------------------------------------
     def _coll(self, kind: str, elems: int, source=None):
-        from pkc.codegen.hopper.collectives import CollectiveConfig, CollectiveRunner
+        from pkc.codegen.hopper.collectives import CollectiveRunner
 
         key = ("coll", kind, elems)
         if key not in self._made:
-            pull = kind == "ar2" and elems * _ESIZE[self.plan.dtype] >= AR2_PULL_MIN_BYTES
-            cfg = CollectiveConfig(kind, self.plan.world, self.plan.dtype, copy_in=kind == "ar2",
-                                   gather="pull" if pull else "push")
+            cfg = collective_config(kind, self.plan.world, self.plan.dtype, elems)
             self._made[key] = CollectiveRunner(cfg, elems, self.peers, timeout_ns=self.timeout_ns,
                                                source=source)
         return self._made[key]
