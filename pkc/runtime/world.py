@@ -13,6 +13,10 @@ One launch:
    and torch's stream waits for the lane;
 3. after the kernels, each rank's error record is read: a timed-out wait raises
    :class:`~pkc.runtime.errors.KernelTimeoutError` naming kernel, rank and signal.
+
+While torch's stream is capturing a CUDA graph, step 3 is deferred to the kernel's next
+call outside a capture (a capture cannot synchronize), and the device pointer arrays are
+written by fills on the device (a host-to-device copy cannot be captured).
 """
 
 from __future__ import annotations
