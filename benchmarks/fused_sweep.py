@@ -308,7 +308,7 @@ def summarize_fused(row: dict) -> dict:
         "roofline": ratio(base, out.get("roofline_ms")),
     }
     for name, ms in t.items():            # extra variants (--ag-puts, --hand-fresh)
-        if name.startswith("pkc_ag_") or name == "pkc_hand_fresh":
+        if name.startswith("pkc_ag_") or name in ("pkc_hand_fresh", "pkc_hand_other"):
             out["speedup"][name] = ratio(base, ms)
     out["pkc_vs_symm"] = ratio(t.get("symm"), t.get("pkc"))
     out["pkc_vs_roofline"] = ratio(out.get("roofline_ms"), t.get("pkc"))
@@ -705,6 +705,8 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
                         r = ctx.rank
                         impls["pkc_hand_fresh"] = lambda: world.run(
                             {r: a}, {r: b}, outs={r: torch.empty(M, N, device=dev, dtype=bf)})[r]
+                        other = torch.empty(M, N, device=dev, dtype=bf)   # allocated once
+                        impls["pkc_hand_other"] = lambda: world.run({r: a}, {r: b}, outs={r: other})[r]
             except Exception as e:
                 err = f"{type(e).__name__}: {e}"[:400]
                 traceback.print_exc()
@@ -973,7 +975,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=600.0, help="start no new shape after this")
     ap.add_argument("--max-shapes", type=int, default=0)
     ap.add_argument("--hand-fresh", action="store_true",
-                    help="AG+GEMM: also time the hand kernel writing C into a new tensor per call")
+                    help="AG+GEMM: also time the hand kernel writing C into a new tensor per call "
+                         "(pkc_hand_fresh) and into one other tensor allocated once (pkc_hand_other)")
     ap.add_argument("--ag-puts", nargs="*", default=[], metavar="CTAS:PIECE_KIB:RING:LAG",
                     help="extra AG+GEMM hand variants of the put side (timed as pkc_ag_<spec>)")
     ap.add_argument("--list", action="store_true", help="print the shapes and their traffic; no GPU")
