@@ -308,7 +308,7 @@ def summarize_fused(row: dict) -> dict:
         "roofline": ratio(base, out.get("roofline_ms")),
     }
     for name, ms in t.items():            # extra variants (--ag-puts, --hand-fresh)
-        if name.startswith("pkc_ag_") or name in ("pkc_hand_fresh", "pkc_hand_other"):
+        if name.startswith("pkc_ag_") or name in ("pkc_hand_fresh", "pkc_hand_other", "pkc_arf"):
             out["speedup"][name] = ratio(base, ms)
     out["pkc_vs_symm"] = ratio(t.get("symm"), t.get("pkc"))
     out["pkc_vs_roofline"] = ratio(out.get("roofline_ms"), t.get("pkc"))
@@ -686,6 +686,11 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
         cfg = choose_config(M, N, K, num_sms=torch.cuda.get_device_properties(dev).multi_processor_count)
         row["hand_cfg"] = cfg.tag() if hasattr(cfg, "tag") else str(cfg)
         variants = [("pkc_hand", FusedConfig(kind=fam, world=W, gemm=cfg))]
+        if fam == "ar" and W == 2:      # GEMM + all-reduce into a fresh output (reducer CTAs)
+            from pkc.runtime.fastpath import arf_reducer_ctas
+
+            variants.append(("pkc_arf", FusedConfig(kind="arf", world=W, gemm=cfg,
+                                                    comm_ctas=arf_reducer_ctas(M, N, K, W))))
         if fam == "ag" and W > 1:       # how many put CTAs the all-gather side needs
             variants.append(("pkc_hand16", FusedConfig(kind=fam, world=W, gemm=cfg, comm_ctas=16)))
             for spec in args.ag_puts:

@@ -104,6 +104,31 @@ def collective_config(kind: str, world: int, dtype: str, elems: int):
                             groups=2 if nbytes >= AR2_GROUPS_MIN_BYTES else 1)
 
 
+def mm_ar_kind(M: int, N: int, K: int, world: int, target: str = "h200") -> str:
+    """The GEMM + all-reduce kernel at W <= 2: "arf" (into a fresh output, reducer CTAs add
+    the peer's staged partial) where the link moves the result more slowly than the GEMM
+    makes it (then the reducers' SMs cost the link-bound kernel nothing, and the copy of
+    the broadcast kernel's persistent result is saved); else "ar" (broadcast, its result
+    copied out: on a GEMM-bound shape the copy is small and the reducers' SMs are not)."""
+    from pkc.target.cost import gemm_time
+    from pkc.target.targets import get_target
+
+    link = M * N * 2 / get_target(target).nvlink_achievable_bw
+    return "arf" if world == 2 and link >= gemm_time(target, M, N, K) else "ar"
+
+
+def arf_reducer_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> int:
+    """Reducer CTAs of the "arf" kernel: the peer's partial (M x N, 16-bit) added at 1.25x
+    the rate the kernel delivers it (over max(GEMM, link) time), at the put CTAs' ~24 GB/s
+    each, a multiple of 4 in [4, 16]."""
+    from pkc.target.cost import gemm_time
+    from pkc.target.targets import get_target
+
+    nbytes = M * N * 2
+    t = max(gemm_time(target, M, N, K), nbytes / get_target(target).nvlink_achievable_bw)
+    return min(16, max(4, 4 * math.ceil(1.25 * nbytes / t / PUT_CTA_BW / 4)))
+
+
 @dataclass
 class FastPlan:
     """What the fast path runs for one kernel: ``kind`` is a collective kind (ar1, ar2,
@@ -250,8 +275,10 @@ class FastStep:
         # results that live in a persistent buffer (overwritten by the next call): the
         # Executable copies them when they leave the graph; the rest are fresh tensors
         # ar2 (copy-in) and mm_ar at W > 2 pull their result into a fresh output
+        self.ar_kind = mm_ar_kind(plan.shapes["M"], plan.shapes["N"], plan.shapes["K"],
+                                  plan.world) if plan.kind == "mm_ar" else None
         fresh = plan.kind in ("ll", "llag", "llrs", "ar1", "rs", "ar2") or \
-            (plan.kind == "mm_ar" and plan.world > 2)
+            (plan.kind == "mm_ar" and (plan.world > 2 or self.ar_kind == "arf"))
         self.persistent = [not fresh] * len(out_shapes)
         if plan.kind in ("ag_mm", "ag_mms"):   # the products are fresh; the gathered A is not
             self.persistent = [False] * len(plan.shapes["N"]) + [True] * plan.shapes["gathered"]
@@ -281,7 +308,11 @@ class FastStep:
         if key not in self._made:
             W = self.plan.world
             sms = min(self.peers.sms_of(r) for r in self.peers.ranks)
-            put = dict(comm_ctas=ag_put_ctas(W * Mc, N, K, W)) if kind == "ag" and W > 1 else {}
+            put = {}
+            if kind == "ag" and W > 1:
+                put = dict(comm_ctas=ag_put_ctas(W * Mc, N, K, W))
+            elif kind == "arf" and W > 1:
+                put = dict(comm_ctas=arf_reducer_ctas(W * Mc, N, K, W))
             # the tile shape for the whole GPU: picking it for the SMs the put CTAs leave
             # measured 4-7% slower (Llama up+gate, N = 32768 all-gather + GEMM on 2 / 4 GPUs)
             gemm = choose_config(W * Mc, N, K, self.plan.dtype, b_layout, sms)
@@ -336,11 +367,19 @@ class FastStep:
         if W <= 2:
             # broadcast: every partial tile to every rank, overlapped with the GEMM (same
             # link bytes as RS + AG at W = 2; W > 2 would send (W-1) / (2(W-1)/W) times
-            # more, not measured yet: RS then AG there)
+            # more, measured 0.5-1.0x: RS then AG there); link-bound shapes into a fresh
+            # output ("arf"), the others into the persistent accumulator (then copied)
+            import torch
+
             lay = {r: self._b_operand(a[1]) for r, a in args.items()}
-            fw = self._fused("ar", s["M"] // W, s["N"], s["K"], next(iter(lay.values()))[0])
+            kind = self.ar_kind
+            fw = self._fused(kind, s["M"] // W, s["N"], s["K"], next(iter(lay.values()))[0])
+            fresh = None
+            if kind == "arf":
+                fresh = {r: torch.empty(s["M"], s["N"], dtype=fw.tdt, device=self.peers.device)
+                         for r in args}
             outs = fw.run({r: a[0].contiguous() for r, a in args.items()},
-                          {r: lay[r][1] for r in args})
+                          {r: lay[r][1] for r in args}, outs=fresh)
             return {r: [outs[r]] for r in args}
         # reduce-scatter fused into the GEMM; the reduced chunks stay in its symmetric
         # accumulators, and every rank pulls them into a fresh output (no copy at the end)

@@ -99,6 +99,16 @@ def _cases() -> list[dict]:
         for s in ((1000, 1000, 1000), (256, 512, 1024), (2048, 1024, 1024)):
             out.append(dict(kind="ar", W=W, dtype="bf16", acc="out", tile=256, shape=s, b="kn"))
         out.append(dict(kind="ar", W=W, dtype="f16", acc="out", tile=128, shape=(257, 136, 72)))
+    # GEMM + all-reduce into a fresh output (W <= 2): own tiles to the output, the peer's
+    # to the staging, reducer CTAs add row block by row block (several blocks, ragged)
+    for W in (1, 2):
+        for s in ((1000, 1000, 1000), (2048, 1024, 1024), (3000, 520, 512)):
+            out.append(dict(kind="arf", W=W, dtype="bf16", acc="out", tile=256, shape=s))
+        out.append(dict(kind="arf", W=W, dtype="bf16", acc="out", tile=256, shape=(1024, 768, 256),
+                        b="kn"))
+        out.append(dict(kind="arf", W=W, dtype="f16", acc="out", tile=128, shape=(257, 136, 72)))
+    out.append(dict(kind="arf", W=2, dtype="bf16", acc="out", tile=256, shape=(4096, 512, 512),
+                    put=dict(put_ring=3, put_piece=16384, put_lag=1)))
     return out
 
 
@@ -106,7 +116,7 @@ CASES = _cases()
 
 
 def _case_id(c: dict) -> str:
-    acc = f"-{c.get('acc', '')}" if c["kind"] in ("rs", "ar") else ""
+    acc = f"-{c.get('acc', '')}" if c["kind"] in ("rs", "ar", "arf") else ""
     sab = ("-sabotage" if c.get("sabotage") else "") + (f"-{c['variant']}" if c.get("variant") else "")
     sab += ("-kn" if c.get("b") == "kn" else "") + ("-plain" if c.get("green") is False else "")
     sab += "".join(f"-{k}{v}" for k, v in c.get("put", {}).items())
@@ -132,7 +142,7 @@ def run_case(c: dict, seed: int = 0) -> dict:
     world = FusedWorld(f, Mc, N, K, green=c.get("green", True),
                        sig_timeout_ns=50_000_000 if c.get("sabotage") else 1_000_000_000)
     g = torch.Generator(device="cuda").manual_seed(seed * 7919 + Mc * 31 + N * 17 + K + W)
-    rows = W * Mc if f.kind in ("rs", "ar") else Mc
+    rows = W * Mc if f.kind in ("rs", "ar", "arf") else Mc
     kn = f.gemm.b_layout == "kn"
     A = [torch.randn(rows, K, device="cuda", generator=g).to(tdt) for _ in range(W)]
     B = [torch.randn(*((K, N) if kn else (N, K)), device="cuda", generator=g).to(tdt)
@@ -144,14 +154,14 @@ def run_case(c: dict, seed: int = 0) -> dict:
     if f.kind == "rs":
         full = sum(prod(A[r], B[r]) for r in range(W))
         refs = [full[p * Mc:(p + 1) * Mc] for p in range(W)]
-    elif f.kind == "ar":
+    elif f.kind in ("ar", "arf"):
         full = sum(prod(A[r], B[r]) for r in range(W))
         refs = [full] * W
     else:
         Ag = torch.cat(A, 0)
         refs = [prod(Ag, B[r]) for r in range(W)]
     rec = {"case": _case_id(c), "kind": f.kind, "W": W, "dtype": c["dtype"],
-           "acc": f.acc_dtype if f.kind in ("rs", "ar") else None, "tile": c["tile"],
+           "acc": f.acc_dtype if f.kind in ("rs", "ar", "arf") else None, "tile": c["tile"],
            "b_layout": f.gemm.b_layout, "Mc": Mc, "N": N, "K": K, "grid": world.grid,
            "kernel": world.cfg.kernel_name, "lanes": getattr(world.peers, "mode", None)}
 
@@ -161,13 +171,19 @@ def run_case(c: dict, seed: int = 0) -> dict:
         if f.kind in ("rs", "ar"):
             for t in world.acc:
                 t.fill_(float("nan"))
+        elif f.kind == "arf":
+            for t in world.stage:
+                t.fill_(float("nan"))
         else:
             for t in world.gath:
                 t.fill_(float("nan"))
 
-    def launch():
+    def launch(fresh=False):
         torch.cuda.synchronize()
-        outs = world.run(A, B)
+        if fresh:          # arf: C into new (poisoned) tensors, as the compiled path runs it
+            outs = world.run(A, B, outs=[torch.full_like(o, float("nan")) for o in world.out])
+        else:
+            outs = world.run(A, B)
         torch.cuda.synchronize()
         return [o.clone() for o in outs]
 
@@ -190,7 +206,7 @@ def run_case(c: dict, seed: int = 0) -> dict:
     first = None
     for it in range(3):                  # epochs 1..3: the monotonic signal counters
         poison()
-        outs = launch()
+        outs = launch(fresh=f.kind == "arf" and it > 0)
         try:
             world.check()
         except SignalTimeout as e:       # the kernel finished; the context is fine
@@ -202,13 +218,15 @@ def run_case(c: dict, seed: int = 0) -> dict:
             ref = refs[r]
             errs.append(float(torch.linalg.norm(o.nan_to_num(0.0) - ref)
                               / torch.linalg.norm(ref).clamp_min(1e-30)))
+        if f.kind == "arf" and W == 2:   # round(own + peer) is the same sum on both ranks
+            same = same and torch.equal(outs[0], outs[1])
         if first is None:
             first = outs
         elif W == 1:   # one contributor: no reduction order, bit-identical launches
             same = same and all(torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
                                 for a, b in zip(first, outs))
     tol = 1e-2 if c["dtype"] == "bf16" else 2e-3
-    if f.kind in ("rs", "ar") and f.acc_dtype != "f32" and W > 1:
+    if f.kind in ("rs", "ar", "arf") and f.acc_dtype != "f32" and W > 1:
         tol *= 2                                  # W-1 additions rounded in bf16 / fp16
     rec.update(nan=nans, rel_err=max(errs), tol=tol, deterministic=same,
                ok=nans == 0 and max(errs) < tol and same)

@@ -35,6 +35,10 @@ FUSED = {
     "rs_w4_f32acc_f16": FusedConfig("rs", 4, acc="f32", gemm=GemmConfig(dtype="f16")),
     "rs_w2_128x128": FusedConfig("rs", 2, gemm=G128),
     "ar_w2": FusedConfig("ar", 2),
+    "arf_w1": FusedConfig("arf", 1),
+    "arf_w2": FusedConfig("arf", 2),
+    "arf_w2_kn_128x128_f16": FusedConfig("arf", 2, gemm=G128.with_(dtype="f16", b_layout="kn"),
+                                         comm_ctas=8),
     "ar_w4_kn_f16": FusedConfig("ar", 4, gemm=GemmConfig(dtype="f16", b_layout="kn")),
     "ag_w1": FusedConfig("ag", 1),
     "ag_w8": FusedConfig("ag", 8),
@@ -122,6 +126,25 @@ def test_ptx_has_the_protocol(name):
         assert "ld.acquire.sys.global.u32" in ptx                # final wait (bounded)
         if f.acc_dtype == "f32":
             assert "st.shared.v2.f32" in ptx and "ld.global.cg.v4.f32" in ptx
+    elif f.kind == "arf":
+        # each piece to the own output and (W = 2) the peer's staging; no tensor adds: the
+        # reducers add the staged partials with bulk reduce-adds; per-tile signals, one
+        # tile late, to the peer (sys) and to itself (gpu)
+        W, dt = f.world, f.gemm.dtype
+        stores = ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group")
+        pieces = f.gemm.m_slices * (f.gemm.bn // f.gemm.epi_width)
+        assert stores == (1 if W == 1 else 2) * pieces
+        assert "cp.reduce.async.bulk.tensor" not in ptx
+        if W == 1:
+            assert "ld.acquire" not in ptx and "red.release" not in ptx
+            assert f"add.noftz.{dt}" not in ptx
+        else:
+            assert f"cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.{dt}" in ptx
+            assert f"cp.async.bulk.wait_group {pieces};" in ptx
+            assert ptx.count("red.release.sys.global.add.u32") == 3   # 2 signal sites + announce
+            assert ptx.count("red.release.gpu.global.add.u32") == 2
+            assert f"div.u32 %fz_prev, %cr_mblk, {f.gemm.group_m};" in ptx
+            assert "ld.acquire.gpu.global.u32" in ptx and "ld.acquire.sys.global.u32" in ptx
     elif f.kind == "ar":
         # every piece to every rank: W stores (own chunk) and W reduce-adds (others) per
         # piece, through the W accumulators' 3-d maps; W signals per flush
@@ -151,7 +174,7 @@ def test_ptx_has_the_protocol(name):
         # a timeout is copied to the host-mapped mailbox, then (if asked) traps
         assert "st.volatile.global.u32 [%fz_mbox], 1;" in ptx and "trap;" in ptx
         # every spin-wait is bounded by %globaltimer and records an error
-        waits = ptx.count("ld.acquire.sys.global.u32")
+        waits = ptx.count("ld.acquire.sys.global.u32") + ptx.count("ld.acquire.gpu.global.u32")
         assert ptx.count("atom.global.cas.b32") == waits
         assert ptx.count("add.u64 %fz_sdl, %fz_sdl, %fz_sig_timeout;") == waits
 
@@ -443,3 +466,55 @@ def test_ag_row_block_protocol(W, Mc, K, comm):
                 key = q * G + m_blk // c.group_m
                 assert (r, key) in signals
                 assert m_blk * c.bm < min(Mc, (m_blk // c.group_m + 1) * blk_rows)
+
+
+def test_arf_validates_world_and_counts_every_tile_in_its_row_block():
+    """arf: W <= 2 (a third rank would add in a rank-dependent order); both ranks visit the
+    full product in the same raster order, every tile once; the reducers' wait for row
+    block b (consumers x its m-tiles x num_n, per epoch) is exactly the number of tile
+    signals that block's tiles send (one per consumer warpgroup per tile)."""
+    with pytest.raises(ValueError, match="W <= 2"):
+        FusedConfig("arf", 4).validate()
+    with pytest.raises(ValueError, match="output dtype"):
+        FusedConfig("arf", 2, acc="f32").validate()
+    assert FusedConfig("arf", 1).n_comm == 0 and FusedConfig("arf", 2).n_comm == 16
+    for Mc, N in ((1000, 1000), (4096, 520), (64, 8192)):
+        f = FusedConfig("arf", 2)
+        c = f.gemm_cfg()
+        orders = [tile_order(f, r, Mc, N) for r in range(2)]
+        assert orders[0] == orders[1]
+        num_m, num_n = -(-2 * Mc // c.bm), -(-N // c.bn)
+        assert sorted((m, n) for _, m, n in orders[0]) == [(m, n) for m in range(num_m)
+                                                          for n in range(num_n)]
+        G = -(-num_m // c.group_m)
+        for b in range(G):
+            sent = sum(c.consumers for _, m, _ in orders[0] if m // c.group_m == b)
+            want = c.consumers * min(c.group_m, num_m - b * c.group_m) * num_n
+            assert sent == want, (Mc, N, b)
+
+
+def test_arf_world_takes_a_fresh_output(fake_launch):
+    """arf's world: a symmetric staging of the full product, pads for 2G + W slots, the
+    grid over the full product's tiles plus the reducers, C into the caller's tensor."""
+    from pkc.codegen.hopper.fused import FusedWorld, ag_row_blocks
+
+    W, Mc, N, K = 2, 256, 512, 128
+    peers = _FakePeers(W, range(W))
+    f = FusedConfig("arf", W, comm_ctas=8)
+    w = FusedWorld(f, Mc, N, K, peers=peers)
+    c = f.gemm_cfg()
+    tiles = -(-W * Mc // c.bm) * -(-N // c.bn)
+    assert w.grid == min(64 - 8, tiles) + 8
+    assert w.pads.tensors[0].numel() >= 2 * ag_row_blocks(f, W * Mc) + W
+    assert tuple(w.stage[0].shape) == (W * Mc, N)
+    a = [torch.randn(W * Mc, K).to(torch.bfloat16) for _ in range(W)]
+    b = [torch.randn(N, K).to(torch.bfloat16) for _ in range(W)]
+    fresh = {r: torch.empty(W * Mc, N, dtype=torch.bfloat16) for r in range(W)}
+    outs = w.run(a, b, outs=fresh)
+    assert outs[0] is fresh[0] and outs[1] is fresh[1] and w.epoch == 1
+    assert ("bf16", [N, W * Mc], [c.epi_width, 64], 2 * c.epi_width) in fake_launch.maps
+    with pytest.raises(ValueError, match="out must be"):
+        w.run(a, b, outs={r: torch.empty(Mc, N, dtype=torch.bfloat16) for r in range(W)})
+    with pytest.raises(ValueError, match="only the all-gather and arf"):
+        FusedWorld(FusedConfig("rs", W), Mc, N, K, peers=peers).run(
+            a, b, outs=fresh)

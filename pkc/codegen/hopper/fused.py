@@ -44,6 +44,11 @@ GEMM + all-reduce (:class:`GemmArKernel`, ``kind="ar"``)
     The reduce-scatter kernel with every tile sent to every rank's full accumulator (its
     class docstring has the protocol): the all-reduce overlapped with the GEMM.
 
+GEMM + all-reduce into a fresh output (:class:`GemmArFreshKernel`, ``kind="arf"``, W <= 2)
+    Every partial tile to the own output and the peer's staging; reducer CTAs add the
+    staged partials into the output row block by row block: no persistent result, no copy
+    after the kernel (its class docstring has the protocol).
+
 All-gather + GEMM (:class:`AgGemmKernel`, ``kind="ag"``)
     Each rank holds its shard ``A_rank [Mc, K]``; ``gath [W, Mc, K]`` is symmetric; the
     output is ``C [W*Mc, N]`` (row block q = shard q). With W > 1 the last ``comm_ctas``
@@ -91,22 +96,26 @@ from pkc.codegen.hopper.report import ERR_FIELDS, emit_bounded_wait  # noqa: E40
 ERR_KINDS = {1: "rs/ar: the owner's own chunk stored (before adding into it)",
              2: "rs/ar: all contributions to this rank's result",
              3: "ag: shard put by its owner",
-             4: "ag: peer ready to receive (its kernel of this epoch started)"}
+             4: "ag: peer ready to receive (its kernel of this epoch started)",
+             5: "arf: the peer's partial tiles of a row block in this rank's staging",
+             6: "arf: this rank's own tiles of a row block in its output",
+             7: "arf: peer ready to receive (its kernel of this epoch started)"}
 
 
 @dataclass(frozen=True)
 class FusedConfig:
     """One fused kernel: ``kind`` "rs" (GEMM + reduce-scatter), "ar" (GEMM + all-reduce
-    by broadcast) or "ag" (all-gather +
-    GEMM) for ``world`` ranks on top of ``gemm``."""
+    by broadcast), "arf" (GEMM + all-reduce into a fresh output, W <= 2) or "ag"
+    (all-gather + GEMM) for ``world`` ranks on top of ``gemm``."""
 
     kind: str = "rs"
     world: int = 1
     gemm: GemmConfig = field(default_factory=GemmConfig)
     acc: str = ""                  # rs: "f32" or the output dtype ("" = output dtype)
-    comm_ctas: int = -1            # ag: put CTAs (-1: 0 at W=1, else 8)
-    put_piece: int = 32768         # ag: bytes per bulk copy of the put side
-    put_ring: int = 4              # ag: pieces in flight per put CTA
+    comm_ctas: int = -1            # ag: put CTAs (-1: 0 at W=1, else 8); arf: reducer
+    #                                CTAs (-1: 0 at W=1, else 16)
+    put_piece: int = 32768         # ag / arf: bytes per bulk copy of the put / reduce side
+    put_ring: int = 4              # ag / arf: pieces in flight per put / reducer CTA
     put_lag: int = 0               # ag: of them, pieces whose stores may be in flight
     #                                (0: put_ring // 2)
     own_map: str = "param"         # rs: own accumulator's tensor map: "param" (by value,
@@ -121,9 +130,11 @@ class FusedConfig:
 
     @property
     def n_comm(self) -> int:
-        if self.kind != "ag" or self.world == 1:
+        if self.kind not in ("ag", "arf") or self.world == 1:
             return 0
-        return 8 if self.comm_ctas < 0 else self.comm_ctas
+        if self.comm_ctas >= 0:
+            return self.comm_ctas
+        return 8 if self.kind == "ag" else 16
 
     @property
     def lag(self) -> int:
@@ -143,7 +154,7 @@ class FusedConfig:
     def kernel_name(self) -> str:
         g = self.gemm
         extra = f"_{self.acc_dtype}acc" if self.kind in ("rs", "ar") else f"_cc{self.n_comm}"
-        if self.kind == "ag" and (self.put_piece, self.put_ring, self.put_lag) != (32768, 4, 0):
+        if self.kind in ("ag", "arf") and (self.put_piece, self.put_ring, self.put_lag) != (32768, 4, 0):
             extra += f"_p{self.put_piece // 1024}k{self.put_ring}l{self.lag}"
         if self.kind in ("rs", "ar"):
             extra += ("_gmap" if self.own_map == "global" else "") + \
@@ -171,7 +182,12 @@ class FusedConfig:
                 raise ValueError(f"FusedConfig {self.tag()}: {msg}")
         g = self.gemm
         g.validate()
-        need(self.kind in ("rs", "ag", "ar"), f"kind {self.kind!r} not rs/ag/ar")
+        need(self.kind in ("rs", "ag", "ar", "arf"), f"kind {self.kind!r} not rs/ag/ar/arf")
+        if self.kind == "arf":
+            # W = 2: rank 0 and 1 both compute round(own + peer), the same sum; W > 2
+            # would add in a rank-dependent order (and send W - 1 copies: RS + AG there)
+            need(self.world <= 2, "arf adds one peer's partial: W <= 2")
+            need(self.acc_dtype == g.dtype, "arf adds in the output dtype")
         if self.kind == "ar":
             need(self.acc_dtype == g.dtype, "ar adds in the output dtype (no f32 accumulator)")
             need(self.world <= 8, "ar keeps W x W signal slots in a 64-slot pad: W <= 8")
@@ -182,8 +198,8 @@ class FusedConfig:
         need(self.acc_dtype in ("f32", g.dtype), f"acc {self.acc_dtype!r}: f32 or {g.dtype}")
         need(self.own_map in ("param", "global"), f"own_map {self.own_map!r}: param or global")
         need(self.piece_cols >= 8 and self.piece_cols % 8 == 0, "epilogue piece too narrow")
-        if self.kind == "ag" and self.world > 1:
-            need(self.n_comm >= 1, "ag with W > 1 needs comm_ctas >= 1")
+        if self.kind in ("ag", "arf") and self.world > 1:
+            need(self.n_comm >= 1, f"{self.kind} with W > 1 needs comm_ctas >= 1")
             need(self.put_piece % 16 == 0 and 16 <= self.put_piece, "put_piece: 16-byte multiple")
             need(self.put_ring >= 2 and self.put_ring <= g.stages,
                  "put_ring must be 2..stages (the put ring reuses the full barriers)")
@@ -651,6 +667,198 @@ class GemmArKernel(GemmRsKernel):
         p.label(skip)
 
 
+class GemmArFreshKernel(_FusedBase):
+    """GEMM + all-reduce into a fresh output (``kind="arf"``, W <= 2). Both ranks visit
+    the tiles of the full ``[M, N]`` product in the same (grouped raster) order; each
+    tile's partial goes by TMA store into this rank's output (a by-value map over the
+    caller's tensor, fresh per call) and into the peer's symmetric staging ``stage``. The
+    last ``comm_ctas`` CTAs are reducers: row block by row block (one raster group,
+    ``group_m x bm`` rows) they add the staged peer partial into the output with bulk
+    reduce-adds (``cp.reduce.async.bulk .add.noftz``), once the block's own tiles are
+    stored and the peer's have landed. So nothing persistent is returned and no copy
+    follows the kernel (the broadcast kernel's result lives in a symmetric accumulator).
+
+    Signals (own pad; G row blocks): ``[b]`` the peer's tiles of block b landed here (the
+    peer's consumer warpgroups add 1 per tile), ``[G + b]`` this rank's own tiles of block
+    b stored (local), ``[2G + d]`` rank d's kernel of this epoch started (so it finished
+    reading its staging of the last epoch: stores into it may begin). A warpgroup signals
+    a tile one tile late, after ``cp.async.bulk.wait_group`` leaves only the newest tile's
+    groups in flight (no stall on the stores it just issued). Each rank computes
+    round(own + peer) (the own partial stored, the peer's added once): the same value on
+    both ranks."""
+
+    PARAMS = GemmRsKernel.PARAMS
+    KIND = "arf"
+
+    def __init__(self, fcfg: FusedConfig):
+        if fcfg.kind != self.KIND:
+            raise ValueError(f"{type(self).__name__} needs kind={self.KIND!r}")
+        super().__init__(fcfg)
+
+    def emit_tile_space(self) -> None:
+        p, f, c = self.p, self.fcfg, self.cfg
+        self._load_params()
+        p(f"mov.u32 {p.r32('fz_gave')}, 0;")
+        p(f"mov.u32 {p.r32('fz_ctaid')}, %ctaid.x;")
+        p(f"mov.u32 {p.r32('fz_nctaid')}, %nctaid.x;")
+        G = p.r32("fz_G")
+        p(f"add.u32 {G}, %num_mc, {c.group_m - 1};")
+        p(f"div.u32 {G}, {G}, {c.group_m};")
+        if f.world == 1:
+            return
+        peer = p.r32("fz_peer")
+        p(f"xor.b32 {peer}, %fz_rank, 1;")
+        p.comment("the last comm_ctas CTAs add the peer's staged partials into the output")
+        p(f"sub.u32 %tstride, %tstride, {f.n_comm};")
+        pc = p.pred("fz_pcomm")
+        p(f"setp.ge.u32 {pc}, %fz_ctaid, %tstride;")
+        compute = p.fresh("compute")
+        p(f"@!{pc} bra {compute};")
+        self._emit_reducer()
+        p("bra $L_end;")
+        p.label(compute)
+
+    def emit_tile_coords(self, tile: str, pre: str) -> FusedTile:
+        t = self._raster(tile, pre)
+        return FusedTile(t.m_blk, t.n_blk, t.m0, t.n0, peer="", m0_local=t.m0)
+
+    def _block_want(self, dst: str, b: str) -> None:
+        """dst = epoch x consumers x tiles of row block b (its m-tiles x num_n)."""
+        p, c = self.p, self.cfg
+        rows = p.r32("fz_brows")
+        p(f"mul.lo.u32 {rows}, {b}, {c.group_m};")
+        p(f"sub.u32 {rows}, %num_mc, {rows};")
+        p(f"min.u32 {rows}, {rows}, {c.group_m};")
+        p(f"mul.lo.u32 {dst}, {rows}, %num_n;")
+        p(f"mul.lo.u32 {dst}, {dst}, {c.consumers};")
+        p(f"mul.lo.u32 {dst}, {dst}, %fz_epoch;")
+
+    def _emit_reducer(self) -> None:
+        """Thread 0 of each reducer CTA: announce this epoch to the peer (CTA 0 of them);
+        for each row block, wait for both halves of it, then reduce-add its share of the
+        block's pieces of the staging into the output."""
+        p, f, c = self.p, self.fcfg, self.cfg
+        pnl = p.pred("fz_pnl")
+        p(f"setp.ne.u32 {pnl}, %tidx, 0;")
+        p(f"@{pnl} bra $L_end;")
+        j, slot, addr = p.r32("fz_cj"), p.r32("fz_rslot"), p.r64("fz_raddr")
+        p(f"sub.u32 {j}, %fz_ctaid, %tstride;")
+        pj = p.pred("fz_pj0")
+        p(f"setp.eq.u32 {pj}, {j}, 0;")
+        p(f"mad.lo.u32 {slot}, %fz_G, 2, %fz_rank;")
+        self._slot_addr(addr, "%fz_sig_ptrs", "%fz_peer", slot)
+        p(f"@{pj} red.release.sys.global.add.u32 [{addr}], 1;")
+        total, blk, off, n = p.r64("fz_total"), p.r64("fz_blk"), p.r64("fz_boff"), p.r64("fz_bn")
+        src, dst, stage = p.r64("fz_src"), p.r64("fz_dst"), p.r64("fz_stage")
+        p(f"mul.wide.u32 {total}, %M, %N;")
+        p(f"shl.b64 {total}, {total}, 1;")
+        p(f"mul.wide.u32 {blk}, %N, {2 * c.bm * c.group_m};")
+        self._ptr_of(stage, "%fz_acc_ptrs", "%fz_rank")
+        ring_s, ring_ph = p.r32("fz_rs"), p.r32("fz_rph")
+        p(f"mov.u32 {ring_s}, 0;")
+        p(f"mov.u32 {ring_ph}, 0;")
+        b, want, top = p.r32("fz_b"), p.r32("fz_bwant"), p.fresh("red_blk")
+        pb = p.pred("fz_pb")
+        p(f"mov.u32 {b}, 0;")
+        p.label(top)
+        self._block_want(want, b)
+        self._slot_addr(addr, "%fz_sig_ptrs", "%fz_rank", b)
+        self._spin_wait(addr, want, 5, "%fz_peer", "sys")
+        p(f"add.u32 {slot}, %fz_G, {b};")
+        self._slot_addr(addr, "%fz_sig_ptrs", "%fz_rank", slot)
+        self._spin_wait(addr, want, 6, "%fz_rank", "gpu")
+        p("fence.proxy.async.global;")
+        p(f"mul.wide.u32 {off}, {b}, 1;")
+        p(f"mul.lo.u64 {off}, {off}, {blk};")
+        p(f"sub.s64 {n}, {total}, {off};")
+        p(f"min.u64 {n}, {n}, {blk};")
+        p(f"add.s64 {src}, {stage}, {off};")
+        p(f"add.s64 {dst}, %Cptr, {off};")
+        emit_bulk_copy_loop(p, src=src, dsts=[dst], total=n, first=j, step=f.n_comm,
+                            piece=f.put_piece, ring=f.put_ring, smem="%sbase", bars="%sbar",
+                            timeout=c.timeout_ns > 0, lag=f.lag, state=(ring_s, ring_ph),
+                            reduce_add=c.dtype)
+        p("cp.async.bulk.wait_group 0;")
+        p(f"add.u32 {b}, {b}, 1;")
+        p(f"setp.lt.u32 {pb}, {b}, %fz_G;")
+        p(f"@{pb} bra {top};")
+
+    def emit_epilogue_setup(self) -> None:
+        super().emit_epilogue_setup()
+        p = self.p
+        p(f"mov.u32 {p.r32('fz_prev')}, -1;")         # row block of the unsignalled tile
+        p(f"mov.u32 {p.r32('fz_annok')}, 0;")         # peer's announcement seen
+        p("@%p_lead prefetch.tensormap [%tmC];")
+        if self.fcfg.world > 1:
+            tm = p.r64("fz_tmpeer")
+            p(f"mad.wide.u32 {tm}, %fz_peer, 128, %fz_acc_maps;")
+            p(f"@%p_lead prefetch.tensormap [{tm}];")
+
+    def _signal_prev(self) -> None:
+        """Leader, after the wait: the previous tile (row block %fz_prev) is stored here
+        and in the peer's staging: count it in both pads."""
+        p = self.p
+        skip, pn = p.fresh("nosig"), p.pred("fz_pnone")
+        p(f"setp.eq.u32 {pn}, %fz_prev, -1;")
+        p(f"@{pn} bra {skip};")
+        addr, slot = p.r64("fz_saddr"), p.r32("fz_sslot")
+        self._slot_addr(addr, "%fz_sig_ptrs", "%fz_peer", "%fz_prev")
+        p(f"red.release.sys.global.add.u32 [{addr}], 1;")
+        p(f"add.u32 {slot}, %fz_G, %fz_prev;")
+        self._slot_addr(addr, "%fz_sig_ptrs", "%fz_rank", slot)
+        p(f"red.release.gpu.global.add.u32 [{addr}], 1;")
+        p.label(skip)
+
+    def emit_epilogue_tile(self, t: FusedTile) -> None:
+        p, f, c = self.p, self.fcfg, self.cfg
+        if f.world == 1:
+            self._emit_pieces(t, lambda buf, cn, cm: [
+                f"@%p_lead cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group "
+                f"[%tmC, {{{cn}, {cm}}}], [{buf}];"])
+            return
+        p.comment("---- arf: before the first store into the peer's staging, its announcement")
+        ok, skip = p.pred("fz_pann"), p.fresh("ann_ok")
+        p(f"@!%p_lead bra {skip};")
+        p("setp.ne.u32 %fz_pann, %fz_annok, 0;")
+        p(f"@{ok} bra {skip};")
+        addr, slot = p.r64("fz_aaddr"), p.r32("fz_aslot")
+        p(f"mad.lo.u32 {slot}, %fz_G, 2, %fz_peer;")
+        self._slot_addr(addr, "%fz_sig_ptrs", "%fz_rank", slot)
+        self._spin_wait(addr, "%fz_epoch", 7, "%fz_peer", "sys")
+        p("fence.proxy.async.global;")
+        p("mov.u32 %fz_annok, 1;")
+        p.label(skip)
+
+        def ops(buf, cn, cm):
+            return [f"@%p_lead cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group "
+                    f"[%tmC, {{{cn}, {cm}}}], [{buf}];",
+                    f"@%p_lead cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group "
+                    f"[%fz_tmpeer, {{{cn}, {cm}}}], [{buf}];"]
+
+        self._emit_pieces(t, ops)
+        p.comment("---- arf: the previous tile's stores are complete once only this tile's "
+                  "groups may be in flight: signal it")
+        skip = p.fresh("nosig_tile")
+        p(f"@!%p_lead bra {skip};")
+        groups = c.m_slices * (c.bn // c.epi_width)
+        p(f"cp.async.bulk.wait_group {groups};")
+        p("fence.proxy.async.global;")
+        self._signal_prev()
+        p(f"div.u32 %fz_prev, {t.m_blk}, {c.group_m};")
+        p.label(skip)
+
+    def emit_epilogue_finish(self) -> None:
+        p = self.p
+        p("@%p_lead cp.async.bulk.wait_group 0;")
+        if self.fcfg.world == 1:
+            return
+        skip = p.fresh("nofinal")
+        p(f"@!%p_lead bra {skip};")
+        p("fence.proxy.async.global;")
+        self._signal_prev()
+        p.label(skip)
+
+
 class AgGemmKernel(_FusedBase):
     """All-gather + GEMM (see the module docstring)."""
 
@@ -823,7 +1031,8 @@ class AgGemmKernel(_FusedBase):
 
 def emit_bulk_copy_loop(p, *, src: str, dsts: list[str], total: str, first: str, step,
                         piece: int | str, ring: int | str, smem: str, bars: str,
-                        timeout: bool = False, lag: int = 1, state=None) -> None:
+                        timeout: bool = False, lag: int = 1, state=None,
+                        reduce_add: str | None = None) -> None:
     """One thread copies pieces ``first, first+step, ...`` of ``[src, src+total)`` to each
     address in ``dsts`` (same offsets): ``cp.async.bulk`` global -> shared into a ring of
     ``ring`` slots of ``piece`` bytes at ``smem`` (slot s completes on the mbarrier at
@@ -838,7 +1047,9 @@ def emit_bulk_copy_loop(p, *, src: str, dsts: list[str], total: str, first: str,
     deadline ``%t_deadline`` (trap) on the mbarrier waits when ``timeout``. ``state``: the
     caller's (slot, phase) registers of the ring, carried from one call to the next (the
     mbarriers' phases continue; the caller drains the stores between calls), initialized
-    to 0 by the caller; without it the loop starts at slot 0, phase 0."""
+    to 0 by the caller; without it the loop starts at slot 0, phase 0. ``reduce_add``
+    (a 16-bit dtype, "bf16" / "f16"): the stores add into the destination
+    (``cp.reduce.async.bulk .add.noftz``) instead of overwriting it."""
     r = p.r32
     npieces, mine, l = r("bc_np"), r("bc_mine"), r("bc_l")
     s, ph = state if state else (r("bc_s"), r("bc_ph"))
@@ -937,9 +1148,11 @@ def emit_bulk_copy_loop(p, *, src: str, dsts: list[str], total: str, first: str,
     p.label(wok)
     piece_geom(l)
     p(f"mad.lo.u32 {sa}, {s}, {piece_r}, {smem};")
+    store = (f"cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.{reduce_add}"
+             if reduce_add else "cp.async.bulk.global.shared::cta.bulk_group")
     for dst in dsts:
         p(f"add.s64 {ga}, {dst}, {off};")
-        p(f"cp.async.bulk.global.shared::cta.bulk_group [{ga}], [{sa}], {sz};")
+        p(f"{store} [{ga}], [{sa}], {sz};")
     p("cp.async.bulk.commit_group;")
     # advance
     p(f"add.u32 {l}, {l}, 1;")
@@ -960,6 +1173,10 @@ def tile_order(fcfg: FusedConfig, rank: int, Mc: int, N: int) -> list[tuple[int,
     c = fcfg.gemm_cfg()
     tpc = -(-Mc // c.bm) * -(-N // c.bn)
     out = []
+    if fcfg.kind == "arf":       # the full product in raster order, the same on every rank
+        M = fcfg.world * Mc
+        return [(-1, *tile_coords(c, t, 0, M, N))
+                for t in range(-(-M // c.bm) * -(-N // c.bn))]
     for t in range(fcfg.world * tpc):
         slot, loc = divmod(t, tpc)
         mb, nb = tile_coords(c, loc, 0, Mc, N)
@@ -1008,7 +1225,9 @@ def check_fused_pipeline(fcfg: FusedConfig, sass_text: str) -> list[str]:
     reduces = fcfg.kind in ("rs", "ar")
     pieces = c.m_slices * (c.bn // fcfg.piece_cols if reduces else c.bn // c.epi_width)
     loads = tools.expected_pipeline(c)["tma_loads"]       # A + B's boxes (bn/64 for kn)
-    if reduces:
+    if fcfg.kind == "arf":      # each piece to the own output and the peer's staging
+        want = {"UTMALDG": loads, "UTMASTG": pieces * fcfg.world}
+    elif reduces:
         copies = fcfg.world if fcfg.kind == "ar" else 1    # ar: one per destination rank
         want = {"UTMALDG": loads, "UTMASTG": pieces * copies, "UTMAREDG": pieces * copies}
     else:
@@ -1029,7 +1248,8 @@ def check_fused_pipeline(fcfg: FusedConfig, sass_text: str) -> list[str]:
 
 
 def emit_fused_ptx(fcfg: FusedConfig) -> str:
-    cls = {"rs": GemmRsKernel, "ag": AgGemmKernel, "ar": GemmArKernel}[fcfg.kind]
+    cls = {"rs": GemmRsKernel, "ag": AgGemmKernel, "ar": GemmArKernel,
+           "arf": GemmArFreshKernel}[fcfg.kind]
     return cls(fcfg).emit()
 
 
@@ -1122,7 +1342,9 @@ class FusedWorld:
         self.row_blocks = ag_row_blocks(fcfg, Mc)                 # ag: signalled row blocks
         if self.sms <= comm:
             raise ValueError(f"{self.sms} SMs per rank cannot hold {comm} comm CTAs")
-        self.grid = min(self.sms - comm, self.W * self.tpc) + comm
+        # arf tiles the full [W*Mc, N] product; the others W chunks / shards of tpc tiles
+        tiles = -(-(self.W * Mc) // c.bm) * -(-N // c.bn) if fcfg.kind == "arf" else self.W * self.tpc
+        self.grid = min(self.sms - comm, tiles) + comm
         self.sig_timeout_ns = int(sig_timeout_ns)
         self.owner = owner
         self._alloc()
@@ -1144,15 +1366,22 @@ class FusedWorld:
         f, P, W, Mc, N, K = self.fcfg, self.peers, self.W, self.Mc, self.N, self.K
         key = ("pkc.fused", self.cfg.kernel_name, Mc, N, K, self.owner)
         self._epoch = _EPOCHS.setdefault(P, {}).setdefault(key, [0])
-        # rs: slots < 2W; ar: < W*W + W; ag: W row blocks per shard + W (AgGemmKernel)
-        n_pad = W * self.row_blocks + W if f.kind == "ag" else 0
+        # rs: slots < 2W; ar: < W*W + W; ag: W row blocks per shard + W (AgGemmKernel);
+        # arf: 2 x the row blocks of the full product + W (GemmArFreshKernel)
+        n_pad = {"ag": W * self.row_blocks + W,
+                 "arf": 2 * ag_row_blocks(f, W * Mc) + W}.get(f.kind, 0)
         self.pads = P.symmetric(key + ("pads",), (max(64, n_pad),), torch.int32, zero=True)
         self.sig_ptrs_dev = self.pads.ptrs_dev
         self.err = self._by_rank(P.local(key + ("err",), (8,), torch.int32, zero=True))
         self.mbox = {r: P.mailbox.slot(self.cfg.kernel_name, r, ERR_KINDS) for r in self.ranks}
         # [epoch, ctas_done] per rank: the kernel advances the epoch itself (emit_exit)
         self.ctl = self._by_rank(P.local(key + ("ctl",), (2,), torch.int32, zero=True))
-        if f.kind == "ar":          # the full [W*Mc, N] result on every rank
+        if f.kind == "arf":         # the peer's partial lands in the staging; C is local
+            sym = P.symmetric(key + ("stage",), (W * Mc, N), self.tdt)
+            self.stage, self.acc_ptrs_dev = self._by_rank(sym.tensors), sym.ptrs_dev
+            self.out = self._by_rank(P.local(key + ("out",), (W * Mc, N), self.tdt))
+            self.maps_dev = self._acc_maps(sym.ptrs)
+        elif f.kind == "ar":        # the full [W*Mc, N] result on every rank
             sym = P.symmetric(key + ("acc",), (W * Mc, N), self.tdt)
             self.acc, self.acc_ptrs_dev = self._by_rank(sym.tensors), sym.ptrs_dev
             self.out = self.acc
@@ -1182,6 +1411,8 @@ class FusedWorld:
         if f.kind == "ar":
             return encode_tmap(ptr, f.acc_dtype, [N, Mc, self.W], [N * es, Mc * N * es],
                                [pc, 64, 1], pc * es)
+        if f.kind == "arf":         # the full product's rows
+            return encode_tmap(ptr, f.acc_dtype, [N, self.W * Mc], [N * es], [pc, 64], pc * es)
         return encode_tmap(ptr, f.acc_dtype, [N, Mc], [N * es], [pc, 64], pc * es)
 
     def _acc_maps(self, ptrs: list[int]):
@@ -1235,8 +1466,8 @@ class FusedWorld:
         from pkc.codegen.hopper.launch import KernelArgs
 
         if out is not None:
-            if self.fcfg.kind != "ag":
-                raise ValueError("only the all-gather kernel takes a caller's output")
+            if self.fcfg.kind not in ("ag", "arf"):
+                raise ValueError("only the all-gather and arf kernels take a caller's output")
             want = (self.W * self.Mc, self.N)
             if tuple(out.shape) != want or out.dtype != self.tdt or not out.is_contiguous() \
                     or out.data_ptr() % 16:
@@ -1256,8 +1487,12 @@ class FusedWorld:
                                  f"on {self.device}")
         tmb = self._b_map(b)
         ctl = ctypes.c_uint64(self.ctl[rank].data_ptr())
-        vals = self._ag_args(rank, a, tmb, ctl, out) if self.fcfg.kind == "ag" else \
-            self._rs_args(rank, a, tmb, ctl)
+        if self.fcfg.kind == "ag":
+            vals = self._ag_args(rank, a, tmb, ctl, out)
+        elif self.fcfg.kind == "arf":
+            vals = self._arf_args(rank, a, tmb, ctl, out)
+        else:
+            vals = self._rs_args(rank, a, tmb, ctl)
         if len(self._args) >= 64:
             self._args.pop(next(iter(self._args)))
         self._args[key] = (KernelArgs(vals), None)
@@ -1275,6 +1510,20 @@ class FusedWorld:
                 u64(self.maps_dev.data_ptr()), u64(self.acc_ptrs_dev.data_ptr()),
                 u64(self.sig_ptrs_dev.data_ptr()), u64(out), u64(self.err[rank].data_ptr()),
                 u64(self.sig_timeout_ns), u64(self.mbox[rank]), u32(int(self.peers.trap))]
+
+    def _arf_args(self, rank: int, a, tmb: bytes, ctl, out=None) -> list:
+        c, W, Mc, N, K = self.cfg, self.W, self.Mc, self.N, self.K
+        u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+        if tuple(a.shape) != (W * Mc, K):
+            raise ValueError(f"A must be [W*Mc, K] = [{W * Mc}, {K}], got {list(a.shape)}")
+        tma = encode_tmap(a.data_ptr(), c.dtype, [K, W * Mc], [K * 2], [BK, c.bm], 128)
+        out = self.out[rank] if out is None else out
+        tmc = self._acc_map(out.data_ptr())
+        return [tma, tmb, tmc, u64(out.data_ptr()), u32(W * Mc), u32(N), u32(K), u32(rank), ctl,
+                u64(self.maps_dev.data_ptr()), u64(self.acc_ptrs_dev.data_ptr()),
+                u64(self.sig_ptrs_dev.data_ptr()), u64(out.data_ptr()),
+                u64(self.err[rank].data_ptr()), u64(self.sig_timeout_ns), u64(self.mbox[rank]),
+                u32(int(self.peers.trap))]
 
     def _ag_args(self, rank: int, a, tmb: bytes, ctl, out=None) -> list:
         c, W, Mc, N, K = self.cfg, self.W, self.Mc, self.N, self.K
@@ -1301,7 +1550,7 @@ class FusedWorld:
         on torch's current stream; W > 1 on the peers' streams, ordered after and before
         torch's (peers.begin / end). Else ``streams[r]`` (a torch stream or a CUstream
         int or CUstream), which the caller orders. Every operand is checked before the epoch advances,
-        so a rejected call leaves the ranks in step. ``outs`` (ag only; by rank): write C
+        so a rejected call leaves the ranks in step. ``outs`` (ag, arf; by rank): write C
         there instead of the world's buffer (a fresh tensor per call needs no copy)."""
         import torch
 
