@@ -104,6 +104,13 @@ def collective_config(kind: str, world: int, dtype: str, elems: int):
                             groups=2 if nbytes >= AR2_GROUPS_MIN_BYTES else 1)
 
 
+# GEMM + all-reduce into a fresh output ("arf") is off: with its first reducer (one thread
+# per CTA, bulk reduce-adds) it measured slower than the broadcast kernel plus the copy on
+# every shape (2 H200s: N = 8192 0.542 vs 0.522 ms, N = 16384 2.69 vs ~2.1 ms; the
+# reducers add ~12 GB/s each, the link-bound kernel needs ~25).
+ARF_ENABLED = False
+
+
 def mm_ar_kind(M: int, N: int, K: int, world: int, target: str = "h200") -> str:
     """The GEMM + all-reduce kernel at W <= 2: "arf" (into a fresh output, reducer CTAs add
     the peer's staged partial) where the link moves the result more slowly than the GEMM
@@ -114,7 +121,7 @@ def mm_ar_kind(M: int, N: int, K: int, world: int, target: str = "h200") -> str:
     from pkc.target.targets import get_target
 
     link = M * N * 2 / get_target(target).nvlink_achievable_bw
-    return "arf" if world == 2 and link >= gemm_time(target, M, N, K) else "ar"
+    return "arf" if ARF_ENABLED and world == 2 and link >= gemm_time(target, M, N, K) else "ar"
 
 
 def arf_reducer_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> int:
