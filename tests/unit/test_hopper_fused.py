@@ -128,8 +128,8 @@ def test_ptx_has_the_protocol(name):
             assert "st.shared.v2.f32" in ptx and "ld.global.cg.v4.f32" in ptx
     elif f.kind == "arf":
         # each piece to the own output and (W = 2) the peer's staging; no tensor adds: the
-        # reducers add the staged partials with bulk reduce-adds; per-tile signals, one
-        # tile late, to the peer (sys) and to itself (gpu)
+        # reducer CTAs add the staged partials with vector loads and f32 sums; per-tile
+        # signals, one tile late, to the peer (sys) and to itself (gpu)
         W, dt = f.world, f.gemm.dtype
         stores = ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group")
         pieces = f.gemm.m_slices * (f.gemm.bn // f.gemm.epi_width)
@@ -137,9 +137,10 @@ def test_ptx_has_the_protocol(name):
         assert "cp.reduce.async.bulk.tensor" not in ptx
         if W == 1:
             assert "ld.acquire" not in ptx and "red.release" not in ptx
-            assert f"add.noftz.{dt}" not in ptx
+            assert "add.rn.f32" not in ptx
         else:
-            assert f"cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.{dt}" in ptx
+            assert ptx.count("ld.global.cg.v4.b32") == 2 * 4          # staging + output, x4
+            assert ptx.count("add.rn.f32") == 2 * 4 * 4 and f"cvt.rn.{dt}x2.f32" in ptx
             assert f"cp.async.bulk.wait_group {pieces};" in ptx
             assert ptx.count("red.release.sys.global.add.u32") == 3   # 2 signal sites + announce
             assert ptx.count("red.release.gpu.global.add.u32") == 2

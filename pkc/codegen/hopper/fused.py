@@ -673,9 +673,9 @@ class GemmArFreshKernel(_FusedBase):
     tile's partial goes by TMA store into this rank's output (a by-value map over the
     caller's tensor, fresh per call) and into the peer's symmetric staging ``stage``. The
     last ``comm_ctas`` CTAs are reducers: row block by row block (one raster group,
-    ``group_m x bm`` rows) they add the staged peer partial into the output with bulk
-    reduce-adds (``cp.reduce.async.bulk .add.noftz``), once the block's own tiles are
-    stored and the peer's have landed. So nothing persistent is returned and no copy
+    ``group_m x bm`` rows) all their threads add the staged peer partial into the output
+    (16-byte vectors, f32 sums), once the block's own tiles are stored and the peer's have
+    landed. So nothing persistent is returned and no copy
     follows the kernel (the broadcast kernel's result lives in a symmetric accumulator).
 
     Signals (own pad; G row blocks): ``[b]`` the peer's tiles of block b landed here (the
@@ -734,54 +734,104 @@ class GemmArFreshKernel(_FusedBase):
         p(f"mul.lo.u32 {dst}, {dst}, %fz_epoch;")
 
     def _emit_reducer(self) -> None:
-        """Thread 0 of each reducer CTA: announce this epoch to the peer (CTA 0 of them);
-        for each row block, wait for both halves of it, then reduce-add its share of the
-        block's pieces of the staging into the output."""
+        """Each reducer CTA (all its threads): CTA 0 announces this epoch to the peer; for
+        each row block, thread 0 waits for both halves of it (the peer's partial in the
+        staging, the own tiles in the output), then the CTA adds its share of the block's
+        16-byte vectors of the staging into the output (f32 sums, one rounding), 4 vectors
+        per thread in flight. (A first version issued bulk reduce-adds from one thread per
+        CTA: ~12 GB/s per CTA, too slow for the link-bound shapes.)"""
         p, f, c = self.p, self.fcfg, self.cfg
-        pnl = p.pred("fz_pnl")
-        p(f"setp.ne.u32 {pnl}, %tidx, 0;")
-        p(f"@{pnl} bra $L_end;")
+        T, U = c.threads, 4
         j, slot, addr = p.r32("fz_cj"), p.r32("fz_rslot"), p.r64("fz_raddr")
+        t0 = p.pred("fz_rt0")
+        p(f"setp.eq.u32 {t0}, %tidx, 0;")
         p(f"sub.u32 {j}, %fz_ctaid, %tstride;")
         pj = p.pred("fz_pj0")
         p(f"setp.eq.u32 {pj}, {j}, 0;")
+        p(f"and.pred {pj}, {pj}, {t0};")
         p(f"mad.lo.u32 {slot}, %fz_G, 2, %fz_rank;")
         self._slot_addr(addr, "%fz_sig_ptrs", "%fz_peer", slot)
         p(f"@{pj} red.release.sys.global.add.u32 [{addr}], 1;")
-        total, blk, off, n = p.r64("fz_total"), p.r64("fz_blk"), p.r64("fz_boff"), p.r64("fz_bn")
-        src, dst, stage = p.r64("fz_src"), p.r64("fz_dst"), p.r64("fz_stage")
-        p(f"mul.wide.u32 {total}, %M, %N;")
-        p(f"shl.b64 {total}, {total}, 1;")
-        p(f"mul.wide.u32 {blk}, %N, {2 * c.bm * c.group_m};")
+        stage = p.r64("fz_stage")
         self._ptr_of(stage, "%fz_acc_ptrs", "%fz_rank")
-        ring_s, ring_ph = p.r32("fz_rs"), p.r32("fz_rph")
-        p(f"mov.u32 {ring_s}, 0;")
-        p(f"mov.u32 {ring_ph}, 0;")
+        # vectors (16 B = 8 elements): the whole product, one row block
+        tv, bv, lo, hi = p.r32("fz_tv"), p.r32("fz_bv"), p.r32("fz_vlo"), p.r32("fz_vhi")
+        p(f"mul.lo.u32 {tv}, %M, %N;")
+        p(f"shr.u32 {tv}, {tv}, 3;")
+        p(f"mul.lo.u32 {bv}, %N, {c.bm * c.group_m // 8};")
+        step = p.r32("fz_vstep")
+        p(f"mov.u32 {step}, {f.n_comm * T * U};")
         b, want, top = p.r32("fz_b"), p.r32("fz_bwant"), p.fresh("red_blk")
         pb = p.pred("fz_pb")
         p(f"mov.u32 {b}, 0;")
         p.label(top)
+        nowait = p.fresh("red_nowait")
+        p(f"@!{t0} bra {nowait};")
         self._block_want(want, b)
         self._slot_addr(addr, "%fz_sig_ptrs", "%fz_rank", b)
         self._spin_wait(addr, want, 5, "%fz_peer", "sys")
         p(f"add.u32 {slot}, %fz_G, {b};")
         self._slot_addr(addr, "%fz_sig_ptrs", "%fz_rank", slot)
         self._spin_wait(addr, want, 6, "%fz_rank", "gpu")
-        p("fence.proxy.async.global;")
-        p(f"mul.wide.u32 {off}, {b}, 1;")
-        p(f"mul.lo.u64 {off}, {off}, {blk};")
-        p(f"sub.s64 {n}, {total}, {off};")
-        p(f"min.u64 {n}, {n}, {blk};")
-        p(f"add.s64 {src}, {stage}, {off};")
-        p(f"add.s64 {dst}, %Cptr, {off};")
-        emit_bulk_copy_loop(p, src=src, dsts=[dst], total=n, first=j, step=f.n_comm,
-                            piece=f.put_piece, ring=f.put_ring, smem="%sbase", bars="%sbar",
-                            timeout=c.timeout_ns > 0, lag=f.lag, state=(ring_s, ring_ph),
-                            reduce_add=c.dtype)
-        p("cp.async.bulk.wait_group 0;")
+        p.label(nowait)
+        p("bar.sync 0;")                 # the block is ready for every thread of the CTA
+        p(f"mul.lo.u32 {lo}, {b}, {bv};")
+        p(f"add.u32 {hi}, {lo}, {bv};")
+        p(f"min.u32 {hi}, {hi}, {tv};")
+        v = p.r32("fz_v")
+        p(f"mad.lo.u32 {v}, {j}, {T * U}, {lo};")
+        p(f"add.u32 {v}, {v}, %tidx;")
+        self._reduce_vectors(v, hi, step, stage, U, T)
         p(f"add.u32 {b}, {b}, 1;")
         p(f"setp.lt.u32 {pb}, {b}, %fz_G;")
         p(f"@{pb} bra {top};")
+
+    def _reduce_vectors(self, v: str, hi: str, step: str, stage: str, U: int, T: int) -> None:
+        """out[i] = round(out[i] + stage[i]) for 16-byte vectors i = v + u*T (u < U), then
+        v += step, while v < hi: U loads of each in flight before the adds."""
+        p, dt = self.p, self.cfg.dtype
+        top, done = p.fresh("red_v"), p.fresh("red_v_done")
+        pe = p.pred("fz_pve")
+        ga, oa = p.r64("fz_rga"), p.r64("fz_roa")
+        idx = [p.r32(f"fz_ri{u}") for u in range(U)]
+        pin = [p.pred(f"fz_rin{u}") for u in range(U)]
+        sv = [[p.r32(f"fz_rs{u}_{k}") for k in range(4)] for u in range(U)]
+        ov = [[p.r32(f"fz_ro{u}_{k}") for k in range(4)] for u in range(U)]
+        a0, a1, b0, b1 = (p.reg(f"fz_rf{x}", ".f32") for x in ("a0", "a1", "b0", "b1"))
+        tmp = p.r32("fz_rtmp")
+        p.label(top)
+        p(f"setp.ge.u32 {pe}, {v}, {hi};")
+        p(f"@{pe} bra {done};")
+        for u in range(U):
+            p(f"add.u32 {idx[u]}, {v}, {u * T};")
+            p(f"setp.lt.u32 {pin[u]}, {idx[u]}, {hi};")
+            p(f"mul.wide.u32 {ga}, {idx[u]}, 16;")
+            p(f"add.s64 {oa}, %Cptr, {ga};")
+            p(f"add.s64 {ga}, {stage}, {ga};")
+            p(f"@{pin[u]} ld.global.cg.v4.b32 {{{', '.join(sv[u])}}}, [{ga}];")
+            p(f"@{pin[u]} ld.global.cg.v4.b32 {{{', '.join(ov[u])}}}, [{oa}];")
+        for u in range(U):
+            for k in range(4):
+                for (flo, fhi), w in (((a0, a1), ov[u][k]), ((b0, b1), sv[u][k])):
+                    if dt == "bf16":
+                        p(f"shl.b32 {tmp}, {w}, 16;")
+                        p(f"mov.b32 {flo}, {tmp};")
+                        p(f"and.b32 {tmp}, {w}, 0xFFFF0000;")
+                        p(f"mov.b32 {fhi}, {tmp};")
+                    else:
+                        h0, h1 = p.reg("fz_rh0", ".b16"), p.reg("fz_rh1", ".b16")
+                        p(f"mov.b32 {{{h0}, {h1}}}, {w};")
+                        p(f"cvt.f32.f16 {flo}, {h0};")
+                        p(f"cvt.f32.f16 {fhi}, {h1};")
+                p(f"add.rn.f32 {a0}, {a0}, {b0};")
+                p(f"add.rn.f32 {a1}, {a1}, {b1};")
+                p(f"cvt.rn.{dt}x2.f32 {ov[u][k]}, {a1}, {a0};")
+            p(f"mul.wide.u32 {oa}, {idx[u]}, 16;")
+            p(f"add.s64 {oa}, %Cptr, {oa};")
+            p(f"@{pin[u]} st.global.v4.b32 [{oa}], {{{', '.join(ov[u])}}};")
+        p(f"add.u32 {v}, {v}, {step};")
+        p(f"bra {top};")
+        p.label(done)
 
     def emit_epilogue_setup(self) -> None:
         super().emit_epilogue_setup()
@@ -1031,8 +1081,7 @@ class AgGemmKernel(_FusedBase):
 
 def emit_bulk_copy_loop(p, *, src: str, dsts: list[str], total: str, first: str, step,
                         piece: int | str, ring: int | str, smem: str, bars: str,
-                        timeout: bool = False, lag: int = 1, state=None,
-                        reduce_add: str | None = None) -> None:
+                        timeout: bool = False, lag: int = 1, state=None) -> None:
     """One thread copies pieces ``first, first+step, ...`` of ``[src, src+total)`` to each
     address in ``dsts`` (same offsets): ``cp.async.bulk`` global -> shared into a ring of
     ``ring`` slots of ``piece`` bytes at ``smem`` (slot s completes on the mbarrier at
@@ -1047,9 +1096,7 @@ def emit_bulk_copy_loop(p, *, src: str, dsts: list[str], total: str, first: str,
     deadline ``%t_deadline`` (trap) on the mbarrier waits when ``timeout``. ``state``: the
     caller's (slot, phase) registers of the ring, carried from one call to the next (the
     mbarriers' phases continue; the caller drains the stores between calls), initialized
-    to 0 by the caller; without it the loop starts at slot 0, phase 0. ``reduce_add``
-    (a 16-bit dtype, "bf16" / "f16"): the stores add into the destination
-    (``cp.reduce.async.bulk .add.noftz``) instead of overwriting it."""
+    to 0 by the caller; without it the loop starts at slot 0, phase 0."""
     r = p.r32
     npieces, mine, l = r("bc_np"), r("bc_mine"), r("bc_l")
     s, ph = state if state else (r("bc_s"), r("bc_ph"))
@@ -1148,11 +1195,9 @@ def emit_bulk_copy_loop(p, *, src: str, dsts: list[str], total: str, first: str,
     p.label(wok)
     piece_geom(l)
     p(f"mad.lo.u32 {sa}, {s}, {piece_r}, {smem};")
-    store = (f"cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.{reduce_add}"
-             if reduce_add else "cp.async.bulk.global.shared::cta.bulk_group")
     for dst in dsts:
         p(f"add.s64 {ga}, {dst}, {off};")
-        p(f"{store} [{ga}], [{sa}], {sz};")
+        p(f"cp.async.bulk.global.shared::cta.bulk_group [{ga}], [{sa}], {sz};")
     p("cp.async.bulk.commit_group;")
     # advance
     p(f"add.u32 {l}, {l}, 1;")
