@@ -108,7 +108,7 @@ def collective_config(kind: str, world: int, dtype: str, elems: int):
 # per CTA, bulk reduce-adds) it measured slower than the broadcast kernel plus the copy on
 # every shape (2 H200s: N = 8192 0.542 vs 0.522 ms, N = 16384 2.69 vs ~2.1 ms; the
 # reducers add ~12 GB/s each, the link-bound kernel needs ~25).
-ARF_ENABLED = False
+ARF_ENABLED = True
 
 
 def mm_ar_kind(M: int, N: int, K: int, world: int, target: str = "h200") -> str:

@@ -141,10 +141,13 @@ def test_ptx_has_the_protocol(name):
         else:
             assert ptx.count("ld.global.cg.v4.b32") == 2 * 4          # staging + output, x4
             assert ptx.count("add.rn.f32") == 2 * 4 * 4 and f"cvt.rn.{dt}x2.f32" in ptx
-            assert f"cp.async.bulk.wait_group {pieces};" in ptx
-            assert ptx.count("red.release.sys.global.add.u32") == 3   # 2 signal sites + announce
-            assert ptx.count("red.release.gpu.global.add.u32") == 2
-            assert f"div.u32 %fz_prev, %cr_mblk, {f.gemm.group_m};" in ptx
+            from pkc.codegen.hopper.fused import GemmArFreshKernel
+            lag = GemmArFreshKernel.LAG
+            assert f"cp.async.bulk.wait_group {pieces * lag};" in ptx
+            # a signal site per tile, LAG at the end, the announcement
+            assert ptx.count("red.release.sys.global.add.u32") == 1 + lag + 1
+            assert ptx.count("red.release.gpu.global.add.u32") == 1 + lag
+            assert f"div.u32 %fz_prev0, %cr_mblk, {f.gemm.group_m};" in ptx
             assert "ld.acquire.gpu.global.u32" in ptx and "ld.acquire.sys.global.u32" in ptx
     elif f.kind == "ar":
         # every piece to every rank: W stores (own chunk) and W reduce-adds (others) per
