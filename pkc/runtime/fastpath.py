@@ -104,11 +104,12 @@ def collective_config(kind: str, world: int, dtype: str, elems: int):
                             groups=2 if nbytes >= AR2_GROUPS_MIN_BYTES else 1)
 
 
-# GEMM + all-reduce into a fresh output ("arf") is off: with its first reducer (one thread
-# per CTA, bulk reduce-adds) it measured slower than the broadcast kernel plus the copy on
-# every shape (2 H200s: N = 8192 0.542 vs 0.522 ms, N = 16384 2.69 vs ~2.1 ms; the
-# reducers add ~12 GB/s each, the link-bound kernel needs ~25).
-ARF_ENABLED = True
+# GEMM + all-reduce into a fresh output ("arf") is off: it measured slower than the
+# broadcast kernel plus the copy of its result on every W = 2 shape (2 H200s, compiled:
+# N = 8192 0.54-0.63 vs 0.52-0.53 ms, N = 16384 2.68-2.72 vs ~2.1, N = 32768 17.2-17.4 vs
+# 14.2), with bulk reduce-add reducers, with all-thread vector reducers, and with tiles
+# signalled 1 or 4 tiles late alike: the bound is not the reducers' instruction mix.
+ARF_ENABLED = False
 
 
 def mm_ar_kind(M: int, N: int, K: int, world: int, target: str = "h200") -> str:
