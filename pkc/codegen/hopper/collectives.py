@@ -366,18 +366,7 @@ class CollectiveKernel:
         p(f"cvt.rn.{dt}x2.f32 {dst}, {hi}, {lo};")
 
     def _unpack(self, lo: str, hi: str, word: str) -> None:
-        p = self.p
-        if self.cfg.dtype == "bf16":
-            t = p.r32("ubits")
-            p(f"shl.b32 {t}, {word}, 16;")
-            p(f"mov.b32 {lo}, {t};")
-            p(f"and.b32 {t}, {word}, 0xFFFF0000;")
-            p(f"mov.b32 {hi}, {t};")
-        else:
-            h0, h1 = p.reg("uh0", ".b16"), p.reg("uh1", ".b16")
-            p(f"mov.b32 {{{h0}, {h1}}}, {word};")
-            p(f"cvt.f32.f16 {lo}, {h0};")
-            p(f"cvt.f32.f16 {hi}, {h1};")
+        self.p.unpack_16x2(self.cfg.dtype, lo, hi, word, "u")
 
     def _chunk_slice(self, chunk, lo: str, hi: str, limit: str, base: bool = True) -> None:
         """[lo, hi) = CTA %cta's slice of chunk ``chunk`` (clipped to ``limit``); with

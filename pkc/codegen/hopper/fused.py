@@ -208,6 +208,13 @@ class FusedConfig:
             need(1 <= self.lag < self.put_ring, "put_lag must be 1..put_ring-1")
 
 
+def _tma_2d(pred: str, tmap: str, cn: str, cm: str, buf: str, add: bool = False) -> str:
+    """A leader's 2-d TMA store (or reduce-add) of one epilogue piece at (cn, cm)."""
+    op = ("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group" if add
+          else "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group")
+    return f"@{pred} {op} [{tmap}, {{{cn}, {cm}}}], [{buf}];"
+
+
 @dataclass
 class FusedTile(TileRegs):
     """A tile of a fused kernel: ``peer`` is the chunk's owner (rs) or the shard (ag);
@@ -309,6 +316,24 @@ class _FusedBase(GemmKernel):
         p(f"@{last} st.global.u32 [%fz_ctl+4], 0;")
         p(f"@{last} st.global.u32 [%fz_ctl], %fz_epoch;")
         p.label(skip)
+
+    def _row_blocks(self) -> str:
+        """%fz_G = row blocks of the tile space: raster groups of group_m m-tiles."""
+        p, gm = self.p, self.cfg.group_m
+        G = p.r32("fz_G")
+        p(f"add.u32 {G}, %num_mc, {gm - 1};")
+        p(f"div.u32 {G}, {G}, {gm};")
+        return G
+
+    def _side_ctas(self, what: str, body) -> None:
+        """The last ``n_comm`` CTAs of the grid run ``body`` (and leave) instead of the
+        GEMM, whose tile stride shrinks by as many."""
+        p = self.p
+        p.comment(f"the last comm_ctas CTAs {what}")
+        p(f"sub.u32 %tstride, %tstride, {self.fcfg.n_comm};")
+        pc = p.pred("fz_pcomm")
+        p(f"setp.ge.u32 {pc}, %fz_ctaid, %tstride;")
+        p.split_role(pc, body, "compute")
 
     def _tile_space_common(self) -> None:
         """%fz_tpc = tiles of one chunk; %num_tiles = W chunks of them."""
@@ -500,10 +525,7 @@ class GemmRsKernel(_FusedBase):
         p(f"and.pred {pred}, %p_lead, {pred};")
 
         def ops(buf, cn, cm):
-            return [f"@{pst} cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group "
-                    f"[{tm}, {{{cn}, {cm}}}], [{buf}];",
-                    f"@{pred} cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile"
-                    f".bulk_group [{tm}, {{{cn}, {cm}}}], [{buf}];"]
+            return [_tma_2d(pst, tm, cn, cm, buf), _tma_2d(pred, tm, cn, cm, buf, add=True)]
 
         self._emit_pieces(t, ops)
         p("add.u32 %fz_pend, %fz_pend, 1;")
@@ -685,7 +707,9 @@ class GemmArFreshKernel(_FusedBase):
     a tile ``LAG`` tiles late, after ``cp.async.bulk.wait_group`` leaves only the newer
     tiles' groups in flight (no stall on the stores it just issued). Each rank computes
     round(own + peer) (the own partial stored, the peer's added once): the same value on
-    both ranks."""
+    both ranks. Not used by the fast path (``fastpath.ARF_ENABLED``): on 2 H200s it ran
+    slower than the broadcast kernel plus the copy of its result (the reducers add ~12
+    GB/s per CTA; docs/PERF_NOTES.md, issue 7 session 4)."""
 
     PARAMS = GemmRsKernel.PARAMS
     KIND = "arf"
@@ -700,27 +724,17 @@ class GemmArFreshKernel(_FusedBase):
         super().__init__(fcfg)
 
     def emit_tile_space(self) -> None:
-        p, f, c = self.p, self.fcfg, self.cfg
+        p, f = self.p, self.fcfg
         self._load_params()
         p(f"mov.u32 {p.r32('fz_gave')}, 0;")
         p(f"mov.u32 {p.r32('fz_ctaid')}, %ctaid.x;")
         p(f"mov.u32 {p.r32('fz_nctaid')}, %nctaid.x;")
-        G = p.r32("fz_G")
-        p(f"add.u32 {G}, %num_mc, {c.group_m - 1};")
-        p(f"div.u32 {G}, {G}, {c.group_m};")
+        self._row_blocks()
         if f.world == 1:
             return
         peer = p.r32("fz_peer")
         p(f"xor.b32 {peer}, %fz_rank, 1;")
-        p.comment("the last comm_ctas CTAs add the peer's staged partials into the output")
-        p(f"sub.u32 %tstride, %tstride, {f.n_comm};")
-        pc = p.pred("fz_pcomm")
-        p(f"setp.ge.u32 {pc}, %fz_ctaid, %tstride;")
-        compute = p.fresh("compute")
-        p(f"@!{pc} bra {compute};")
-        self._emit_reducer()
-        p("bra $L_end;")
-        p.label(compute)
+        self._side_ctas("add the peer's staged partials into the output", self._emit_reducer)
 
     def emit_tile_coords(self, tile: str, pre: str) -> FusedTile:
         t = self._raster(tile, pre)
@@ -802,7 +816,6 @@ class GemmArFreshKernel(_FusedBase):
         sv = [[p.r32(f"fz_rs{u}_{k}") for k in range(4)] for u in range(U)]
         ov = [[p.r32(f"fz_ro{u}_{k}") for k in range(4)] for u in range(U)]
         a0, a1, b0, b1 = (p.reg(f"fz_rf{x}", ".f32") for x in ("a0", "a1", "b0", "b1"))
-        tmp = p.r32("fz_rtmp")
         p.label(top)
         p(f"setp.ge.u32 {pe}, {v}, {hi};")
         p(f"@{pe} bra {done};")
@@ -817,16 +830,7 @@ class GemmArFreshKernel(_FusedBase):
         for u in range(U):
             for k in range(4):
                 for (flo, fhi), w in (((a0, a1), ov[u][k]), ((b0, b1), sv[u][k])):
-                    if dt == "bf16":
-                        p(f"shl.b32 {tmp}, {w}, 16;")
-                        p(f"mov.b32 {flo}, {tmp};")
-                        p(f"and.b32 {tmp}, {w}, 0xFFFF0000;")
-                        p(f"mov.b32 {fhi}, {tmp};")
-                    else:
-                        h0, h1 = p.reg("fz_rh0", ".b16"), p.reg("fz_rh1", ".b16")
-                        p(f"mov.b32 {{{h0}, {h1}}}, {w};")
-                        p(f"cvt.f32.f16 {flo}, {h0};")
-                        p(f"cvt.f32.f16 {fhi}, {h1};")
+                    p.unpack_16x2(dt, flo, fhi, w, "fz_r")
                 p(f"add.rn.f32 {a0}, {a0}, {b0};")
                 p(f"add.rn.f32 {a1}, {a1}, {b1};")
                 p(f"cvt.rn.{dt}x2.f32 {ov[u][k]}, {a1}, {a0};")
@@ -868,9 +872,7 @@ class GemmArFreshKernel(_FusedBase):
     def emit_epilogue_tile(self, t: FusedTile) -> None:
         p, f, c = self.p, self.fcfg, self.cfg
         if f.world == 1:
-            self._emit_pieces(t, lambda buf, cn, cm: [
-                f"@%p_lead cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group "
-                f"[%tmC, {{{cn}, {cm}}}], [{buf}];"])
+            self._emit_pieces(t, lambda buf, cn, cm: [_tma_2d("%p_lead", "%tmC", cn, cm, buf)])
             return
         p.comment("---- arf: before the first store into the peer's staging, its announcement")
         ok, skip = p.pred("fz_pann"), p.fresh("ann_ok")
@@ -886,10 +888,7 @@ class GemmArFreshKernel(_FusedBase):
         p.label(skip)
 
         def ops(buf, cn, cm):
-            return [f"@%p_lead cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group "
-                    f"[%tmC, {{{cn}, {cm}}}], [{buf}];",
-                    f"@%p_lead cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group "
-                    f"[%fz_tmpeer, {{{cn}, {cm}}}], [{buf}];"]
+            return [_tma_2d("%p_lead", tm, cn, cm, buf) for tm in ("%tmC", "%fz_tmpeer")]
 
         self._emit_pieces(t, ops)
         p.comment(f"---- arf: a tile's stores are complete once only the {self.LAG} newer "
@@ -940,19 +939,9 @@ class AgGemmKernel(_FusedBase):
         p(f"mul.lo.u32 {want}, %fz_epoch, {f.n_comm};")
         # pad layout: [src * G + block] data of row block `block` of shard src arrived
         # (n_comm signals per epoch), [W * G + d] rank d's kernel of this epoch started
-        G, ann = p.r32("fz_G"), p.r32("fz_ann")
-        p(f"add.u32 {G}, %num_mc, {self.cfg.group_m - 1};")
-        p(f"div.u32 {G}, {G}, {self.cfg.group_m};")
+        G, ann = self._row_blocks(), p.r32("fz_ann")
         p(f"mul.lo.u32 {ann}, {G}, {f.world};")
-        p.comment("the last comm_ctas CTAs put this rank's shard to every peer")
-        p(f"sub.u32 %tstride, %tstride, {f.n_comm};")
-        pc = p.pred("fz_pcomm")
-        p(f"setp.ge.u32 {pc}, %fz_ctaid, %tstride;")
-        compute = p.fresh("compute")
-        p(f"@!{pc} bra {compute};")
-        self._emit_put()
-        p("bra $L_end;")
-        p.label(compute)
+        self._side_ctas("put this rank's shard to every peer", self._emit_put)
 
     def _emit_put(self) -> None:
         """Thread 0 of each put CTA: announce this epoch, wait for every peer's

@@ -250,6 +250,29 @@ class _Ptx:
         self._labels += 1
         return f"$L_{prefix}_{self._labels}"
 
+    def split_role(self, pred: str, body, others: str) -> None:
+        """Threads where ``pred`` holds run ``body()`` and leave for ``$L_end``; the
+        others continue after it (at a fresh label named after ``others``)."""
+        rest = self.fresh(others)
+        self(f"@!{pred} bra {rest};")
+        body()
+        self("bra $L_end;")
+        self.label(rest)
+
+    def unpack_16x2(self, dtype: str, lo: str, hi: str, word: str, tag: str) -> None:
+        """lo, hi (f32) = the low and high 16-bit halves (bf16 / f16) of the b32 ``word``."""
+        if dtype == "bf16":
+            t = self.r32(f"{tag}bits")
+            self(f"shl.b32 {t}, {word}, 16;")
+            self(f"mov.b32 {lo}, {t};")
+            self(f"and.b32 {t}, {word}, 0xFFFF0000;")
+            self(f"mov.b32 {hi}, {t};")
+        else:
+            h0, h1 = self.reg(f"{tag}h0", ".b16"), self.reg(f"{tag}h1", ".b16")
+            self(f"mov.b32 {{{h0}, {h1}}}, {word};")
+            self(f"cvt.f32.f16 {lo}, {h0};")
+            self(f"cvt.f32.f16 {hi}, {h1};")
+
     def declarations(self) -> list[str]:
         out = []
         for name, ty in self.regs.items():
@@ -450,11 +473,7 @@ class GemmKernel:
         p("shr.u32 %wg, %tidx, 7;")
         pp = p.pred("p_prod")
         p(f"setp.eq.u32 {pp}, %wg, 0;")
-        consumer = p.fresh("consumer")
-        p(f"@!{pp} bra {consumer};")
-        self._emit_producer()
-        p("bra $L_end;")
-        p.label(consumer)
+        p.split_role(pp, self._emit_producer, "consumer")
         self._emit_consumer()
         p.label("$L_end")
         if c.cluster_m > 1:
