@@ -149,8 +149,11 @@ class FastPlan:
 
     def describe(self) -> str:
         dims = " ".join(f"{k}={v}" for k, v in self.shapes.items())
-        acc = f" ({self.dtype} accumulator)" if self.kind in ("mm_rs", "mm_ar") else ""
-        return f"fast path: {self.kind} W={self.world} {self.dtype} {dims}".rstrip() + acc
+        extra = f" ({self.dtype} accumulator)" if self.kind in ("mm_rs", "mm_ar") else ""
+        if self.kind == "ar2":          # what the size decides (collective_config)
+            cfg = collective_config("ar2", self.world, self.dtype, self.shapes["elems"])
+            extra = f" ({cfg.gather} gather, {cfg.groups} CTA group{'s' * (cfg.groups > 1)})"
+        return f"fast path: {self.kind} W={self.world} {self.dtype} {dims}".rstrip() + extra
 
 
 def _dtype(t: TensorType) -> str | None:

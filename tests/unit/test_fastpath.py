@@ -79,6 +79,7 @@ def test_two_shot_and_scatter_gather():
 }}"""
     (k,) = kernels(ir, "default").values()
     assert plan_fast(k).kind == "ar2"          # 32 MiB: the cost model picks two-shot
+    assert plan_fast(k).describe().endswith("(push gather, 1 CTA group)")   # < 64 MiB
     part = t((512, 4096))
     ir = f"""func.func @main(%x: {big}) -> {part} {{
   %a = pk.reduce_scatter %x {{dim = 0 : i64, reduce = "sum", world = 8 : i64}} : {big} -> {part}
