@@ -77,6 +77,12 @@ AR2_GROUPS_MIN_BYTES = 64 << 20
 PUT_CTA_BW = 24e9
 
 
+def _side_ctas_for(rate: float) -> int:
+    """CTAs that move ``rate`` bytes/s at 1.25x headroom, ~PUT_CTA_BW each: a multiple of
+    4 in [4, 16] (every one is an SM less for the GEMM)."""
+    return min(16, max(4, 4 * math.ceil(1.25 * rate / PUT_CTA_BW / 4)))
+
+
 def ag_put_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> int:
     """Put CTAs for an all-gather + GEMM with gathered A ``[M, K]``: enough to deliver
     the remote rows at 1.25x the rate the GEMM consumes them (the (W-1)/W remote part of
@@ -86,8 +92,7 @@ def ag_put_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> int
     won over 12 and 16 on N = 32768 at W = 4 (by 7%), 4 over 8 on up+gate at W = 2."""
     from pkc.target.cost import gemm_time
 
-    rate = (world - 1) / world * M * K * 2 / gemm_time(target, M, N, K)
-    return min(16, max(4, 4 * math.ceil(1.25 * rate / PUT_CTA_BW / 4)))
+    return _side_ctas_for((world - 1) / world * M * K * 2 / gemm_time(target, M, N, K))
 
 
 def collective_config(kind: str, world: int, dtype: str, elems: int):
@@ -134,7 +139,7 @@ def arf_reducer_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -
 
     nbytes = M * N * 2
     t = max(gemm_time(target, M, N, K), nbytes / get_target(target).nvlink_achievable_bw)
-    return min(16, max(4, 4 * math.ceil(1.25 * nbytes / t / PUT_CTA_BW / 4)))
+    return _side_ctas_for(nbytes / t)
 
 
 @dataclass
@@ -300,6 +305,12 @@ class FastStep:
             return self._collective(args)
         return getattr(self, "_" + kind)(args)
 
+    def _fresh(self, shape, dtype, ranks) -> dict:
+        """A new output tensor per driven rank (results that need no copy at the end)."""
+        import torch
+
+        return {r: torch.empty(shape, dtype=dtype, device=self.peers.device) for r in ranks}
+
     # ---- pieces, made once ---------------------------------------------------------
     def _coll(self, kind: str, elems: int, source=None):
         from pkc.codegen.hopper.collectives import CollectiveRunner
@@ -336,14 +347,11 @@ class FastStep:
 
     # ---- the plans -----------------------------------------------------------------
     def _collective(self, args: dict) -> dict:
-        import torch
-
         elems = self.plan.shapes["elems"]
         run = self._coll(self.plan.kind, elems)
         fresh = None
         if run.local_output:                # a new tensor per call: no copy at the end
-            fresh = {r: torch.empty(self.out_shapes[0], dtype=run.tdt, device=self.peers.device)
-                     for r in args}
+            fresh = self._fresh(self.out_shapes[0], run.tdt, args)
         outs = run.run({r: a[0].contiguous().view(-1) for r, a in args.items()},
                        outs=None if fresh is None else {r: t.view(-1) for r, t in fresh.items()})
         return {r: [outs[r].view(self.out_shapes[0])] for r in outs}
@@ -380,38 +388,29 @@ class FastStep:
             # link bytes as RS + AG at W = 2; W > 2 would send (W-1) / (2(W-1)/W) times
             # more, measured 0.5-1.0x: RS then AG there); link-bound shapes into a fresh
             # output ("arf"), the others into the persistent accumulator (then copied)
-            import torch
-
             lay = {r: self._b_operand(a[1]) for r, a in args.items()}
             kind = self.ar_kind
             fw = self._fused(kind, s["M"] // W, s["N"], s["K"], next(iter(lay.values()))[0])
             fresh = None
             if kind == "arf":
-                fresh = {r: torch.empty(s["M"], s["N"], dtype=fw.tdt, device=self.peers.device)
-                         for r in args}
+                fresh = self._fresh((s["M"], s["N"]), fw.tdt, args)
             outs = fw.run({r: a[0].contiguous() for r, a in args.items()},
                           {r: lay[r][1] for r in args}, outs=fresh)
             return {r: [outs[r]] for r in args}
         # reduce-scatter fused into the GEMM; the reduced chunks stay in its symmetric
         # accumulators, and every rank pulls them into a fresh output (no copy at the end)
-        import torch
-
         fw, _ = self._gemm_rs(args)
         elems = s["M"] // W * s["N"]
         run = self._coll("agp", elems, source=fw.acc_sym)
-        fresh = {r: torch.empty(s["M"], s["N"], dtype=run.tdt, device=self.peers.device)
-                 for r in args}
+        fresh = self._fresh((s["M"], s["N"]), run.tdt, args)
         outs = run.run(outs={r: t.view(-1) for r, t in fresh.items()})
         return {r: [outs[r].view(s["M"], s["N"])] for r in args}
 
     def _ag_mm(self, args: dict) -> dict:
-        import torch
-
         s = self.plan.shapes
         lay = {r: self._b_operand(a[1]) for r, a in args.items()}
         fw = self._fused("ag", s["Mc"], s["N"][0], s["K"], next(iter(lay.values()))[0])
-        fresh = {r: torch.empty(fw.W * fw.Mc, fw.N, dtype=fw.tdt, device=self.peers.device)
-                 for r in args}                      # C: a new tensor per call, no copy
+        fresh = self._fresh((fw.W * fw.Mc, fw.N), fw.tdt, args)   # C: new per call, no copy
         outs = fw.run({r: a[0].contiguous() for r, a in args.items()},
                       {r: lay[r][1] for r in args}, outs=fresh)
         W, Mc, K = self.plan.world, s["Mc"], s["K"]

@@ -132,9 +132,10 @@ class VirtualWorld:
             if capturing:
                 # the graph's memory pool keeps every tensor above alive for its replays
                 self._unchecked[ck.ptx] = timeout_s
-                return [[outputs[i][r] for i in sorted(outputs)] for r in range(W)]
-            torch.cuda.current_stream(dev).synchronize()
-        self._raise_errors(ck, errors, timeout_s)
+            else:
+                torch.cuda.current_stream(dev).synchronize()
+        if not capturing:
+            self._raise_errors(ck, errors, timeout_s)
         return [[outputs[i][r] for i in sorted(outputs)] for r in range(W)]
 
     def _errors_of(self, ck: CompiledKernel, capturing: bool, timeout_s: float) -> torch.Tensor:

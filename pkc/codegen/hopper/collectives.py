@@ -216,16 +216,22 @@ class CollectiveKernel:
         p.label(waits)
         p("bar.sync 0;")
 
+    def _rank_plus(self, i: int) -> str:
+        """A register with (rank + i) mod W."""
+        p, W = self.p, self.cfg.world
+        d, q = p.r32(f"rot{i}"), p.pred("rotq")
+        p(f"add.u32 {d}, %rank, {i % W};")
+        p(f"setp.ge.u32 {q}, {d}, {W};")
+        p(f"@{q} sub.u32 {d}, {d}, {W};")
+        return d
+
     def _rotated(self, i: int) -> tuple[str, str]:
         """(d, base): d = (rank + i) mod W and the address of rank d's symmetric buffer.
         Loops over chunks visit d = rank+1, rank+2, ..., rank: at every step the ranks'
         destinations (or sources) form a permutation, so no rank's link is the target of
         all the others at once (chunk 0 first everywhere would be an incast on rank 0)."""
         p, W = self.p, self.cfg.world
-        d, base, q = p.r32(f"rot{i}"), p.r64(f"rotp{i}"), p.pred("rotq")
-        p(f"add.u32 {d}, %rank, {i % W};")
-        p(f"setp.ge.u32 {q}, {d}, {W};")
-        p(f"@{q} sub.u32 {d}, {d}, {W};")
+        d, base, q = self._rank_plus(i), p.r64(f"rotp{i}"), p.pred("rotq")
         p(f"mov.u64 {base}, %symp0;")
         for k in range(1, W):
             p(f"setp.eq.u32 {q}, {d}, {k};")
@@ -638,15 +644,19 @@ class CollectiveKernel:
             self._group_turn("wait")
         self._each_chunk_to_its_rank(lo, hi, off, lambda base, shift: self._push(
             lo, hi, src, [(base, shift)], src_peer=not cfg.copy_in))
+
+        def leave() -> None:
+            """Exit signals; then the next CTA group may start its exchange."""
+            self._barrier_phase(2)
+            if cfg.groups > 1:
+                self._group_turn("pass")
         self._barrier_phase(1)
         self._chunk_slice("%rank", lo, hi, "%nv", base=False)
         r0 = p.r32("r0")
         p("mul.lo.u32 %r0, %rank, %cv;")
         if not cfg.copy_in:
             self._reduce(lo, hi, "%nv", "%cv", [(f"%symp{d}", r0) for d in range(W)])
-            self._barrier_phase(2)
-            if cfg.groups > 1:
-                self._group_turn("pass")
+            leave()
             return
         # out of place, into a fresh local output: nothing persistent is returned. R and S
         # are safe to reuse next epoch: a peer writes them only after the next arrival,
@@ -662,22 +672,12 @@ class CollectiveKernel:
                 p(f"selp.u64 {base}, %out, %symp{d}, {own};")
                 dests.append((base, r0))
             self._reduce(lo, hi, "%nv", "%cv", dests)
-            self._barrier_phase(2)
-            if cfg.groups > 1:
-                self._group_turn("pass")
-            peers = []
-            for i in range(1, W):
-                q = p.r32(f"gq{i}")
-                p(f"add.u32 {q}, %rank, {i};")
-                p(f"rem.u32 {q}, {q}, {W};")
-                peers.append((q, "%mysym"))
-            self._gather_chunks(lo, hi, peers)
+            leave()
+            self._gather_chunks(lo, hi, [(self._rank_plus(i), "%mysym") for i in range(1, W)])
             return
         # the own chunk goes to the output here, while the link is idle
         self._reduce(lo, hi, "%nv", "%cv", [("%mysym", r0), ("%out", r0)])
-        self._barrier_phase(2)
-        if cfg.groups > 1:
-            self._group_turn("pass")
+        leave()
         self._gather_chunks(lo, hi, [self._rotated(i) for i in range(1, W)])
 
     def _group_turn(self, what: str) -> None:
@@ -689,12 +689,17 @@ class CollectiveKernel:
         gsz, slot, addr = p.r32("grp_sz"), p.r32("grp_slot"), p.r64("grp_addr")
         p(f"add.u32 {gsz}, %G, {n - 1};")
         p(f"div.u32 {gsz}, {gsz}, {n};")
+
+        def turn_of(cta: str) -> None:
+            """addr = the own pad's turn slot of CTA ``cta``."""
+            p(f"mad.lo.u32 {slot}, %G, {2 * W}, {cta};")
+            p(f"mul.wide.u32 {addr}, {slot}, 4;")
+            p(f"add.s64 {addr}, {addr}, %mypad;")
+
         if what == "pass":
             done = p.fresh("grp_passed")
             p(f"@!%t0 bra {done};")
-            p(f"mad.lo.u32 {slot}, %G, {2 * W}, %cta;")
-            p(f"mul.wide.u32 {addr}, {slot}, 4;")
-            p(f"add.s64 {addr}, {addr}, %mypad;")
+            turn_of("%cta")
             p(f"red.release.gpu.global.add.u32 [{addr}], 1;")
             p.label(done)
             return
@@ -702,10 +707,9 @@ class CollectiveKernel:
         p(f"setp.lt.u32 {first}, %cta, {gsz};")
         p(f"@{first} bra {done};")
         p(f"@!%t0 bra {done};")
-        p(f"sub.u32 {slot}, %cta, {gsz};")
-        p(f"mad.lo.u32 {slot}, %G, {2 * W}, {slot};")
-        p(f"mul.wide.u32 {addr}, {slot}, 4;")
-        p(f"add.s64 {addr}, {addr}, %mypad;")
+        prev = p.r32("grp_prev")
+        p(f"sub.u32 {prev}, %cta, {gsz};")
+        turn_of(prev)
         emit_bounded_wait(p, addr, "%epoch", timeout="%timeout", sleep_ns=256, scope="gpu",
                           gave=p.r32("gave"), err="%err", mbox="%mbox", trap="%trap",
                           tag="gw", record=["3", "%rank", "%rank", "%seen", "%epoch", "%cta",
