@@ -50,7 +50,8 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fused_sweep import (Ctx, PkcProgram, bus_bw, collective_ir,  # noqa: E402
                          collective_sizes, fmt_size, format_table, have_matplotlib, machine_tag,
-                         median, ratio, rel_err, results_dir, time_interleaved, write_json)
+                         median, ratio, rel_err, results_dir, time_interleaved, timing_stats,
+                         write_json)
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 COLS = 256          # elements per row of the 2-d tensors (4 KiB of bf16 = 8 rows)
@@ -220,6 +221,7 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
     outs.clear()
     ctx.barrier()
     per = time_interleaved(impls, iters_for(size))
+    row["timing"] = dict(timing_stats)      # chunks left out: the host fell behind
     for k, ts in per.items():
         row["ms"][k] = median(ts)
     row["_keep"] = keep  # dropped before writing
@@ -347,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
             row.pop("_keep", None)
             res["rows"].append(row)
             ctx.log(f"{op:15s} {fmt_size(size):>5s} " + " ".join(
-                f"{k} {v * 1e3:.1f}us" for k, v in row["ms"].items() if v) + " " + "; ".join(row["notes"]))
+                f"{k} {v * 1e3:.1f}us" for k, v in row["ms"].items() if v) + " " + "; ".join(row["notes"])
+                + (f" [late chunks {row['timing']['late_chunks']}]" if row.get("timing", {}).get("late_chunks") else ""))
     for row in res["rows"]:
         add_bandwidths(row, ctx.world)
     res["secs"] = round(time.time() - t_start, 1)

@@ -72,6 +72,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/timing.py
+from timing import last_stats as timing_stats  # noqa: E402
 
 # ======================================================================================
 # CPU-only pieces: shapes, traffic, roofline, bus bandwidth, tables, files
@@ -308,7 +309,7 @@ def summarize_fused(row: dict) -> dict:
         "roofline": ratio(base, out.get("roofline_ms")),
     }
     for name, ms in t.items():            # extra variants (--ag-puts, --hand-fresh)
-        if name.startswith("pkc_ag_") or name in ("pkc_hand_fresh", "pkc_hand_other", "pkc_arf"):
+        if name.startswith(("pkc_ag_", "pkc_arf")) or name in ("pkc_hand_fresh", "pkc_hand_other"):
             out["speedup"][name] = ratio(base, ms)
     out["pkc_vs_symm"] = ratio(t.get("symm"), t.get("pkc"))
     out["pkc_vs_roofline"] = ratio(out.get("roofline_ms"), t.get("pkc"))
@@ -691,6 +692,9 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
 
             variants.append(("pkc_arf", FusedConfig(kind="arf", world=W, gemm=cfg,
                                                     comm_ctas=arf_reducer_ctas(M, N, K, W))))
+            for n in args.arf_ctas:     # the reducer side's size
+                variants.append((f"pkc_arf{n}", FusedConfig(kind="arf", world=W, gemm=cfg,
+                                                            comm_ctas=n)))
         if fam == "ag" and W > 1:       # how many put CTAs the all-gather side needs
             variants.append(("pkc_hand16", FusedConfig(kind=fam, world=W, gemm=cfg, comm_ctas=16)))
             for spec in args.ag_puts:
@@ -753,6 +757,7 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
     # timing (interleaved, CUDA events)
     ctx.barrier()
     per = time_interleaved(impls, args.iters)
+    row["timing"] = dict(timing_stats)      # chunks left out: the host fell behind
     for n, ts in per.items():
         row["ms"][n] = median(ts)
         row.setdefault("iqr", {})[n] = (statistics.quantiles(ts, n=4)[2] - statistics.quantiles(ts, n=4)[0]
@@ -830,10 +835,12 @@ def run_sweep(args) -> int:
                   f"speedups pkc {s['speedup']['pkc']}  symm {s['speedup']['symm']}  "
                   f"hand {s['speedup']['pkc_hand']}  roof {s['speedup']['roofline']}  "
                   + "".join(f"{k[4:]} {v:.3f}  " for k, v in s["speedup"].items()
-                            if k.startswith("pkc_ag_") and v) + "checks "
+                            if k.startswith(("pkc_ag_", "pkc_arf")) and v) + "checks "
                   f"{ {k: round(v.get('rel_err', -1), 5) for k, v in row['checks'].items()} } "
                   f"{'; '.join(row['notes'])}" + (f" pkc steps {row['pkc_steps_ms']}"
-                                                  if row.get("pkc_steps_ms") else ""), flush=True)
+                                                  if row.get("pkc_steps_ms") else "")
+                  + (f" [late chunks {row['timing']['late_chunks']}]"
+                     if row.get("timing", {}).get("late_chunks") else ""), flush=True)
             write_json(out_dir / "fused_sweep.json", res)
     res["secs"] = round(time.time() - t_start, 1)
     if ctx.rank == 0:
@@ -984,6 +991,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(pkc_hand_fresh) and into one other tensor allocated once (pkc_hand_other)")
     ap.add_argument("--ag-puts", nargs="*", default=[], metavar="CTAS:PIECE_KIB:RING:LAG",
                     help="extra AG+GEMM hand variants of the put side (timed as pkc_ag_<spec>)")
+    ap.add_argument("--arf-ctas", type=int, nargs="*", default=[], metavar="CTAS",
+                    help="GEMM+AR at W = 2: the arf kernel with CTAS reducer CTAs (pkc_arf<CTAS>)")
     ap.add_argument("--list", action="store_true", help="print the shapes and their traffic; no GPU")
     ap.add_argument("--world", type=int, default=None, help="with --list: the world size")
     ap.add_argument("--device-run", action="store_true", help="the whole issue-7 device run")

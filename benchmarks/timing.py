@@ -2,12 +2,24 @@
 between its own pair of CUDA events, so that clock and power drift hit all alike."""
 
 
+# what the last alternate() call saw: chunks whose launches the host had not all queued
+# before the GPU reached them (their times could include host time; left out), the sleep
+# it ended with
+last_stats: dict = {}
+
+
 def alternate(impls: dict, iters: int, chunk: int = 8, warmup: int | None = None,
               sleep_cycles: int = 8_000_000) -> dict:
     """Per-launch times (ms) of each implementation (name -> list of zero-argument
     launchers): iteration i runs every implementation once, in an order rotated by i; the
     host is queued ahead of the GPU (a sleep kernel) before each chunk of iterations.
-    ``warmup``: how many launchers of each implementation run once first (None: all)."""
+    ``warmup``: how many launchers of each implementation run once first (None: all).
+
+    A chunk counts only if the sleep was still running when the host had queued all its
+    launches (else the GPU may have waited for the host inside an event pair, and a slow
+    host path would be timed as GPU time): such a chunk's times are left out and the sleep
+    doubles for the next (``last_stats`` says how often; the call sequence, and so every
+    rank's collectives, is the same either way)."""
     import torch
 
     names = list(impls)
@@ -16,9 +28,12 @@ def alternate(impls: dict, iters: int, chunk: int = 8, warmup: int | None = None
             f()
     torch.cuda.synchronize()
     out = {n: [] for n in names}
+    tainted = 0
     for c0 in range(0, iters, chunk):
         evs = []
         torch.cuda._sleep(sleep_cycles)
+        asleep = torch.cuda.Event()
+        asleep.record()
         for i in range(c0, min(iters, c0 + chunk)):
             for j in range(len(names)):
                 n = names[(i + j) % len(names)]
@@ -28,7 +43,15 @@ def alternate(impls: dict, iters: int, chunk: int = 8, warmup: int | None = None
                 fns[i % len(fns)]()
                 e.record()
                 evs.append((n, s, e))
+        ahead = not asleep.query()
         torch.cuda.synchronize()
+        if not ahead:
+            tainted += 1
+            sleep_cycles *= 2
+            if tainted < -(-iters // chunk):      # keep the last chunk if all were late
+                continue
         for n, s, e in evs:
             out[n].append(s.elapsed_time(e))
+    last_stats.clear()
+    last_stats.update(late_chunks=tainted, chunks=-(-iters // chunk), sleep_cycles=sleep_cycles)
     return out

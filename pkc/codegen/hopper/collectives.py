@@ -82,6 +82,11 @@ THREADS = 512
 # 512: 1.41 / 1.34 / 1.34 / 1.28; 256: 1.42 / 1.53 / 1.45 / 1.33; 128: 1.48 / 1.52 / 1.46 /
 # 1.36; 64: 1.52 / 1.63 / 1.55 / 1.38; 32: 1.48 / 1.51 / 1.46 / 1.34 (docs/PERF_NOTES.md).
 LL_CTA_VECS = 64
+# An LL line (16 data bytes, each 4-byte word paired with the epoch: 32 bytes) is stored
+# as two 16-byte halves; the lines of a group of 32 (one warp's) keep their first halves
+# together and their second halves LL_HALF bytes after, so each warp-wide store writes 512
+# contiguous bytes (line-by-line, every store instruction would fill half of each sector)
+LL_HALF = 512
 ERR_PHASES = {1: "arrival of the rank's CTA (its data is ready / its kernel started)",
               2: "the rank's results written into this rank (exit)",
               3: "this rank's CTA of the previous group (ar2 groups) done with its exchange"}
@@ -440,12 +445,10 @@ class CollectiveKernel:
         p, W, kind = self.p, self.cfg.world, self.cfg.kind
         lo, hi = p.r32("lo"), p.r32("hi")
         slot_vecs = "%cv"                 # vectors per slot: the input (ll, llag), a chunk (llrs)
-        st = p.r64("llstage")             # byte offset of this epoch's half: W slots x 32 B
-        t = p.r32("llt")
-        p(f"and.b32 {t}, %epoch, 1;")
-        p(f"mul.lo.u32 {t}, {t}, {slot_vecs};")
-        p(f"mul.lo.u32 {t}, {t}, {W};")
-        p(f"mul.wide.u32 {st}, {t}, 32;")
+        st = p.r32("llstage")             # first line of this epoch's half: W slots
+        p(f"and.b32 {st}, %epoch, 1;")
+        p(f"mul.lo.u32 {st}, {st}, {slot_vecs};")
+        p(f"mul.lo.u32 {st}, {st}, {W};")
         a, b = p.r64("lla"), p.r64("llb")
         slot = p.r32("llslot")
 
@@ -473,15 +476,15 @@ class CollectiveKernel:
                 else:
                     self._load(x, a, v, peer=False)
                 p(f"add.u32 {slot}, {v}, {shift};")      # slot rank's vector (v - chunk start)
+                line = p.r64("llline")
+                self._ll_line(line, slot, st)
                 for i, d in enumerate(dests):
-                    p(f"mul.wide.u32 {b}, {slot}, 32;")
-                    p(f"add.s64 {b}, {b}, {st};")
-                    p(f"add.s64 {b}, {b}, {d};")
+                    p(f"add.s64 {b}, {line}, {d};")
                     q = self._guard(v)
                     if selfs:
                         p(f"and.pred {q}, {q}, !{selfs[i]};")
                     p(f"@{q} st.volatile.global.v4.b32 [{b}], {{{x[0]}, %epoch, {x[1]}, %epoch}};")
-                    p(f"@{q} st.volatile.global.v4.b32 [{b}+16], {{{x[2]}, %epoch, {x[3]}, %epoch}};")
+                    p(f"@{q} st.volatile.global.v4.b32 [{b}+{LL_HALF}], {{{x[2]}, %epoch, {x[3]}, %epoch}};")
             return push
 
         def pull(vs):
@@ -493,8 +496,7 @@ class CollectiveKernel:
             addrs = [p.r64(f"llb{q}") for q in range(W)]
             for q in range(W):
                 p(f"mad.lo.u32 {slot}, {q}, {slot_vecs}, {v};")
-                p(f"mul.wide.u32 {addrs[q]}, {slot}, 32;")
-                p(f"add.s64 {addrs[q]}, {addrs[q]}, {st};")
+                self._ll_line(addrs[q], slot, st)
                 p(f"add.s64 {addrs[q]}, {addrs[q]}, %mysym;")
             self._ll_wait(addrs, words, own=(x, selfs) if selfs else None)
             if kind == "llag":                       # out[q * n + v] = slot q's vector
@@ -533,6 +535,18 @@ class CollectiveKernel:
             self._publish(cond="%llfirst")
             pull(vs)
         self._slice_loop(lo, hi, push_pull, 1)
+
+    def _ll_line(self, dst: str, vec: str, stage: str) -> None:
+        """dst = byte offset of LL line ``vec + stage``'s first half (see :data:`LL_HALF`):
+        lines are grouped by 32, a group's first halves before its second halves."""
+        p = self.p
+        t = p.r32("lll")
+        p(f"add.u32 {t}, {vec}, {stage};")
+        g = p.r32("llg")
+        p(f"shr.u32 {g}, {t}, 5;")
+        p(f"and.b32 {t}, {t}, 31;")
+        p(f"mul.wide.u32 {dst}, {g}, {2 * LL_HALF};")
+        p(f"mad.wide.u32 {dst}, {t}, 16, {dst};")
 
     def _ll_prefetch(self) -> None:
         """ll / llag: load this thread's first input vector before the epoch (the two
@@ -573,7 +587,7 @@ class CollectiveKernel:
             w, fq = words[q], f[q]
             g = f"@!{own[1][q]} " if own else ""
             p(f"{g}ld.volatile.global.v4.b32 {{{w[0]}, {fq[0]}, {w[1]}, {fq[1]}}}, [{addrs[q]}];")
-            p(f"{g}ld.volatile.global.v4.b32 {{{w[2]}, {fq[2]}, {w[3]}, {fq[3]}}}, [{addrs[q]}+16];")
+            p(f"{g}ld.volatile.global.v4.b32 {{{w[2]}, {fq[2]}, {w[3]}, {fq[3]}}}, [{addrs[q]}+{LL_HALF}];")
         for q in range(W):
             p(f"setp.eq.u32 {oq[q]}, {f[q][0]}, %epoch;")
             for k in range(1, 4):
@@ -834,6 +848,8 @@ def plan_grid(cfg: CollectiveConfig, elems: int, max_ctas: int,
         work = THREADS * cfg.unroll
     G = max(1, min(max_ctas, -(-cv // work)))
     per = -(-cv // G)
+    if cfg.kind in LL_KINDS and work >= 32:      # whole warps of whole LL line groups
+        per = -(-per // 32) * 32
     G = max(1, -(-cv // per))        # no CTA with an empty slice (LL publishes in its loop)
     return nv, cv, per, G
 
@@ -886,7 +902,8 @@ class CollectiveRunner:
         self.threads = min(THREADS, -(-self.per // 32) * 32) if cfg.kind in LL_KINDS \
             else THREADS
         W, ve = cfg.world, cfg.vec_elems
-        sym_vecs = {"ll": 4 * W * self.cv, "llag": 4 * W * self.cv, "llrs": 4 * W * self.cv,
+        ll_vecs = 2 * (-(-2 * W * self.cv // 32) * 32)     # 2 x W slots of LL lines, whole groups
+        sym_vecs = {"ll": ll_vecs, "llag": ll_vecs, "llrs": ll_vecs,
                     "ar1": 2 * W * self.nv, "rs": 2 * W * self.cv, "ag": W * self.nv,
                     "ar2": self.nv + W * self.cv, "agp": self.nv}[cfg.kind]
         key = ("collective", cfg, elems, id(self))
