@@ -289,6 +289,15 @@ def parse_put_spec(spec: str) -> dict:
     return dict(comm_ctas=ctas, put_piece=piece * 1024, put_ring=ring, put_lag=lag)
 
 
+def parse_tile_spec(spec: str) -> dict:
+    """``BM:BN:STAGES:GROUP_M`` (a hand kernel's tile config) -> GemmConfig fields."""
+    try:
+        bm, bn, stages, group_m = (int(x) for x in spec.split(":"))
+    except ValueError:
+        raise ValueError(f"--tiles {spec!r}: want BM:BN:STAGES:GROUP_M, e.g. 128:128:6:8") from None
+    return dict(bm=bm, bn=bn, stages=stages, group_m=group_m)
+
+
 def summarize_fused(row: dict) -> dict:
     """Derived numbers of one shape's result: roofline, ratios (speedups: baseline time /
     implementation time, > 1 is faster), comm/compute balance."""
@@ -309,7 +318,7 @@ def summarize_fused(row: dict) -> dict:
         "roofline": ratio(base, out.get("roofline_ms")),
     }
     for name, ms in t.items():            # extra variants (--ag-puts, --hand-fresh)
-        if name.startswith(("pkc_ag_", "pkc_arf")) or name in ("pkc_hand_fresh", "pkc_hand_other"):
+        if name.startswith(("pkc_ag_", "pkc_arf", "pkc_t")) or name in ("pkc_hand_fresh", "pkc_hand_other"):
             out["speedup"][name] = ratio(base, ms)
     out["pkc_vs_symm"] = ratio(t.get("symm"), t.get("pkc"))
     out["pkc_vs_roofline"] = ratio(out.get("roofline_ms"), t.get("pkc"))
@@ -435,7 +444,7 @@ class Ctx:
 
 
 def time_interleaved(impls: dict, iters: int, warmup: int = 2, chunk: int = 6,
-                     sleep_cycles: int = 10_000_000) -> dict[str, list[float]]:
+                     sleep_cycles: int = 20_000_000) -> dict[str, list[float]]:
     """Per-call GPU times (ms) of every implementation (name -> one zero-argument call),
     launched in alternation by benchmarks/timing.py, each warmed up ``warmup`` times. Same
     sequence on every rank (collectives stay matched)."""
@@ -616,7 +625,7 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
     import torch.distributed._symmetric_memory  # noqa: F401  (registers torch.ops.symm_mem.fused_*)
 
     from pkc.codegen.hopper.fused import FusedConfig
-    from pkc.codegen.hopper.launch import choose_config
+    from pkc.runtime.fastpath import fused_gemm_config
 
     W, dev, fam = ctx.world, ctx.device, shape.family
     M, N, K = shape.M, shape.N, shape.K
@@ -684,7 +693,9 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
     hand = None
     hand = None
     if not args.no_hand:
-        cfg = choose_config(M, N, K, num_sms=torch.cuda.get_device_properties(dev).multi_processor_count)
+        # the tile config the compiled path picks (fastpath.fused_gemm_config)
+        cfg = fused_gemm_config(fam, M, N, K, W, "bf16", "nk",
+                                torch.cuda.get_device_properties(dev).multi_processor_count)
         row["hand_cfg"] = cfg.tag() if hasattr(cfg, "tag") else str(cfg)
         variants = [("pkc_hand", FusedConfig(kind=fam, world=W, gemm=cfg))]
         if fam == "ar" and W == 2:      # GEMM + all-reduce into a fresh output (reducer CTAs)
@@ -695,6 +706,9 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
             for n in args.arf_ctas:     # the reducer side's size
                 variants.append((f"pkc_arf{n}", FusedConfig(kind="arf", world=W, gemm=cfg,
                                                             comm_ctas=n)))
+        for spec in args.tiles:         # other tile configs of the hand kernel
+            variants.append((f"pkc_t{spec.replace(':', '_')}", FusedConfig(
+                kind=fam, world=W, gemm=cfg.with_(**parse_tile_spec(spec)))))
         if fam == "ag" and W > 1:       # how many put CTAs the all-gather side needs
             variants.append(("pkc_hand16", FusedConfig(kind=fam, world=W, gemm=cfg, comm_ctas=16)))
             for spec in args.ag_puts:
@@ -835,7 +849,7 @@ def run_sweep(args) -> int:
                   f"speedups pkc {s['speedup']['pkc']}  symm {s['speedup']['symm']}  "
                   f"hand {s['speedup']['pkc_hand']}  roof {s['speedup']['roofline']}  "
                   + "".join(f"{k[4:]} {v:.3f}  " for k, v in s["speedup"].items()
-                            if k.startswith(("pkc_ag_", "pkc_arf")) and v) + "checks "
+                            if k.startswith(("pkc_ag_", "pkc_arf", "pkc_t")) and v) + "checks "
                   f"{ {k: round(v.get('rel_err', -1), 5) for k, v in row['checks'].items()} } "
                   f"{'; '.join(row['notes'])}" + (f" pkc steps {row['pkc_steps_ms']}"
                                                   if row.get("pkc_steps_ms") else "")
@@ -993,6 +1007,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="extra AG+GEMM hand variants of the put side (timed as pkc_ag_<spec>)")
     ap.add_argument("--arf-ctas", type=int, nargs="*", default=[], metavar="CTAS",
                     help="GEMM+AR at W = 2: the arf kernel with CTAS reducer CTAs (pkc_arf<CTAS>)")
+    ap.add_argument("--tiles", nargs="*", default=[], metavar="BM:BN:STAGES:GROUP_M",
+                    help="the hand kernel with other tile configs (timed as pkc_t<spec>)")
     ap.add_argument("--list", action="store_true", help="print the shapes and their traffic; no GPU")
     ap.add_argument("--world", type=int, default=None, help="with --list: the world size")
     ap.add_argument("--device-run", action="store_true", help="the whole issue-7 device run")

@@ -117,17 +117,46 @@ def collective_config(kind: str, world: int, dtype: str, elems: int):
 ARF_ENABLED = False
 
 
+# GEMM + all-reduce by broadcast (W <= 2) where the link, not the GEMM, bounds the kernel
+# (the partial's bytes over the link take this many times the GEMM's time, or more): 128 x
+# 128 tiles, twice as many as 128 x 256 (the partials travel in finer steps, the last wave
+# is shorter). Measured on 2 H200s (hand kernel, x cuBLAS+NCCL): N = 8192 (link / GEMM
+# 1.8) 1.42 -> 1.50x (128 x 192: 1.48); N = 16384 (0.93) 1.83 either way; Llama-70B o / down
+# (0.47 / 0.12) 1.36 -> 1.30x / 1.14 -> 1.05x, hence the threshold.
+AR_LINK_BOUND = 1.25
+AR_LINK_BOUND_TILE = dict(bm=128, bn=128, stages=6)
+
+
+def _ar_link_over_gemm(M: int, N: int, K: int, target: str = "h200") -> float:
+    """The broadcast kernel's link time (the M x N 16-bit partial) over its GEMM time."""
+    from pkc.target.cost import gemm_time
+    from pkc.target.targets import get_target
+
+    return M * N * 2 / get_target(target).nvlink_achievable_bw / gemm_time(target, M, N, K)
+
+
+def fused_gemm_config(kind: str, M: int, N: int, K: int, world: int, dtype: str,
+                      b_layout: str, sms: int, target: str = "h200"):
+    """The GEMM tile config of a fused kernel over the whole ``[M, N, K]`` product: the
+    one for the whole GPU (choose_config; picking it for the SMs the put CTAs leave
+    measured 4-7% slower on Llama up+gate and N = 32768 AG + GEMM, 2 / 4 GPUs), except
+    128 x 128 for a link-bound GEMM + all-reduce broadcast (above)."""
+    from pkc.codegen.hopper.launch import choose_config
+
+    cfg = choose_config(M, N, K, dtype, b_layout, sms)
+    if kind == "ar" and world <= 2 and _ar_link_over_gemm(M, N, K, target) >= AR_LINK_BOUND:
+        cfg = cfg.with_(**AR_LINK_BOUND_TILE)
+    return cfg
+
+
 def mm_ar_kind(M: int, N: int, K: int, world: int, target: str = "h200") -> str:
     """The GEMM + all-reduce kernel at W <= 2: "arf" (into a fresh output, reducer CTAs add
     the peer's staged partial) where the link moves the result more slowly than the GEMM
     makes it (then the reducers' SMs cost the link-bound kernel nothing, and the copy of
     the broadcast kernel's persistent result is saved); else "ar" (broadcast, its result
     copied out: on a GEMM-bound shape the copy is small and the reducers' SMs are not)."""
-    from pkc.target.cost import gemm_time
-    from pkc.target.targets import get_target
-
-    link = M * N * 2 / get_target(target).nvlink_achievable_bw
-    return "arf" if ARF_ENABLED and world == 2 and link >= gemm_time(target, M, N, K) else "ar"
+    return "arf" if ARF_ENABLED and world == 2 and _ar_link_over_gemm(M, N, K, target) >= 1 \
+        else "ar"
 
 
 def arf_reducer_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> int:
@@ -155,6 +184,13 @@ class FastPlan:
     def describe(self) -> str:
         dims = " ".join(f"{k}={v}" for k, v in self.shapes.items())
         extra = f" ({self.dtype} accumulator)" if self.kind in ("mm_rs", "mm_ar") else ""
+        if self.kind == "mm_ar" and self.world <= 2:
+            from pkc.target.targets import get_target
+
+            s = self.shapes
+            cfg = fused_gemm_config("ar", s["M"], s["N"], s["K"], self.world, self.dtype, "nk",
+                                    get_target("h200").num_sms)
+            extra += f" ({cfg.bm}x{cfg.bn} tiles)"
         if self.kind == "ar2":          # what the size decides (collective_config)
             cfg = collective_config("ar2", self.world, self.dtype, self.shapes["elems"])
             extra = f" ({cfg.gather} gather, {cfg.groups} CTA group{'s' * (cfg.groups > 1)})"
@@ -324,7 +360,6 @@ class FastStep:
 
     def _fused(self, kind: str, Mc: int, N: int, K: int, b_layout: str):
         from pkc.codegen.hopper.fused import FusedConfig, FusedWorld
-        from pkc.codegen.hopper.launch import choose_config
 
         key = ("fused", kind, Mc, N, K, b_layout)
         if key not in self._made:
@@ -335,9 +370,7 @@ class FastStep:
                 put = dict(comm_ctas=ag_put_ctas(W * Mc, N, K, W))
             elif kind == "arf" and W > 1:
                 put = dict(comm_ctas=arf_reducer_ctas(W * Mc, N, K, W))
-            # the tile shape for the whole GPU: picking it for the SMs the put CTAs leave
-            # measured 4-7% slower (Llama up+gate, N = 32768 all-gather + GEMM on 2 / 4 GPUs)
-            gemm = choose_config(W * Mc, N, K, self.plan.dtype, b_layout, sms)
+            gemm = fused_gemm_config(kind, W * Mc, N, K, W, self.plan.dtype, b_layout, sms)
             fcfg = FusedConfig(kind=kind, world=W, gemm=gemm, **put)
             # owner: this step's own buffers; a second kernel of the same shape in the
             # program must not overwrite this one's result

@@ -161,3 +161,27 @@ def test_gemm_all_reduce_kernel_choice():
     for M, N, K in ((2048, 2048, 256), (8192, 8192, 14336), (32768, 32768, 4096)):
         n = arf_reducer_ctas(M, N, K, 2)
         assert 4 <= n <= 16 and n % 4 == 0
+
+
+def test_fused_tile_config():
+    """Link-bound GEMM + all-reduce broadcasts (W <= 2) take 128 x 128 tiles; the
+    GEMM-bound ones, other kinds and W > 2 keep choose_config's tile; the plan's remark
+    names the tile."""
+    from pkc.codegen.hopper.launch import choose_config
+    from pkc.runtime.fastpath import FastPlan, fused_gemm_config
+
+    def tile(kind, M, N, K, W):
+        c = fused_gemm_config(kind, M, N, K, W, "bf16", "nk", 132)
+        return (c.bm, c.bn, c.stages)
+
+    assert tile("ar", 8192, 8192, 1024, 2) == (128, 128, 6)      # link / GEMM ~2
+    assert tile("ar", 4096, 4096, 512, 1) == (128, 128, 6)
+    for kind, M, N, K, W in (("ar", 8192, 8192, 14336, 2), ("ar", 32768, 32768, 4096, 2),
+                             ("ar", 8192, 8192, 1024, 4), ("rs", 8192, 8192, 1024, 2),
+                             ("ag", 8192, 1024, 8192, 2)):
+        c = choose_config(M, N, K, "bf16", "nk", 132)
+        assert tile(kind, M, N, K, W) == (c.bm, c.bn, c.stages), (kind, M, N, K, W)
+    kn = fused_gemm_config("ar", 8192, 8192, 1024, 2, "bf16", "kn", 132)
+    assert kn.b_layout == "kn" and kn.bn % 64 == 0
+    plan = FastPlan("mm_ar", 2, "bf16", dict(M=8192, N=8192, K=1024))
+    assert plan.describe().endswith("(bf16 accumulator) (128x128 tiles)")
