@@ -117,22 +117,28 @@ def collective_config(kind: str, world: int, dtype: str, elems: int):
 ARF_ENABLED = False
 
 
-# GEMM + all-reduce by broadcast (W <= 2) where the link, not the GEMM, bounds the kernel
-# (the partial's bytes over the link take this many times the GEMM's time, or more): 128 x
-# 128 tiles, twice as many as 128 x 256 (the partials travel in finer steps, the last wave
-# is shorter). Measured on 2 H200s (hand kernel, x cuBLAS+NCCL): N = 8192 (link / GEMM
-# 1.8) 1.42 -> 1.50x (128 x 192: 1.48); N = 16384 (0.93) 1.83 either way; Llama-70B o / down
-# (0.47 / 0.12) 1.36 -> 1.30x / 1.14 -> 1.05x, hence the threshold.
-AR_LINK_BOUND = 1.25
-AR_LINK_BOUND_TILE = dict(bm=128, bn=128, stages=6)
+# Fused GEMM + all-reduce (broadcast) and GEMM + reduce-scatter at W <= 2 where the link,
+# not the GEMM, bounds the kernel (the bytes a rank sends take this many times the GEMM's
+# time, or more): 128 x 128 tiles, twice as many as 128 x 256 (the partials travel in
+# finer steps, the last wave is shorter). Measured on 2 H200s (hand kernels, x cuBLAS+NCCL,
+# link / GEMM in brackets): GEMM+AR N = 2048 (2.2) 1.31 -> 1.36x, 4096 (2.6) 1.31 -> 1.41x,
+# 8192 (1.8) 1.42-1.45 -> 1.49-1.50x; N = 16384 (0.93) 1.83 either way; Llama-70B o / down
+# (0.47 / 0.12) 1.36 -> 1.30x / 1.14 -> 1.05x, hence the threshold. GEMM+RS N = 4096 (1.3)
+# 1.47 -> 1.57x; below the threshold N = 2048 (1.1) 1.54 -> 1.56x, 8192 (0.9) 1.52 -> 1.54x,
+# 16384 (0.5) 1.53 -> 1.51x. (All-gather + GEMM: no gain measured, not applied.)
+LINK_BOUND = 1.25
+LINK_BOUND_TILE = dict(bm=128, bn=128, stages=6)
 
 
-def _ar_link_over_gemm(M: int, N: int, K: int, target: str = "h200") -> float:
-    """The broadcast kernel's link time (the M x N 16-bit partial) over its GEMM time."""
+def _link_over_gemm(kind: str, M: int, N: int, K: int, world: int, target: str = "h200") -> float:
+    """A fused GEMM + all-reduce broadcast's ("ar": the M x N 16-bit partial to each of the
+    W - 1 peers) or GEMM + reduce-scatter's ("rs": (W-1)/W of it) link time over its GEMM
+    time."""
     from pkc.target.cost import gemm_time
     from pkc.target.targets import get_target
 
-    return M * N * 2 / get_target(target).nvlink_achievable_bw / gemm_time(target, M, N, K)
+    sent = M * N * 2 * (world - 1) / (1 if kind == "ar" else world)
+    return sent / get_target(target).nvlink_achievable_bw / gemm_time(target, M, N, K)
 
 
 def fused_gemm_config(kind: str, M: int, N: int, K: int, world: int, dtype: str,
@@ -140,12 +146,13 @@ def fused_gemm_config(kind: str, M: int, N: int, K: int, world: int, dtype: str,
     """The GEMM tile config of a fused kernel over the whole ``[M, N, K]`` product: the
     one for the whole GPU (choose_config; picking it for the SMs the put CTAs leave
     measured 4-7% slower on Llama up+gate and N = 32768 AG + GEMM, 2 / 4 GPUs), except
-    128 x 128 for a link-bound GEMM + all-reduce broadcast (above)."""
+    128 x 128 for a link-bound GEMM + all-reduce / reduce-scatter at W <= 2 (above)."""
     from pkc.codegen.hopper.launch import choose_config
 
     cfg = choose_config(M, N, K, dtype, b_layout, sms)
-    if kind == "ar" and world <= 2 and _ar_link_over_gemm(M, N, K, target) >= AR_LINK_BOUND:
-        cfg = cfg.with_(**AR_LINK_BOUND_TILE)
+    if kind in ("ar", "rs") and world <= 2 and \
+            _link_over_gemm(kind, M, N, K, world, target) >= LINK_BOUND:
+        cfg = cfg.with_(**LINK_BOUND_TILE)
     return cfg
 
 
@@ -155,7 +162,7 @@ def mm_ar_kind(M: int, N: int, K: int, world: int, target: str = "h200") -> str:
     makes it (then the reducers' SMs cost the link-bound kernel nothing, and the copy of
     the broadcast kernel's persistent result is saved); else "ar" (broadcast, its result
     copied out: on a GEMM-bound shape the copy is small and the reducers' SMs are not)."""
-    return "arf" if ARF_ENABLED and world == 2 and _ar_link_over_gemm(M, N, K, target) >= 1 \
+    return "arf" if ARF_ENABLED and world == 2 and _link_over_gemm("ar", M, N, K, 2, target) >= 1 \
         else "ar"
 
 
@@ -184,12 +191,12 @@ class FastPlan:
     def describe(self) -> str:
         dims = " ".join(f"{k}={v}" for k, v in self.shapes.items())
         extra = f" ({self.dtype} accumulator)" if self.kind in ("mm_rs", "mm_ar") else ""
-        if self.kind == "mm_ar" and self.world <= 2:
+        if self.kind in ("mm_rs", "mm_ar") and self.world <= 2:
             from pkc.target.targets import get_target
 
             s = self.shapes
-            cfg = fused_gemm_config("ar", s["M"], s["N"], s["K"], self.world, self.dtype, "nk",
-                                    get_target("h200").num_sms)
+            cfg = fused_gemm_config(self.kind[3:], s["M"], s["N"], s["K"], self.world,
+                                    self.dtype, "nk", get_target("h200").num_sms)
             extra += f" ({cfg.bm}x{cfg.bn} tiles)"
         if self.kind == "ar2":          # what the size decides (collective_config)
             cfg = collective_config("ar2", self.world, self.dtype, self.shapes["elems"])

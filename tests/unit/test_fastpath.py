@@ -164,9 +164,9 @@ def test_gemm_all_reduce_kernel_choice():
 
 
 def test_fused_tile_config():
-    """Link-bound GEMM + all-reduce broadcasts (W <= 2) take 128 x 128 tiles; the
-    GEMM-bound ones, other kinds and W > 2 keep choose_config's tile; the plan's remark
-    names the tile."""
+    """Link-bound GEMM + all-reduce broadcasts and GEMM + reduce-scatters (W = 2) take 128 x
+    128 tiles; GEMM-bound ones, all-gather + GEMM, W = 1 (nothing sent) and W > 2 keep
+    choose_config's tile; the plan's remark names the tile."""
     from pkc.codegen.hopper.launch import choose_config
     from pkc.runtime.fastpath import FastPlan, fused_gemm_config
 
@@ -175,9 +175,10 @@ def test_fused_tile_config():
         return (c.bm, c.bn, c.stages)
 
     assert tile("ar", 8192, 8192, 1024, 2) == (128, 128, 6)      # link / GEMM ~2
-    assert tile("ar", 4096, 4096, 512, 1) == (128, 128, 6)
+    assert tile("rs", 4096, 4096, 512, 2) == (128, 128, 6)        # ~1.3
     for kind, M, N, K, W in (("ar", 8192, 8192, 14336, 2), ("ar", 32768, 32768, 4096, 2),
                              ("ar", 8192, 8192, 1024, 4), ("rs", 8192, 8192, 1024, 2),
+                             ("ar", 4096, 4096, 512, 1), ("rs", 4096, 4096, 512, 1),
                              ("ag", 8192, 1024, 8192, 2)):
         c = choose_config(M, N, K, "bf16", "nk", 132)
         assert tile(kind, M, N, K, W) == (c.bm, c.bn, c.stages), (kind, M, N, K, W)
@@ -185,3 +186,5 @@ def test_fused_tile_config():
     assert kn.b_layout == "kn" and kn.bn % 64 == 0
     plan = FastPlan("mm_ar", 2, "bf16", dict(M=8192, N=8192, K=1024))
     assert plan.describe().endswith("(bf16 accumulator) (128x128 tiles)")
+    plan = FastPlan("mm_rs", 2, "bf16", dict(M=8192, N=8192, K=14336))
+    assert plan.describe().endswith("(bf16 accumulator) (128x256 tiles)")
