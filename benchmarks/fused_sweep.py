@@ -318,7 +318,8 @@ def summarize_fused(row: dict) -> dict:
         "roofline": ratio(base, out.get("roofline_ms")),
     }
     for name, ms in t.items():            # extra variants (--ag-puts, --hand-fresh)
-        if name.startswith(("pkc_ag_", "pkc_arf", "pkc_t")) or name in ("pkc_hand_fresh", "pkc_hand_other"):
+        if name.startswith(("pkc_ag_", "pkc_arf", "pkc_t")) or name in ("pkc_hand_fresh", "pkc_hand_other",
+                                                                         "pkc_hand_out"):
             out["speedup"][name] = ratio(base, ms)
     out["pkc_vs_symm"] = ratio(t.get("symm"), t.get("pkc"))
     out["pkc_vs_roofline"] = ratio(out.get("roofline_ms"), t.get("pkc"))
@@ -698,6 +699,8 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
                                 torch.cuda.get_device_properties(dev).multi_processor_count)
         row["hand_cfg"] = cfg.tag() if hasattr(cfg, "tag") else str(cfg)
         variants = [("pkc_hand", FusedConfig(kind=fam, world=W, gemm=cfg))]
+        if fam == "ar" and W == 2:      # the broadcast into the kernel's output (no copy)
+            variants.append(("pkc_hand_out", FusedConfig(kind="ar", world=W, gemm=cfg, out=True)))
         if fam == "ar" and W == 2:      # GEMM + all-reduce into a fresh output (reducer CTAs)
             from pkc.runtime.fastpath import arf_reducer_ctas
 
@@ -849,7 +852,8 @@ def run_sweep(args) -> int:
                   f"speedups pkc {s['speedup']['pkc']}  symm {s['speedup']['symm']}  "
                   f"hand {s['speedup']['pkc_hand']}  roof {s['speedup']['roofline']}  "
                   + "".join(f"{k[4:]} {v:.3f}  " for k, v in s["speedup"].items()
-                            if k.startswith(("pkc_ag_", "pkc_arf", "pkc_t")) and v) + "checks "
+                            if k.startswith(("pkc_ag_", "pkc_arf", "pkc_t", "pkc_hand_out")) and v)
+                  + "checks "
                   f"{ {k: round(v.get('rel_err', -1), 5) for k, v in row['checks'].items()} } "
                   f"{'; '.join(row['notes'])}" + (f" pkc steps {row['pkc_steps_ms']}"
                                                   if row.get("pkc_steps_ms") else "")

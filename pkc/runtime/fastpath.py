@@ -156,14 +156,24 @@ def fused_gemm_config(kind: str, M: int, N: int, K: int, world: int, dtype: str,
     return cfg
 
 
+# GEMM + all-reduce at W = 2 by broadcast into a fresh output (``FusedConfig.out``: the
+# peer's chunk summed in the epilogue, the own chunk copied from the accumulator inside
+# the kernel), instead of the broadcast into the persistent accumulator and a copy of all
+# of it after the kernel.
+AR_INTO_OUTPUT = True
+
+
 def mm_ar_kind(M: int, N: int, K: int, world: int, target: str = "h200") -> str:
-    """The GEMM + all-reduce kernel at W <= 2: "arf" (into a fresh output, reducer CTAs add
-    the peer's staged partial) where the link moves the result more slowly than the GEMM
-    makes it (then the reducers' SMs cost the link-bound kernel nothing, and the copy of
-    the broadcast kernel's persistent result is saved); else "ar" (broadcast, its result
-    copied out: on a GEMM-bound shape the copy is small and the reducers' SMs are not)."""
-    return "arf" if ARF_ENABLED and world == 2 and _link_over_gemm("ar", M, N, K, 2, target) >= 1 \
-        else "ar"
+    """The GEMM + all-reduce kernel at W <= 2: at W = 2 "ar_out" (the broadcast kernel
+    into a fresh output: :data:`AR_INTO_OUTPUT`), or "arf" (reducer CTAs add the peer's
+    staged partial; off: :data:`ARF_ENABLED`) where the link moves the result more slowly
+    than the GEMM makes it; else "ar" (the broadcast into the persistent accumulator, its
+    result copied out; W = 1 always)."""
+    if world != 2:
+        return "ar"
+    if ARF_ENABLED and _link_over_gemm("ar", M, N, K, 2, target) >= 1:
+        return "arf"
+    return "ar_out" if AR_INTO_OUTPUT else "ar"
 
 
 def arf_reducer_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> int:
@@ -337,7 +347,7 @@ class FastStep:
         self.ar_kind = mm_ar_kind(plan.shapes["M"], plan.shapes["N"], plan.shapes["K"],
                                   plan.world) if plan.kind == "mm_ar" else None
         fresh = plan.kind in ("ll", "llag", "llrs", "ar1", "rs", "ar2") or \
-            (plan.kind == "mm_ar" and (plan.world > 2 or self.ar_kind == "arf"))
+            (plan.kind == "mm_ar" and (plan.world > 2 or self.ar_kind in ("arf", "ar_out")))
         self.persistent = [not fresh] * len(out_shapes)
         if plan.kind in ("ag_mm", "ag_mms"):   # the products are fresh; the gathered A is not
             self.persistent = [False] * len(plan.shapes["N"]) + [True] * plan.shapes["gathered"]
@@ -377,6 +387,8 @@ class FastStep:
                 put = dict(comm_ctas=ag_put_ctas(W * Mc, N, K, W))
             elif kind == "arf" and W > 1:
                 put = dict(comm_ctas=arf_reducer_ctas(W * Mc, N, K, W))
+            if kind == "ar_out":            # the broadcast into a caller's output
+                kind, put = "ar", dict(out=True)
             gemm = fused_gemm_config(kind, W * Mc, N, K, W, self.plan.dtype, b_layout, sms)
             fcfg = FusedConfig(kind=kind, world=W, gemm=gemm, **put)
             # owner: this step's own buffers; a second kernel of the same shape in the
@@ -426,13 +438,13 @@ class FastStep:
         if W <= 2:
             # broadcast: every partial tile to every rank, overlapped with the GEMM (same
             # link bytes as RS + AG at W = 2; W > 2 would send (W-1) / (2(W-1)/W) times
-            # more, measured 0.5-1.0x: RS then AG there); link-bound shapes into a fresh
-            # output ("arf"), the others into the persistent accumulator (then copied)
+            # more, measured 0.5-1.0x: RS then AG there); at W = 2 into a fresh output
+            # (mm_ar_kind), at W = 1 into the persistent accumulator (then copied)
             lay = {r: self._b_operand(a[1]) for r, a in args.items()}
             kind = self.ar_kind
             fw = self._fused(kind, s["M"] // W, s["N"], s["K"], next(iter(lay.values()))[0])
             fresh = None
-            if kind == "arf":
+            if kind in ("arf", "ar_out"):
                 fresh = self._fresh((s["M"], s["N"]), fw.tdt, args)
             outs = fw.run({r: a[0].contiguous() for r, a in args.items()},
                           {r: lay[r][1] for r in args}, outs=fresh)

@@ -99,6 +99,16 @@ def _cases() -> list[dict]:
         for s in ((1000, 1000, 1000), (256, 512, 1024), (2048, 1024, 1024)):
             out.append(dict(kind="ar", W=W, dtype="bf16", acc="out", tile=256, shape=s, b="kn"))
         out.append(dict(kind="ar", W=W, dtype="f16", acc="out", tile=128, shape=(257, 136, 72)))
+    # GEMM + all-reduce by broadcast into a caller's output (W = 2): the peer's chunk
+    # summed in the epilogue, the own chunk copied from the accumulator at the end
+    for s in ((1000, 1000, 1000), (256, 512, 1024), (2048, 1024, 1024), (3000, 520, 512)):
+        for b in ("nk", "kn"):
+            out.append(dict(kind="ar", W=2, dtype="bf16", acc="out", tile=256, shape=s, b=b,
+                            out=True))
+    out.append(dict(kind="ar", W=2, dtype="bf16", acc="out", tile=128, shape=(2048, 1024, 1024),
+                    out=True))
+    out.append(dict(kind="ar", W=2, dtype="f16", acc="out", tile=128, shape=(257, 136, 72),
+                    out=True))
     # GEMM + all-reduce into a fresh output (W <= 2): own tiles to the output, the peer's
     # to the staging, reducer CTAs add row block by row block (several blocks, ragged)
     for W in (1, 2):
@@ -119,7 +129,7 @@ def _case_id(c: dict) -> str:
     acc = f"-{c.get('acc', '')}" if c["kind"] in ("rs", "ar", "arf") else ""
     sab = ("-sabotage" if c.get("sabotage") else "") + (f"-{c['variant']}" if c.get("variant") else "")
     sab += ("-kn" if c.get("b") == "kn" else "") + ("-plain" if c.get("green") is False else "")
-    sab += "".join(f"-{k}{v}" for k, v in c.get("put", {}).items())
+    sab += "".join(f"-{k}{v}" for k, v in c.get("put", {}).items()) + ("-out" if c.get("out") else "")
     return f"{c['kind']}-W{c['W']}-{c['dtype']}{acc}-t{c['tile']}-{'x'.join(map(str, c['shape']))}{sab}"
 
 
@@ -129,7 +139,8 @@ def fcfg_of(c: dict) -> FusedConfig:
     comm = 4 if c["W"] > 1 else -1
     extra = dict(own_map="global", wait_own=True) if c.get("variant") == "v1" else {}
     extra.update(c.get("put", {}))
-    return FusedConfig(kind=c["kind"], world=c["W"], gemm=g, acc=acc, comm_ctas=comm, **extra)
+    return FusedConfig(kind=c["kind"], world=c["W"], gemm=g, acc=acc, comm_ctas=comm,
+                       out=c.get("out", False), **extra)
 
 
 def run_case(c: dict, seed: int = 0) -> dict:
@@ -180,7 +191,7 @@ def run_case(c: dict, seed: int = 0) -> dict:
 
     def launch(fresh=False):
         torch.cuda.synchronize()
-        if fresh:          # arf: C into new (poisoned) tensors, as the compiled path runs it
+        if fresh:          # arf / ar out: C into new (poisoned) tensors, as the compiled path
             outs = world.run(A, B, outs=[torch.full_like(o, float("nan")) for o in world.out])
         else:
             outs = world.run(A, B)
@@ -206,7 +217,7 @@ def run_case(c: dict, seed: int = 0) -> dict:
     first = None
     for it in range(3):                  # epochs 1..3: the monotonic signal counters
         poison()
-        outs = launch(fresh=f.kind == "arf" and it > 0)
+        outs = launch(fresh=(f.kind == "arf" or f.out) and it > 0)
         try:
             world.check()
         except SignalTimeout as e:       # the kernel finished; the context is fine
@@ -218,7 +229,7 @@ def run_case(c: dict, seed: int = 0) -> dict:
             ref = refs[r]
             errs.append(float(torch.linalg.norm(o.nan_to_num(0.0) - ref)
                               / torch.linalg.norm(ref).clamp_min(1e-30)))
-        if f.kind == "arf" and W == 2:   # round(own + peer) is the same sum on both ranks
+        if (f.kind == "arf" or f.out) and W == 2:   # one rounding of own + peer on both ranks
             same = same and torch.equal(outs[0], outs[1])
         if first is None:
             first = outs

@@ -147,17 +147,22 @@ def test_two_shot_config_follows_the_measurements():
     assert (ll.kind, ll.copy_in, ll.groups) == ("ll", False, 1)
 
 
-def test_gemm_all_reduce_kernel_choice():
-    """W = 2: link-bound GEMM + all-reduce shapes run into a fresh output (arf, 16 reducer
-    CTAs) when ARF_ENABLED, GEMM-bound ones (Llama down, K = 14336) keep the broadcast
-    kernel; W != 2 never take arf (W = 1 has nothing to add, W > 2 runs RS + all-gather)."""
+def test_gemm_all_reduce_kernel_choice(monkeypatch):
+    """W = 2: the broadcast kernel into a fresh output (ar_out); link-bound shapes take arf
+    (16 reducer CTAs) only when ARF_ENABLED; W != 2 keep "ar" (W = 1 has nothing to add,
+    W > 2 runs RS + all-gather)."""
     import pkc.runtime.fastpath as fp
     from pkc.runtime.fastpath import arf_reducer_ctas, mm_ar_kind
 
-    assert mm_ar_kind(8192, 8192, 1024, 2) == ("arf" if fp.ARF_ENABLED else "ar")
+    out = "ar_out" if fp.AR_INTO_OUTPUT else "ar"
+    assert mm_ar_kind(8192, 8192, 1024, 2) == ("arf" if fp.ARF_ENABLED else out)
     assert arf_reducer_ctas(8192, 8192, 1024, 2) == 16
-    assert mm_ar_kind(8192, 8192, 14336, 2) == "ar"
+    assert mm_ar_kind(8192, 8192, 14336, 2) == out
     assert mm_ar_kind(8192, 8192, 1024, 1) == "ar" and mm_ar_kind(8192, 8192, 1024, 4) == "ar"
+    monkeypatch.setattr(fp, "ARF_ENABLED", True)
+    assert mm_ar_kind(8192, 8192, 1024, 2) == "arf" and mm_ar_kind(8192, 8192, 14336, 2) == out
+    monkeypatch.setattr(fp, "AR_INTO_OUTPUT", False)
+    assert mm_ar_kind(8192, 8192, 14336, 2) == "ar"
     for M, N, K in ((2048, 2048, 256), (8192, 8192, 14336), (32768, 32768, 4096)):
         n = arf_reducer_ctas(M, N, K, 2)
         assert 4 <= n <= 16 and n % 4 == 0

@@ -40,6 +40,9 @@ FUSED = {
     "arf_w2_kn_128x128_f16": FusedConfig("arf", 2, gemm=G128.with_(dtype="f16", b_layout="kn"),
                                          comm_ctas=8),
     "ar_w4_kn_f16": FusedConfig("ar", 4, gemm=GemmConfig(dtype="f16", b_layout="kn")),
+    "ar_w2_out": FusedConfig("ar", 2, out=True),
+    "ar_w2_out_kn_128x128_f16": FusedConfig("ar", 2, out=True,
+                                            gemm=G128.with_(dtype="f16", b_layout="kn")),
     "ag_w1": FusedConfig("ag", 1),
     "ag_w8": FusedConfig("ag", 8),
     "ag_w2_128x128_f16": FusedConfig("ag", 2, gemm=G128.with_(dtype="f16"), comm_ctas=4),
@@ -113,7 +116,7 @@ def test_ptx_has_the_protocol(name):
     f = FUSED[name]
     ptx = emit_fused_ptx(f)
     assert f".entry {f.kernel_name}(" in ptx
-    assert ptx.count("mbarrier.init.shared::cta.b64") == 2 * f.gemm.stages
+    assert ptx.count("mbarrier.init.shared::cta.b64") == 2 * f.gemm.stages + f.gemm_cfg().extra_bars
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{f.gemm.bn}k16\.f32", ptx)
     if f.kind == "rs":
         # own chunk: TMA store; other chunks: TMA reduce-add; per-chunk release signals
@@ -149,6 +152,23 @@ def test_ptx_has_the_protocol(name):
             assert ptx.count("red.release.gpu.global.add.u32") == 1 + lag
             assert f"div.u32 %fz_prev0, %cr_mblk, {f.gemm.group_m};" in ptx
             assert "ld.acquire.gpu.global.u32" in ptx and "ld.acquire.sys.global.u32" in ptx
+    elif f.kind == "ar" and f.out:
+        # own chunk: each piece to both accumulators; the peer's chunk: each piece of its
+        # partial loaded (TMA, one mbarrier per warpgroup), our f32 sums added, the sum
+        # stored to our output and the peer's accumulator; no reduce-adds; the own chunk
+        # copied from the accumulator at the end
+        pieces = f.gemm.m_slices * (f.gemm.bn // f.gemm.epi_width)
+        stores = ptx.count("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group")
+        loads = ptx.count("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier")
+        assert stores == 4 * pieces and loads == pieces
+        assert "cp.reduce.async.bulk.tensor" not in ptx
+        assert ptx.count("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%fo_bar]") == pieces
+        assert ptx.count("add.rn.f32") == 2 * pieces * f.gemm.epi_width // 8 * 2
+        assert "[%tmC, {" in ptx and ptx.count("ld.global.cg.v4.b32") == 4
+        # the other rank's accumulator: both paths send there (never the own one twice)
+        assert "xor.b32 %fo_other, %fz_rank, 1;" in ptx
+        assert "mad.wide.u32 %fo_ttheirs, %fo_other, 128, %fz_acc_maps;" in ptx
+        assert ptx.count("red.release.sys.global.add.u32") == 2 * f.world
     elif f.kind == "ar":
         # every piece to every rank: W stores (own chunk) and W reduce-adds (others) per
         # piece, through the W accumulators' 3-d maps; W signals per flush
@@ -199,7 +219,7 @@ def test_fused_sass_keeps_the_pipeline(name):
     text = tools.sass(_asm(name).cubin)
     assert check_fused_pipeline(f, text) == []
     s = tools.SassSummary.of(text)
-    assert s.hgmma and s.mbarrier_inits == 2 * f.gemm.stages
+    assert s.hgmma and s.mbarrier_inits == 2 * f.gemm.stages + f.gemm_cfg().extra_bars
 
 
 @needs_sass
@@ -519,6 +539,33 @@ def test_arf_world_takes_a_fresh_output(fake_launch):
     assert ("bf16", [N, W * Mc], [c.epi_width, 64], 2 * c.epi_width) in fake_launch.maps
     with pytest.raises(ValueError, match="out must be"):
         w.run(a, b, outs={r: torch.empty(Mc, N, dtype=torch.bfloat16) for r in range(W)})
-    with pytest.raises(ValueError, match="only the all-gather and arf"):
+    with pytest.raises(ValueError, match="only the all-gather, arf"):
         FusedWorld(FusedConfig("rs", W), Mc, N, K, peers=peers).run(
             a, b, outs=fresh)
+
+
+def test_ar_out_validates_and_binds_the_callers_output(fake_launch):
+    """ar with out=True: W = 2 only; its world's default output is a local buffer apart
+    from the accumulator; a caller's output gets its own 3-d map (tmC) and pointer."""
+    from pkc.codegen.hopper.fused import FusedWorld
+
+    for bad in (FusedConfig("ar", 4, out=True), FusedConfig("ar", 1, out=True),
+                FusedConfig("rs", 2, out=True)):
+        with pytest.raises(ValueError, match="out .* is an ar option at W = 2"):
+            bad.validate()
+    W, Mc, N, K = 2, 256, 512, 128
+    f = FusedConfig("ar", W, out=True)
+    assert f.gemm_cfg().extra_bars == f.gemm.consumers and f.kernel_name.endswith(
+        "_out" + f.kernel_name.split("_out")[1])
+    w = FusedWorld(f, Mc, N, K, peers=_FakePeers(W, range(W)))
+    assert w.out[0].data_ptr() != w.acc[0].data_ptr() and tuple(w.out[0].shape) == (W * Mc, N)
+    a = [torch.randn(W * Mc, K).to(torch.bfloat16) for _ in range(W)]
+    b = [torch.randn(N, K).to(torch.bfloat16) for _ in range(W)]
+    fresh = {r: torch.empty(W * Mc, N, dtype=torch.bfloat16) for r in range(W)}
+    outs = w.run(a, b, outs=fresh)
+    assert outs[0] is fresh[0] and outs[1] is fresh[1]
+    c = f.gemm_cfg()
+    # the output's map: [N, Mc, W] in pieces of 64 rows, as the accumulators'
+    assert ("bf16", [N, Mc, W], [c.epi_width, 64, 1], 2 * c.epi_width) in fake_launch.maps
+    with pytest.raises(ValueError, match="out must be"):
+        w.run(a, b, outs={r: torch.empty(Mc, N, dtype=torch.bfloat16) for r in range(W)})

@@ -120,6 +120,8 @@ class FusedConfig:
     #                                (0: put_ring // 2)
     own_map: str = "param"         # rs: own accumulator's tensor map: "param" (by value,
     #                                as the GEMM's C) or "global" (from the device array)
+    out: bool = False              # ar (W = 2): the result into a caller's output, no
+    #                                persistent result (GemmArOutKernel)
     wait_own: bool = False         # rs: end-of-kernel wait also on this rank's own tiles
     #                                (always with an f32 accumulator: the conversion needs
     #                                every CTA's tiles; otherwise kernel completion orders them)
@@ -158,18 +160,21 @@ class FusedConfig:
             extra += f"_p{self.put_piece // 1024}k{self.put_ring}l{self.lag}"
         if self.kind in ("rs", "ar"):
             extra += ("_gmap" if self.own_map == "global" else "") + \
-                ("_wown" if self.wait_own else "")
+                ("_wown" if self.wait_own else "") + ("_out" if self.out else "")
         if g.b_layout != "nk":            # nk names stay those of the measured kernels
             extra += f"_{g.b_layout}"
         return (f"pkc_{self.kind}_w{self.world}{extra}_{g.dtype}_{g.bm}x{g.bn}_s{g.stages}"
                 f"_c{g.consumers}_g{g.group_m}")
 
     def gemm_cfg(self) -> GemmConfig:
-        return self.gemm.with_(name=self.kernel_name)
+        # ar into an output: one mbarrier per consumer warpgroup for its TMA loads
+        return self.gemm.with_(name=self.kernel_name,
+                               extra_bars=self.gemm.consumers if self.out else 0)
 
     def tag(self) -> str:
         g = self.gemm
         extra = f" acc={self.acc_dtype}" if self.kind in ("rs", "ar") else f" comm={self.n_comm}"
+        extra += " out" if self.out else ""
         return (f"{self.kind} W={self.world}{extra} {g.bm}x{g.bn} s{g.stages} {g.dtype}"
                 f" B {g.b_layout}")
 
@@ -188,6 +193,8 @@ class FusedConfig:
             # would add in a rank-dependent order (and send W - 1 copies: RS + AG there)
             need(self.world <= 2, "arf adds one peer's partial: W <= 2")
             need(self.acc_dtype == g.dtype, "arf adds in the output dtype")
+        need(not self.out or (self.kind == "ar" and self.world == 2),
+             "out (the result into a caller's output) is an ar option at W = 2")
         if self.kind == "ar":
             need(self.acc_dtype == g.dtype, "ar adds in the output dtype (no f32 accumulator)")
             need(self.world <= 8, "ar keeps W x W signal slots in a 64-slot pad: W <= 8")
@@ -687,6 +694,119 @@ class GemmArKernel(GemmRsKernel):
             p.label(nxt)
         p("fence.proxy.async.global;")
         p.label(skip)
+
+
+class GemmArOutKernel(GemmArKernel):
+    """GEMM + all-reduce by broadcast into a caller's output (``kind="ar"``, ``out=True``,
+    W = 2): the broadcast kernel's protocol and signals, but no persistent result. The own
+    chunk's tiles go to both accumulators as before (slot 0). A tile of the peer's chunk p
+    (slot 1) is summed in the epilogue: each piece of p's partial, already in this rank's
+    accumulator (p stored it there in its slot 0; waited for as before), is loaded by TMA
+    into the epilogue buffer, the warpgroup adds its f32 accumulators to it and rounds
+    once, and the sum goes by TMA store to this rank's output (``tmC``, a 3-d map over the
+    caller's tensor) and, in place of the broadcast's reduce-add, to p's accumulator,
+    where it is p's final result. After the final wait every CTA copies its share of the
+    own chunk (the sum the peer stored here) from the accumulator into the output. So the
+    output is new per call (nothing to copy after the kernel), half of the result is
+    never copied, and the link carries stores instead of reduce-adds. Both ranks hold the
+    same rounding of P_p + P_r for every element (one rank's sum, the other's copy of it)."""
+
+    def emit_epilogue_setup(self) -> None:
+        super().emit_epilogue_setup()
+        p, S = self.p, self.cfg.stages
+        bar = p.r32("fo_bar")                          # this warpgroup's load barrier
+        p(f"mad.lo.u32 {bar}, %cw, 8, %sbar;")
+        p(f"add.u32 {bar}, {bar}, {16 * S};")
+        p(f"mov.u32 {p.r32('fo_ph')}, 0;")          # (tmC, the output's map: prefetched)
+
+    def emit_epilogue_tile(self, t: FusedTile) -> None:
+        p = self.p
+        own = self._enter_chunk(t)
+        mine, theirs, other = p.r64("fo_tmine"), p.r64("fo_ttheirs"), p.r32("fo_other")
+        p(f"mad.wide.u32 {mine}, %fz_rank, 128, %fz_acc_maps;")
+        p(f"xor.b32 {other}, %fz_rank, 1;")              # W = 2: the other rank
+        p(f"mad.wide.u32 {theirs}, {other}, 128, %fz_acc_maps;")
+        crd = lambda cn, cm: f"{{{cn}, {cm}, {t.peer}}}"  # noqa: E731
+        tile3 = "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group"
+        summed, done = p.fresh("fo_sum"), p.fresh("fo_tile_done")
+        p(f"@!{own} bra {summed};")
+        p.comment("own chunk: the partial into both accumulators")
+        self._emit_pieces(t, lambda buf, cn, cm: [
+            f"@%p_lead {tile3} [{tm}, {crd(cn, cm)}], [{buf}];" for tm in (mine, theirs)])
+        p(f"bra {done};")
+        p.label(summed)
+        p.comment("the peer's chunk: its partial (here since its slot 0) + ours, into our "
+                  "output and its accumulator")
+
+        def fill(buf, cn, cm):
+            nbytes = self.cfg.epi_buf_bytes
+            p(f"@%p_lead mbarrier.arrive.expect_tx.shared::cta.b64 _, [%fo_bar], {nbytes};")
+            p(f"@%p_lead cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::"
+              f"complete_tx::bytes [{buf}], [{mine}, {crd(cn, cm)}], [%fo_bar];")
+            self._wait("%fo_bar", "%fo_ph", "fo_load")
+            p("xor.b32 %fo_ph, %fo_ph, 1;")
+
+        def add_pair(mi, q, i, jj, x, a, rb, v):
+            lo, hi = p.reg("fo_lo", ".f32"), p.reg("fo_hi", ".f32")
+            p(f"xor.b32 {x}, %epi_y{i}, {16 * jj};")
+            p(f"add.u32 {a}, {rb}, {x};")
+            p(f"ld.shared.b32 {v}, [{a}];")
+            p.unpack_16x2(self.cfg.dtype, lo, hi, v, "fo_")
+            p(f"add.rn.f32 {lo}, {lo}, {self.acc(mi, q)};")
+            p(f"add.rn.f32 {hi}, {hi}, {self.acc(mi, q + 1)};")
+            self._pack(v, lo, hi)
+            p(f"st.shared.b32 [{a}], {v};")
+
+        self._emit_epilogue_pieces(t.m0_local, t.n0, self.cfg.epi_width, add_pair, lambda buf, cn, cm: [
+            f"@%p_lead {tile3} [{tm}, {crd(cn, cm)}], [{buf}];" for tm in ("%tmC", theirs)],
+            fill=fill)
+        p.label(done)
+        p("add.u32 %fz_pend, %fz_pend, 1;")
+
+    def emit_epilogue_finish(self) -> None:
+        super().emit_epilogue_finish()
+        p, c = self.p, self.cfg
+        p.comment("---- ar out: the own chunk (the peer's sums) from the accumulator into the "
+                  "output, grid-strided in 16-byte vectors")
+        p("bar.sync %epi_bar, 128;")                 # after the leader's final wait
+        src, dst, off = p.r64("fo_src"), p.r64("fo_dst"), p.r64("fo_off")
+        self._ptr_of(src, "%fz_acc_ptrs", "%fz_rank")
+        nv, i, stride = p.r32("fo_nv"), p.r32("fo_i"), p.r32("fo_stride")
+        p(f"mul.lo.u32 {nv}, %M, %N;")
+        p(f"shr.u32 {nv}, {nv}, 3;")                 # vectors of one chunk (N % 8 == 0)
+        p(f"mul.wide.u32 {off}, {nv}, 16;")
+        chunk = p.r64("fo_chunk")
+        p(f"cvt.u64.u32 {chunk}, %fz_rank;")
+        p(f"mul.lo.u64 {off}, {off}, {chunk};")      # byte offset of the own chunk
+        p(f"add.s64 {src}, {src}, {off};")
+        p(f"add.s64 {dst}, %fz_out, {off};")
+        wk = p.r32("fo_wk")
+        p(f"mad.lo.u32 {wk}, %fz_ctaid, {c.consumers}, %cw;")
+        p(f"mad.lo.u32 {i}, {wk}, 128, %ltid;")
+        p(f"mov.u32 {stride}, %fz_nctaid;")
+        p(f"mul.lo.u32 {stride}, {stride}, {c.consumers * 128};")
+        U = 4
+        top, end = p.fresh("fo_copy"), p.fresh("fo_copy_done")
+        idx = [p.r32(f"fo_idx{u}") for u in range(U)]
+        pin = [p.pred(f"fo_in{u}") for u in range(U)]
+        vals = [[p.r32(f"fo_v{u}_{k}") for k in range(4)] for u in range(U)]
+        a = p.r64("fo_a")
+        p.label(top)
+        p(f"setp.ge.u32 {pin[0]}, {i}, {nv};")
+        p(f"@{pin[0]} bra {end};")
+        for u in range(U):
+            p(f"mad.lo.u32 {idx[u]}, {stride}, {u}, {i};")
+            p(f"setp.lt.u32 {pin[u]}, {idx[u]}, {nv};")
+            p(f"mul.wide.u32 {a}, {idx[u]}, 16;")
+            p(f"add.s64 {a}, {src}, {a};")
+            p(f"@{pin[u]} ld.global.cg.v4.b32 {{{', '.join(vals[u])}}}, [{a}];")
+        for u in range(U):
+            p(f"mul.wide.u32 {a}, {idx[u]}, 16;")
+            p(f"add.s64 {a}, {dst}, {a};")
+            p(f"@{pin[u]} st.global.v4.b32 [{a}], {{{', '.join(vals[u])}}};")
+        p(f"mad.lo.u32 {i}, {stride}, {U}, {i};")
+        p(f"bra {top};")
+        p.label(end)
 
 
 class GemmArFreshKernel(_FusedBase):
@@ -1270,6 +1390,9 @@ def check_fused_pipeline(fcfg: FusedConfig, sass_text: str) -> list[str]:
     loads = tools.expected_pipeline(c)["tma_loads"]       # A + B's boxes (bn/64 for kn)
     if fcfg.kind == "arf":      # each piece to the own output and the peer's staging
         want = {"UTMALDG": loads, "UTMASTG": pieces * fcfg.world}
+    elif fcfg.out:              # ar into an output: 2 stores per piece on each of 2 paths,
+        #                         the peer's partial loaded per piece, no reduce-adds
+        want = {"UTMALDG": loads + pieces, "UTMASTG": 4 * pieces, "UTMAREDG": 0}
     elif reduces:
         copies = fcfg.world if fcfg.kind == "ar" else 1    # ar: one per destination rank
         want = {"UTMALDG": loads, "UTMASTG": pieces * copies, "UTMAREDG": pieces * copies}
@@ -1293,6 +1416,8 @@ def check_fused_pipeline(fcfg: FusedConfig, sass_text: str) -> list[str]:
 def emit_fused_ptx(fcfg: FusedConfig) -> str:
     cls = {"rs": GemmRsKernel, "ag": AgGemmKernel, "ar": GemmArKernel,
            "arf": GemmArFreshKernel}[fcfg.kind]
+    if fcfg.out:
+        cls = GemmArOutKernel
     return cls(fcfg).emit()
 
 
@@ -1427,7 +1552,9 @@ class FusedWorld:
         elif f.kind == "ar":        # the full [W*Mc, N] result on every rank
             sym = P.symmetric(key + ("acc",), (W * Mc, N), self.tdt)
             self.acc, self.acc_ptrs_dev = self._by_rank(sym.tensors), sym.ptrs_dev
-            self.out = self.acc
+            # out: the result goes to a caller's tensor (this one if none is given)
+            self.out = self._by_rank(P.local(key + ("out",), (W * Mc, N), self.tdt)) \
+                if f.out else self.acc
             self.maps_dev = self._acc_maps(sym.ptrs)
         elif f.kind == "rs":
             acc_t = torch.float32 if f.acc_dtype == "f32" else self.tdt
@@ -1509,8 +1636,9 @@ class FusedWorld:
         from pkc.codegen.hopper.launch import KernelArgs
 
         if out is not None:
-            if self.fcfg.kind not in ("ag", "arf"):
-                raise ValueError("only the all-gather and arf kernels take a caller's output")
+            if self.fcfg.kind not in ("ag", "arf") and not self.fcfg.out:
+                raise ValueError("only the all-gather, arf and ar (out=True) kernels take a "
+                                 "caller's output")
             want = (self.W * self.Mc, self.N)
             if tuple(out.shape) != want or out.dtype != self.tdt or not out.is_contiguous() \
                     or out.data_ptr() % 16:
@@ -1535,20 +1663,22 @@ class FusedWorld:
         elif self.fcfg.kind == "arf":
             vals = self._arf_args(rank, a, tmb, ctl, out)
         else:
-            vals = self._rs_args(rank, a, tmb, ctl)
+            vals = self._rs_args(rank, a, tmb, ctl, out)
         if len(self._args) >= 64:
             self._args.pop(next(iter(self._args)))
         self._args[key] = (KernelArgs(vals), None)
         return self._args[key]
 
-    def _rs_args(self, rank: int, a, tmb: bytes, ctl) -> list:
+    def _rs_args(self, rank: int, a, tmb: bytes, ctl, out=None) -> list:
+        """rs and ar; ar with ``out``: ``tmC`` / ``out`` are the output's (the caller's
+        tensor, else the world's own)."""
         c, W, Mc, N, K = self.cfg, self.W, self.Mc, self.N, self.K
         u32, u64 = ctypes.c_uint32, ctypes.c_uint64
         if tuple(a.shape) != (W * Mc, K):
             raise ValueError(f"A must be [W*Mc, K] = [{W * Mc}, {K}], got {list(a.shape)}")
         tma = encode_tmap(a.data_ptr(), c.dtype, [K, W * Mc], [K * 2], [BK, c.bm], 128)
-        own = self._acc_map(self.acc[rank].data_ptr())
-        out = self.out[rank].data_ptr()
+        out = (self.out[rank] if out is None else out).data_ptr()
+        own = self._acc_map(out if self.fcfg.out else self.acc[rank].data_ptr())
         return [tma, tmb, own, u64(out), u32(Mc), u32(N), u32(K), u32(rank), ctl,
                 u64(self.maps_dev.data_ptr()), u64(self.acc_ptrs_dev.data_ptr()),
                 u64(self.sig_ptrs_dev.data_ptr()), u64(out), u64(self.err[rank].data_ptr()),
@@ -1593,7 +1723,7 @@ class FusedWorld:
         on torch's current stream; W > 1 on the peers' streams, ordered after and before
         torch's (peers.begin / end). Else ``streams[r]`` (a torch stream or a CUstream
         int or CUstream), which the caller orders. Every operand is checked before the epoch advances,
-        so a rejected call leaves the ranks in step. ``outs`` (ag, arf; by rank): write C
+        so a rejected call leaves the ranks in step. ``outs`` (ag, arf, ar out; by rank): write C
         there instead of the world's buffer (a fresh tensor per call needs no copy)."""
         import torch
 

@@ -94,6 +94,7 @@ class GemmConfig:
     cluster_m: int = 1             # 1, or 2: CTA pairs share (multicast) the B tile
     epi_w: int = 0                 # columns per TMA-store box (0: 64, 32 or 16 from bn)
     epi_bufs: int = 2              # staging buffers per consumer for the TMA store
+    extra_bars: int = 0            # mbarriers (count 1) after the stages' for fused epilogues
     timeout_ns: int = 20_000_000_000   # bounded mbarrier waits: trap after this (0: never)
     producer_regs: int = 40
     consumer_regs: int = 0         # 0: as many as fit
@@ -150,7 +151,7 @@ class GemmConfig:
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory the launch must ask for (1024 of slack for alignment)."""
-        return self.bar_offset + 2 * self.stages * 8 + 1024
+        return self.bar_offset + (2 * self.stages + self.extra_bars) * 8 + 1024
 
     @property
     def entry_regs(self) -> int:
@@ -439,6 +440,8 @@ class GemmKernel:
             p(f"mbarrier.init.shared::cta.b64 [%sbar+{8 * s}], 1;")
         for s in range(S):
             p(f"mbarrier.init.shared::cta.b64 [%sbar+{8 * (S + s)}], {c.consumers * c.cluster_m};")
+        for i in range(c.extra_bars):
+            p(f"mbarrier.init.shared::cta.b64 [%sbar+{8 * (2 * S + i)}], 1;")
         p("fence.mbarrier_init.release.cluster;")
         p("fence.proxy.async.shared::cta;")
         p.label(init_done)
@@ -721,13 +724,14 @@ class GemmKernel:
         self._emit_epilogue_pieces(t.m0, t.n0, self.cfg.epi_width, store_pair, store_c, "C piece")
 
     def _emit_epilogue_pieces(self, m_first: str, n_first: str, w: int, store_pair, op_lines,
-                              label: str = "piece") -> None:
+                              label: str = "piece", fill=None) -> None:
         """The TMA epilogue's loop, shared with the fused kernels: the warpgroup's
         accumulators go piece by piece (64 rows x ``w`` columns) through the swizzled
         epilogue buffers; ``store_pair(mi, q, i, jj, x, a, rb, v)`` writes accumulators q,
         q+1 of row i into shared memory; ``op_lines(buf, cn, cm)`` gives the leader's bulk
         op(s) for the piece (``cn``, ``cm``: its first column and row, from ``n_first``,
-        ``m_first``)."""
+        ``m_first``). ``fill(buf, cn, cm)``, if given, emits what fills the buffer before
+        the pairs are written (a TMA load the pairs then add to)."""
         c, p = self.cfg, self.p
         bar_id = "%epi_bar"
         lead = p.pred("p_lead")
@@ -745,13 +749,17 @@ class GemmKernel:
                 p(f"add.u32 {buf}, %epi_base, %epi_off;")
                 for i in range(2):
                     p(f"add.u32 {rb[i]}, {buf}, %epi_row{i};")
+                if fill:
+                    p(f"add.u32 {cn}, {n_first}, {ch * w};")
+                    fill(buf, cn, cm)
                 for jj in range(w // 8):
                     j = ch * (w // 8) + jj
                     for i in range(2):
                         store_pair(mi, 4 * j + 2 * i, i, jj, x, a, rb[i], v)
                 p("fence.proxy.async.shared::cta;")
                 p(f"bar.sync {bar_id}, 128;")
-                p(f"add.u32 {cn}, {n_first}, {ch * w};")
+                if not fill:
+                    p(f"add.u32 {cn}, {n_first}, {ch * w};")
                 for line in op_lines(buf, cn, cm):
                     p(line)
                 p(f"@{lead} cp.async.bulk.commit_group;")

@@ -143,12 +143,14 @@ def expected_pipeline(cfg: GemmConfig) -> dict:
     return {
         "hgmma_shape": f"HGMMA.64x{cfg.bn}x16.F32{'.BF16' if cfg.dtype == 'bf16' else ''}",
         "hgmma_per_stage": (BK // 16) * cfg.m_slices,
-        "mbarrier_inits": 2 * cfg.stages,
+        "mbarrier_inits": 2 * cfg.stages + cfg.extra_bars,
         "tma_loads": 1 + b_boxes,
         "tma_stores": stores,
-        "smem_bytes": cfg.stages * cfg.stage_bytes + cfg.epi_bytes + 16 * cfg.stages + 1024,
+        "smem_bytes": cfg.stages * cfg.stage_bytes + cfg.epi_bytes
+        + 8 * (2 * cfg.stages + cfg.extra_bars) + 1024,
         # the barriers sit right after the stages and the epilogue buffers
-        "mbarrier_offsets": [cfg.bar_offset + 8 * i for i in range(2 * cfg.stages)],
+        "mbarrier_offsets": [cfg.bar_offset + 8 * i
+                             for i in range(2 * cfg.stages + cfg.extra_bars)],
     }
 
 
@@ -164,7 +166,8 @@ def check_pipeline(cfg: GemmConfig, text: str) -> list[str]:
         bad.append(f"{len(s.hgmma)} HGMMA in the main loop, expected {e['hgmma_per_stage']}")
     if s.mbarrier_inits != e["mbarrier_inits"]:
         bad.append(f"{s.mbarrier_inits} mbarrier inits, expected {e['mbarrier_inits']} "
-                   f"(full + empty for {cfg.stages} stages)")
+                   f"(full + empty for {cfg.stages} stages"
+                   + (f", {cfg.extra_bars} of the epilogue)" if cfg.extra_bars else ")"))
     if s.mbarrier_offsets != e["mbarrier_offsets"]:
         bad.append(f"mbarriers at {[hex(o) for o in s.mbarrier_offsets]}, expected "
                    f"{[hex(o) for o in e['mbarrier_offsets']]} ({cfg.stages} stages x "
