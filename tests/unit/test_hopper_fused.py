@@ -162,13 +162,20 @@ def test_ptx_has_the_protocol(name):
         loads = ptx.count("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier")
         assert stores == 4 * pieces and loads == pieces
         assert "cp.reduce.async.bulk.tensor" not in ptx
-        assert ptx.count("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%fo_bar]") == pieces
+        assert ptx.count("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%fo_b]") == pieces
+        # loads run ahead: the first before the main loop, then the next piece's once a
+        # piece's stores are issued (the other buffer, after its older store read it)
+        assert ptx.count("cp.async.bulk.wait_group.read 1;") >= pieces - 1
+        first_load = ptx.index("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier")
+        assert first_load < ptx.index("wgmma.mma_async")
         assert ptx.count("add.rn.f32") == 2 * pieces * f.gemm.epi_width // 8 * 2
         assert "[%tmC, {" in ptx and ptx.count("ld.global.cg.v4.b32") == 4
         # the other rank's accumulator: both paths send there (never the own one twice)
         assert "xor.b32 %fo_other, %fz_rank, 1;" in ptx
         assert "mad.wide.u32 %fo_ttheirs, %fo_other, 128, %fz_acc_maps;" in ptx
-        assert ptx.count("red.release.sys.global.add.u32") == 2 * f.world
+        # flush sites: the chunk change in the tile prologue (before the owner wait moved
+        # there: the peer waits for these signals) and in the epilogue, and the end
+        assert ptx.count("red.release.sys.global.add.u32") == 3 * f.world
     elif f.kind == "ar":
         # every piece to every rank: W stores (own chunk) and W reduce-adds (others) per
         # piece, through the W accumulators' 3-d maps; W signals per flush
@@ -555,7 +562,7 @@ def test_ar_out_validates_and_binds_the_callers_output(fake_launch):
             bad.validate()
     W, Mc, N, K = 2, 256, 512, 128
     f = FusedConfig("ar", W, out=True)
-    assert f.gemm_cfg().extra_bars == f.gemm.consumers and f.kernel_name.endswith(
+    assert f.gemm_cfg().extra_bars == 2 * f.gemm.consumers and f.kernel_name.endswith(
         "_out" + f.kernel_name.split("_out")[1])
     w = FusedWorld(f, Mc, N, K, peers=_FakePeers(W, range(W)))
     assert w.out[0].data_ptr() != w.acc[0].data_ptr() and tuple(w.out[0].shape) == (W * Mc, N)

@@ -167,9 +167,9 @@ class FusedConfig:
                 f"_c{g.consumers}_g{g.group_m}")
 
     def gemm_cfg(self) -> GemmConfig:
-        # ar into an output: one mbarrier per consumer warpgroup for its TMA loads
+        # ar into an output: a load mbarrier per epilogue buffer of each consumer warpgroup
         return self.gemm.with_(name=self.kernel_name,
-                               extra_bars=self.gemm.consumers if self.out else 0)
+                               extra_bars=2 * self.gemm.consumers if self.out else 0)
 
     def tag(self) -> str:
         g = self.gemm
@@ -195,6 +195,7 @@ class FusedConfig:
             need(self.acc_dtype == g.dtype, "arf adds in the output dtype")
         need(not self.out or (self.kind == "ar" and self.world == 2),
              "out (the result into a caller's output) is an ar option at W = 2")
+        need(not self.out or g.epi_bufs == 2, "out loads ahead into the second epilogue buffer")
         if self.kind == "ar":
             need(self.acc_dtype == g.dtype, "ar adds in the output dtype (no f32 accumulator)")
             need(self.world <= 8, "ar keeps W x W signal slots in a 64-slot pad: W <= 8")
@@ -490,28 +491,41 @@ class GemmRsKernel(_FusedBase):
         (a bitmask of owners seen), the leader waits until adding into its chunk is safe
         (:meth:`_wait_owner_ready`). Returns the "own chunk" predicate."""
         p = self.p
+        self._change_chunk(t)
+        own = p.pred("fz_own")
+        p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
+        if self.fcfg.world > 1:
+            self._wait_owner_once(t, own)
+        return own
+
+    def _change_chunk(self, t: FusedTile) -> None:
+        """When the tile's chunk is not the current one: signal the current chunk's
+        pending tiles (:meth:`_flush`) and make the tile's chunk current."""
+        p = self.p
         p.comment(f"---- {self.KIND} epilogue: signal the previous chunk when the chunk changes")
-        chg, own = p.pred("fz_chg"), p.pred("fz_own")
+        chg = p.pred("fz_chg")
         p(f"setp.ne.u32 {chg}, {t.peer}, %fz_cur;")
         self._flush(chg)
         p(f"mov.u32 %fz_cur, {t.peer};")
-        p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
-        if self.fcfg.world > 1:
-            p.comment("adds into a chunk only after its owner stored it (once per owner)")
-            skip = p.fresh("noready")
-            bit, tmp = p.r32("fz_bit"), p.r32("fz_btmp")
-            pk = p.pred("fz_pknown")
-            p(f"@!%p_lead bra {skip};")
-            p(f"@{own} bra {skip};")
-            p(f"shl.b32 {bit}, 1, {t.peer};")
-            p(f"and.b32 {tmp}, %fz_ready, {bit};")
-            p(f"setp.ne.u32 {pk}, {tmp}, 0;")
-            p(f"@{pk} bra {skip};")
-            self._wait_owner_ready(t)
-            p("fence.proxy.async.global;")
-            p(f"or.b32 %fz_ready, %fz_ready, {bit};")
-            p.label(skip)
-        return own
+
+    def _wait_owner_once(self, t: FusedTile, own: str) -> None:
+        """Leader, for a tile of another rank's chunk: wait until adding into it is safe
+        (:meth:`_wait_owner_ready`), once per owner (a bitmask of owners seen)."""
+        p = self.p
+        p.comment("adds into a chunk only after its owner stored it (once per owner)")
+        skip = p.fresh("noready")
+        bit, tmp = p.r32("fz_bit"), p.r32("fz_btmp")
+        pk = p.pred("fz_pknown")
+        p(f"@!%p_lead bra {skip};")
+        p(f"@{own} bra {skip};")
+        p(f"shl.b32 {bit}, 1, {t.peer};")
+        p(f"and.b32 {tmp}, %fz_ready, {bit};")
+        p(f"setp.ne.u32 {pk}, {tmp}, 0;")
+        p(f"@{pk} bra {skip};")
+        self._wait_owner_ready(t)
+        p("fence.proxy.async.global;")
+        p(f"or.b32 %fz_ready, %fz_ready, {bit};")
+        p.label(skip)
 
     def _wait_owner_ready(self, t: FusedTile) -> None:
         """rs: the owner's own tiles are in its accumulator (its slot of its own pad)."""
@@ -709,42 +723,87 @@ class GemmArOutKernel(GemmArKernel):
     own chunk (the sum the peer stored here) from the accumulator into the output. So the
     output is new per call (nothing to copy after the kernel), half of the result is
     never copied, and the link carries stores instead of reduce-adds. Both ranks hold the
-    same rounding of P_p + P_r for every element (one rank's sum, the other's copy of it)."""
+    same rounding of P_p + P_r for every element (one rank's sum, the other's copy of it).
+
+    The loads run ahead: a tile's first piece is loaded before its main loop (after the
+    owner wait, which moves there from the epilogue), piece k + 1 into the other buffer
+    once piece k's stores are issued; each of the two buffers has its own mbarrier (bit b
+    of ``%fo_ph`` is buffer b's phase)."""
 
     def emit_epilogue_setup(self) -> None:
         super().emit_epilogue_setup()
         p, S = self.p, self.cfg.stages
-        bar = p.r32("fo_bar")                          # this warpgroup's load barrier
-        p(f"mad.lo.u32 {bar}, %cw, 8, %sbar;")
+        bar = p.r32("fo_bar")                          # this warpgroup's 2 load barriers
+        p(f"mad.lo.u32 {bar}, %cw, 16, %sbar;")
         p(f"add.u32 {bar}, {bar}, {16 * S};")
         p(f"mov.u32 {p.r32('fo_ph')}, 0;")          # (tmC, the output's map: prefetched)
-
-    def emit_epilogue_tile(self, t: FusedTile) -> None:
-        p = self.p
-        own = self._enter_chunk(t)
         mine, theirs, other = p.r64("fo_tmine"), p.r64("fo_ttheirs"), p.r32("fo_other")
         p(f"mad.wide.u32 {mine}, %fz_rank, 128, %fz_acc_maps;")
         p(f"xor.b32 {other}, %fz_rank, 1;")              # W = 2: the other rank
         p(f"mad.wide.u32 {theirs}, {other}, 128, %fz_acc_maps;")
+
+    def _buffer_bar(self, off: str) -> tuple[str, str]:
+        """(the load barrier of the epilogue buffer at offset ``off``, its index 0 / 1)."""
+        p = self.p
+        pb, bi, bar = p.pred("fo_pb"), p.r32("fo_bi"), p.r32("fo_b")
+        p(f"setp.ne.u32 {pb}, {off}, 0;")
+        p(f"selp.u32 {bi}, 1, 0, {pb};")
+        p(f"mad.lo.u32 {bar}, {bi}, 8, %fo_bar;")
+        return bar, bi
+
+    def _load_piece(self, t: FusedTile, k: int, off: str) -> None:
+        """Leader: TMA load of piece k of the peer's partial (this rank's accumulator,
+        chunk t.peer) into the epilogue buffer at ``off``, on that buffer's barrier."""
+        p, c = self.p, self.cfg
+        mi, ch = self.epilogue_pieces(c.epi_width)[k]
+        cn, cm, buf = p.r32("fo_cn"), p.r32("fo_cm"), p.r32("fo_buf")
+        p(f"mad.lo.u32 {cm}, %cw, {c.wg_m}, {t.m0_local};")
+        p(f"add.u32 {cm}, {cm}, {64 * mi};")
+        p(f"add.u32 {cn}, {t.n0}, {ch * c.epi_width};")
+        p(f"add.u32 {buf}, %epi_base, {off};")
+        bar, _ = self._buffer_bar(off)
+        p(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{bar}], {c.epi_buf_bytes};")
+        p(f"cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+          f"[{buf}], [%fo_tmine, {{{cn}, {cm}, {t.peer}}}], [{bar}];")
+
+    def emit_consumer_tile_prologue(self, t: FusedTile) -> None:
+        p = self.p
+        own, skip = p.pred("fo_pown"), p.fresh("fo_pre")
+        p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
+        p(f"@{own} bra {skip};")
+        p.comment("the peer's chunk: its partial must be here (the own chunk's tiles "
+                  "signalled first: the peer waits for them); load the first piece now")
+        self._change_chunk(t)
+        self._wait_owner_once(t, own)
+        p(f"@!%p_lead bra {skip};")
+        p(f"cp.async.bulk.wait_group.read {self.cfg.epi_bufs - 1};")   # the buffer is free
+        self._load_piece(t, 0, "%epi_off")
+        p.label(skip)
+
+    def emit_epilogue_tile(self, t: FusedTile) -> None:
+        p = self.p
+        own = self._enter_chunk(t)
         crd = lambda cn, cm: f"{{{cn}, {cm}, {t.peer}}}"  # noqa: E731
         tile3 = "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group"
         summed, done = p.fresh("fo_sum"), p.fresh("fo_tile_done")
         p(f"@!{own} bra {summed};")
         p.comment("own chunk: the partial into both accumulators")
         self._emit_pieces(t, lambda buf, cn, cm: [
-            f"@%p_lead {tile3} [{tm}, {crd(cn, cm)}], [{buf}];" for tm in (mine, theirs)])
+            f"@%p_lead {tile3} [{tm}, {crd(cn, cm)}], [{buf}];" for tm in ("%fo_tmine", "%fo_ttheirs")])
         p(f"bra {done};")
         p.label(summed)
-        p.comment("the peer's chunk: its partial (here since its slot 0) + ours, into our "
-                  "output and its accumulator")
+        p.comment("the peer's chunk: its partial (loaded ahead) + ours, into our output and "
+                  "its accumulator")
+        n = len(self.epilogue_pieces(self.cfg.epi_width))
 
-        def fill(buf, cn, cm):
-            nbytes = self.cfg.epi_buf_bytes
-            p(f"@%p_lead mbarrier.arrive.expect_tx.shared::cta.b64 _, [%fo_bar], {nbytes};")
-            p(f"@%p_lead cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::"
-              f"complete_tx::bytes [{buf}], [{mine}, {crd(cn, cm)}], [%fo_bar];")
-            self._wait("%fo_bar", "%fo_ph", "fo_load")
-            p("xor.b32 %fo_ph, %fo_ph, 1;")
+        def fill(buf, cn, cm):                  # this piece's load (issued ahead) landed
+            bar, bi = self._buffer_bar("%epi_off")
+            par, m = p.r32("fo_par"), p.r32("fo_m")
+            p(f"shr.b32 {par}, %fo_ph, {bi};")
+            p(f"and.b32 {par}, {par}, 1;")
+            self._wait(bar, par, "fo_load")
+            p(f"shl.b32 {m}, 1, {bi};")
+            p(f"xor.b32 %fo_ph, %fo_ph, {m};")
 
         def add_pair(mi, q, i, jj, x, a, rb, v):
             lo, hi = p.reg("fo_lo", ".f32"), p.reg("fo_hi", ".f32")
@@ -757,9 +816,19 @@ class GemmArOutKernel(GemmArKernel):
             self._pack(v, lo, hi)
             p(f"st.shared.b32 [{a}], {v};")
 
+        def after(k):                           # the next piece into the other buffer
+            if k + 1 == n:
+                return
+            nxt, other = p.fresh("fo_next"), p.r32("fo_other_off")
+            p(f"@!%p_lead bra {nxt};")
+            p("cp.async.bulk.wait_group.read 1;")      # piece k - 1's store read it
+            p(f"xor.b32 {other}, %epi_off, {self.cfg.epi_buf_bytes};")
+            self._load_piece(t, k + 1, other)
+            p.label(nxt)
+
         self._emit_epilogue_pieces(t.m0_local, t.n0, self.cfg.epi_width, add_pair, lambda buf, cn, cm: [
-            f"@%p_lead {tile3} [{tm}, {crd(cn, cm)}], [{buf}];" for tm in ("%tmC", theirs)],
-            fill=fill)
+            f"@%p_lead {tile3} [{tm}, {crd(cn, cm)}], [{buf}];" for tm in ("%tmC", "%fo_ttheirs")],
+            fill=fill, after=after)
         p.label(done)
         p("add.u32 %fz_pend, %fz_pend, 1;")
 

@@ -307,6 +307,9 @@ class GemmKernel:
     def emit_producer_tile_prologue(self, t: TileRegs) -> None:
         """Producer thread, before the first load of a tile."""
 
+    def emit_consumer_tile_prologue(self, t: TileRegs) -> None:
+        """Consumer warpgroup, before the first wgmma of a tile (its coordinates known)."""
+
     def emit_prologue(self) -> None:
         """Hook: every thread, before the CTA's first barrier."""
 
@@ -603,6 +606,7 @@ class GemmKernel:
         p(f"setp.ge.u32 {pt}, {tile}, %num_tiles;")
         p(f"@{pt} bra {done};")
         t = self.emit_tile_coords(tile, "cr")
+        self.emit_consumer_tile_prologue(t)
         p(f"mov.u32 {kb}, 0;")
         ktop = p.fresh("ck")
         p.label(ktop)
@@ -723,48 +727,55 @@ class GemmKernel:
 
         self._emit_epilogue_pieces(t.m0, t.n0, self.cfg.epi_width, store_pair, store_c, "C piece")
 
+    def epilogue_pieces(self, w: int) -> list[tuple[int, int]]:
+        """(m slice, column block) of the warpgroup's epilogue pieces, in order."""
+        return [(mi, ch) for mi in range(self.cfg.m_slices) for ch in range(self.cfg.bn // w)]
+
     def _emit_epilogue_pieces(self, m_first: str, n_first: str, w: int, store_pair, op_lines,
-                              label: str = "piece", fill=None) -> None:
+                              label: str = "piece", fill=None, after=None) -> None:
         """The TMA epilogue's loop, shared with the fused kernels: the warpgroup's
         accumulators go piece by piece (64 rows x ``w`` columns) through the swizzled
         epilogue buffers; ``store_pair(mi, q, i, jj, x, a, rb, v)`` writes accumulators q,
         q+1 of row i into shared memory; ``op_lines(buf, cn, cm)`` gives the leader's bulk
         op(s) for the piece (``cn``, ``cm``: its first column and row, from ``n_first``,
         ``m_first``). ``fill(buf, cn, cm)``, if given, emits what fills the buffer before
-        the pairs are written (a TMA load the pairs then add to)."""
+        the pairs are written (a TMA load the pairs then add to); ``after(k)`` what follows
+        piece k's bulk ops, before the next buffer is taken."""
         c, p = self.cfg, self.p
         bar_id = "%epi_bar"
         lead = p.pred("p_lead")
         buf, a, x, v = p.r32("epi_buf"), p.r32("epi_addr"), p.r32("epi_xa"), p.r32("epi_v")
         rb = [p.r32(f"epi_rb{i}") for i in range(2)]
         cn, cm = p.r32("epi_cn"), p.r32("epi_cm")
-        for mi in range(c.m_slices):
-            p(f"mad.lo.u32 {cm}, %cw, {c.wg_m}, {m_first};")
-            if mi:
-                p(f"add.u32 {cm}, {cm}, {64 * mi};")
-            for ch in range(c.bn // w):
-                p.comment(f"{label}: rows +{64 * mi}, columns +{ch * w}")
-                p(f"@{lead} cp.async.bulk.wait_group.read {c.epi_bufs - 1};")
-                p(f"bar.sync {bar_id}, 128;")
-                p(f"add.u32 {buf}, %epi_base, %epi_off;")
+        for k, (mi, ch) in enumerate(self.epilogue_pieces(w)):
+            if ch == 0:
+                p(f"mad.lo.u32 {cm}, %cw, {c.wg_m}, {m_first};")
+                if mi:
+                    p(f"add.u32 {cm}, {cm}, {64 * mi};")
+            p.comment(f"{label}: rows +{64 * mi}, columns +{ch * w}")
+            p(f"@{lead} cp.async.bulk.wait_group.read {c.epi_bufs - 1};")
+            p(f"bar.sync {bar_id}, 128;")
+            p(f"add.u32 {buf}, %epi_base, %epi_off;")
+            for i in range(2):
+                p(f"add.u32 {rb[i]}, {buf}, %epi_row{i};")
+            if fill:
+                p(f"add.u32 {cn}, {n_first}, {ch * w};")
+                fill(buf, cn, cm)
+            for jj in range(w // 8):
+                j = ch * (w // 8) + jj
                 for i in range(2):
-                    p(f"add.u32 {rb[i]}, {buf}, %epi_row{i};")
-                if fill:
-                    p(f"add.u32 {cn}, {n_first}, {ch * w};")
-                    fill(buf, cn, cm)
-                for jj in range(w // 8):
-                    j = ch * (w // 8) + jj
-                    for i in range(2):
-                        store_pair(mi, 4 * j + 2 * i, i, jj, x, a, rb[i], v)
-                p("fence.proxy.async.shared::cta;")
-                p(f"bar.sync {bar_id}, 128;")
-                if not fill:
-                    p(f"add.u32 {cn}, {n_first}, {ch * w};")
-                for line in op_lines(buf, cn, cm):
-                    p(line)
-                p(f"@{lead} cp.async.bulk.commit_group;")
-                if c.epi_bufs == 2:
-                    p(f"xor.b32 %epi_off, %epi_off, {c.epi_buf_bytes};")
+                    store_pair(mi, 4 * j + 2 * i, i, jj, x, a, rb[i], v)
+            p("fence.proxy.async.shared::cta;")
+            p(f"bar.sync {bar_id}, 128;")
+            if not fill:
+                p(f"add.u32 {cn}, {n_first}, {ch * w};")
+            for line in op_lines(buf, cn, cm):
+                p(line)
+            p(f"@{lead} cp.async.bulk.commit_group;")
+            if after:
+                after(k)
+            if c.epi_bufs == 2:
+                p(f"xor.b32 %epi_off, %epi_off, {c.epi_buf_bytes};")
 
     # ---- epilogue: predicated st.global from registers ----------------------------
     def _global_epilogue_setup(self) -> None:
