@@ -42,7 +42,10 @@ GEMM + reduce-scatter (:class:`GemmRsKernel`, ``kind="rs"``)
 
 GEMM + all-reduce (:class:`GemmArKernel`, ``kind="ar"``)
     The reduce-scatter kernel with every tile sent to every rank's full accumulator (its
-    class docstring has the protocol): the all-reduce overlapped with the GEMM.
+    class docstring has the protocol): the all-reduce overlapped with the GEMM. With
+    ``out=True`` (W = 2, :class:`GemmArOutKernel`) the result goes to a caller's tensor:
+    the peer's chunk is summed in the epilogue (its partial loaded from the accumulator),
+    the own chunk copied from the accumulator after the final wait.
 
 GEMM + all-reduce into a fresh output (:class:`GemmArFreshKernel`, ``kind="arf"``, W <= 2)
     Every partial tile to the own output and the peer's staging; reducer CTAs add the
