@@ -422,6 +422,33 @@ class _FusedBase(GemmKernel):
         self._emit_epilogue_pieces(t.m0_local, t.n0, self.cfg.epi_width * 2 // es, store_pair,
                                    op_lines)
 
+    def _grid_strided(self, n: str, body, label: str, U: int = 4) -> None:
+        """Every consumer thread of the grid walks items [0, n) with all the consumer
+        threads' stride, U per trip: ``body(idx, pin)`` with idx[u] = i + u * stride and
+        pin[u] = idx[u] < n."""
+        p, c = self.p, self.cfg
+        i, stride, wk = p.r32("fz_ci"), p.r32("fz_cstride"), p.r32("fz_wk")
+        p(f"mad.lo.u32 {wk}, %fz_ctaid, {c.consumers}, %cw;")
+        p(f"mad.lo.u32 {i}, {wk}, 128, %ltid;")
+        p(f"mov.u32 {stride}, %fz_nctaid;")
+        p(f"mul.lo.u32 {stride}, {stride}, {c.consumers * 128};")
+        top, done = p.fresh(label), p.fresh(f"{label}_done")
+        pin = [p.pred(f"fz_cin{u}") for u in range(U)]
+        idx = [p.r32(f"fz_cidx{u}") for u in range(U)]
+        p.label(top)
+        p(f"setp.ge.u32 {pin[0]}, {i}, {n};")
+        p(f"@{pin[0]} bra {done};")
+        for u in range(U):
+            if u:
+                p(f"mad.lo.u32 {idx[u]}, {stride}, {u}, {i};")
+            else:
+                p(f"mov.u32 {idx[u]}, {i};")
+            p(f"setp.lt.u32 {pin[u]}, {idx[u]}, {n};")
+        body(idx, pin)
+        p(f"mad.lo.u32 {i}, {stride}, {U}, {i};")
+        p(f"bra {top};")
+        p.label(done)
+
     def emit(self) -> str:
         text = super().emit()
         return text.replace("// pkc sm_90a GEMM:", f"// pkc fused {self.fcfg.tag()}, on GEMM:", 1)
@@ -587,45 +614,29 @@ class GemmRsKernel(_FusedBase):
         accp, outp = p.r64("fz_accl"), p.r64("fz_outl")
         self._ptr_of(accp, "%fz_acc_ptrs", "%fz_rank")
         p(f"mov.u64 {outp}, %fz_out;")
-        n4, i, stride, wk = p.r32("fz_n4"), p.r32("fz_ci"), p.r32("fz_cstride"), p.r32("fz_wk")
+        n4 = p.r32("fz_n4")
         # vec4 items: Mc * N / 4 (N % 8 == 0)
         p(f"mul.lo.u32 {n4}, %M, %N;")
         p(f"shr.u32 {n4}, {n4}, 2;")
-        p(f"mad.lo.u32 {wk}, %fz_ctaid, {c.consumers}, %cw;")
-        p(f"mad.lo.u32 {i}, {wk}, 128, %ltid;")
-        p(f"mov.u32 {stride}, %fz_nctaid;")
-        p(f"mul.lo.u32 {stride}, {stride}, {c.consumers * 128};")
-        U = 4
-        top, done = p.fresh("cvt"), p.fresh("cvt_done")
-        pin = [p.pred(f"fz_cin{u}") for u in range(U)]
-        idx = [p.r32(f"fz_cidx{u}") for u in range(U)]
-        ga, oa = p.r64("fz_cga"), p.r64("fz_coa")
-        vals = [[p.reg(f"fz_cv{u}_{k}", ".f32") for k in range(4)] for u in range(U)]
-        pk = [p.r32(f"fz_cp{u}_{k}") for u in range(U) for k in range(2)]
-        p.label(top)
-        p(f"setp.ge.u32 {pin[0]}, {i}, {n4};")
-        p(f"@{pin[0]} bra {done};")
-        for u in range(U):
-            if u:
-                p(f"mad.lo.u32 {idx[u]}, {stride}, {u}, {i};")
-            else:
-                p(f"mov.u32 {idx[u]}, {i};")
-            p(f"setp.lt.u32 {pin[u]}, {idx[u]}, {n4};")
-        for u in range(U):
-            p(f"mul.wide.u32 {ga}, {idx[u]}, 16;")
-            p(f"add.s64 {ga}, {accp}, {ga};")
-            p(f"@{pin[u]} ld.global.cg.v4.f32 {{{', '.join(vals[u])}}}, [{ga}];")
-        dt = c.dtype
-        for u in range(U):
-            a0, a1 = pk[2 * u], pk[2 * u + 1]
-            p(f"cvt.rn.{dt}x2.f32 {a0}, {vals[u][1]}, {vals[u][0]};")
-            p(f"cvt.rn.{dt}x2.f32 {a1}, {vals[u][3]}, {vals[u][2]};")
-            p(f"mul.wide.u32 {oa}, {idx[u]}, 8;")
-            p(f"add.s64 {oa}, {outp}, {oa};")
-            p(f"@{pin[u]} st.global.v2.b32 [{oa}], {{{a0}, {a1}}};")
-        p(f"mad.lo.u32 {i}, {stride}, {U}, {i};")
-        p(f"bra {top};")
-        p.label(done)
+
+        def convert(idx, pin):
+            U = len(idx)
+            ga, oa = p.r64("fz_cga"), p.r64("fz_coa")
+            vals = [[p.reg(f"fz_cv{u}_{k}", ".f32") for k in range(4)] for u in range(U)]
+            pk = [p.r32(f"fz_cp{u}_{k}") for u in range(U) for k in range(2)]
+            for u in range(U):
+                p(f"mul.wide.u32 {ga}, {idx[u]}, 16;")
+                p(f"add.s64 {ga}, {accp}, {ga};")
+                p(f"@{pin[u]} ld.global.cg.v4.f32 {{{', '.join(vals[u])}}}, [{ga}];")
+            dt = c.dtype
+            for u in range(U):
+                a0, a1 = pk[2 * u], pk[2 * u + 1]
+                p(f"cvt.rn.{dt}x2.f32 {a0}, {vals[u][1]}, {vals[u][0]};")
+                p(f"cvt.rn.{dt}x2.f32 {a1}, {vals[u][3]}, {vals[u][2]};")
+                p(f"mul.wide.u32 {oa}, {idx[u]}, 8;")
+                p(f"add.s64 {oa}, {outp}, {oa};")
+                p(f"@{pin[u]} st.global.v2.b32 [{oa}], {{{a0}, {a1}}};")
+        self._grid_strided(n4, convert, "cvt")
 
 
 class GemmArKernel(GemmRsKernel):
@@ -837,13 +848,13 @@ class GemmArOutKernel(GemmArKernel):
 
     def emit_epilogue_finish(self) -> None:
         super().emit_epilogue_finish()
-        p, c = self.p, self.cfg
+        p = self.p
         p.comment("---- ar out: the own chunk (the peer's sums) from the accumulator into the "
                   "output, grid-strided in 16-byte vectors")
         p("bar.sync %epi_bar, 128;")                 # after the leader's final wait
         src, dst, off = p.r64("fo_src"), p.r64("fo_dst"), p.r64("fo_off")
         self._ptr_of(src, "%fz_acc_ptrs", "%fz_rank")
-        nv, i, stride = p.r32("fo_nv"), p.r32("fo_i"), p.r32("fo_stride")
+        nv = p.r32("fo_nv")
         p(f"mul.lo.u32 {nv}, %M, %N;")
         p(f"shr.u32 {nv}, {nv}, 3;")                 # vectors of one chunk (N % 8 == 0)
         p(f"mul.wide.u32 {off}, {nv}, 16;")
@@ -852,33 +863,19 @@ class GemmArOutKernel(GemmArKernel):
         p(f"mul.lo.u64 {off}, {off}, {chunk};")      # byte offset of the own chunk
         p(f"add.s64 {src}, {src}, {off};")
         p(f"add.s64 {dst}, %fz_out, {off};")
-        wk = p.r32("fo_wk")
-        p(f"mad.lo.u32 {wk}, %fz_ctaid, {c.consumers}, %cw;")
-        p(f"mad.lo.u32 {i}, {wk}, 128, %ltid;")
-        p(f"mov.u32 {stride}, %fz_nctaid;")
-        p(f"mul.lo.u32 {stride}, {stride}, {c.consumers * 128};")
-        U = 4
-        top, end = p.fresh("fo_copy"), p.fresh("fo_copy_done")
-        idx = [p.r32(f"fo_idx{u}") for u in range(U)]
-        pin = [p.pred(f"fo_in{u}") for u in range(U)]
-        vals = [[p.r32(f"fo_v{u}_{k}") for k in range(4)] for u in range(U)]
-        a = p.r64("fo_a")
-        p.label(top)
-        p(f"setp.ge.u32 {pin[0]}, {i}, {nv};")
-        p(f"@{pin[0]} bra {end};")
-        for u in range(U):
-            p(f"mad.lo.u32 {idx[u]}, {stride}, {u}, {i};")
-            p(f"setp.lt.u32 {pin[u]}, {idx[u]}, {nv};")
-            p(f"mul.wide.u32 {a}, {idx[u]}, 16;")
-            p(f"add.s64 {a}, {src}, {a};")
-            p(f"@{pin[u]} ld.global.cg.v4.b32 {{{', '.join(vals[u])}}}, [{a}];")
-        for u in range(U):
-            p(f"mul.wide.u32 {a}, {idx[u]}, 16;")
-            p(f"add.s64 {a}, {dst}, {a};")
-            p(f"@{pin[u]} st.global.v4.b32 [{a}], {{{', '.join(vals[u])}}};")
-        p(f"mad.lo.u32 {i}, {stride}, {U}, {i};")
-        p(f"bra {top};")
-        p.label(end)
+
+        def copy(idx, pin):
+            a = p.r64("fo_a")
+            vals = [[p.r32(f"fo_v{u}_{k}") for k in range(4)] for u in range(len(idx))]
+            for u in range(len(idx)):
+                p(f"mul.wide.u32 {a}, {idx[u]}, 16;")
+                p(f"add.s64 {a}, {src}, {a};")
+                p(f"@{pin[u]} ld.global.cg.v4.b32 {{{', '.join(vals[u])}}}, [{a}];")
+            for u in range(len(idx)):
+                p(f"mul.wide.u32 {a}, {idx[u]}, 16;")
+                p(f"add.s64 {a}, {dst}, {a};")
+                p(f"@{pin[u]} st.global.v4.b32 [{a}], {{{', '.join(vals[u])}}};")
+        self._grid_strided(nv, copy, "fo_copy")
 
 
 class GemmArFreshKernel(_FusedBase):
