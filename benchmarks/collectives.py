@@ -155,7 +155,7 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
         row["pkc_path"] = prog.fast_report()
         return lambda: prog(x)
 
-    def pkc_kernel(kind, ctas_per_sm=None, ll_cta_vecs=None, **cfg):
+    def pkc_kernel(kind, ctas_per_sm=None, ll_cta_vecs=None, fresh=False, **cfg):
         """pkc's collective kernel driven directly (what the compiled path runs, without
         its per-call graph walk and output copy). ar2 is in place on its symmetric buffer
         (like two_shot_all_reduce_): filled with x once, then values grow, as NCCL's.
@@ -170,6 +170,9 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
                 ctx.barrier()
                 return lambda: run.run()[ctx.rank]
             flat = x.view(-1)
+            if fresh:
+                return lambda: run.run({ctx.rank: flat}, outs={ctx.rank: torch.empty_like(
+                    run.out[ctx.rank])})[ctx.rank]
             return lambda: run.run({ctx.rank: flat})[ctx.rank]
         return make
 
@@ -179,6 +182,8 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
                    "reduce_scatter": ("llrs", "rs")}[op]
         if size <= 4 << 20:
             try_impl("pkc_ll", pkc_kernel(ll))
+            if args.ll_fresh:               # its output a new tensor per call, as compiled
+                try_impl("pkc_ll_fresh", pkc_kernel(ll, fresh=True))
             for v in args.ll_vecs:          # LL spread over more CTAs (v vectors each)
                 try_impl(f"pkc_ll{v}", pkc_kernel(ll, ll_cta_vecs=v, ctas_per_sm=args.ll_ctas_per_sm))
         for var in args.variants:           # KIND:UNROLL:CTAS_PER_SM[:GROUPS]
@@ -318,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="*", default=[], metavar="KIND:UNROLL:CTAS_PER_SM[:GROUPS]",
                     help="also time pkc kernels ar1 / ar2 (in place) / ar2c / ar2p (fresh "
                          "output, push / pull gather) / ag / rs with these settings")
+    ap.add_argument("--ll-fresh", action="store_true",
+                    help="also time the LL kernel writing a new output tensor per call (pkc_ll_fresh)")
     ap.add_argument("--ll-ctas-per-sm", type=int, default=None,
                     help="CTAs per SM of the --ll-vecs kernels (default: the runner's)")
     args = ap.parse_args(argv)
