@@ -699,8 +699,8 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
                                 torch.cuda.get_device_properties(dev).multi_processor_count)
         row["hand_cfg"] = cfg.tag() if hasattr(cfg, "tag") else str(cfg)
         variants = [("pkc_hand", FusedConfig(kind=fam, world=W, gemm=cfg))]
-        if fam == "ar" and W == 2:      # the broadcast into the kernel's output (no copy)
-            variants.append(("pkc_hand_out", FusedConfig(kind="ar", world=W, gemm=cfg, out=True)))
+        if fam in ("ar", "rs") and W == 2:   # into the kernel's output (no copy after it)
+            variants.append(("pkc_hand_out", FusedConfig(kind=fam, world=W, gemm=cfg, out=True)))
         if fam == "ar" and W == 2:      # GEMM + all-reduce into a fresh output (reducer CTAs)
             from pkc.runtime.fastpath import arf_reducer_ctas
 

@@ -99,16 +99,18 @@ def _cases() -> list[dict]:
         for s in ((1000, 1000, 1000), (256, 512, 1024), (2048, 1024, 1024)):
             out.append(dict(kind="ar", W=W, dtype="bf16", acc="out", tile=256, shape=s, b="kn"))
         out.append(dict(kind="ar", W=W, dtype="f16", acc="out", tile=128, shape=(257, 136, 72)))
-    # GEMM + all-reduce by broadcast into a caller's output (W = 2): the peer's chunk
-    # summed in the epilogue, the own chunk copied from the accumulator at the end
-    for s in ((1000, 1000, 1000), (256, 512, 1024), (2048, 1024, 1024), (3000, 520, 512)):
-        for b in ("nk", "kn"):
-            out.append(dict(kind="ar", W=2, dtype="bf16", acc="out", tile=256, shape=s, b=b,
-                            out=True))
-    out.append(dict(kind="ar", W=2, dtype="bf16", acc="out", tile=128, shape=(2048, 1024, 1024),
-                    out=True))
-    out.append(dict(kind="ar", W=2, dtype="f16", acc="out", tile=128, shape=(257, 136, 72),
-                    out=True))
+    # GEMM + all-reduce by broadcast / GEMM + reduce-scatter into a caller's output (W = 2):
+    # the peer's partial summed in the epilogue (ar: the own chunk copied from the
+    # accumulator at the end; rs: the peer's chunk first, into its staging)
+    for kind in ("ar", "rs"):
+        for s in ((1000, 1000, 1000), (256, 512, 1024), (2048, 1024, 1024), (3000, 520, 512)):
+            for b in ("nk", "kn"):
+                out.append(dict(kind=kind, W=2, dtype="bf16", acc="out", tile=256, shape=s, b=b,
+                                out=True))
+        out.append(dict(kind=kind, W=2, dtype="bf16", acc="out", tile=128,
+                        shape=(2048, 1024, 1024), out=True))
+        out.append(dict(kind=kind, W=2, dtype="f16", acc="out", tile=128, shape=(257, 136, 72),
+                        out=True))
     # GEMM + all-reduce into a fresh output (W <= 2): own tiles to the output, the peer's
     # to the staging, reducer CTAs add row block by row block (several blocks, ragged)
     for W in (1, 2):
@@ -229,7 +231,8 @@ def run_case(c: dict, seed: int = 0) -> dict:
             ref = refs[r]
             errs.append(float(torch.linalg.norm(o.nan_to_num(0.0) - ref)
                               / torch.linalg.norm(ref).clamp_min(1e-30)))
-        if (f.kind == "arf" or f.out) and W == 2:   # one rounding of own + peer on both ranks
+        if (f.kind == "arf" or (f.out and f.kind == "ar")) and W == 2:   # one rounding of
+            # own + peer, the same on both ranks
             same = same and torch.equal(outs[0], outs[1])
         if first is None:
             first = outs

@@ -193,3 +193,21 @@ def test_fused_tile_config():
     assert plan.describe().endswith("(bf16 accumulator) (128x128 tiles)")
     plan = FastPlan("mm_rs", 2, "bf16", dict(M=8192, N=8192, K=14336))
     assert plan.describe().endswith("(bf16 accumulator) (128x256 tiles)")
+
+
+def test_fused_results_into_fresh_outputs_at_w2():
+    """At W = 2 GEMM + reduce-scatter and GEMM + all-reduce write fresh outputs (nothing
+    persistent to copy when the result leaves the graph); at W = 1 (and rs at W > 2) the
+    result is the persistent accumulator; the switches turn it off."""
+    import pkc.runtime.fastpath as fp
+    from pkc.runtime.fastpath import FastPlan, FastStep
+
+    def persistent(kind, W, M=8192):
+        plan = FastPlan(kind, W, "bf16", dict(M=M, N=1024, K=1024))
+        return FastStep(plan, None, [(M // W, 1024)]).persistent
+
+    assert persistent("mm_rs", 2) == [not fp.RS_INTO_OUTPUT]
+    assert persistent("mm_rs", 1) == [True] and persistent("mm_rs", 4) == [True]
+    assert persistent("mm_ar", 2) == [not fp.AR_INTO_OUTPUT] and persistent("mm_ar", 1) == [True]
+    assert persistent("mm_ar", 4) == [False]            # RS then a pull all-gather
+

@@ -41,6 +41,9 @@ FUSED = {
                                          comm_ctas=8),
     "ar_w4_kn_f16": FusedConfig("ar", 4, gemm=GemmConfig(dtype="f16", b_layout="kn")),
     "ar_w2_out": FusedConfig("ar", 2, out=True),
+    "rs_w2_out": FusedConfig("rs", 2, out=True),
+    "rs_w2_out_kn_128x128_f16": FusedConfig("rs", 2, out=True,
+                                            gemm=G128.with_(dtype="f16", b_layout="kn")),
     "ar_w2_out_kn_128x128_f16": FusedConfig("ar", 2, out=True,
                                             gemm=G128.with_(dtype="f16", b_layout="kn")),
     "ag_w1": FusedConfig("ag", 1),
@@ -118,7 +121,24 @@ def test_ptx_has_the_protocol(name):
     assert f".entry {f.kernel_name}(" in ptx
     assert ptx.count("mbarrier.init.shared::cta.b64") == 2 * f.gemm.stages + f.gemm_cfg().extra_bars
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{f.gemm.bn}k16\.f32", ptx)
-    if f.kind == "rs":
+    if f.kind == "rs" and f.out:
+        # the peer's chunk first, its partial stored into the peer's staging (3-d map,
+        # this epoch's half); the own chunk last: the peer's partial loaded per piece,
+        # added, the sum stored into the output (2-d map); no reduce-adds
+        pieces = f.gemm.m_slices * (f.gemm.bn // f.gemm.epi_width)
+        assert ptx.count("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group") == pieces
+        assert ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group") == pieces
+        assert ptx.count("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier") == pieces
+        assert "cp.reduce.async.bulk.tensor" not in ptx
+        assert "add.u32 %cr_fz_peer, %cr_fz_peer, 1;" in ptx          # slot s: rank + s + 1
+        assert "and.b32 %fo_half, %fz_epoch, 1;" in ptx
+        assert "[%tmC, {%epi_cn, %epi_cm}]" in ptx
+        # the own tile's prologue signals the peer's chunk before it waits for the peer
+        pro = ptx[ptx.index("the own chunk: signal the peer's chunk first"):
+                  ptx.index("mov.u32 %fo_staged, 1;")]
+        assert pro.index("red.release.sys.global.add.u32") < pro.index("ld.acquire.sys")
+        assert ptx.count("red.release.sys.global.add.u32") == 3            # 3 flush sites
+    elif f.kind == "rs":
         # own chunk: TMA store; other chunks: TMA reduce-add; per-chunk release signals
         assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group" in ptx
         assert "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group" in ptx
@@ -557,8 +577,8 @@ def test_ar_out_validates_and_binds_the_callers_output(fake_launch):
     from pkc.codegen.hopper.fused import FusedWorld
 
     for bad in (FusedConfig("ar", 4, out=True), FusedConfig("ar", 1, out=True),
-                FusedConfig("rs", 2, out=True)):
-        with pytest.raises(ValueError, match="out .* is an ar option at W = 2"):
+                FusedConfig("ag", 2, out=True)):
+        with pytest.raises(ValueError, match="out .* is an ar / rs option at W = 2"):
             bad.validate()
     W, Mc, N, K = 2, 256, 512, 128
     f = FusedConfig("ar", W, out=True)
@@ -576,3 +596,29 @@ def test_ar_out_validates_and_binds_the_callers_output(fake_launch):
     assert ("bf16", [N, Mc, W], [c.epi_width, 64, 1], 2 * c.epi_width) in fake_launch.maps
     with pytest.raises(ValueError, match="out must be"):
         w.run(a, b, outs={r: torch.empty(Mc, N, dtype=torch.bfloat16) for r in range(W)})
+
+
+def test_rs_out_world_stages_by_parity_and_binds_the_output(fake_launch):
+    """rs with out=True: a symmetric staging of two [Mc, N] halves (epoch parity) with 3-d
+    maps, a local [Mc, N] output; a caller's output gets a 2-d map; f32 accumulators and
+    W != 2 are refused."""
+    from pkc.codegen.hopper.fused import FusedWorld
+
+    for bad in (FusedConfig("rs", 4, out=True), FusedConfig("rs", 2, out=True, acc="f32")):
+        with pytest.raises(ValueError, match="out"):
+            bad.validate()
+    W, Mc, N, K = 2, 256, 512, 128
+    f = FusedConfig("rs", W, out=True)
+    w = FusedWorld(f, Mc, N, K, peers=_FakePeers(W, range(W)))
+    c = f.gemm_cfg()
+    assert tuple(w.acc[0].shape) == (2 * Mc, N) and tuple(w.out[0].shape) == (Mc, N)
+    assert ("bf16", [N, Mc, 2], [c.epi_width, 64, 1], 2 * c.epi_width) in fake_launch.maps
+    a = [torch.randn(W * Mc, K).to(torch.bfloat16) for _ in range(W)]
+    b = [torch.randn(N, K).to(torch.bfloat16) for _ in range(W)]
+    fresh = {r: torch.empty(Mc, N, dtype=torch.bfloat16) for r in range(W)}
+    outs = w.run(a, b, outs=fresh)
+    assert outs[0] is fresh[0] and outs[1] is fresh[1]
+    assert ("bf16", [N, Mc], [c.epi_width, 64], 2 * c.epi_width) in fake_launch.maps
+    with pytest.raises(ValueError, match="out must be"):
+        w.run(a, b, outs={r: torch.empty(W * Mc, N, dtype=torch.bfloat16) for r in range(W)})
+

@@ -40,6 +40,10 @@ GEMM + reduce-scatter (:class:`GemmRsKernel`, ``kind="rs"``)
     small-K shapes); with the owner's stores first, the adds of the others wait only for
     the owner's first slot, and the overlap is the same ((W-1)/W of the tiles travel).
 
+    With ``out=True`` (W = 2, :class:`GemmRsOutKernel`) each rank computes the peer's
+    chunk first and stores its partial into the peer's staging, then its own chunk, whose
+    epilogue adds the staged partial and writes the sum to a caller's tensor.
+
 GEMM + all-reduce (:class:`GemmArKernel`, ``kind="ar"``)
     The reduce-scatter kernel with every tile sent to every rank's full accumulator (its
     class docstring has the protocol): the all-reduce overlapped with the GEMM. With
@@ -102,7 +106,8 @@ ERR_KINDS = {1: "rs/ar: the owner's own chunk stored (before adding into it)",
              4: "ag: peer ready to receive (its kernel of this epoch started)",
              5: "arf: the peer's partial tiles of a row block in this rank's staging",
              6: "arf: this rank's own tiles of a row block in its output",
-             7: "arf: peer ready to receive (its kernel of this epoch started)"}
+             7: "arf: peer ready to receive (its kernel of this epoch started)",
+             8: "rs out: the peer's partial of this rank's chunk in its staging"}
 
 
 @dataclass(frozen=True)
@@ -123,8 +128,8 @@ class FusedConfig:
     #                                (0: put_ring // 2)
     own_map: str = "param"         # rs: own accumulator's tensor map: "param" (by value,
     #                                as the GEMM's C) or "global" (from the device array)
-    out: bool = False              # ar (W = 2): the result into a caller's output, no
-    #                                persistent result (GemmArOutKernel)
+    out: bool = False              # ar / rs (W = 2): the result into a caller's output,
+    #                                no persistent result (GemmArOutKernel, GemmRsOutKernel)
     wait_own: bool = False         # rs: end-of-kernel wait also on this rank's own tiles
     #                                (always with an f32 accumulator: the conversion needs
     #                                every CTA's tiles; otherwise kernel completion orders them)
@@ -196,8 +201,10 @@ class FusedConfig:
             # would add in a rank-dependent order (and send W - 1 copies: RS + AG there)
             need(self.world <= 2, "arf adds one peer's partial: W <= 2")
             need(self.acc_dtype == g.dtype, "arf adds in the output dtype")
-        need(not self.out or (self.kind == "ar" and self.world == 2),
-             "out (the result into a caller's output) is an ar option at W = 2")
+        need(not self.out or (self.kind in ("ar", "rs") and self.world == 2),
+             "out (the result into a caller's output) is an ar / rs option at W = 2")
+        need(not self.out or self.acc_dtype == g.dtype,
+             "out sums in the epilogue (no f32 accumulator)")
         need(not self.out or g.epi_bufs == 2, "out loads ahead into the second epilogue buffer")
         if self.kind == "ar":
             need(self.acc_dtype == g.dtype, "ar adds in the output dtype (no f32 accumulator)")
@@ -724,37 +731,23 @@ class GemmArKernel(GemmRsKernel):
         p.label(skip)
 
 
-class GemmArOutKernel(GemmArKernel):
-    """GEMM + all-reduce by broadcast into a caller's output (``kind="ar"``, ``out=True``,
-    W = 2): the broadcast kernel's protocol and signals, but no persistent result. The own
-    chunk's tiles go to both accumulators as before (slot 0). A tile of the peer's chunk p
-    (slot 1) is summed in the epilogue: each piece of p's partial, already in this rank's
-    accumulator (p stored it there in its slot 0; waited for as before), is loaded by TMA
-    into the epilogue buffer, the warpgroup adds its f32 accumulators to it and rounds
-    once, and the sum goes by TMA store to this rank's output (``tmC``, a 3-d map over the
-    caller's tensor) and, in place of the broadcast's reduce-add, to p's accumulator,
-    where it is p's final result. After the final wait every CTA copies its share of the
-    own chunk (the sum the peer stored here) from the accumulator into the output. So the
-    output is new per call (nothing to copy after the kernel), half of the result is
-    never copied, and the link carries stores instead of reduce-adds. Both ranks hold the
-    same rounding of P_p + P_r for every element (one rank's sum, the other's copy of it).
+class _EpilogueSum:
+    """For the fused kernels whose epilogue adds a partial that another rank stored in
+    this rank's symmetric buffer (:class:`GemmArOutKernel`, :class:`GemmRsOutKernel`):
+    each piece of the partial is TMA-loaded into the epilogue buffer (same box and
+    swizzle as the stores: the threads find their elements where they would write them),
+    the warpgroup adds its f32 accumulators and rounds once, and the piece goes out by
+    TMA store. The loads run ahead: a tile's first piece before its main loop (the
+    subclass's tile prologue, after its wait for the partial), piece k + 1 into the other
+    buffer once piece k's stores are issued; each of the two buffers has its own mbarrier
+    (bit b of ``%fo_ph`` is buffer b's phase)."""
 
-    The loads run ahead: a tile's first piece is loaded before its main loop (after the
-    owner wait, which moves there from the epilogue), piece k + 1 into the other buffer
-    once piece k's stores are issued; each of the two buffers has its own mbarrier (bit b
-    of ``%fo_ph`` is buffer b's phase)."""
-
-    def emit_epilogue_setup(self) -> None:
-        super().emit_epilogue_setup()
+    def _sum_setup(self) -> None:
         p, S = self.p, self.cfg.stages
         bar = p.r32("fo_bar")                          # this warpgroup's 2 load barriers
         p(f"mad.lo.u32 {bar}, %cw, 16, %sbar;")
         p(f"add.u32 {bar}, {bar}, {16 * S};")
-        p(f"mov.u32 {p.r32('fo_ph')}, 0;")          # (tmC, the output's map: prefetched)
-        mine, theirs, other = p.r64("fo_tmine"), p.r64("fo_ttheirs"), p.r32("fo_other")
-        p(f"mad.wide.u32 {mine}, %fz_rank, 128, %fz_acc_maps;")
-        p(f"xor.b32 {other}, %fz_rank, 1;")              # W = 2: the other rank
-        p(f"mad.wide.u32 {theirs}, {other}, 128, %fz_acc_maps;")
+        p(f"mov.u32 {p.r32('fo_ph')}, 0;")
 
     def _buffer_bar(self, off: str) -> tuple[str, str]:
         """(the load barrier of the epilogue buffer at offset ``off``, its index 0 / 1)."""
@@ -765,9 +758,9 @@ class GemmArOutKernel(GemmArKernel):
         p(f"mad.lo.u32 {bar}, {bi}, 8, %fo_bar;")
         return bar, bi
 
-    def _load_piece(self, t: FusedTile, k: int, off: str) -> None:
-        """Leader: TMA load of piece k of the peer's partial (this rank's accumulator,
-        chunk t.peer) into the epilogue buffer at ``off``, on that buffer's barrier."""
+    def _load_piece(self, t: FusedTile, k: int, off: str, tmap: str, crd) -> None:
+        """Leader: TMA load of piece k of the partial (map ``tmap``, coordinates
+        ``crd(cn, cm)``) into the epilogue buffer at ``off``, on that buffer's barrier."""
         p, c = self.p, self.cfg
         mi, ch = self.epilogue_pieces(c.epi_width)[k]
         cn, cm, buf = p.r32("fo_cn"), p.r32("fo_cm"), p.r32("fo_buf")
@@ -777,37 +770,19 @@ class GemmArOutKernel(GemmArKernel):
         p(f"add.u32 {buf}, %epi_base, {off};")
         bar, _ = self._buffer_bar(off)
         p(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{bar}], {c.epi_buf_bytes};")
-        p(f"cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-          f"[{buf}], [%fo_tmine, {{{cn}, {cm}, {t.peer}}}], [{bar}];")
+        p(f"cp.async.bulk.tensor.{crd.dims}d.shared::cluster.global.tile.mbarrier::"
+          f"complete_tx::bytes [{buf}], [{tmap}, {crd(cn, cm)}], [{bar}];")
 
-    def emit_consumer_tile_prologue(self, t: FusedTile) -> None:
-        p = self.p
-        own, skip = p.pred("fo_pown"), p.fresh("fo_pre")
-        p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
-        p(f"@{own} bra {skip};")
-        p.comment("the peer's chunk: its partial must be here (the own chunk's tiles "
-                  "signalled first: the peer waits for them); load the first piece now")
-        self._change_chunk(t)
-        self._wait_owner_once(t, own)
-        p(f"@!%p_lead bra {skip};")
-        p(f"cp.async.bulk.wait_group.read {self.cfg.epi_bufs - 1};")   # the buffer is free
-        self._load_piece(t, 0, "%epi_off")
-        p.label(skip)
+    def _load_first_piece(self, t: FusedTile, tmap: str, crd) -> None:
+        """Leader, in the tile prologue: piece 0 into the current buffer, once free."""
+        self.p(f"cp.async.bulk.wait_group.read {self.cfg.epi_bufs - 1};")
+        self._load_piece(t, 0, "%epi_off", tmap, crd)
 
-    def emit_epilogue_tile(self, t: FusedTile) -> None:
+    def _emit_summed_pieces(self, t: FusedTile, tmap: str, crd, stores) -> None:
+        """The epilogue of a summed tile: per piece, wait for its load, add, then the
+        leader's TMA stores ``stores`` ((map, coordinate function), ...), then the next
+        piece's load."""
         p = self.p
-        own = self._enter_chunk(t)
-        crd = lambda cn, cm: f"{{{cn}, {cm}, {t.peer}}}"  # noqa: E731
-        tile3 = "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group"
-        summed, done = p.fresh("fo_sum"), p.fresh("fo_tile_done")
-        p(f"@!{own} bra {summed};")
-        p.comment("own chunk: the partial into both accumulators")
-        self._emit_pieces(t, lambda buf, cn, cm: [
-            f"@%p_lead {tile3} [{tm}, {crd(cn, cm)}], [{buf}];" for tm in ("%fo_tmine", "%fo_ttheirs")])
-        p(f"bra {done};")
-        p.label(summed)
-        p.comment("the peer's chunk: its partial (loaded ahead) + ours, into our output and "
-                  "its accumulator")
         n = len(self.epilogue_pieces(self.cfg.epi_width))
 
         def fill(buf, cn, cm):                  # this piece's load (issued ahead) landed
@@ -837,12 +812,80 @@ class GemmArOutKernel(GemmArKernel):
             p(f"@!%p_lead bra {nxt};")
             p("cp.async.bulk.wait_group.read 1;")      # piece k - 1's store read it
             p(f"xor.b32 {other}, %epi_off, {self.cfg.epi_buf_bytes};")
-            self._load_piece(t, k + 1, other)
+            self._load_piece(t, k + 1, other, tmap, crd)
             p.label(nxt)
 
-        self._emit_epilogue_pieces(t.m0_local, t.n0, self.cfg.epi_width, add_pair, lambda buf, cn, cm: [
-            f"@%p_lead {tile3} [{tm}, {crd(cn, cm)}], [{buf}];" for tm in ("%tmC", "%fo_ttheirs")],
-            fill=fill, after=after)
+        def ops(buf, cn, cm):
+            return [f"@%p_lead cp.async.bulk.tensor.{c.dims}d.global.shared::cta.tile.bulk_group "
+                    f"[{tm}, {c(cn, cm)}], [{buf}];" for tm, c in stores]
+
+        self._emit_epilogue_pieces(t.m0_local, t.n0, self.cfg.epi_width, add_pair, ops,
+                                   fill=fill, after=after)
+
+
+class _Coords:
+    """A TMA coordinate tuple as a function of a piece's (cn, cm): ``extra`` adds the
+    outer coordinates (chunk, parity) of a 3-d map."""
+
+    def __init__(self, *extra: str):
+        self.extra, self.dims = extra, 2 + len(extra)
+
+    def __call__(self, cn: str, cm: str) -> str:
+        return "{" + ", ".join((cn, cm) + self.extra) + "}"
+
+
+class GemmArOutKernel(_EpilogueSum, GemmArKernel):
+    """GEMM + all-reduce by broadcast into a caller's output (``kind="ar"``, ``out=True``,
+    W = 2): the broadcast kernel's protocol and signals, but no persistent result. The own
+    chunk's tiles go to both accumulators as before (slot 0). A tile of the peer's chunk p
+    (slot 1) is summed in the epilogue (:class:`_EpilogueSum`): p's partial, already in
+    this rank's accumulator (p stored it there in its slot 0; waited for, now in the
+    tile prologue), plus ours goes by TMA store to this rank's output (``tmC``, a 3-d map
+    over the caller's tensor) and, in place of the broadcast's reduce-add, to p's
+    accumulator, where it is p's final result. After the final wait every CTA copies its
+    share of the own chunk (the sum the peer stored here) from the accumulator into the
+    output. So the output is new per call (nothing to copy after the kernel), half of the
+    result is never copied, and the link carries stores instead of reduce-adds. Both
+    ranks hold the same rounding of P_p + P_r for every element (one rank's sum, the
+    other's copy of it)."""
+
+    def emit_epilogue_setup(self) -> None:
+        super().emit_epilogue_setup()
+        p = self.p
+        self._sum_setup()                              # (tmC, the output's map: prefetched)
+        mine, theirs, other = p.r64("fo_tmine"), p.r64("fo_ttheirs"), p.r32("fo_other")
+        p(f"mad.wide.u32 {mine}, %fz_rank, 128, %fz_acc_maps;")
+        p(f"xor.b32 {other}, %fz_rank, 1;")              # W = 2: the other rank
+        p(f"mad.wide.u32 {theirs}, {other}, 128, %fz_acc_maps;")
+
+    def emit_consumer_tile_prologue(self, t: FusedTile) -> None:
+        p = self.p
+        own, skip = p.pred("fo_pown"), p.fresh("fo_pre")
+        p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
+        p(f"@{own} bra {skip};")
+        p.comment("the peer's chunk: its partial must be here (the own chunk's tiles "
+                  "signalled first: the peer waits for them); load the first piece now")
+        self._change_chunk(t)
+        self._wait_owner_once(t, own)
+        p(f"@!%p_lead bra {skip};")
+        self._load_first_piece(t, "%fo_tmine", _Coords(t.peer))
+        p.label(skip)
+
+    def emit_epilogue_tile(self, t: FusedTile) -> None:
+        p = self.p
+        own = self._enter_chunk(t)
+        crd = _Coords(t.peer)
+        summed, done = p.fresh("fo_sum"), p.fresh("fo_tile_done")
+        p(f"@!{own} bra {summed};")
+        p.comment("own chunk: the partial into both accumulators")
+        self._emit_pieces(t, lambda buf, cn, cm: [
+            f"@%p_lead cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group "
+            f"[{tm}, {crd(cn, cm)}], [{buf}];" for tm in ("%fo_tmine", "%fo_ttheirs")])
+        p(f"bra {done};")
+        p.label(summed)
+        p.comment("the peer's chunk: its partial (loaded ahead) + ours, into our output and "
+                  "its accumulator")
+        self._emit_summed_pieces(t, "%fo_tmine", crd, (("%tmC", crd), ("%fo_ttheirs", crd)))
         p.label(done)
         p("add.u32 %fz_pend, %fz_pend, 1;")
 
@@ -876,6 +919,90 @@ class GemmArOutKernel(GemmArKernel):
                 p(f"add.s64 {a}, {dst}, {a};")
                 p(f"@{pin[u]} st.global.v4.b32 [{a}], {{{', '.join(vals[u])}}};")
         self._grid_strided(nv, copy, "fo_copy")
+
+
+class GemmRsOutKernel(_EpilogueSum, GemmRsKernel):
+    """GEMM + reduce-scatter into a caller's output (``kind="rs"``, ``out=True``, W = 2):
+    each rank computes the peer's chunk first (slot 0) and stores its partial, by TMA
+    store, into the peer's staging (the symmetric buffer, two halves by epoch parity);
+    then its own chunk (slot 1), whose epilogue adds the peer's staged partial
+    (:class:`_EpilogueSum`) and stores the sum into the output. No reduce-adds, no zero
+    fill, nothing persistent returned, no copy after the kernel.
+
+    Signals: as the reduce-scatter's, pad_p[rank] counts the tiles of chunk p this rank
+    landed in p (each warpgroup flushes its count when it leaves a chunk: here the peer's
+    chunk, in the tile prologue of its first own tile, before it waits). A rank waits
+    once, before its first own tile's main loop, for pad_rank[peer] to reach the chunk's
+    tiles. Why the parity halves: the peer may finish epoch e (it waits only for our
+    stores) while we still read our staging; its stores of epoch e + 1 go to the other
+    half, and it reaches e + 2 only after waiting for our stores of e + 1, which follow
+    our reads of e."""
+
+    def emit_tile_coords(self, tile: str, pre: str) -> FusedTile:
+        """Slot s visits chunk (rank + s + 1) % W: the peer's chunk first, the own last."""
+        p = self.p
+        slot, loc, peer = (p.r32(f"{pre}_fz_{x}") for x in ("slot", "loc", "peer"))
+        p(f"div.u32 {slot}, {tile}, %fz_tpc;")
+        p(f"mul.lo.u32 {loc}, {slot}, %fz_tpc;")
+        p(f"sub.u32 {loc}, {tile}, {loc};")
+        p(f"add.u32 {peer}, %fz_rank, {slot};")
+        p(f"add.u32 {peer}, {peer}, 1;")
+        self._mod_world(peer)
+        t = self._raster(loc, pre)
+        m0g = p.r32(f"{pre}_fz_m0g")
+        p(f"mad.lo.u32 {m0g}, {peer}, %M, {t.m0};")
+        return FusedTile(t.m_blk, t.n_blk, m0g, t.n0, peer=peer, m0_local=t.m0)
+
+    def emit_epilogue_setup(self) -> None:
+        super().emit_epilogue_setup()
+        p = self.p
+        self._sum_setup()
+        mine, theirs, other = p.r64("fo_tmine"), p.r64("fo_ttheirs"), p.r32("fo_other")
+        p(f"mad.wide.u32 {mine}, %fz_rank, 128, %fz_acc_maps;")
+        p(f"xor.b32 {other}, %fz_rank, 1;")              # W = 2: the other rank
+        p(f"mad.wide.u32 {theirs}, {other}, 128, %fz_acc_maps;")
+        p(f"and.b32 {p.r32('fo_half')}, %fz_epoch, 1;")   # this epoch's staging half
+        p(f"mov.u32 {p.r32('fo_staged')}, 0;")            # the peer's partial seen here
+
+    def emit_consumer_tile_prologue(self, t: FusedTile) -> None:
+        p = self.p
+        own, skip = p.pred("fo_pown"), p.fresh("fo_pre")
+        p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
+        p(f"@!{own} bra {skip};")
+        p.comment("the own chunk: signal the peer's chunk first (the peer waits for it), "
+                  "then wait once for the peer's partial; load the first piece now")
+        self._change_chunk(t)
+        p(f"@!%p_lead bra {skip};")
+        seen, ps = p.fresh("fo_seen"), p.pred("fo_pseen")
+        p(f"setp.ne.u32 {ps}, %fo_staged, 0;")
+        p(f"@{ps} bra {seen};")
+        addr = p.r64("fo_waddr")
+        self._slot_addr(addr, "%fz_sig_ptrs", "%fz_rank", "%fo_other")
+        self._spin_wait(addr, "%fz_want", 8, "%fo_other", "sys")
+        p("fence.proxy.async.global;")
+        p("mov.u32 %fo_staged, 1;")
+        p.label(seen)
+        self._load_first_piece(t, "%fo_tmine", _Coords("%fo_half"))
+        p.label(skip)
+
+    def emit_epilogue_tile(self, t: FusedTile) -> None:
+        p = self.p
+        self._change_chunk(t)
+        own = p.pred("fz_own")
+        p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
+        crd = _Coords("%fo_half")
+        summed, done = p.fresh("fo_sum"), p.fresh("fo_tile_done")
+        p(f"@{own} bra {summed};")
+        p.comment("the peer's chunk: the partial into its staging (this epoch's half)")
+        self._emit_pieces(t, lambda buf, cn, cm: [
+            f"@%p_lead cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group "
+            f"[%fo_ttheirs, {crd(cn, cm)}], [{buf}];"])
+        p(f"bra {done};")
+        p.label(summed)
+        p.comment("the own chunk: the peer's partial (loaded ahead) + ours, into the output")
+        self._emit_summed_pieces(t, "%fo_tmine", crd, (("%tmC", _Coords()),))
+        p.label(done)
+        p("add.u32 %fz_pend, %fz_pend, 1;")
 
 
 class GemmArFreshKernel(_FusedBase):
@@ -1459,9 +1586,11 @@ def check_fused_pipeline(fcfg: FusedConfig, sass_text: str) -> list[str]:
     loads = tools.expected_pipeline(c)["tma_loads"]       # A + B's boxes (bn/64 for kn)
     if fcfg.kind == "arf":      # each piece to the own output and the peer's staging
         want = {"UTMALDG": loads, "UTMASTG": pieces * fcfg.world}
-    elif fcfg.out:              # ar into an output: 2 stores per piece on each of 2 paths,
-        #                         the peer's partial loaded per piece, no reduce-adds
-        want = {"UTMALDG": loads + pieces, "UTMASTG": 4 * pieces, "UTMAREDG": 0}
+    elif fcfg.out:              # into an output: the peer's partial loaded per piece, no
+        #                         reduce-adds; ar 2 stores per piece on each of its 2 paths,
+        #                         rs 1
+        per = 4 if fcfg.kind == "ar" else 2
+        want = {"UTMALDG": loads + pieces, "UTMASTG": per * pieces, "UTMAREDG": 0}
     elif reduces:
         copies = fcfg.world if fcfg.kind == "ar" else 1    # ar: one per destination rank
         want = {"UTMALDG": loads, "UTMASTG": pieces * copies, "UTMAREDG": pieces * copies}
@@ -1486,7 +1615,7 @@ def emit_fused_ptx(fcfg: FusedConfig) -> str:
     cls = {"rs": GemmRsKernel, "ag": AgGemmKernel, "ar": GemmArKernel,
            "arf": GemmArFreshKernel}[fcfg.kind]
     if fcfg.out:
-        cls = GemmArOutKernel
+        cls = GemmArOutKernel if fcfg.kind == "ar" else GemmRsOutKernel
     return cls(fcfg).emit()
 
 
@@ -1625,6 +1754,11 @@ class FusedWorld:
             self.out = self._by_rank(P.local(key + ("out",), (W * Mc, N), self.tdt)) \
                 if f.out else self.acc
             self.maps_dev = self._acc_maps(sym.ptrs)
+        elif f.kind == "rs" and f.out:   # the peer's partial staged, by epoch parity
+            sym = P.symmetric(key + ("stage",), (2 * Mc, N), self.tdt)
+            self.acc, self.acc_ptrs_dev = self._by_rank(sym.tensors), sym.ptrs_dev
+            self.out = self._by_rank(P.local(key + ("out",), (Mc, N), self.tdt))
+            self.maps_dev = self._acc_maps(sym.ptrs)
         elif f.kind == "rs":
             acc_t = torch.float32 if f.acc_dtype == "f32" else self.tdt
             sym = P.symmetric(key + ("acc",), (Mc, N), acc_t)
@@ -1644,9 +1778,13 @@ class FusedWorld:
 
     def _acc_map(self, ptr: int) -> bytes:
         """One accumulator's tensor map: rs ``[N, Mc]``; ar ``[N, Mc, W]`` (chunk-deep
-        boxes: a tile never spills into the next chunk)."""
+        boxes: a tile never spills into the next chunk); rs out's staging ``[N, Mc, 2]``
+        (the epoch parity's half)."""
         f, N, Mc, es = self.fcfg, self.N, self.Mc, self.fcfg.acc_esize
         pc = f.piece_cols
+        if f.kind == "rs" and f.out:
+            return encode_tmap(ptr, f.acc_dtype, [N, Mc, 2], [N * es, Mc * N * es],
+                               [pc, 64, 1], pc * es)
         if f.kind == "ar":
             return encode_tmap(ptr, f.acc_dtype, [N, Mc, self.W], [N * es, Mc * N * es],
                                [pc, 64, 1], pc * es)
@@ -1706,9 +1844,9 @@ class FusedWorld:
 
         if out is not None:
             if self.fcfg.kind not in ("ag", "arf") and not self.fcfg.out:
-                raise ValueError("only the all-gather, arf and ar (out=True) kernels take a "
-                                 "caller's output")
-            want = (self.W * self.Mc, self.N)
+                raise ValueError("only the all-gather, arf and ar / rs (out=True) kernels "
+                                 "take a caller's output")
+            want = (self.Mc if self.fcfg.kind == "rs" else self.W * self.Mc, self.N)
             if tuple(out.shape) != want or out.dtype != self.tdt or not out.is_contiguous() \
                     or out.data_ptr() % 16:
                 raise ValueError(f"out must be a contiguous {self.tdt} tensor of {list(want)}")
@@ -1747,7 +1885,13 @@ class FusedWorld:
             raise ValueError(f"A must be [W*Mc, K] = [{W * Mc}, {K}], got {list(a.shape)}")
         tma = encode_tmap(a.data_ptr(), c.dtype, [K, W * Mc], [K * 2], [BK, c.bm], 128)
         out = (self.out[rank] if out is None else out).data_ptr()
-        own = self._acc_map(out if self.fcfg.out else self.acc[rank].data_ptr())
+        if not self.fcfg.out:
+            own = self._acc_map(self.acc[rank].data_ptr())
+        elif self.fcfg.kind == "ar":        # the output's map: as the accumulators'
+            own = self._acc_map(out)
+        else:                               # rs: the [Mc, N] output
+            es, pc = self.fcfg.acc_esize, self.fcfg.piece_cols
+            own = encode_tmap(out, self.fcfg.acc_dtype, [N, Mc], [N * es], [pc, 64], pc * es)
         return [tma, tmb, own, u64(out), u32(Mc), u32(N), u32(K), u32(rank), ctl,
                 u64(self.maps_dev.data_ptr()), u64(self.acc_ptrs_dev.data_ptr()),
                 u64(self.sig_ptrs_dev.data_ptr()), u64(out), u64(self.err[rank].data_ptr()),
