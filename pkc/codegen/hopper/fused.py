@@ -363,15 +363,20 @@ class _FusedBase(GemmKernel):
         p(f"mov.u32 {p.r32('fz_tpc')}, %num_tiles;")
         p(f"mul.lo.u32 %num_tiles, %num_tiles, {self.fcfg.world};")
 
+    # the chunk of slot 0 is rank + SLOT_SHIFT (the own chunk first, or the next rank's)
+    SLOT_SHIFT = 0
+
     def emit_tile_coords(self, tile: str, pre: str) -> FusedTile:
-        """Slot s = tile / tiles_per_chunk visits chunk (rank + s) % W; inside a chunk the
-        GEMM's grouped rasterization."""
+        """Slot s = tile / tiles_per_chunk visits chunk (rank + s + SLOT_SHIFT) % W; inside
+        a chunk the GEMM's grouped rasterization."""
         p = self.p
         slot, loc, peer = (p.r32(f"{pre}_fz_{x}") for x in ("slot", "loc", "peer"))
         p(f"div.u32 {slot}, {tile}, %fz_tpc;")
         p(f"mul.lo.u32 {loc}, {slot}, %fz_tpc;")
         p(f"sub.u32 {loc}, {tile}, {loc};")
         p(f"add.u32 {peer}, %fz_rank, {slot};")
+        if self.SLOT_SHIFT:
+            p(f"add.u32 {peer}, {peer}, {self.SLOT_SHIFT};")
         self._mod_world(peer)
         t = self._raster(loc, pre)
         m0g = p.r32(f"{pre}_fz_m0g")
@@ -743,11 +748,17 @@ class _EpilogueSum:
     (bit b of ``%fo_ph`` is buffer b's phase)."""
 
     def _sum_setup(self) -> None:
+        """The load barriers and phases; the accumulator / staging maps of this rank
+        (``%fo_tmine``) and of the other (``%fo_ttheirs``; W = 2)."""
         p, S = self.p, self.cfg.stages
         bar = p.r32("fo_bar")                          # this warpgroup's 2 load barriers
         p(f"mad.lo.u32 {bar}, %cw, 16, %sbar;")
         p(f"add.u32 {bar}, {bar}, {16 * S};")
         p(f"mov.u32 {p.r32('fo_ph')}, 0;")
+        mine, theirs, other = p.r64("fo_tmine"), p.r64("fo_ttheirs"), p.r32("fo_other")
+        p(f"mad.wide.u32 {mine}, %fz_rank, 128, %fz_acc_maps;")
+        p(f"xor.b32 {other}, %fz_rank, 1;")
+        p(f"mad.wide.u32 {theirs}, {other}, 128, %fz_acc_maps;")
 
     def _buffer_bar(self, off: str) -> tuple[str, str]:
         """(the load barrier of the epilogue buffer at offset ``off``, its index 0 / 1)."""
@@ -853,10 +864,6 @@ class GemmArOutKernel(_EpilogueSum, GemmArKernel):
         super().emit_epilogue_setup()
         p = self.p
         self._sum_setup()                              # (tmC, the output's map: prefetched)
-        mine, theirs, other = p.r64("fo_tmine"), p.r64("fo_ttheirs"), p.r32("fo_other")
-        p(f"mad.wide.u32 {mine}, %fz_rank, 128, %fz_acc_maps;")
-        p(f"xor.b32 {other}, %fz_rank, 1;")              # W = 2: the other rank
-        p(f"mad.wide.u32 {theirs}, {other}, 128, %fz_acc_maps;")
 
     def emit_consumer_tile_prologue(self, t: FusedTile) -> None:
         p = self.p
@@ -938,29 +945,12 @@ class GemmRsOutKernel(_EpilogueSum, GemmRsKernel):
     half, and it reaches e + 2 only after waiting for our stores of e + 1, which follow
     our reads of e."""
 
-    def emit_tile_coords(self, tile: str, pre: str) -> FusedTile:
-        """Slot s visits chunk (rank + s + 1) % W: the peer's chunk first, the own last."""
-        p = self.p
-        slot, loc, peer = (p.r32(f"{pre}_fz_{x}") for x in ("slot", "loc", "peer"))
-        p(f"div.u32 {slot}, {tile}, %fz_tpc;")
-        p(f"mul.lo.u32 {loc}, {slot}, %fz_tpc;")
-        p(f"sub.u32 {loc}, {tile}, {loc};")
-        p(f"add.u32 {peer}, %fz_rank, {slot};")
-        p(f"add.u32 {peer}, {peer}, 1;")
-        self._mod_world(peer)
-        t = self._raster(loc, pre)
-        m0g = p.r32(f"{pre}_fz_m0g")
-        p(f"mad.lo.u32 {m0g}, {peer}, %M, {t.m0};")
-        return FusedTile(t.m_blk, t.n_blk, m0g, t.n0, peer=peer, m0_local=t.m0)
+    SLOT_SHIFT = 1          # the peer's chunk first, the own last (W = 2)
 
     def emit_epilogue_setup(self) -> None:
         super().emit_epilogue_setup()
         p = self.p
         self._sum_setup()
-        mine, theirs, other = p.r64("fo_tmine"), p.r64("fo_ttheirs"), p.r32("fo_other")
-        p(f"mad.wide.u32 {mine}, %fz_rank, 128, %fz_acc_maps;")
-        p(f"xor.b32 {other}, %fz_rank, 1;")              # W = 2: the other rank
-        p(f"mad.wide.u32 {theirs}, {other}, 128, %fz_acc_maps;")
         p(f"and.b32 {p.r32('fo_half')}, %fz_epoch, 1;")   # this epoch's staging half
         p(f"mov.u32 {p.r32('fo_staged')}, 0;")            # the peer's partial seen here
 
