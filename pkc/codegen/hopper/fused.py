@@ -760,6 +760,36 @@ class _EpilogueSum:
         p(f"xor.b32 {other}, %fz_rank, 1;")
         p(f"mad.wide.u32 {theirs}, {other}, 128, %fz_acc_maps;")
 
+    def emit_epilogue_setup(self) -> None:
+        super().emit_epilogue_setup()
+        self._sum_setup()
+
+    # the tiles whose epilogue sums: the own chunk's (rs) or the peer's (ar)
+    SUMS_OWN_CHUNK = False
+    PROLOGUE_NOTE = ""
+
+    def emit_consumer_tile_prologue(self, t: FusedTile) -> None:
+        """Before a summed tile's main loop: signal the chunk left (the other rank waits
+        for those signals before it sends what we wait for), wait for the partial, load
+        its first piece."""
+        p = self.p
+        own, skip = p.pred("fo_pown"), p.fresh("fo_pre")
+        p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
+        p(f"@{'!' if self.SUMS_OWN_CHUNK else ''}{own} bra {skip};")
+        p.comment(self.PROLOGUE_NOTE)
+        self._change_chunk(t)
+        self._await_partial(t, own, skip)
+        self._load_first_piece(t, "%fo_tmine", self._partial_coords(t))
+        p.label(skip)
+
+    def _await_partial(self, t: FusedTile, own: str, skip: str) -> None:
+        """The wait for the partial, leaving only the leader to go on (the others to
+        ``skip``)."""
+        raise NotImplementedError
+
+    def _partial_coords(self, t: FusedTile) -> "_Coords":
+        raise NotImplementedError
+
     def _buffer_bar(self, off: str) -> tuple[str, str]:
         """(the load barrier of the epilogue buffer at offset ``off``, its index 0 / 1)."""
         p = self.p
@@ -860,23 +890,15 @@ class GemmArOutKernel(_EpilogueSum, GemmArKernel):
     ranks hold the same rounding of P_p + P_r for every element (one rank's sum, the
     other's copy of it)."""
 
-    def emit_epilogue_setup(self) -> None:
-        super().emit_epilogue_setup()
-        p = self.p
-        self._sum_setup()                              # (tmC, the output's map: prefetched)
+    PROLOGUE_NOTE = ("the peer's chunk: its partial must be here (the own chunk's tiles "
+                     "signalled first: the peer waits for them); load the first piece now")
 
-    def emit_consumer_tile_prologue(self, t: FusedTile) -> None:
-        p = self.p
-        own, skip = p.pred("fo_pown"), p.fresh("fo_pre")
-        p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
-        p(f"@{own} bra {skip};")
-        p.comment("the peer's chunk: its partial must be here (the own chunk's tiles "
-                  "signalled first: the peer waits for them); load the first piece now")
-        self._change_chunk(t)
+    def _await_partial(self, t: FusedTile, own: str, skip: str) -> None:
         self._wait_owner_once(t, own)
-        p(f"@!%p_lead bra {skip};")
-        self._load_first_piece(t, "%fo_tmine", _Coords(t.peer))
-        p.label(skip)
+        self.p(f"@!%p_lead bra {skip};")
+
+    def _partial_coords(self, t: FusedTile) -> "_Coords":
+        return _Coords(t.peer)
 
     def emit_epilogue_tile(self, t: FusedTile) -> None:
         p = self.p
@@ -947,21 +969,19 @@ class GemmRsOutKernel(_EpilogueSum, GemmRsKernel):
 
     SLOT_SHIFT = 1          # the peer's chunk first, the own last (W = 2)
 
+    SUMS_OWN_CHUNK = True
+    PROLOGUE_NOTE = ("the own chunk: signal the peer's chunk first (the peer waits for it), "
+                     "then wait once for the peer's partial; load the first piece now")
+
     def emit_epilogue_setup(self) -> None:
         super().emit_epilogue_setup()
         p = self.p
-        self._sum_setup()
         p(f"and.b32 {p.r32('fo_half')}, %fz_epoch, 1;")   # this epoch's staging half
         p(f"mov.u32 {p.r32('fo_staged')}, 0;")            # the peer's partial seen here
 
-    def emit_consumer_tile_prologue(self, t: FusedTile) -> None:
+    def _await_partial(self, t: FusedTile, own: str, skip: str) -> None:
+        """Leader, once: pad_rank[peer] counts the peer's tiles of our chunk staged here."""
         p = self.p
-        own, skip = p.pred("fo_pown"), p.fresh("fo_pre")
-        p(f"setp.eq.u32 {own}, {t.peer}, %fz_rank;")
-        p(f"@!{own} bra {skip};")
-        p.comment("the own chunk: signal the peer's chunk first (the peer waits for it), "
-                  "then wait once for the peer's partial; load the first piece now")
-        self._change_chunk(t)
         p(f"@!%p_lead bra {skip};")
         seen, ps = p.fresh("fo_seen"), p.pred("fo_pseen")
         p(f"setp.ne.u32 {ps}, %fo_staged, 0;")
@@ -972,8 +992,9 @@ class GemmRsOutKernel(_EpilogueSum, GemmRsKernel):
         p("fence.proxy.async.global;")
         p("mov.u32 %fo_staged, 1;")
         p.label(seen)
-        self._load_first_piece(t, "%fo_tmine", _Coords("%fo_half"))
-        p.label(skip)
+
+    def _partial_coords(self, t: FusedTile) -> "_Coords":
+        return _Coords("%fo_half")
 
     def emit_epilogue_tile(self, t: FusedTile) -> None:
         p = self.p
