@@ -221,7 +221,9 @@ class FastPlan:
             s = self.shapes
             cfg = fused_gemm_config(self.kind[3:], s["M"], s["N"], s["K"], self.world,
                                     self.dtype, "nk", get_target("h200").num_sms)
-            extra += f" ({cfg.bm}x{cfg.bn} tiles)"
+            into = self.world == 2 and (RS_INTO_OUTPUT if self.kind == "mm_rs" else
+                                        mm_ar_kind(s["M"], s["N"], s["K"], 2) == "ar_out")
+            extra += f" ({cfg.bm}x{cfg.bn} tiles{', into a fresh output' if into else ''})"
         if self.kind == "ar2":          # what the size decides (collective_config)
             cfg = collective_config("ar2", self.world, self.dtype, self.shapes["elems"])
             extra = f" ({cfg.gather} gather, {cfg.groups} CTA group{'s' * (cfg.groups > 1)})"

@@ -190,8 +190,10 @@ def test_fused_tile_config():
     kn = fused_gemm_config("ar", 8192, 8192, 1024, 2, "bf16", "kn", 132)
     assert kn.b_layout == "kn" and kn.bn % 64 == 0
     plan = FastPlan("mm_ar", 2, "bf16", dict(M=8192, N=8192, K=1024))
-    assert plan.describe().endswith("(bf16 accumulator) (128x128 tiles)")
+    assert plan.describe().endswith("(bf16 accumulator) (128x128 tiles, into a fresh output)")
     plan = FastPlan("mm_rs", 2, "bf16", dict(M=8192, N=8192, K=14336))
+    assert plan.describe().endswith("(bf16 accumulator) (128x256 tiles, into a fresh output)")
+    plan = FastPlan("mm_rs", 1, "bf16", dict(M=8192, N=8192, K=14336))
     assert plan.describe().endswith("(bf16 accumulator) (128x256 tiles)")
 
 
