@@ -226,11 +226,30 @@ class FusedConfig:
             need(1 <= self.lag < self.put_ring, "put_lag must be 1..put_ring-1")
 
 
+class _Coords:
+    """A TMA coordinate tuple as a function of a piece's (cn, cm): ``extra`` adds the
+    outer coordinates (chunk, parity) of a 3-d map."""
+
+    def __init__(self, *extra: str):
+        self.extra, self.dims = extra, 2 + len(extra)
+
+    def __call__(self, cn: str, cm: str) -> str:
+        return "{" + ", ".join((cn, cm) + self.extra) + "}"
+
+
+def _tma_piece(pred: str, tmap: str, crd: _Coords, cn: str, cm: str, buf: str,
+               add: bool = False) -> str:
+    """A leader's TMA store (or reduce-add) of one epilogue piece at (cn, cm) [+ outer
+    coordinates]."""
+    d = crd.dims
+    op = (f"cp.reduce.async.bulk.tensor.{d}d.global.shared::cta.add.tile.bulk_group" if add
+          else f"cp.async.bulk.tensor.{d}d.global.shared::cta.tile.bulk_group")
+    return f"@{pred} {op} [{tmap}, {crd(cn, cm)}], [{buf}];"
+
+
 def _tma_2d(pred: str, tmap: str, cn: str, cm: str, buf: str, add: bool = False) -> str:
     """A leader's 2-d TMA store (or reduce-add) of one epilogue piece at (cn, cm)."""
-    op = ("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group" if add
-          else "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group")
-    return f"@{pred} {op} [{tmap}, {{{cn}, {cm}}}], [{buf}];"
+    return _tma_piece(pred, tmap, _Coords(), cn, cm, buf, add)
 
 
 @dataclass
@@ -702,15 +721,12 @@ class GemmArKernel(GemmRsKernel):
         p(f"not.pred {pred}, {own};")
         p(f"and.pred {pred}, %p_lead, {pred};")
 
+        crd = _Coords(t.peer)
+
         def ops(buf, cn, cm):
-            out = []
-            for d in range(W):
-                crd = f"{{{cn}, {cm}, {t.peer}}}"
-                out.append(f"@{pst} cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group "
-                           f"[{tms[d]}, {crd}], [{buf}];")
-                out.append(f"@{pred} cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile"
-                           f".bulk_group [{tms[d]}, {crd}], [{buf}];")
-            return out
+            return [op for d in range(W) for op in (
+                _tma_piece(pst, tms[d], crd, cn, cm, buf),
+                _tma_piece(pred, tms[d], crd, cn, cm, buf, add=True))]
 
         self._emit_pieces(t, ops)
         p("add.u32 %fz_pend, %fz_pend, 1;")
@@ -787,7 +803,7 @@ class _EpilogueSum:
         ``skip``)."""
         raise NotImplementedError
 
-    def _partial_coords(self, t: FusedTile) -> "_Coords":
+    def _partial_coords(self, t: FusedTile) -> _Coords:
         raise NotImplementedError
 
     def _buffer_bar(self, off: str) -> tuple[str, str]:
@@ -857,22 +873,10 @@ class _EpilogueSum:
             p.label(nxt)
 
         def ops(buf, cn, cm):
-            return [f"@%p_lead cp.async.bulk.tensor.{c.dims}d.global.shared::cta.tile.bulk_group "
-                    f"[{tm}, {c(cn, cm)}], [{buf}];" for tm, c in stores]
+            return [_tma_piece("%p_lead", tm, c, cn, cm, buf) for tm, c in stores]
 
         self._emit_epilogue_pieces(t.m0_local, t.n0, self.cfg.epi_width, add_pair, ops,
                                    fill=fill, after=after)
-
-
-class _Coords:
-    """A TMA coordinate tuple as a function of a piece's (cn, cm): ``extra`` adds the
-    outer coordinates (chunk, parity) of a 3-d map."""
-
-    def __init__(self, *extra: str):
-        self.extra, self.dims = extra, 2 + len(extra)
-
-    def __call__(self, cn: str, cm: str) -> str:
-        return "{" + ", ".join((cn, cm) + self.extra) + "}"
 
 
 class GemmArOutKernel(_EpilogueSum, GemmArKernel):
@@ -897,7 +901,7 @@ class GemmArOutKernel(_EpilogueSum, GemmArKernel):
         self._wait_owner_once(t, own)
         self.p(f"@!%p_lead bra {skip};")
 
-    def _partial_coords(self, t: FusedTile) -> "_Coords":
+    def _partial_coords(self, t: FusedTile) -> _Coords:
         return _Coords(t.peer)
 
     def emit_epilogue_tile(self, t: FusedTile) -> None:
@@ -908,8 +912,7 @@ class GemmArOutKernel(_EpilogueSum, GemmArKernel):
         p(f"@!{own} bra {summed};")
         p.comment("own chunk: the partial into both accumulators")
         self._emit_pieces(t, lambda buf, cn, cm: [
-            f"@%p_lead cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group "
-            f"[{tm}, {crd(cn, cm)}], [{buf}];" for tm in ("%fo_tmine", "%fo_ttheirs")])
+            _tma_piece("%p_lead", tm, crd, cn, cm, buf) for tm in ("%fo_tmine", "%fo_ttheirs")])
         p(f"bra {done};")
         p.label(summed)
         p.comment("the peer's chunk: its partial (loaded ahead) + ours, into our output and "
@@ -993,7 +996,7 @@ class GemmRsOutKernel(_EpilogueSum, GemmRsKernel):
         p("mov.u32 %fo_staged, 1;")
         p.label(seen)
 
-    def _partial_coords(self, t: FusedTile) -> "_Coords":
+    def _partial_coords(self, t: FusedTile) -> _Coords:
         return _Coords("%fo_half")
 
     def emit_epilogue_tile(self, t: FusedTile) -> None:
@@ -1006,8 +1009,7 @@ class GemmRsOutKernel(_EpilogueSum, GemmRsKernel):
         p(f"@{own} bra {summed};")
         p.comment("the peer's chunk: the partial into its staging (this epoch's half)")
         self._emit_pieces(t, lambda buf, cn, cm: [
-            f"@%p_lead cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group "
-            f"[%fo_ttheirs, {crd(cn, cm)}], [{buf}];"])
+            _tma_piece("%p_lead", "%fo_ttheirs", crd, cn, cm, buf)])
         p(f"bra {done};")
         p.label(summed)
         p.comment("the own chunk: the peer's partial (loaded ahead) + ours, into the output")
@@ -1395,8 +1397,7 @@ class AgGemmKernel(_FusedBase):
         lead = "%p_lead"
 
         def ops(buf, cn, cm):
-            return [f"@{lead} cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group "
-                    f"[%tmC, {{{cn}, {cm}, {t.peer}}}], [{buf}];"]
+            return [_tma_piece(lead, "%tmC", _Coords(t.peer), cn, cm, buf)]
 
         self._emit_pieces(t, ops)
 
