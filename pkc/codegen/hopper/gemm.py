@@ -758,8 +758,8 @@ class GemmKernel:
             p(f"add.u32 {buf}, %epi_base, %epi_off;")
             for i in range(2):
                 p(f"add.u32 {rb[i]}, {buf}, %epi_row{i};")
+            p(f"add.u32 {cn}, {n_first}, {ch * w};")
             if fill:
-                p(f"add.u32 {cn}, {n_first}, {ch * w};")
                 fill(buf, cn, cm)
             for jj in range(w // 8):
                 j = ch * (w // 8) + jj
@@ -767,8 +767,6 @@ class GemmKernel:
                     store_pair(mi, 4 * j + 2 * i, i, jj, x, a, rb[i], v)
             p("fence.proxy.async.shared::cta;")
             p(f"bar.sync {bar_id}, 128;")
-            if not fill:
-                p(f"add.u32 {cn}, {n_first}, {ch * w};")
             for line in op_lines(buf, cn, cm):
                 p(line)
             p(f"@{lead} cp.async.bulk.commit_group;")
