@@ -445,10 +445,7 @@ class CollectiveKernel:
         p, W, kind = self.p, self.cfg.world, self.cfg.kind
         lo, hi = p.r32("lo"), p.r32("hi")
         slot_vecs = "%cv"                 # vectors per slot: the input (ll, llag), a chunk (llrs)
-        st = p.r32("llstage")             # first line of this epoch's half: W slots
-        p(f"and.b32 {st}, %epoch, 1;")
-        p(f"mul.lo.u32 {st}, {st}, {slot_vecs};")
-        p(f"mul.lo.u32 {st}, {st}, {W};")
+        st = self._stage(slot_vecs)       # first line of this epoch's half: W slots
         a, b = p.r64("lla"), p.r64("llb")
         slot = p.r32("llslot")
 
