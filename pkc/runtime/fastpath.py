@@ -190,6 +190,21 @@ def mm_ar_kind(M: int, N: int, K: int, world: int, target: str = "h200") -> str:
     return "ar_out" if AR_INTO_OUTPUT else "ar"
 
 
+def mm_rs_kind(world: int) -> str:
+    """The GEMM + reduce-scatter kernel: "rs_out" at W = 2 (into a fresh output:
+    :data:`RS_INTO_OUTPUT`), else "rs" (reduce-adds into the persistent accumulator)."""
+    return "rs_out" if world == 2 and RS_INTO_OUTPUT else "rs"
+
+
+# the fused kernels that write a fresh output per call (nothing persistent to copy)
+FRESH_FUSED = ("arf", "ar_out", "rs_out")
+
+
+def fused_kind(plan_kind: str, M: int, N: int, K: int, world: int) -> str:
+    """The fused kernel of a GEMM + reduce-scatter / all-reduce plan (mm_rs / mm_ar)."""
+    return mm_rs_kind(world) if plan_kind == "mm_rs" else mm_ar_kind(M, N, K, world)
+
+
 def arf_reducer_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> int:
     """Reducer CTAs of the "arf" kernel: the peer's partial (M x N, 16-bit) added at 1.25x
     the rate the kernel delivers it (over max(GEMM, link) time), at the put CTAs' ~24 GB/s
@@ -221,8 +236,7 @@ class FastPlan:
             s = self.shapes
             cfg = fused_gemm_config(self.kind[3:], s["M"], s["N"], s["K"], self.world,
                                     self.dtype, "nk", get_target("h200").num_sms)
-            into = self.world == 2 and (RS_INTO_OUTPUT if self.kind == "mm_rs" else
-                                        mm_ar_kind(s["M"], s["N"], s["K"], 2) == "ar_out")
+            into = fused_kind(self.kind, s["M"], s["N"], s["K"], self.world) in FRESH_FUSED
             extra += f" ({cfg.bm}x{cfg.bn} tiles{', into a fresh output' if into else ''})"
         if self.kind == "ar2":          # what the size decides (collective_config)
             cfg = collective_config("ar2", self.world, self.dtype, self.shapes["elems"])
@@ -360,11 +374,11 @@ class FastStep:
         # results that live in a persistent buffer (overwritten by the next call): the
         # Executable copies them when they leave the graph; the rest are fresh tensors
         # ar2 (copy-in) and mm_ar at W > 2 pull their result into a fresh output
-        self.ar_kind = mm_ar_kind(plan.shapes["M"], plan.shapes["N"], plan.shapes["K"],
-                                  plan.world) if plan.kind == "mm_ar" else None
-        self.rs_out = plan.kind == "mm_rs" and plan.world == 2 and RS_INTO_OUTPUT
-        fresh = plan.kind in ("ll", "llag", "llrs", "ar1", "rs", "ar2") or self.rs_out or \
-            (plan.kind == "mm_ar" and (plan.world > 2 or self.ar_kind in ("arf", "ar_out")))
+        s = plan.shapes
+        self.fused_kind = fused_kind(plan.kind, s["M"], s["N"], s["K"], plan.world) \
+            if plan.kind in ("mm_rs", "mm_ar") else None
+        fresh = plan.kind in ("ll", "llag", "llrs", "ar1", "rs", "ar2") or \
+            self.fused_kind in FRESH_FUSED or (plan.kind == "mm_ar" and plan.world > 2)
         self.persistent = [not fresh] * len(out_shapes)
         if plan.kind in ("ag_mm", "ag_mms"):   # the products are fresh; the gathered A is not
             self.persistent = [False] * len(plan.shapes["N"]) + [True] * plan.shapes["gathered"]
@@ -435,20 +449,20 @@ class FastStep:
             return "nk", b.t()
         return "kn", b.contiguous()
 
-    def _gemm_rs(self, args: dict, out: bool = False):
-        """(the fused GEMM + reduce-scatter world, its outputs by rank); ``out``: into
-        fresh outputs (W = 2), else the persistent accumulators."""
-        s = self.plan.shapes
-        W = self.plan.world
+    def _run_fused(self, kind: str, Mc: int, N: int, args: dict, out_shape=None):
+        """(the fused kernel's world, its outputs by rank): A and B of every driven rank
+        in; with ``out_shape``, into a new tensor per rank, else the world's buffers."""
         lay = {r: self._b_operand(a[1]) for r, a in args.items()}
-        layouts = {v[0] for v in lay.values()}
-        fw = self._fused("rs_out" if out else "rs", s["M"] // W, s["N"], s["K"], layouts.pop())
-        fresh = self._fresh((s["M"] // W, s["N"]), fw.tdt, args) if out else None
+        fw = self._fused(kind, Mc, N, self.plan.shapes["K"], next(iter(lay.values()))[0])
+        fresh = None if out_shape is None else self._fresh(out_shape, fw.tdt, args)
         return fw, fw.run({r: a[0].contiguous() for r, a in args.items()},
                           {r: lay[r][1] for r in args}, outs=fresh)
 
     def _mm_rs(self, args: dict) -> dict:
-        _, outs = self._gemm_rs(args, out=self.rs_out)
+        s, W = self.plan.shapes, self.plan.world
+        kind = self.fused_kind
+        _, outs = self._run_fused(kind, s["M"] // W, s["N"], args,
+                                  (s["M"] // W, s["N"]) if kind in FRESH_FUSED else None)
         return {r: [outs[r]] for r in args}
 
     def _mm_ar(self, args: dict) -> dict:
@@ -459,18 +473,13 @@ class FastStep:
             # link bytes as RS + AG at W = 2; W > 2 would send (W-1) / (2(W-1)/W) times
             # more, measured 0.5-1.0x: RS then AG there); at W = 2 into a fresh output
             # (mm_ar_kind), at W = 1 into the persistent accumulator (then copied)
-            lay = {r: self._b_operand(a[1]) for r, a in args.items()}
-            kind = self.ar_kind
-            fw = self._fused(kind, s["M"] // W, s["N"], s["K"], next(iter(lay.values()))[0])
-            fresh = None
-            if kind in ("arf", "ar_out"):
-                fresh = self._fresh((s["M"], s["N"]), fw.tdt, args)
-            outs = fw.run({r: a[0].contiguous() for r, a in args.items()},
-                          {r: lay[r][1] for r in args}, outs=fresh)
+            kind = self.fused_kind
+            _, outs = self._run_fused(kind, s["M"] // W, s["N"], args,
+                                      (s["M"], s["N"]) if kind in FRESH_FUSED else None)
             return {r: [outs[r]] for r in args}
         # reduce-scatter fused into the GEMM; the reduced chunks stay in its symmetric
         # accumulators, and every rank pulls them into a fresh output (no copy at the end)
-        fw, _ = self._gemm_rs(args)
+        fw, _ = self._run_fused("rs", s["M"] // W, s["N"], args)
         elems = s["M"] // W * s["N"]
         run = self._coll("agp", elems, source=fw.acc_sym)
         fresh = self._fresh((s["M"], s["N"]), run.tdt, args)
@@ -479,12 +488,9 @@ class FastStep:
 
     def _ag_mm(self, args: dict) -> dict:
         s = self.plan.shapes
-        lay = {r: self._b_operand(a[1]) for r, a in args.items()}
-        fw = self._fused("ag", s["Mc"], s["N"][0], s["K"], next(iter(lay.values()))[0])
-        fresh = self._fresh((fw.W * fw.Mc, fw.N), fw.tdt, args)   # C: new per call, no copy
-        outs = fw.run({r: a[0].contiguous() for r, a in args.items()},
-                      {r: lay[r][1] for r in args}, outs=fresh)
         W, Mc, K = self.plan.world, s["Mc"], s["K"]
+        # C: a new tensor per call, no copy
+        fw, outs = self._run_fused("ag", Mc, s["N"][0], args, (W * Mc, s["N"][0]))
         res = {r: [outs[r]] for r in args}
         if s["gathered"]:
             for r in args:
