@@ -47,6 +47,7 @@ __all__ = [
     "load_pk_dialect",
     "make_context",
     "op_position",
+    "op_where",
     "parse_module",
     "print_module",
     "source_snippet",
@@ -122,6 +123,15 @@ def op_position(op: Operation) -> tuple[str | None, int | None, int | None]:
     return None, None, None
 
 
+def op_where(op: Operation) -> str:
+    """``'pk.wait' at file:line:col`` when the op came from a file, else just the name
+    (for messages of the interpreter and codegen, which must not import each other)."""
+    file, line, col = op_position(op)
+    if file is not None:
+        return f"'{op.name}' at {file}:{line}:{col}"
+    return f"'{op.name}'"
+
+
 def diagnostic_at(
     op: Operation,
     message: str,
@@ -166,6 +176,12 @@ def load_pk_dialect() -> Dialect | None:
     return pk if isinstance(pk, Dialect) else None
 
 
+def _schedule_dialect() -> list[Dialect]:
+    module = importlib.import_module("pkc.dialects")
+    pks = getattr(module, "PKS", None)
+    return [pks] if isinstance(pks, Dialect) else []
+
+
 def make_context(
     *,
     allow_unregistered: bool = False,
@@ -177,6 +193,7 @@ def make_context(
     pk = load_pk_dialect()
     if pk is not None:
         dialects.append(pk)
+        dialects.extend(_schedule_dialect())
     dialects.extend(extra_dialects)
     for dialect in dialects:
         if dialect.name not in ctx.registered_dialect_names:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from xdsl.ir import Block, SSAValue
 
-from pkc.codegen import ptx
+from pkc.codegen import ptx, ptx_sm90
 
 PTX_VERSION = "8.7"  # sm_100a needs >= 8.6; ptxas 13.0 and the 580 driver accept 8.7
 SMEM_SYMBOL = "pk_smem"
@@ -23,6 +23,7 @@ class _Names:
     def __init__(self):
         self.counts: dict[str, int] = defaultdict(int)
         self.names: dict[SSAValue, str] = {}
+        self.frags: dict[SSAValue, tuple[str, int]] = {}
         self.labels = 0
 
     def fresh(self, kind: str) -> str:
@@ -33,6 +34,13 @@ class _Names:
         if v not in self.names:
             self.names[v] = name or self.fresh(ptx.reg_kind(v))
         return self.names[v]
+
+    def frag(self, v: SSAValue) -> str:
+        """The register-block name of a ``!ptx.frag`` value (``%acc0_``; elements append
+        their index)."""
+        if v not in self.frags:
+            self.frags[v] = (f"%acc{len(self.frags)}_", v.type.size.data)
+        return self.frags[v][0]
 
     def __call__(self, v: SSAValue) -> str:
         if v not in self.names:
@@ -61,8 +69,12 @@ class _Printer:
             self.op(op)
 
     def op(self, op) -> None:
+        if isinstance(op, ptx_sm90.FragGetOp):
+            self.n.define(op.result, op.result_name(self.n))
+            return
         for r in op.results:
-            self.n.define(r)
+            if not isinstance(r.type, ptx_sm90.FragType):
+                self.n.define(r)
         if isinstance(op, ptx.ForOp):
             self.for_(op)
         elif isinstance(op, ptx.IfOp):
@@ -130,22 +142,39 @@ def print_entry(entry: ptx.EntryOp) -> str:
         p.n.define(arg)
     body_start = len(p.lines)
     for arg, (pname, ptype) in zip(entry.block.args, params):
-        p.emit(f"ld.param.{ptype} {p.n(arg)}, [{pname}];")
+        if ptype == "tmap":   # by-value CUtensorMap: its generic address
+            p.emit(f"mov.u64 {p.n(arg)}, {pname};")
+            p.emit(f"cvta.param.u64 {p.n(arg)}, {p.n(arg)};")
+        else:
+            p.emit(f"ld.param.{ptype} {p.n(arg)}, [{pname}];")
     p.block(entry.block)
     p.emit("ret;")
     body = p.lines[body_start:]
     decls = [f"  .reg .{k} %{ptx.REG_PREFIX[k]}<{p.n.counts[k] + 1}>;"
              for k in ptx.REG_KINDS if p.n.counts[k]]
+    decls += [f"  .reg .f32 {name}<{size}>;" for name, size in p.n.frags.values()]
     header = [f".visible .entry {entry.sym_name.data}("]
-    header += [f"  .param .{t} {name}{',' if i + 1 < len(params) else ''}"
+    header += [f"  {_param_decl(name, t)}{',' if i + 1 < len(params) else ''}"
                for i, (name, t) in enumerate(params)]
-    header += [")", f".maxntid {entry.maxntid.data}, 1, 1", "{"]
+    header += [")", f".maxntid {entry.maxntid.data}, 1, 1"]
+    if entry.minnctapersm is not None:
+        header.append(f".minnctapersm {entry.minnctapersm.data}")
+    if entry.cluster is not None:
+        header.append(f".reqnctapercluster {entry.cluster.data}, 1, 1")
+    header.append("{")
     return "\n".join(header + decls + body + ["}"]) + "\n"
+
+
+def _param_decl(name: str, ptype: str) -> str:
+    if ptype == "tmap":
+        return f".param .align 64 .b8 {name}[128]"
+    return f".param .{ptype} {name}"
 
 
 def print_module(entries: Sequence[ptx.EntryOp], target: str, comments: Sequence[str] = ()) -> str:
     """A complete PTX module: header, the dynamic shared-memory symbol, the entries."""
     head = [f"// {c}" for c in comments]
+    align = max([128] + [e.smem_align.data for e in entries if e.smem_align is not None])
     head += [f".version {PTX_VERSION}", f".target {target}", ".address_size 64", "",
-             f".extern .shared .align 128 .b8 {SMEM_SYMBOL}[];", ""]
+             f".extern .shared .align {align} .b8 {SMEM_SYMBOL}[];", ""]
     return "\n".join(head) + "\n" + "\n".join(print_entry(e) for e in entries)

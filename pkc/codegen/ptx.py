@@ -88,8 +88,10 @@ def reg_kind(v: SSAValue) -> str:
 
 def kind_of_type(ptx_type: str) -> str:
     """Register kind that holds a value of PTX type ``ptx_type`` (``u64`` -> ``b64``)."""
-    if ptx_type == "pred":
+    if ptx_type in ("pred",):
         return "pred"
+    if ptx_type == "tmap":  # a CUtensorMap passed by value; the register holds its address
+        return "b64"
     if ptx_type == "f32":
         return "f32"
     if ptx_type == "f64":
@@ -139,22 +141,28 @@ class EntryOp(IRDLOperation):
     param_types = attr_def(ArrayAttr)  # PTX param types: u64 / u32
     maxntid = attr_def(IntAttr)
     smem_bytes = attr_def(IntAttr)
+    cluster = opt_attr_def(IntAttr)        # .reqnctapercluster N, 1, 1
+    minnctapersm = opt_attr_def(IntAttr)
+    smem_align = opt_attr_def(IntAttr)     # alignment of the dynamic shared memory (>= 128)
     body = region_def("single_block")
 
     def __init__(self, sym_name: str, params: Sequence[tuple[str, str]], maxntid: int,
-                 smem_bytes: int = 0):
+                 smem_bytes: int = 0, *, cluster: int | None = None,
+                 minnctapersm: int | None = None, smem_align: int | None = None):
         kinds = [kind_of_type(t) for _, t in params]
         block = Block(arg_types=[RegType(k) for k in kinds])
-        super().__init__(
-            regions=[Region(block)],
-            attributes={
-                "sym_name": StringAttr(sym_name),
-                "param_names": ArrayAttr([StringAttr(p) for p, _ in params]),
-                "param_types": ArrayAttr([StringAttr(t) for _, t in params]),
-                "maxntid": IntAttr(maxntid),
-                "smem_bytes": IntAttr(smem_bytes),
-            },
-        )
+        attrs = {
+            "sym_name": StringAttr(sym_name),
+            "param_names": ArrayAttr([StringAttr(p) for p, _ in params]),
+            "param_types": ArrayAttr([StringAttr(t) for _, t in params]),
+            "maxntid": IntAttr(maxntid),
+            "smem_bytes": IntAttr(smem_bytes),
+        }
+        for key, val in (("cluster", cluster), ("minnctapersm", minnctapersm),
+                         ("smem_align", smem_align)):
+            if val is not None:
+                attrs[key] = IntAttr(val)
+        super().__init__(regions=[Region(block)], attributes=attrs)
 
     @property
     def block(self) -> Block:
@@ -744,19 +752,28 @@ class CpAsyncBulkLoadOp(Inst):
 
 @irdl_op_definition
 class BulkGroupOp(Inst):
-    """``cp.async.bulk.commit_group`` (``wait`` absent) or ``cp.async.bulk.wait_group
-    <wait>`` (the writes complete, not only the reads of shared memory)."""
+    """``cp.async.bulk.commit_group`` (``wait`` absent) or ``cp.async.bulk.wait_group{.read}
+    <wait>`` (PTX ISA 9.7.9.25.4): without ``read`` the writes complete, with it only the
+    reads of shared memory (the buffer may be reused)."""
 
     name = "ptx.bulk_group"
     wait = opt_attr_def(IntAttr)
+    read = opt_attr_def(IntAttr)
+    guard = opt_operand_def(RegType)
 
-    def __init__(self, wait: int | None = None):
-        super().__init__(attributes={} if wait is None else {"wait": IntAttr(wait)})
+    def __init__(self, wait: int | None = None, read: bool = False,
+                 guard: SSAValue | None = None):
+        attrs = {} if wait is None else {"wait": IntAttr(wait)}
+        if read:
+            attrs["read"] = IntAttr(1)
+        super().__init__(operands=[[guard] if guard else []], attributes=attrs)
 
     def render(self, n: Names) -> list[str]:
+        g = _guard(n, self.guard)
         if self.wait is None:
-            return ["cp.async.bulk.commit_group;"]
-        return [f"cp.async.bulk.wait_group {self.wait.data};"]
+            return [f"{g}cp.async.bulk.commit_group;"]
+        rd = ".read" if self.read is not None else ""
+        return [f"{g}cp.async.bulk.wait_group{rd} {self.wait.data};"]
 
 
 @irdl_op_definition
@@ -936,4 +953,12 @@ PTX_OPS = [
     BulkGroupOp, MbarrierOp, MbarrierWaitOp, SpinWaitOp, AtomicAddCas16Op,
 ]
 
-PTX = Dialect("ptx", PTX_OPS, [RegType])
+def __getattr__(name: str):
+    # The dialect also holds the sm_90 ops of pkc.codegen.ptx_sm90, which imports this
+    # module; assembling it on first use keeps either import order working.
+    if name == "PTX":
+        from pkc.codegen.ptx_sm90 import SM90_OPS, SM90_TYPES
+        dialect = Dialect("ptx", [*PTX_OPS, *SM90_OPS], [RegType, *SM90_TYPES])
+        globals()["PTX"] = dialect
+        return dialect
+    raise AttributeError(name)

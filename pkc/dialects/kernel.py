@@ -62,6 +62,7 @@ from pkc.dialects.common import (
     verify_reduce,
     verify_scalar,
 )
+from pkc.dialects import schedule
 from pkc.dialects.types import BufferType, SignalsType, TileType, is_float, shape_str
 
 Value = SSAValue | Operation
@@ -170,6 +171,13 @@ class KernelOp(IRDLOperation):
     def block(self) -> Block:
         return self.body.blocks[0]
 
+    def schedule(self) -> "schedule.ScheduleOp | None":
+        """The schedule-level program, once a scheduling pass wrote one."""
+        for op in self.block.ops:
+            if isinstance(op, schedule.ScheduleOp):
+                return op
+        return None
+
     def workers(self) -> list["WorkerOp"]:
         return [op for op in self.block.ops if isinstance(op, WorkerOp)]
 
@@ -187,13 +195,20 @@ class KernelOp(IRDLOperation):
             _check_buffer_matches(self, f"input {i}", v.type, a.type, allow_symmetric=False)
         for i, (r, a) in enumerate(zip(self.outputs, args[n_in:])):
             _check_buffer_matches(self, f"output {i}", r.type, a.type, allow_symmetric=True)
-        allowed = (AllocOp, AllocSignalsOp, WorkerOp, YieldOp, arith.ConstantOp)
+        allowed = (AllocOp, AllocSignalsOp, WorkerOp, YieldOp, arith.ConstantOp,
+                   schedule.TmapOp, schedule.ScheduleOp)
         for op in self.block.ops:
             if not isinstance(op, allowed):
                 raise VerifyException(
-                    f"'pk.kernel' body holds only pk.alloc, pk.alloc_signals, pk.worker and "
-                    f"arith.constant; found '{op.name}' (put it inside a pk.worker)"
+                    f"'pk.kernel' body holds only pk.alloc, pk.alloc_signals, pk.worker, "
+                    f"arith.constant and (scheduled) pks.tmap / pks.schedule; found '{op.name}' "
+                    "(put it inside a pk.worker)"
                 )
+        if self.schedule() is not None:
+            if self.workers():
+                raise VerifyException(f"'pk.kernel' @{self.kernel_name.data} has both a "
+                                      "pks.schedule and pk.worker ops")
+            return
         if not self.workers():
             raise VerifyException(f"'pk.kernel' @{self.kernel_name.data} has no pk.worker")
 

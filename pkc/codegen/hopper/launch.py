@@ -24,6 +24,7 @@ from collections import OrderedDict
 import torch
 
 from pkc.codegen.hopper.gemm import BK, GemmConfig, emit_gemm_ptx
+from pkc.target.gemm_tuning import AUTO_CANDIDATES, choose_config  # noqa: F401
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -292,35 +293,6 @@ def get_gemm(cfg: GemmConfig, device: torch.device | int | None = None) -> Hoppe
     if g is None:
         g = _GEMMS[key] = HopperGemm(cfg, idx)
     return g
-
-
-# Candidates of choose_config and their rate on a big square problem relative to 128x256
-# (measured on the H200, docs/PERF_NOTES.md v1): a tile's cost is its area over this.
-AUTO_CANDIDATES: list[tuple[GemmConfig, float]] = [
-    (GemmConfig(bm=128, bn=256, stages=4), 1.00),
-    (GemmConfig(bm=128, bn=192, stages=4), 0.99),
-    (GemmConfig(bm=256, bn=128, stages=4), 0.99),
-    (GemmConfig(bm=128, bn=160, stages=5), 0.96),
-    (GemmConfig(bm=128, bn=128, stages=6), 0.94),
-    (GemmConfig(bm=64, bn=256, stages=5, consumers=1), 0.92),
-]
-
-
-def choose_config(M: int, N: int, K: int, dtype: str = "bf16", b_layout: str = "nk",
-                  num_sms: int = 132) -> GemmConfig:
-    """A tile shape for (M, N, K) without measuring: the persistent kernel's time is about
-    (waves of tiles) x (time of one tile), one tile's time about its area over the tile
-    shape's efficiency; the biggest tile wins ties (within 2%)."""
-    best, best_cost = None, None
-    for c, eff in AUTO_CANDIDATES:
-        if b_layout == "kn" and c.bn % 64:
-            continue
-        tiles = -(-M // c.bm) * -(-N // c.bn)
-        waves = -(-tiles // num_sms)
-        cost = waves * c.bm * c.bn / eff
-        if best_cost is None or cost < best_cost * 0.98:
-            best, best_cost = c, cost
-    return best.with_(dtype=dtype, b_layout=b_layout)
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,

@@ -1,0 +1,214 @@
+"""Builds the schedule-level (``pks``) program of a persistent, warp-specialized GEMM.
+
+    C[M, N] = A[M, K] @ B        (bf16 / f16 in, f32 accumulate, bf16 / f16 out)
+
+Written with the schedule level's fine-grained ops, the way a Gluon kernel is written in
+Triton: every stage wait, arrival, copy and MMA is an op that a later pass can move or
+change. The decisions (tile, stages, consumers, cluster, epilogue) come in as a
+:class:`~pkc.target.gemm_tuning.GemmConfig`; the scheduling pass
+(:mod:`pkc.passes.schedule_matmul`) chooses it and writes it as attributes.
+
+The program (one CTA per SM, ``128 x (1 + consumers)`` threads):
+
+* producer (warpgroup 0, 40 registers, one thread): for every tile of the CTA and every
+  64-deep k-block, wait until ring stage ``s`` is empty, announce the stage's bytes on
+  ``full[s]``, TMA-load the A and B boxes into the stage; advance ``(s, phase)``.
+* consumers (warpgroups 1.., the rest of the registers): wait on ``full[s]``, issue the
+  asynchronous MMA of their ``wg_m`` rows, commit, wait until one group is in flight,
+  release the previous stage on ``empty`` (in every CTA of a cluster, whose B half came
+  by multicast); after the tile, the epilogue: 64 x ``w`` pieces through swizzled shared
+  memory and TMA stores (``tma``), or predicated stores from registers (``global``).
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import IntegerAttr, i1, i32
+from xdsl.ir import Block, Operation, Region, SSAValue
+
+from pkc.dialects import schedule as s
+from pkc.target.gemm_tuning import BK, ROW_BYTES, GemmConfig
+
+_SWIZZLE_FOR_ROW_BYTES = {128: 128, 64: 64, 32: 32}
+
+
+class _Ops:
+    """Appends ops to a block and returns their results (a tiny builder for arith)."""
+
+    def __init__(self, block: Block):
+        self.block = block
+
+    def add(self, op: Operation) -> Operation:
+        self.block.add_op(op)
+        return op
+
+    def c(self, value: int, ty=i32) -> SSAValue:
+        return self.add(arith.ConstantOp(IntegerAttr(value, ty))).result
+
+    def bin(self, cls, a: SSAValue, b: SSAValue | int) -> SSAValue:
+        if isinstance(b, int):
+            b = self.c(b)
+        return self.add(cls(a, b)).result
+
+    def cmp(self, pred: str, a: SSAValue, b: SSAValue | int) -> SSAValue:
+        if isinstance(b, int):
+            b = self.c(b)
+        return self.add(arith.CmpiOp(a, b, pred)).result
+
+    def select(self, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.SelectOp(cond, a, b)).result
+
+    def advance(self, stage: SSAValue, phase: SSAValue, stages: int) -> tuple[SSAValue, SSAValue]:
+        """The ring's next (stage, phase): the phase flips when the stage wraps."""
+        nxt = self.bin(arith.AddiOp, stage, 1)
+        wrap = self.cmp("eq", nxt, stages)
+        stage2 = self.select(wrap, self.c(0), nxt)
+        phase2 = self.select(wrap, self.bin(arith.XOrIOp, phase, 1), phase)
+        return stage2, phase2
+
+
+def _for(o: _Ops, lb: SSAValue, ub: SSAValue, step: SSAValue, inits: list[SSAValue]):
+    """An scf.for over i32 with carried values; returns (op, body builder, iv, carried)."""
+    block = Block(arg_types=[i32, *[v.type for v in inits]])
+    loop = scf.ForOp(lb, ub, step, inits, Region(block))
+    o.add(loop)
+    return loop, _Ops(block), block.args[0], list(block.args[1:])
+
+
+def tmap_types(cfg: GemmConfig) -> tuple[s.TmapType, s.TmapType, s.TmapType | None]:
+    """The A, B and (TMA epilogue) C tensor maps of ``cfg``."""
+    a = s.TmapType(cfg.dtype, [BK, cfg.bm], 128)
+    if cfg.b_layout == "nk":
+        b = s.TmapType(cfg.dtype, [BK, cfg.bn // cfg.cluster_m], 128)
+    else:
+        b = s.TmapType(cfg.dtype, [64, BK], 128)
+    c = None
+    if cfg.epilogue == "tma":
+        w = cfg.epi_width
+        c = s.TmapType(cfg.dtype, [w, 64], _SWIZZLE_FOR_ROW_BYTES[2 * w])
+    return a, b, c
+
+
+def build_gemm(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int, K: int,
+               cfg: GemmConfig) -> s.ScheduleOp:
+    """Appends the tensor maps and the ``pks.schedule`` of ``cfg`` for the given shape to
+    ``body`` (a ``pk.kernel`` block whose arguments include A, B and C)."""
+    cfg.validate()
+    ta_t, tb_t, tc_t = tmap_types(cfg)
+    top = _Ops(body)
+    tA = top.add(s.TmapOp(A, ta_t)).result
+    tB = top.add(s.TmapOp(B, tb_t)).result
+    tC = top.add(s.TmapOp(C, tc_t)).result if tc_t else None
+    sched = top.add(s.ScheduleOp(cfg.threads, cfg.cluster_m, cfg.timeout_ns))
+    o = _Ops(sched.block)
+    S = cfg.stages
+    a_st = o.add(s.SmemAllocOp(S, cfg.a_stage_bytes)).result
+    b_st = o.add(s.SmemAllocOp(S, cfg.b_stage_bytes)).result
+    epi = (o.add(s.SmemAllocOp(cfg.consumers * cfg.epi_bufs, cfg.epi_buf_bytes)).result
+           if cfg.epilogue == "tma" else None)
+    full = o.add(s.MbarrierAllocOp(S, 1)).result
+    empty = o.add(s.MbarrierAllocOp(S, cfg.consumers * cfg.cluster_m)).result
+    dims = (M, N, K)
+
+    _producer(o, cfg, dims, tA, tB, a_st, b_st, full, empty)
+    _consumer(o, cfg, dims, C, tC, a_st, b_st, epi, full, empty)
+    return sched
+
+
+def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty) -> None:
+    role = o.add(s.RoleOp(s.RoleKind.PRODUCER, 0, 1, cfg.producer_regs, single_thread=True))
+    r = _Ops(role.block)
+    M, N, K = (r.c(d) for d in dims)
+    rank = r.add(s.ClusterRankOp()).result
+    zero, one = r.c(0), r.c(1)
+    num_kb = r.c(-(-dims[2] // BK))
+    loop = r.add(s.TileLoopOp(M, N, [zero, zero], cfg.bm, cfg.bn, cfg.group_m))
+    t = _Ops(loop.block)
+    m0, n0, stage, phase = loop.block.args
+    kloop, k, kb, (ks, kph) = _for(t, zero, num_kb, one, [stage, phase])
+    parity = k.bin(arith.XOrIOp, kph, 1)
+    k.add(s.MbarrierWaitOp(empty, ks, parity))
+    k.add(s.MbarrierArriveOp(full, ks, tx_bytes=cfg.stage_bytes))
+    kc = k.bin(arith.MuliOp, kb, BK)
+    k.add(s.TmaLoadOp(tA, [kc, m0], a_st, ks, k.c(0), full, ks))
+    mc = cfg.cluster_m if cfg.cluster_m > 1 else 0
+    if cfg.b_layout == "nk":
+        rows = cfg.bn // cfg.cluster_m          # rows of B this CTA loads
+        off = k.bin(arith.MuliOp, rank, rows * ROW_BYTES)
+        n = k.bin(arith.AddiOp, k.bin(arith.MuliOp, rank, rows), n0)
+        k.add(s.TmaLoadOp(tB, [kc, n], b_st, ks, off, full, ks, multicast=mc))
+    else:
+        blocks = cfg.bn // 64 // cfg.cluster_m   # 64-column boxes this CTA loads
+        for j in range(blocks):
+            off = k.bin(arith.AddiOp, k.bin(arith.MuliOp, rank, blocks * 64 * ROW_BYTES),
+                        j * 64 * ROW_BYTES)
+            n = k.bin(arith.AddiOp, k.bin(arith.AddiOp, k.bin(arith.MuliOp, rank, blocks * 64), n0),
+                      j * 64)
+            k.add(s.TmaLoadOp(tB, [n, kc], b_st, ks, off, full, ks, multicast=mc))
+    k.add(scf.YieldOp(*k.advance(ks, kph, cfg.stages)))
+    t.add(s.YieldOp(list(kloop.results)))
+    r.add(s.YieldOp())
+
+
+def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empty) -> None:
+    role = o.add(s.RoleOp(s.RoleKind.CONSUMER, 1, cfg.consumers, cfg.consumer_reg_target
+                          if cfg.consumers == 2 else 0))
+    r = _Ops(role.block)
+    M, N, K = (r.c(d) for d in dims)
+    wg = r.add(s.WarpgroupIndexOp()).result
+    acc = r.add(s.AccAllocOp(cfg.wg_m, cfg.bn)).result
+    a_row = r.bin(arith.MuliOp, wg, cfg.wg_m)
+    zero, one = r.c(0), r.c(1)
+    num_kb = r.c(-(-dims[2] // BK))
+    all_ctas = cfg.cluster_m > 1
+    loop = r.add(s.TileLoopOp(M, N, [zero, zero, zero], cfg.bm, cfg.bn, cfg.group_m))
+    t = _Ops(loop.block)
+    m0, n0, stage, phase, ebuf = loop.block.args
+    kloop, k, kb, (ks, kph, _prev) = _for(t, zero, num_kb, one, [stage, phase, zero])
+    k.add(s.MbarrierWaitOp(full, ks, kph))
+    not_first = k.cmp("ne", kb, 0)
+    k.add(s.MmaAsyncOp(acc, a_st, ks, a_row, b_st, ks, not_first, cfg.dtype,
+                       s.BMajor.K if cfg.b_layout == "nk" else s.BMajor.N))
+    k.add(s.MmaCommitOp())
+    k.add(s.MmaWaitOp(1))
+    # the previous k-block's group is complete: release its stage
+    k.add(s.MbarrierArriveOp(empty, _prev, pred=not_first, all_ctas=all_ctas))
+    nstage, nphase = k.advance(ks, kph, cfg.stages)
+    k.add(scf.YieldOp(nstage, nphase, ks))
+    stage2, phase2, last = kloop.results
+    t.add(s.MmaWaitOp(0))
+    t.add(s.MbarrierArriveOp(empty, last, all_ctas=all_ctas))
+    row0 = t.bin(arith.AddiOp, m0, a_row)
+    if cfg.epilogue == "tma":
+        ebuf = _tma_epilogue(t, cfg, acc, epi, tC, wg, row0, n0, ebuf)
+    else:
+        t.add(s.AccStoreGlobalOp(acc, C, row0, n0, M, N, cfg.dtype))
+    t.add(s.YieldOp([stage2, phase2, ebuf]))
+    if cfg.epilogue == "tma":
+        r.add(s.BulkWaitOp(0))
+    r.add(s.YieldOp())
+
+
+def _tma_epilogue(t: _Ops, cfg: GemmConfig, acc, epi, tC, wg, row0, n0, ebuf) -> SSAValue:
+    """The accumulator piece by piece (64 rows x w columns) through the warpgroup's
+    ``epi_bufs`` swizzled buffers, each stored by TMA while the next is written."""
+    w = cfg.epi_width
+    base = t.bin(arith.MuliOp, wg, cfg.epi_bufs)
+    for mi in range(cfg.m_slices):
+        row = t.bin(arith.AddiOp, row0, 64 * mi) if mi else row0
+        for ch in range(cfg.bn // w):
+            t.add(s.BulkWaitOp(cfg.epi_bufs - 1, read=True))
+            t.add(s.WarpgroupBarrierOp())
+            slot = t.bin(arith.AddiOp, base, ebuf)
+            t.add(s.AccStoreSmemOp(acc, epi, slot, mi, ch * w, w, cfg.dtype))
+            t.add(s.FenceAsyncSharedOp())
+            t.add(s.WarpgroupBarrierOp())
+            col = t.bin(arith.AddiOp, n0, ch * w) if ch else n0
+            t.add(s.TmaStoreOp(epi, slot, tC, [col, row]))
+            t.add(s.BulkCommitOp())
+            if cfg.epi_bufs == 2:
+                ebuf = t.bin(arith.XOrIOp, ebuf, 1)
+    return ebuf
+
+
+__all__ = ["build_gemm", "tmap_types", "i1"]

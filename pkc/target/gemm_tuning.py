@@ -1,0 +1,219 @@
+"""The GEMM's tuning space and table: what a tile configuration is, which variants exist,
+and the rule that picks one for a shape without measuring.
+
+Where the figures come from: the efficiencies of ``AUTO_CANDIDATES`` are the measured
+TFLOP/s of each variant relative to 128x256 on one H200 (docs/PERF_NOTES.md, issue 6,
+run v3, benchmarks/results/h200_2026-11-29/); the register and shared-memory limits are
+sm_90's (CUDA programming guide, compute capability 9.0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+BK = 64                   # elements of K per stage: 128 bytes of 16-bit data = one swizzle row
+ROW_BYTES = 128
+SMEM_LIMIT = 232448       # max dynamic shared memory per block on sm_90 (227 KiB)
+MAX_REGS = 65536          # registers per SM
+
+
+def _desc_hi(lbo: int, sbo: int) -> int:
+    """High bits of a wgmma shared-memory descriptor, 128-byte swizzle (start address added
+    per use): bits 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63 = 1 (128B swizzle)."""
+    return (1 << 62) | (((sbo >> 4) & 0x3FFF) << 32) | (((lbo >> 4) & 0x3FFF) << 16)
+
+
+# K-major operand, 128B swizzle: rows of 128 bytes, 8-row core groups 1024 bytes apart (SBO);
+# LBO is unused for swizzled K-major layouts (1 by convention).
+DESC_HI_KMAJOR = _desc_hi(16, 1024)
+# N-major B (b_layout="kn"): 64-column blocks of 64 K-rows x 128 bytes = 8192 bytes apart
+# (LBO, the MN repeat); 8-row K groups 1024 bytes apart (SBO).
+DESC_HI_NMAJOR = _desc_hi(8192, 1024)
+
+_SWIZZLE_FOR_ROW_BYTES = {128: 3, 64: 2, 32: 1}   # log2(swizzle bytes / 16)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One GEMM kernel variant. ``bm = consumers x (64 or 128)``; ``bn`` a multiple of 8
+    up to 256 (of 64 for ``b_layout="kn"``)."""
+
+    bm: int = 128
+    bn: int = 256
+    stages: int = 4
+    consumers: int = 2
+    dtype: str = "bf16"            # "bf16" | "f16" (inputs and output)
+    b_layout: str = "nk"           # "nk": B given [N, K]; "kn": B given [K, N]
+    epilogue: str = "tma"          # "tma" | "global"
+    group_m: int = 8               # row-blocks per rasterization group
+    cluster_m: int = 1             # 1, or 2: CTA pairs share (multicast) the B tile
+    epi_w: int = 0                 # columns per TMA-store box (0: 64, 32 or 16 from bn)
+    epi_bufs: int = 2              # staging buffers per consumer for the TMA store
+    extra_bars: int = 0            # mbarriers (count 1) after the stages' for fused epilogues
+    timeout_ns: int = 20_000_000_000   # bounded mbarrier waits: trap after this (0: never)
+    producer_regs: int = 40
+    consumer_regs: int = 0         # 0: as many as fit
+    name: str = ""
+
+    # ---- derived -------------------------------------------------------------------
+    @property
+    def wg_m(self) -> int:
+        return self.bm // self.consumers
+
+    @property
+    def m_slices(self) -> int:
+        return self.wg_m // 64
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.consumers)
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.bm * ROW_BYTES
+
+    @property
+    def b_stage_bytes(self) -> int:
+        return self.bn * ROW_BYTES
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def epi_width(self) -> int:
+        if self.epi_w:
+            return self.epi_w
+        for w in (64, 32, 16):
+            if self.bn % w == 0:
+                return w
+        return 0
+
+    @property
+    def epi_buf_bytes(self) -> int:
+        return 64 * self.epi_width * 2
+
+    @property
+    def epi_bytes(self) -> int:
+        if self.epilogue != "tma":
+            return 0
+        return self.consumers * self.epi_bufs * self.epi_buf_bytes
+
+    @property
+    def bar_offset(self) -> int:
+        return self.stages * self.stage_bytes + self.epi_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory the launch must ask for (1024 of slack for alignment)."""
+        return self.bar_offset + (2 * self.stages + self.extra_bars) * 8 + 1024
+
+    @property
+    def entry_regs(self) -> int:
+        return min(255, (MAX_REGS // self.threads) // 8 * 8)
+
+    @property
+    def consumer_reg_target(self) -> int:
+        if self.consumer_regs:
+            return self.consumer_regs
+        budget = (MAX_REGS - 128 * self.producer_regs) // (128 * self.consumers)
+        return min(256, budget // 8 * 8)
+
+    @property
+    def acc_regs(self) -> int:
+        return self.m_slices * self.bn // 2
+
+    @property
+    def kernel_name(self) -> str:
+        if self.name:
+            return self.name
+        return (f"pkc_gemm_sm90a_{self.dtype}_{self.bm}x{self.bn}x{BK}_s{self.stages}"
+                f"_c{self.consumers}_{self.b_layout}_{self.epilogue}_g{self.group_m}"
+                f"_cl{self.cluster_m}")
+
+    def tag(self) -> str:
+        """Short human label."""
+        return (f"{self.bm}x{self.bn} s{self.stages} {self.b_layout} {self.epilogue}"
+                f"{' cl2' if self.cluster_m == 2 else ''} g{self.group_m}")
+
+    def with_(self, **kw) -> "GemmConfig":
+        return replace(self, **kw)
+
+    def validate(self) -> None:
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise ValueError(f"GemmConfig {self.tag()}: {msg}")
+        need(self.dtype in ("bf16", "f16"), f"dtype {self.dtype!r} not bf16/f16")
+        need(self.b_layout in ("nk", "kn"), f"b_layout {self.b_layout!r} not nk/kn")
+        need(self.epilogue in ("tma", "global"), f"epilogue {self.epilogue!r}")
+        need(self.consumers in (1, 2), "consumers must be 1 or 2")
+        need(self.bm % self.consumers == 0 and self.wg_m in (64, 128),
+             "bm / consumers must be 64 or 128")
+        need(self.bn % 8 == 0 and 8 <= self.bn <= 256, "bn must be a multiple of 8 in 8..256")
+        need(self.acc_regs <= 128, f"{self.acc_regs} accumulator registers per thread (> 128)")
+        need(self.stages >= 2, "stages >= 2")
+        need(self.cluster_m in (1, 2), "cluster_m must be 1 or 2")
+        if self.b_layout == "kn":
+            need(self.bn % (64 * self.cluster_m) == 0,
+                 "b_layout kn needs bn a multiple of 64 (128 with cluster_m=2)")
+        if self.cluster_m == 2 and self.b_layout == "nk":
+            need((self.bn // 2) % 8 == 0, "cluster_m=2 needs bn/2 a multiple of 8")
+        if self.epilogue == "tma":
+            need(self.epi_width in (16, 32, 64) and self.bn % self.epi_width == 0,
+                 "tma epilogue needs bn a multiple of 16 and epi_w in 16/32/64")
+            need(self.epi_bufs in (1, 2), "epi_bufs must be 1 or 2")
+        need(self.group_m >= 1, "group_m >= 1")
+        need(self.smem_bytes <= SMEM_LIMIT,
+             f"needs {self.smem_bytes} bytes of shared memory (> {SMEM_LIMIT})")
+        if self.consumers == 2:
+            need(self.consumer_reg_target >= self.entry_regs,
+                 "consumer register target below the entry allocation")
+
+
+# A few named variants: the candidates that the launcher picks from and the tests check.
+VARIANTS: dict[str, GemmConfig] = {
+    "128x256_s4_tma": GemmConfig(bm=128, bn=256, stages=4, epilogue="tma"),
+    "128x256_s3_global": GemmConfig(bm=128, bn=256, stages=3, epilogue="global"),
+    "128x256_s4_global": GemmConfig(bm=128, bn=256, stages=4, epilogue="global"),
+    "128x256_s4_cl2": GemmConfig(bm=128, bn=256, stages=4, epilogue="tma", cluster_m=2),
+    "128x128_s6_tma": GemmConfig(bm=128, bn=128, stages=6, epilogue="tma"),
+    "256x128_s4_tma": GemmConfig(bm=256, bn=128, stages=4, epilogue="tma"),
+    "128x192_s4_tma": GemmConfig(bm=128, bn=192, stages=4, epilogue="tma"),
+    "128x160_s5_tma": GemmConfig(bm=128, bn=160, stages=5, epilogue="tma"),
+    "128x256_s4_kn": GemmConfig(bm=128, bn=256, stages=4, epilogue="tma", b_layout="kn"),
+    "64x256_c1_s5": GemmConfig(bm=64, bn=256, stages=5, consumers=1, epilogue="tma"),
+    "128x256_s4_g16": GemmConfig(bm=128, bn=256, stages=4, epilogue="tma", group_m=16),
+    "128x192_s4_cl2": GemmConfig(bm=128, bn=192, stages=4, epilogue="tma", cluster_m=2),
+    "128x128_s6_cl2": GemmConfig(bm=128, bn=128, stages=6, epilogue="tma", cluster_m=2),
+    "128x160_s5_cl2": GemmConfig(bm=128, bn=160, stages=5, epilogue="tma", cluster_m=2),
+    "256x128_s4_cl2": GemmConfig(bm=256, bn=128, stages=4, epilogue="tma", cluster_m=2),
+}
+
+
+# Candidates of choose_config and their rate on a big square problem relative to 128x256
+# (measured on the H200, docs/PERF_NOTES.md v1): a tile's cost is its area over this.
+AUTO_CANDIDATES: list[tuple[GemmConfig, float]] = [
+    (GemmConfig(bm=128, bn=256, stages=4), 1.00),
+    (GemmConfig(bm=128, bn=192, stages=4), 0.99),
+    (GemmConfig(bm=256, bn=128, stages=4), 0.99),
+    (GemmConfig(bm=128, bn=160, stages=5), 0.96),
+    (GemmConfig(bm=128, bn=128, stages=6), 0.94),
+    (GemmConfig(bm=64, bn=256, stages=5, consumers=1), 0.92),
+]
+
+
+def choose_config(M: int, N: int, K: int, dtype: str = "bf16", b_layout: str = "nk",
+                  num_sms: int = 132) -> GemmConfig:
+    """A tile shape for (M, N, K) without measuring: the persistent kernel's time is about
+    (waves of tiles) x (time of one tile), one tile's time about its area over the tile
+    shape's efficiency; the biggest tile wins ties (within 2%)."""
+    best, best_cost = None, None
+    for c, eff in AUTO_CANDIDATES:
+        if b_layout == "kn" and c.bn % 64:
+            continue
+        tiles = -(-M // c.bm) * -(-N // c.bn)
+        waves = -(-tiles // num_sms)
+        cost = waves * c.bm * c.bn / eff
+        if best_cost is None or cost < best_cost * 0.98:
+            best, best_cost = c, cost
+    return best.with_(dtype=dtype, b_layout=b_layout)
