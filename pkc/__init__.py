@@ -7,10 +7,40 @@
     model = torch.compile(model, backend=pkc.backend())
 
 See README.md and the design notes for the pipeline (frontend -> passes -> codegen).
+
+The public names are loaded on first use (PEP 562 ``__getattr__``): importing a submodule
+for IR-only work (``pkc.ir``, ``pkc.passes``, the ``pkc-opt`` tool) must not import torch,
+which takes seconds.
 """
 
-from pkc.api import CompiledProgram, backend, compile
-from pkc.frontend.errors import PkcFrontendError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load lazily
+    from pkc.api import CompiledProgram, backend, compile
+    from pkc.frontend.errors import PkcFrontendError
 
 __all__ = ["compile", "backend", "CompiledProgram", "PkcFrontendError"]
 __version__ = "0.1.0"
+
+_LAZY = {
+    "compile": "pkc.api",
+    "backend": "pkc.api",
+    "CompiledProgram": "pkc.api",
+    "PkcFrontendError": "pkc.frontend.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pkc' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -195,7 +195,7 @@ class WorkerCtx:
         return acc
 
     def site(self, kind: str, op: Operation, signals: str | None = None) -> int:
-        from pkc.interp.values import where
+        from pkc.ir import op_where as where
 
         sid = len(self.meta.sites)
         self.meta.sites.append(WaitSite(sid, kind, where(op), self.worker_index, signals))

@@ -33,7 +33,7 @@ from pkc.codegen.smem import HDR_BARRIER_GEN, HDR_MBARRIER, HDR_TIMEOUT_FLAG, Sm
 from pkc.codegen.targets import THREADS, CodegenTarget
 from pkc.dialects import kernel as k
 from pkc.dialects.types import TileType
-from pkc.interp.values import where
+from pkc.ir import op_where as where
 
 # Importing the lowering modules registers their ops.
 from pkc.codegen import lower_compute, lower_memory, lower_mma, lower_sync  # noqa: F401,E402

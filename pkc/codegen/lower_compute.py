@@ -9,9 +9,8 @@ extent serially in f32 (sum/mean) or with NaN-propagating max/min.
 
 from __future__ import annotations
 
+import math
 import struct
-
-import torch
 
 from pkc.codegen import ptx
 from pkc.codegen.context import TileRef, WorkerCtx, lowers
@@ -32,6 +31,26 @@ def copy_tile(ctx: WorkerCtx, src: TileRef, dst: TileRef) -> None:
     b.bar()
 
 
+def bf16_bits(value: float) -> int:
+    """The bf16 bit pattern of ``value``, rounded to nearest even as torch rounds (through
+    f32); computed here rather than with torch so that emitting PTX does not import torch."""
+    if math.isnan(value):
+        return 0x7FC0
+    try:
+        f32 = struct.unpack("<I", struct.pack("<f", value))[0]
+    except OverflowError:  # beyond f32: infinity, as a cast gives
+        return 0x7F80 if value > 0 else 0xFF80
+    return ((f32 + 0x7FFF + ((f32 >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def f16_bits(value: float) -> int:
+    """The f16 bit pattern of ``value`` (beyond the f16 range: infinity, as a cast gives)."""
+    try:
+        return struct.unpack("<H", struct.pack("<e", value))[0]
+    except OverflowError:
+        return 0x7C00 if value > 0 else 0xFC00
+
+
 def raw_constant(b, e, value) -> object:
     """A register holding ``value`` in element type e's memory form."""
     if e.name == "f32":
@@ -39,11 +58,9 @@ def raw_constant(b, e, value) -> object:
     if e.name == "f64":
         return b.imm(float(value), "f64")
     if e.name == "bf16":
-        bits = torch.tensor([float(value)], dtype=torch.bfloat16).view(torch.int16).item() & 0xFFFF
-        return b.imm(bits, "b16")
+        return b.imm(bf16_bits(float(value)), "b16")
     if e.name == "f16":
-        bits = struct.unpack("<H", struct.pack("<e", float(value)))[0]
-        return b.imm(bits, "b16")
+        return b.imm(f16_bits(float(value)), "b16")
     if e.name == "i1":
         return b.imm(1 if value else 0, "u16")
     if e.name == "i8":

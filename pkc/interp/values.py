@@ -12,7 +12,6 @@ import math
 import torch
 from xdsl.dialects.builtin import (
     BFloat16Type,
-    FileLineColLoc,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -21,6 +20,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Operation
 
 from pkc.dialects.types import is_float
+from pkc.ir import op_where
 
 
 class InterpError(Exception):
@@ -29,10 +29,7 @@ class InterpError(Exception):
 
 def where(op: Operation) -> str:
     """``'pk.wait' at file:line:col`` when the op came from a file, else just the name."""
-    loc = op.location
-    if isinstance(loc, FileLineColLoc):
-        return f"'{op.name}' at {loc.filename.data}:{loc.line.data}:{loc.column.data}"
-    return f"'{op.name}'"
+    return op_where(op)
 
 
 def torch_dtype(t: Attribute) -> torch.dtype:

@@ -405,6 +405,8 @@ def format_fast_path(module: ModuleOp, filename: str, target: str) -> str:
 
 def emit_output(module: ModuleOp, opts: Options) -> str:
     """The text written for one chunk: its IR, or the PTX of its kernels."""
+    if opts.emit == "mlir" and not opts.dump_kernels:
+        return print_module(module, generic=opts.generic)  # codegen not even imported
     from pkc.codegen import CodegenError, dump_kernels, emit_ptx
 
     try:
