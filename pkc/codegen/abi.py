@@ -120,3 +120,54 @@ def kernel_id(name: str) -> int:
 def _ident(name: str) -> str:
     out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return out if not out[0].isdigit() else "_" + out
+
+
+# ---- scheduled kernels (a pk.kernel whose body is a pks.schedule) ------------------------
+
+
+@dataclass
+class TmapArg:
+    """A CUtensorMap the runtime encodes for kernel buffer ``buffer`` (index among the
+    kernel's inputs then outputs): element type, box (innermost first), swizzle bytes.
+    The map's dimensions and strides are the buffer's (row-major)."""
+
+    buffer: int
+    element: str
+    box: list[int]
+    swizzle: int
+
+
+@dataclass
+class ScheduledKernelMeta:
+    """The launch of a scheduled kernel. Parameters: one by-value CUtensorMap per entry of
+    ``tmaps``, then one u64 pointer per kernel buffer. Grid: persistent, ``min(SMs,
+    tiles)`` CTAs rounded down to whole clusters of ``cluster``; ``threads`` per CTA;
+    ``smem_bytes`` of dynamic shared memory. No signals, no error record: a wait past its
+    deadline traps (a launch error the host raises)."""
+
+    name: str
+    target: str
+    threads: int
+    cluster: int
+    smem_bytes: int
+    buffers: list[str]
+    tmaps: list[TmapArg]
+    tiles: int
+
+    def params(self) -> list[tuple[str, str]]:
+        ps = [(f"tmap{i}", "tmap") for i in range(len(self.tmaps))]
+        ps += [(name, "u64") for name in self.buffers]
+        return [(_ident(n), t) for n, t in ps]
+
+    def grid(self, num_sms: int) -> int:
+        ctas = min(num_sms, -(-self.tiles // self.cluster) * self.cluster)
+        return max(self.cluster, ctas // self.cluster * self.cluster)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> "ScheduledKernelMeta":
+        d = json.loads(text)
+        d["tmaps"] = [TmapArg(**t) for t in d["tmaps"]]
+        return ScheduledKernelMeta(**d)

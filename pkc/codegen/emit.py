@@ -18,7 +18,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
 from pkc.codegen import ptx
-from pkc.codegen.abi import KernelMeta, _ident
+from pkc.codegen.abi import KernelMeta, ScheduledKernelMeta, _ident
 from pkc.codegen.errors import CodegenError
 from pkc.codegen.printer import print_module
 from pkc.codegen.targets import CodegenTarget, get_codegen_target
@@ -33,7 +33,7 @@ class CompiledKernel:
     entry: str         # the PTX .entry name
     target: str
     ptx: str
-    meta: KernelMeta
+    meta: KernelMeta | ScheduledKernelMeta
     entry_op: ptx.EntryOp
 
     def ptx_ir(self) -> str:
@@ -61,6 +61,14 @@ def compile_kernel(kop: KernelOp, target: str | CodegenTarget = DEFAULT_TARGET, 
         t = t.with_bulk(bulk)
     name = kop.kernel_name.data
     entry_name = entry_name or _ident(name)
+    if kop.schedule() is not None:
+        from pkc.codegen.lower_schedule import lower_scheduled_kernel
+
+        entry, meta = lower_scheduled_kernel(kop, t.name, entry_name)
+        comments = [f"pkc: pk.kernel @{name} for {t.name} (schedule level)",
+                    f"pkc: ABI {', '.join(f'{n}:{ty}' for n, ty in meta.params())}"]
+        return CompiledKernel(name, entry_name, t.name, print_module([entry], t.name, comments),
+                              meta, entry)
     entry, meta = lower_kernel(kop, t, entry_name)
     comments = [f"pkc: pk.kernel @{name} for {t.name}" + (" (bulk copies)" if t.bulk_copies else ""),
                 f"pkc: ABI {', '.join(f'{n}:{ty}' for n, ty in meta.params())}"]

@@ -52,7 +52,7 @@ from xdsl.irdl import (
 )
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
-from xdsl.traits import IsTerminator
+from xdsl.traits import IsTerminator, NoTerminator
 from xdsl.utils.exceptions import VerifyException
 
 ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
@@ -253,6 +253,7 @@ class ScheduleOp(IRDLOperation):
     cluster = attr_def(IntAttr)
     timeout_ns = attr_def(IntAttr)
     body = region_def("single_block")
+    traits = traits_def(NoTerminator())
 
     def __init__(self, threads: int, cluster: int = 1, timeout_ns: int = 0):
         super().__init__(regions=[Region(Block())],

@@ -1,0 +1,135 @@
+"""The schedule level's MMA and accumulator ops on sm_90a: ``pks.mma_async`` as
+``wgmma.mma_async`` from shared-memory descriptors, and the accumulator's epilogue
+(``pks.acc_store_smem``, ``pks.acc_store_global``) in wgmma's register fragment layout.
+
+wgmma fragment layout (PTX ISA 9.7.15.5.1.1, m64nNk16 f32 accumulator): in a 64-row slice,
+thread ``t`` of the warpgroup (warp ``w = t / 32``, lane ``l``) holds, for each 8-column
+block ``j``, registers ``q = 4j + 2i + c`` = row ``16w + l/4 + 8i``, column
+``8j + 2(l % 4) + c``. A warpgroup's ``rows / 64`` slices follow each other in the block.
+
+Shared-memory descriptors (PTX ISA 9.7.15.5.1.2): start address >> 4 in bits 0-13, leading
+byte offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, swizzle mode in 62-63
+(1 = 128-byte). Operands are stored as 128-byte rows, 8-row groups 1024 bytes apart.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pkc.codegen import ptx, ptx_sm90
+
+if TYPE_CHECKING:
+    from pkc.codegen.lower_schedule import Lowering
+
+BK = 64
+ROW_BYTES = 128
+
+
+def desc_hi(lbo: int, sbo: int) -> int:
+    """High bits of a wgmma descriptor with 128-byte swizzle (the start address is added
+    per use): LBO, SBO and the swizzle mode."""
+    return (1 << 62) | (((sbo >> 4) & 0x3FFF) << 32) | (((lbo >> 4) & 0x3FFF) << 16)
+
+
+# K-major operand: 8-row core groups 1024 bytes apart (SBO); LBO unused when swizzled (1).
+DESC_HI_KMAJOR = desc_hi(16, 1024)
+# N-major B: 64-column blocks of 64 K-rows x 128 bytes = 8192 bytes apart (LBO); 8-row K
+# groups 1024 bytes apart (SBO).
+DESC_HI_NMAJOR = desc_hi(8192, 1024)
+_SWIZZLE_MASK = {128: 7, 64: 3, 32: 1}    # 16-byte chunks that the swizzle permutes - 1
+
+
+def _desc(L: "Lowering", addr, hi: int):
+    b = L.b
+    d = b.cvt("u64", "u32", addr)
+    d = b.bin("shr", "u64", d, b.imm(4, "u32"))    # shift counts are u32
+    return b.bin("or", "b64", d, b.imm(hi, "b64"))
+
+
+def lower_mma(L: "Lowering", op) -> None:
+    """One 64-deep k-block: 4 k16 steps x (rows / 64) slices of wgmma, after a fence."""
+    b = L.b
+    acc = op.acc.type
+    n, slices = acc.cols.data, acc.rows.data // 64
+    frag = L.v(op.acc)
+    a_addr = L.slot_addr(op.a, op.a_slot, b.mul32(L.v(op.a_row), ROW_BYTES))
+    b_addr = L.slot_addr(op.b, op.b_slot)
+    n_major = op.b_major.data == "n"
+    da = _desc(L, a_addr, DESC_HI_KMAJOR)
+    db = _desc(L, b_addr, DESC_HI_NMAJOR if n_major else DESC_HI_KMAJOR)
+    scale = L.v(op.accumulate)
+    b.add(ptx_sm90.WgmmaSyncOp("fence"))
+    for k in range(BK // 16):
+        boff = k * 16 * ROW_BYTES if n_major else k * 32
+        dbk = b.bin("add", "s64", db, boff >> 4) if boff else db
+        for mi in range(slices):
+            aoff = mi * 64 * ROW_BYTES + k * 32
+            dak = b.bin("add", "s64", da, aoff >> 4) if aoff else da
+            b.add(ptx_sm90.WgmmaOp(frag, dak, dbk, n, op.dtype.data, int(n_major),
+                                   scale if k == 0 else None))
+
+
+def _frag_pair(L: "Lowering", op, mi: int, q: int):
+    b = L.b
+    frag = L.v(op.acc)
+    base = mi * (op.acc.type.cols.data // 2)
+    lo = b.r(ptx_sm90.FragGetOp(frag, base + q))
+    hi = b.r(ptx_sm90.FragGetOp(frag, base + q + 1))
+    return b.r(ptx_sm90.CvtPackOp(op.dtype.data, lo, hi))
+
+
+def _thread_row(L: "Lowering"):
+    """Row of the thread's first fragment in a 64-row slice (16 w + l / 4), and l % 4."""
+    b = L.b
+    lane = b.bin("and", "b32", L.tid, 31)
+    warp = b.bin("shr", "u32", L.lane_in_wg(), 5)
+    r0 = b.add32(b.bin("shl", "b32", warp, 4), b.bin("shr", "u32", lane, 2))
+    return r0, b.bin("and", "b32", lane, 3)
+
+
+def lower_acc_store_smem(L: "Lowering", op) -> None:
+    """Rows 64 x ``width`` columns of one slice into a swizzled box: the 16-byte chunk
+    index of a row is XORed with the row's position in the swizzle period."""
+    b = L.b
+    w = op.width.data
+    rowb = 2 * w
+    mask = _SWIZZLE_MASK[rowb]
+    buf = L.slot_addr(op.dst, op.slot)
+    r0, quad = _thread_row(L)
+    col_bytes = b.bin("shl", "b32", quad, 2)
+    for i in range(2):
+        ro = b.mul32(b.add32(r0, 8 * i), rowb)
+        xo = b.bin("shl", "b32", b.bin("and", "b32", b.bin("shr", "u32", ro, 7), mask), 4)
+        row_addr = b.add32(b.add32(buf, ro), col_bytes)
+        for jj in range(w // 8):
+            j = op.col.data // 8 + jj
+            v = _frag_pair(L, op, op.slice.data, 4 * j + 2 * i)
+            x = b.bin("xor", "b32", xo, 16 * jj) if jj else xo
+            b.st("shared", "b32", b.add32(row_addr, x), v)
+
+
+def lower_acc_store_global(L: "Lowering", op) -> None:
+    """Predicated ``st.global.b32`` of column pairs straight from the fragments."""
+    b = L.b
+    acc = op.acc.type
+    slices, n = acc.rows.data // 64, acc.cols.data
+    r0, quad = _thread_row(L)
+    rows, cols = L.v(op.rows), L.v(op.cols)
+    col = b.add32(L.v(op.col), b.bin("shl", "b32", quad, 1))
+    crem = b.bin("sub", "s32", cols, col)
+    ptr = L.v(op.buffer)
+    for mi in range(slices):
+        for i in range(2):
+            row = b.add32(b.add32(L.v(op.row), r0), 64 * mi + 8 * i)
+            prow = b.setp("lt", "u32", row, rows)
+            off = b.bin("mul.wide", "u32", row, cols, "b64")
+            off = b.add64(off, b.cvt("u64", "u32", col))
+            addr = b.add64(ptr, b.bin("shl", "b64", off, b.imm(1, "u32")))
+            for j in range(n // 8):
+                v = _frag_pair(L, op, mi, 4 * j + 2 * i)
+                pst = b.pand(b.setp("gt", "s32", crem, 8 * j), prow)
+                b.st("global", "b32", b.add64(addr, 16 * j) if j else addr, v, guard=pst)
+
+
+__all__ = ["lower_mma", "lower_acc_store_smem", "lower_acc_store_global", "DESC_HI_KMAJOR",
+           "DESC_HI_NMAJOR", "desc_hi", "ptx"]

@@ -1,0 +1,119 @@
+"""schedule-matmul: graph-level ``pk.matmul`` -> a scheduled ``pk.kernel`` (schedule level).
+
+Matches a 2-D ``pk.matmul`` of bf16 / f16 operands with a result of the same type whose N
+and K are multiples of 8 (TMA needs 16-byte row strides). When its right operand is a
+``pk.transpose`` of a 2-D ``[N, K]`` value (``x @ W.T`` of an ``nn.Linear``), the kernel
+reads that value in its own layout (B K-major, no transpose is materialized); otherwise B
+is read ``[K, N]`` (N-major, tiles a multiple of 64 columns).
+
+Produces ``pk.kernel "matmul"`` whose body is the persistent warp-specialized GEMM of
+:mod:`pkc.passes.gemm_schedule` at the schedule level, the tile configuration chosen from
+the target's tuning table (:func:`pkc.target.gemm_tuning.choose_config`: waves of tiles over
+the SM count, each tile's measured efficiency) and written into ``pk.plan`` (``bm``, ``bn``,
+``stages``, ``consumers``, ``cluster``, ``epilogue``, ``b_layout``), with a remark.
+
+Why: this is how pkc's fast GEMM is produced from IR: every later decision (a pass that
+adds a stage, a lowering per target) sees and changes this body, and ``--emit=ptx`` prints
+exactly what runs. A matmul that does not match stays a graph-level op and says why in a
+remark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, ModuleOp, TensorType
+from xdsl.ir import Block, Region
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from pkc.dialects import graph as g
+from pkc.dialects import kernel as k
+from pkc.dialects.types import BufferType
+from pkc.passes.gemm_schedule import build_gemm
+from pkc.passes.registry import register_pass
+from pkc.passes.remarks import add_remark, set_plan
+from pkc.target.gemm_tuning import VARIANTS, choose_config
+from pkc.target.targets import get_target
+
+_DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
+
+
+def _dtype(t) -> str | None:
+    return _DTYPE.get(type(t.element_type)) if isinstance(t, TensorType) else None
+
+
+def why_not(op: g.MatmulOp) -> str | None:
+    """Why ``op`` cannot become a scheduled GEMM (None: it can)."""
+    a, b, r = op.lhs.type, op.rhs.type, op.result.type
+    if len(a.get_shape()) != 2:
+        return f"only 2-D matmuls are scheduled (lhs {a})"
+    dt = _dtype(a)
+    if dt is None or _dtype(b) != dt or _dtype(r) != dt:
+        return f"operands and result must all be bf16 or f16 (got {a}, {b} -> {r})"
+    M, K = a.get_shape()
+    N = b.get_shape()[1]
+    if K % 8 or N % 8:
+        return f"N = {N} and K = {K} must be multiples of 8 (TMA row strides of 16 bytes)"
+    if min(M, N, K) == 0:
+        return "empty matmul"
+    return None
+
+
+@register_pass
+@dataclass(frozen=True)
+class ScheduleMatmul(ModulePass):
+    """Rewrite 2-D bf16/f16 pk.matmul ops into scheduled GEMM kernels."""
+
+    name = "schedule-matmul"
+    target: str = "h200"
+    variant: str = ""           # force a named tile variant (pkc.target.gemm_tuning.VARIANTS)
+
+    def __post_init__(self):
+        get_target(self.target)
+        if self.variant and self.variant not in VARIANTS:
+            raise ValueError(f"schedule-matmul: unknown variant {self.variant!r}; known: "
+                             f"{', '.join(VARIANTS)}")
+
+    def apply(self, ctx, module: ModuleOp) -> None:
+        num_sms = get_target(self.target).num_sms
+        for op in [o for o in module.walk() if isinstance(o, g.MatmulOp)]:
+            reason = why_not(op)
+            if reason:
+                add_remark(op, f"matmul left to the graph level: {reason}")
+                continue
+            _schedule(op, num_sms, self.variant)
+
+
+def _schedule(op: g.MatmulOp, num_sms: int, variant: str) -> None:
+    a, rhs = op.lhs, op.rhs
+    M, K = a.type.get_shape()
+    N = rhs.type.get_shape()[1]
+    dt = _dtype(a.type)
+    src = rhs.owner
+    if isinstance(src, g.TransposeOp) and len(src.input.type.get_shape()) == 2:
+        b_val, layout = src.input, "nk"
+    else:
+        b_val, layout = rhs, "kn"
+    if variant:
+        cfg = VARIANTS[variant].with_(dtype=dt, b_layout=layout)
+    else:
+        cfg = choose_config(M, N, K, dt, layout, num_sms)
+    if layout == "kn" and cfg.bn % (64 * cfg.cluster_m):
+        raise ValueError(f"schedule-matmul: variant {cfg.tag()} cannot read B as [K, N]")
+    cfg.validate()
+    arg_types = [BufferType(t.get_shape(), t.element_type) for t in (a.type, b_val.type, op.result.type)]
+    block = Block(arg_types=arg_types)
+    A, B, C = block.args
+    build_gemm(block, A, B, C, M, N, K, cfg)
+    block.add_op(k.YieldOp())
+    kop = k.KernelOp("matmul", 1, [a, b_val], [op.result.type], Region(block))
+    set_plan(kop, pattern="gemm", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
+             consumers=cfg.consumers, cluster=cfg.cluster_m, epilogue=cfg.epilogue,
+             b_layout=layout, group_m=cfg.group_m)
+    tiles = -(-M // cfg.bm) * -(-N // cfg.bn)
+    add_remark(kop, f"scheduled GEMM {M}x{N}x{K} {dt}: {cfg.tag()} "
+               f"({tiles} tiles over {num_sms} SMs, B read as "
+               f"{'[N, K]' if layout == 'nk' else '[K, N]'})")
+    kop.location = op.location      # remarks and errors point at the user's matmul
+    Rewriter.replace_op(op, kop)
