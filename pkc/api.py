@@ -60,6 +60,9 @@ class CompiledProgram:
         self.outputs: list[GraphOutput] = captured.outputs
         self.not_compiled = not_compiled
         self.stages = stages
+        self.cache_hit = False                  # the IR came from the disk cache
+        self.runtime_remarks: list[str] = []    # how the backend runs it (Inductor, kernels)
+        self._cached_remarks: list[str] | None = None
 
     # ------------------------------------------------------------------ IR
 
@@ -73,7 +76,8 @@ class CompiledProgram:
         """The decisions the passes recorded, one line each: ``file:line: [op] text``."""
         from pkc.passes.remarks import format_remarks
 
-        return format_remarks(self.module)
+        passes = self._cached_remarks if self._cached_remarks is not None else format_remarks(self.module)
+        return list(passes) + self.runtime_remarks
 
     def fast_path(self) -> list[str]:
         """Per pk.kernel, the hand-tuned kernel the GPU runtime will run it on for this
@@ -315,7 +319,38 @@ def _target_name(target: str) -> str:
 
 
 def _finish(captured: CapturedGraph, *, target: str, pipeline: str | None,
-            dump_dir: str | os.PathLike | None) -> CompiledProgram:
+            dump_dir: str | os.PathLike | None, cache: bool = False) -> CompiledProgram:
+    """Import + pipeline; with ``cache``, the result comes from (and goes to) the disk
+    cache of compiled graphs (:mod:`pkc.runtime.compile_cache`)."""
+    from pkc.runtime import compile_cache
+
+    if not (cache and compile_cache.cache_enabled()):
+        return _finish_uncached(captured, target=target, pipeline=pipeline, dump_dir=dump_dir)
+    from pkc.ir import parse_module
+    from pkc.passes.remarks import format_remarks
+
+    order = _argument_order(captured.inputs)
+    key = compile_cache.graph_key(captured.gm, world=captured.world_size, target=target,
+                                  pipeline=pipeline, groups=captured.groups,
+                                  names=[f"{i.name}:{i.kind}" for i in captured.inputs])
+    hit = compile_cache.load(key)
+    if hit is not None:
+        module = parse_module(hit.ir, f"<pkc cache {key}>")
+        program = CompiledProgram(module, captured, target=target, not_compiled=hit.not_compiled,
+                                  extra_args=hit.extra_args, stages=[("cached", hit.ir)],
+                                  inputs=[captured.inputs[i] for i in order])
+        program.cache_hit = True
+        program._cached_remarks = hit.remarks
+        return program
+    program = _finish_uncached(captured, target=target, pipeline=pipeline, dump_dir=dump_dir)
+    extra = [(i.name, i.value) for i in program.inputs[len(order):]]
+    compile_cache.store(key, compile_cache.CacheEntry(
+        program.stages[-1][1], format_remarks(program.module), program.not_compiled, extra))
+    return program
+
+
+def _finish_uncached(captured: CapturedGraph, *, target: str, pipeline: str | None,
+                     dump_dir: str | os.PathLike | None) -> CompiledProgram:
     from pkc.ir import print_module, verify_module
 
     order = _argument_order(captured.inputs)
@@ -439,21 +474,41 @@ class PkcBackend:
     """
 
     def __init__(self, *, world_size: int | None = None, target: str = "h200",
-                 pipeline: str | None = None, dump_dir: str | os.PathLike | None = None) -> None:
+                 pipeline: str | None = None, dump_dir: str | os.PathLike | None = None,
+                 inductor: bool = True, mode: str | None = None, options: dict | None = None,
+                 cache: bool = True) -> None:
         self.world_size = world_size
         self.target = _target_name(target)
         self.pipeline = pipeline
         self.dump_dir = dump_dir
+        self.inductor, self.mode, self.options, self.cache = inductor, mode, options, cache
         self.programs: list[CompiledProgram] = []
+        self.compile_times: list[dict[str, float]] = []
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, mode: str | None = None,
+                 options: dict | None = None) -> Callable[..., Any]:
+        # torch.compile(backend=..., mode=...) hands its mode and options to the backend
+        mode = mode or self.mode
+        options = {**(self.options or {}), **(options or {})}
+
         def on_graph(captured: CapturedGraph) -> Callable[..., Any]:
+            import time
+
+            t0 = time.perf_counter()
             dump = None
             if self.dump_dir is not None:
                 dump = os.path.join(self.dump_dir, f"graph{len(self.programs)}")
-            program = _finish(captured, target=self.target, pipeline=self.pipeline, dump_dir=dump)
+            program = _finish(captured, target=self.target, pipeline=self.pipeline, dump_dir=dump,
+                              cache=self.cache and dump is None)
             self.programs.append(program)
-            return _graph_runner(program, captured)
+            t1 = time.perf_counter()
+            if self.inductor and _execution_mode(program.world_size) != "eager":
+                runner = _inductor_runner(program, captured, mode, options)
+            else:
+                runner = _graph_runner(program, captured)
+            self.compile_times.append({"pkc_s": t1 - t0, "inductor_s": time.perf_counter() - t1,
+                                       "cache_hit": float(program.cache_hit)})
+            return runner
 
         return capture_backend(on_graph, world_size=self.world_size)(gm, example_inputs)
 
@@ -511,8 +566,49 @@ def _graph_runner(program: CompiledProgram, captured: CapturedGraph) -> Callable
     return run
 
 
+def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: str | None,
+                     options: dict | None) -> Callable[..., Any]:
+    """pkc's program as one torch program per rank compiled by Inductor
+    (:mod:`pkc.runtime.inductor`): pkc's kernels are calls inside it, everything else is
+    Inductor's. It takes the aot graph's arguments as they come: no per-call reordering,
+    copies or synchronization on pkc's side."""
+    from pkc.runtime.inductor import compile_with_inductor, torch_program
+    from pkc.runtime.kernel_call import RunKind
+
+    phs = list(captured.gm.graph.find_nodes(op="placeholder"))
+    vals = [n.meta.get("val") for n in phs]
+    tensor_idx = [k for k, v in enumerate(vals) if isinstance(v, torch.Tensor)]
+    order = _argument_order(captured.inputs)
+    arg_map: list = [tensor_idx[i] for i in order]
+    arg_map += [spec.value for spec in program.inputs[len(order):]]
+    device = vals[tensor_idx[0]].device if tensor_idx else torch.device("cpu")
+    gpu = _execution_mode(program.world_size) == "gpu"
+    target = "sm_90a"
+    if gpu:
+        from pkc.runtime.execute import target_for
+
+        target = target_for(torch.cuda.get_device_capability(device))
+    tp = torch_program(program.module, world=program.world_size,
+                       kind=RunKind.GPU if gpu else RunKind.INTERP, arg_map=arg_map,
+                       n_inputs=len(phs), device=device, target=target,
+                       distributed=program.world_size > 1)
+    static = [tensor_idx[i] for i, spec in enumerate(captured.inputs)
+              if spec.kind in ("parameter", "buffer")]
+    program.runtime_remarks.append(tp.remark())
+    return compile_with_inductor(tp, vals, mode=mode, options=options, static_inputs=static)
+
+
 def backend(*, world_size: int | None = None, target: str = "h200", pipeline: str | None = None,
-            dump_dir: str | os.PathLike | None = None) -> PkcBackend:
+            dump_dir: str | os.PathLike | None = None, inductor: bool = True,
+            mode: str | None = None, options: dict | None = None, cache: bool = True) -> PkcBackend:
     """A ``torch.compile`` backend that compiles every graph with pkc (see
-    :class:`PkcBackend` for where it runs)."""
-    return PkcBackend(world_size=world_size, target=target, pipeline=pipeline, dump_dir=dump_dir)
+    :class:`PkcBackend` for where it runs).
+
+    ``inductor`` (default): everything outside pkc's kernels is compiled by Inductor, with
+    pkc's kernels as calls inside that program (False: the graph's other ops run one by one
+    through torch). ``mode`` / ``options``: as for ``torch.compile`` with Inductor
+    (``"reduce-overhead"``: CUDA graphs); ``torch.compile(..., mode=...)`` passes them too.
+    ``cache``: reuse the pass pipeline's result from the disk cache
+    (:mod:`pkc.runtime.compile_cache`), keyed by graph, world, target and pipeline."""
+    return PkcBackend(world_size=world_size, target=target, pipeline=pipeline, dump_dir=dump_dir,
+                      inductor=inductor, mode=mode, options=options, cache=cache)

@@ -255,7 +255,7 @@ def test_backend_runs_one_rank_on_the_interpreter_without_a_gpu() -> None:
     def mlp(x):
         return F.gelu(x @ w1) @ w2 + 1.0
 
-    be = api.backend(world_size=1, pipeline="default")
+    be = api.backend(world_size=1, pipeline="default", inductor=False)
     compiled = torch.compile(mlp, backend=be, dynamic=False)
     x = torch.randn(4, 16)
     api._NOTED.clear()  # the note is said once per process
