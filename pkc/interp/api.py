@@ -15,12 +15,15 @@ def interpret(
     world_size: int,
     func: str = "main",
     schedule_seed: int = 0,
+    ctas: int | None = None,
 ) -> list[list[torch.Tensor]]:
     """Runs ``@func`` on ``world_size`` simulated ranks.
 
     ``inputs[r]`` is rank r's list of arguments (torch tensors with the argument types'
     shapes and dtypes). Returns ``outputs[r]``, rank r's results. ``schedule_seed`` picks
-    how concurrent workers interleave inside kernels; protocol bugs raise InterpError.
+    how concurrent workers interleave inside kernels (for a scheduled kernel: 0 round-robin,
+    else a random order drawn from it); ``ctas`` is the CTAs per rank of a scheduled
+    kernel's persistent grid (None: min(4, tiles)). Protocol bugs raise InterpError.
     """
     fn = find_function(module, func)
     arg_types = fn.function_type.inputs.data
@@ -33,7 +36,7 @@ def interpret(
             )
         for i, (t, x) in enumerate(zip(arg_types, rank_inputs)):
             _check_argument(func, r, i, t, x)
-    return run_function(fn, inputs, world_size, schedule_seed)
+    return run_function(fn, inputs, world_size, schedule_seed, ctas)
 
 
 def _check_argument(func: str, rank: int, i: int, t, x) -> None:

@@ -144,10 +144,13 @@ def _run_opaque(op: g.OpaqueOp, args: Sequence[torch.Tensor]) -> list[torch.Tens
     return outs
 
 
-def run_function(fn: func.FuncOp, inputs: list[PerRank], world: int, seed: int = 0) -> list[PerRank]:
+def run_function(fn: func.FuncOp, inputs: list[PerRank], world: int, seed: int = 0,
+                 ctas: int | None = None) -> list[PerRank]:
     """Runs ``fn``; ``inputs[r]`` holds rank r's arguments. Returns each rank's results.
-    ``seed`` picks how the workers of every kernel interleave."""
+    ``seed`` picks how the workers of every kernel interleave; ``ctas``: CTAs per rank of
+    every scheduled kernel (None: the schedule interpreter's default)."""
     from pkc.interp.kernel import run_kernel
+    from pkc.interp.schedule import run_schedule
 
     env: Env = {}
     for i, arg in enumerate(fn.body.blocks[0].args):
@@ -164,6 +167,8 @@ def run_function(fn: func.FuncOp, inputs: list[PerRank], world: int, seed: int =
                     f"but the interpreter runs {world}"
                 )
             outs = [_WORLD[type(op)](op, operands[0], world)]
+        elif isinstance(op, KernelOp) and op.schedule() is not None:
+            outs = run_schedule(op, operands, world, seed, ctas)
         elif isinstance(op, KernelOp):
             outs = run_kernel(op, operands, world, seed)
         elif isinstance(op, g.OpaqueOp):

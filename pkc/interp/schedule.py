@@ -1,0 +1,618 @@
+"""Runs a scheduled ``pk.kernel`` (its body a ``pks.schedule``) on W simulated ranks.
+
+The grid is persistent: ``ctas`` CTAs per rank (default ``min(4, tiles)`` rounded to whole
+clusters), each running the schedule body once per warpgroup. Every warpgroup is one
+actor (a Python generator); a ``pks.role`` region runs on the warpgroups it names (only
+the first with ``single_thread``). The scheduler interleaves actors round-robin
+(``schedule_seed`` 0) or in an order drawn from the seed, switching at every arrival,
+copy, MMA and wait. A copy engine completes TMA loads asynchronously, at its own turns:
+the box lands in shared memory and its bytes are counted on the barrier then. The result
+does not depend on ``ctas`` or the order (the accumulator sums exactly, see
+:class:`~pkc.interp.schedule_state.Acc`); only the protocol checks do.
+
+Semantics of the ops are their docstrings in :mod:`pkc.dialects.schedule`; what is
+modelled: mbarrier phases, arrival counts and expect-tx / complete-tx bytes (multicast
+loads count on every CTA of the cluster); parity waits; MMA groups that read shared memory
+until ``pks.mma_wait`` completes them; TMA stores that read it until ``pks.bulk_wait``;
+``pks.fence_async_shared`` between a warpgroup's writes and a TMA store. Shared memory
+holds logical tiles (boxes row-major, no swizzle); a warpgroup moves in lockstep, so
+``pks.warpgroup_barrier`` has nothing to order. TMA loads outside the tensor read zeros,
+stores and ``pks.acc_store_global`` are clipped. Global memory is written when a store is
+issued, without race checks.
+
+Protocol bugs raise :class:`~pkc.interp.values.InterpError` naming the op, rank, CTA and
+role warpgroup: a deadlock (every actor blocked: what each waits for), an arrival over a
+barrier's count, a wait whose phase was already overtaken, a read of shared memory that no
+completed and waited-for load filled, a write over bytes an MMA / TMA store may still
+read, an accumulator read with MMAs in flight, an actor that ends with work in flight.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Generator, Sequence
+
+import torch
+from xdsl.dialects import arith, scf
+from xdsl.ir import Block, Operation, SSAValue
+
+from pkc.dialects import schedule as s
+from pkc.dialects.kernel import KernelOp
+from pkc.dialects.types import BufferType
+from pkc.interp.kernel import _ARITH, _constant
+from pkc.interp.schedule_state import (
+    Acc,
+    Actor,
+    Mbarrier,
+    Mma,
+    Read,
+    Smem,
+    TmaLoad,
+    Write,
+    join,
+)
+from pkc.interp.values import InterpError, poison, torch_dtype, where
+
+PerRank = list[torch.Tensor]
+MAX_STEPS = 5_000_000
+DEFAULT_CTAS = 4
+ROW_BYTES = 128        # an MMA operand row: 64 16-bit elements of K (the 128-byte swizzle span)
+_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+_BITS = {
+    arith.XOrIOp: lambda op, a, b: a ^ b,
+    arith.AndIOp: lambda op, a, b: a & b,
+    arith.OrIOp: lambda op, a, b: a | b,
+    arith.ShLIOp: lambda op, a, b: a << b,
+    arith.ShRUIOp: lambda op, a, b: a >> b,
+    arith.ShRSIOp: lambda op, a, b: a >> b,
+}
+
+
+class Blocked:
+    """Yielded by an actor whose wait is not satisfied."""
+
+
+class Switch:
+    """Yielded after an op other actors may observe: a point where another actor may run."""
+
+
+BLOCKED, SWITCH = Blocked(), Switch()
+
+
+class Tmap:
+    """A tensor map evaluated: the kernel buffer it describes and its box."""
+
+    def __init__(self, op: s.TmapOp, buf_type: BufferType):
+        t: s.TmapType = op.result.type
+        self.op, self.buffer = op, op.buffer
+        self.dtype = _DTYPES[t.element.data]
+        self.box = list(reversed(t.box_dims))        # outermost first, as torch indexes
+        self.box_bytes = t.box_bytes
+        shape = buf_type.get_shape()
+        if torch_dtype(buf_type.element_type) != self.dtype or len(shape) != len(self.box):
+            raise InterpError(f"{where(op)} describes {buf_type} with a {t}: the element type "
+                              "and rank must match")
+        inner = shape[-1] * self.dtype.itemsize
+        if len(shape) > 1 and inner % 16:
+            raise InterpError(f"{where(op)}: rows of {buf_type} are {inner} bytes; TMA needs "
+                              "global strides that are multiples of 16 bytes")
+
+    def window(self, coords: Sequence[int], shape: Sequence[int]):
+        """(buffer slices, box slices) of the in-bounds part of the box at ``coords``
+        (innermost first, as the op takes them)."""
+        bs, ts = [], []
+        for c, b, n in zip(reversed(list(coords)), self.box, shape):
+            lo, hi = max(c, 0), min(c + b, n)
+            hi = max(hi, lo)
+            bs.append(slice(lo, hi))
+            ts.append(slice(lo - c, hi - c))
+        return tuple(bs), tuple(ts)
+
+
+class ScheduleRun:
+    def __init__(self, op: KernelOp, inputs: list[PerRank], world: int, seed: int,
+                 ctas: int | None):
+        if op.world_size != world:
+            raise InterpError(f"{where(op)} @{op.kernel_name.data} is written for a world of "
+                              f"{op.world_size} ranks, but the interpreter runs {world}")
+        self.op, self.world, self.sched = op, world, op.schedule()
+        self.cluster = self.sched.cluster.data
+        self.wgs = self.sched.threads.data // 128
+        self.rng = random.Random(seed) if seed else None
+        self.ctas = self._grid(ctas)
+        self.version = 0
+        self.steps = 0
+        self.loads: list[TmaLoad] = []
+        n_in = len(op.inputs)
+        self.data: dict[SSAValue, PerRank] = {}
+        for i, arg in enumerate(op.block.args):
+            t = arg.type
+            self.data[arg] = ([inputs[i][r].clone() for r in range(world)] if i < n_in else
+                              [poison(t.get_shape(), torch_dtype(t.element_type))
+                               for _ in range(world)])
+
+    def _grid(self, ctas: int | None) -> int:
+        cl = self.cluster
+        if ctas is not None:
+            if ctas < 1 or ctas % cl:
+                raise InterpError(f"{where(self.sched)}: ctas = {ctas} must be a positive "
+                                  f"multiple of the cluster size {cl}")
+            return ctas
+        tiles = 1
+        for op in self.sched.walk():
+            if isinstance(op, s.TileLoopOp):
+                m, n = op.m.owner, op.n.owner
+                if isinstance(m, arith.ConstantOp) and isinstance(n, arith.ConstantOp):
+                    num_m = -(-_constant(m) // op.bm.data)
+                    tiles = -(-num_m // cl) * -(-_constant(n) // op.bn.data)
+                break
+        return max(1, min(max(1, DEFAULT_CTAS // cl), tiles)) * cl
+
+    # -- setup and scheduling ------------------------------------------------------------
+
+    def run(self) -> list[PerRank]:
+        env: dict = {}
+        for op in self.op.block.ops:
+            if isinstance(op, s.TmapOp):
+                env[op.result] = Tmap(op, op.buffer.type)
+            elif isinstance(op, arith.ConstantOp):
+                env[op.result] = _constant(op)
+        for a in self.op.block.args:
+            env[a] = a
+        self.cta_objs: dict[tuple[int, int], dict] = {}
+        self.syncs: dict[tuple[int, int], dict] = {}
+        actors: list[Actor] = []
+        for rank in range(self.world):
+            for cta in range(self.ctas):
+                self.cta_objs[rank, cta] = self._allocate(rank, cta)
+                for wg in range(self.wgs):
+                    a = Actor(len(actors), rank, cta, wg, {len(actors): 1})
+                    a.gen = self._actor(a, dict(env))
+                    actors.append(a)
+        self.actors = actors
+        self._schedule(actors)
+        outs = self.op.block.args[len(self.op.inputs):]
+        return [self.data[v] for v in outs]
+
+    def _allocate(self, rank: int, cta: int) -> dict:
+        objs: dict = {}
+        n = 0
+        for op in self.sched.block.ops:
+            if isinstance(op, s.SmemAllocOp):
+                t = op.result.type
+                objs[op.result] = Smem(f"shared memory #{n} {t} of CTA {cta}", t.count.data,
+                                       t.bytes.data)
+                n += 1
+            elif isinstance(op, s.MbarrierAllocOp):
+                t = op.result.type
+                objs[op.result] = [Mbarrier((rank, cta, n, i), f"mbarrier #{n}[{i}] {t} of CTA "
+                                            f"{cta}", t.arrivals.data)
+                                   for i in range(t.count.data)]
+                n += 1
+        return objs
+
+    def _schedule(self, actors: list[Actor]) -> None:
+        live = list(actors)
+        while live or self.loads:
+            order: list = list(live) + ["engine"]
+            if self.rng is not None:
+                self.rng.shuffle(order)
+            progressed = False
+            for a in order:
+                if isinstance(a, str):
+                    progressed |= self._engine(all_blocked=False)
+                    continue
+                if a.blocked is not None and a.seen_version == self.version:
+                    continue   # nothing changed since it last looked
+                a.seen_version = self.version
+                try:
+                    event = next(a.gen)
+                except StopIteration:
+                    live.remove(a)
+                    self._finished(a)
+                    progressed = True
+                    continue
+                if event is not BLOCKED:
+                    progressed = True
+                self.steps += 1
+                if self.steps > MAX_STEPS:
+                    raise InterpError(f"{where(self.op)} ran more than {MAX_STEPS} steps")
+            if not progressed and not self._engine(all_blocked=True):
+                raise InterpError(self._deadlock(live))
+
+    def _engine(self, all_blocked: bool) -> bool:
+        """The copy engine's turn: completes the TMA loads in flight (round-robin: all; a
+        seeded order: a random subset, at least one when nothing else can run)."""
+        if not self.loads:
+            return False
+        if self.rng is None or all_blocked:
+            done = list(self.loads) if self.rng is None else [self.rng.choice(self.loads)]
+        else:
+            done = [ld for ld in self.loads if self.rng.random() < 0.5]
+        for ld in done:
+            self.loads.remove(ld)
+            self._complete_load(ld)
+        if done:
+            self.version += 1
+        return bool(done)
+
+    def _complete_load(self, ld: TmaLoad) -> None:
+        """The box lands in every target CTA; its bytes count on the phase open now."""
+        payload = ld.box().contiguous().view(-1).view(torch.uint8)
+        for smem, slot, rec, bar in ld.targets:
+            rec.bar, rec.phase = bar, bar.completed
+            smem.finish_write(slot, rec, payload)
+            bar.complete_tx(payload.numel(), ld.who)
+
+    def _finished(self, a: Actor) -> None:
+        if a.mma_open or a.mma_groups:
+            raise InterpError(f"{a.describe()} ends with {len(a.mma_open)} uncommitted MMAs and "
+                              f"{len(a.mma_groups)} MMA groups in flight (no pks.mma_wait 0)")
+        if a.bulk_open or a.bulk_groups:
+            raise InterpError(f"{a.describe()} ends with {len(a.bulk_open)} uncommitted TMA "
+                              f"stores and {len(a.bulk_groups)} bulk groups in flight (no "
+                              "pks.bulk_wait 0)")
+        self.version += 1
+        for key in list(self.syncs):
+            self._try_release_sync(key)
+
+    def _deadlock(self, live: list[Actor]) -> str:
+        lines = [f"deadlock in kernel @{self.op.kernel_name.data}: every remaining warpgroup "
+                 "waits for something no running warpgroup or copy can provide"]
+        for a in sorted(live, key=lambda a: a.aid):
+            op, what = a.blocked
+            lines.append(f"  {a.at(op)}: waits for {what}")
+        return "\n".join(lines)
+
+    # -- execution of an actor ------------------------------------------------------------
+
+    def _actor(self, a: Actor, env: dict) -> Generator:
+        objs = self.cta_objs[a.rank, a.cta]
+        for op in self.sched.block.ops:
+            if isinstance(op, (s.SmemAllocOp, s.MbarrierAllocOp)):
+                env[op.result] = objs[op.result]
+            elif isinstance(op, s.RoleOp):
+                first, count = op.first.data, op.warpgroups.data
+                last = first + (1 if op.single_thread is not None else count)
+                if first <= a.wg < last:
+                    a.role, a.role_wg = op.role.value, a.wg - first
+                    yield from self._block(a, op.block, env)
+                    a.role = None
+            else:
+                yield from self._op(a, op, env)
+
+    def _block(self, a: Actor, block: Block, env: dict, args: Sequence = ()) -> Generator:
+        for arg, v in zip(block.args, args):
+            env[arg] = v
+        for op in block.ops:
+            if isinstance(op, (s.YieldOp, scf.YieldOp)):
+                return [env[v] for v in op.operands]
+            yield from self._op(a, op, env)
+        return []
+
+    def _op(self, a: Actor, op: Operation, env: dict) -> Generator:
+        if isinstance(op, scf.ForOp):
+            carried = [env[v] for v in op.iter_args]
+            for i in range(env[op.lb], env[op.ub], env[op.step]):
+                carried = yield from self._block(a, op.body.blocks[0], env, [i, *carried])
+            for r, v in zip(op.results, carried):
+                env[r] = v
+            return
+        if isinstance(op, s.TileLoopOp):
+            yield from self._tile_loop(a, op, env)
+            return
+        if isinstance(op, s.MbarrierWaitOp):
+            yield from self._wait(a, op, env)
+            return
+        if isinstance(op, s.ClusterSyncOp):
+            yield from self._cluster_sync(a, op, env)
+            return
+        fn = _SIMPLE.get(type(op))
+        if fn is not None:
+            try:
+                switch = fn(self, a, op, env)
+            except InterpError:
+                raise
+            except Exception as e:  # a bad value in the IR, not a crash of ours
+                raise InterpError(f"{a.at(op)}: {type(e).__name__}: {e}") from e
+            if switch:
+                yield SWITCH
+        elif type(op) in _ARITH or type(op) in _BITS:
+            fn2 = _ARITH.get(type(op)) or _BITS[type(op)]
+            env[op.results[0]] = fn2(op, *[env[v] for v in op.operands])
+        elif isinstance(op, arith.ConstantOp):
+            env[op.result] = _constant(op)
+        else:
+            raise InterpError(f"{a.at(op)}: cannot be interpreted at the schedule level")
+
+    def _tile_loop(self, a: Actor, op: s.TileLoopOp, env: dict) -> Generator:
+        """Tiles cluster, cluster + clusters, ... in grouped order (TileLoopOp's doc)."""
+        cl, bm, bn, gm = self.cluster, op.bm.data, op.bn.data, op.group_m.data
+        num_m, num_n = -(-env[op.m] // bm), -(-env[op.n] // bn)
+        num_mc = -(-num_m // cl)
+        group = num_n * gm
+        carried = [env[v] for v in op.inits]
+        for tile in range(a.cta // cl, num_mc * num_n, self.ctas // cl):
+            g = tile // group
+            first = g * gm
+            gsz = min(num_mc - first, gm)
+            r = tile - g * group
+            mb = (first + r % gsz) * cl + a.cta % cl
+            carried = yield from self._block(a, op.block, env, [mb * bm, r // gsz * bn, *carried])
+        for res, v in zip(op.res, carried):
+            env[res] = v
+
+    # -- synchronization ------------------------------------------------------------------
+
+    def _bar(self, a: Actor, op, env, bars_v: SSAValue, index_v: SSAValue, cta: int | None = None):
+        bars = self.cta_objs[a.rank, a.cta if cta is None else cta][bars_v]
+        i = env[index_v]
+        if not 0 <= i < len(bars):
+            raise InterpError(f"{a.at(op)}: mbarrier index {i} is outside 0..{len(bars) - 1}")
+        return bars[i]
+
+    def _wait(self, a: Actor, op: s.MbarrierWaitOp, env: dict) -> Generator:
+        bar = self._bar(a, op, env, op.bars, op.index)
+        p = env[op.parity]
+        if p not in (0, 1):
+            raise InterpError(f"{a.at(op)}: parity {p} on {bar.name} (a parity is 0 or 1)")
+        seen = a.seen.get(bar.key, 0)
+        # the phase this wait means: the next one (from what this warpgroup has seen) whose
+        # completion leaves the barrier's current phase with parity != p
+        target = seen if seen % 2 == 1 - p else seen + 1
+        while bar.completed < target:
+            a.blocked = (op, f"phase {target - 1} of {bar.name} to complete (parity {p}); "
+                             f"{bar.status()}")
+            yield BLOCKED
+        a.blocked = None
+        if bar.completed > target:
+            raise InterpError(
+                f"{a.at(op)}: waits with parity {p} for the completion of phase {target - 1} of "
+                f"{bar.name}, but it has already completed {bar.completed} phases: this "
+                "warpgroup fell behind by a whole phase and the parity wait can never mean the "
+                "phase it wants (too many arrivals, or a wrong stage count / parity)")
+        a.seen[bar.key] = target
+        join(a.clock, bar.done_clock)
+
+    def _cluster_sync(self, a: Actor, op: s.ClusterSyncOp, env: dict) -> Generator:
+        key = (a.rank, a.cta // self.cluster)
+        st = self.syncs.setdefault(key, {"gen": 0, "arrived": set(), "clock": {}, "done": {}})
+        gen = st["gen"]
+        st["arrived"].add(a.aid)
+        join(st["clock"], a.clock)
+        self._try_release_sync(key)
+        while st["gen"] == gen:
+            a.blocked = (op, "every warpgroup of the cluster to reach a pks.cluster_sync")
+            yield BLOCKED
+        a.blocked = None
+        join(a.clock, st["done"])
+        a.clock[a.aid] += 1
+
+    def _try_release_sync(self, key) -> None:
+        st = self.syncs[key]
+        rank, cid = key
+        members = [x for x in self.actors if x.rank == rank and x.cta // self.cluster == cid
+                   and x.gen is not None and x.gen.gi_frame is not None]
+        if st["arrived"] and all(x.aid in st["arrived"] for x in members):
+            st["gen"] += 1
+            st["done"] = dict(st["clock"])
+            st["arrived"], st["clock"] = set(), {}
+            self.version += 1
+
+
+# ----------------------------------------------------------------------------------------
+# Ops that never block. Each returns True where other actors may now observe something.
+
+
+def _arrive(R: ScheduleRun, a: Actor, op: s.MbarrierArriveOp, env) -> bool:
+    if op.pred is not None and not env[op.pred]:
+        return False
+    tx = op.tx_bytes.data if op.tx_bytes is not None else 0
+    if op.all_ctas is not None and R.cluster > 1:
+        base = a.cta - a.cta % R.cluster
+        ctas = range(base, base + R.cluster)
+    else:
+        ctas = [a.cta]
+    for c in ctas:
+        R._bar(a, op, env, op.bars, op.index, c).arrive(a, op, tx)
+    a.clock[a.aid] += 1
+    R.version += 1
+    return True
+
+
+def _tma_load(R: ScheduleRun, a: Actor, op: s.TmaLoadOp, env) -> bool:
+    tm: Tmap = env[op.tmap]
+    coords = [env[c] for c in op.coords]
+    slot, off = env[op.slot], env[op.offset]
+    mc = op.multicast.data if op.multicast is not None else 0
+    if mc > 1 and mc != R.cluster:
+        raise InterpError(f"{a.at(op)}: multicast to {mc} CTAs in clusters of {R.cluster}")
+    base = a.cta - a.cta % R.cluster
+    ctas = range(base, base + R.cluster) if mc > 1 else [a.cta]
+    at = a.at(op)
+    targets = []
+    for c in ctas:
+        smem: Smem = R.cta_objs[a.rank, c][op.dst]
+        smem.check_range(at, slot, off, off + tm.box_bytes)
+        smem.check_write(a, at, slot, off, off + tm.box_bytes)
+        bar = R._bar(a, op, env, op.bars, op.bar, c)
+        rec = Write(off, off + tm.box_bytes, op, f"{at} at coordinates {coords}", pending=True)
+        smem.begin_write(slot, rec)
+        targets.append((smem, slot, rec, bar))
+    src = R.data[tm.buffer][a.rank]
+
+    def box() -> torch.Tensor:
+        out = torch.zeros(tm.box, dtype=tm.dtype)
+        bs, ts = tm.window(coords, src.shape)
+        out[ts] = src[bs]
+        return out
+
+    R.loads.append(TmaLoad(op, at, box, targets))
+    return True
+
+
+def _mma(R: ScheduleRun, a: Actor, op: s.MmaAsyncOp, env) -> bool:
+    acc: Acc = env[op.acc]
+    dt = _DTYPES[op.dtype.data]
+    at = a.at(op)
+    A: Smem = env[op.a]
+    B: Smem = env[op.b]
+    a_slot, a_row, b_slot = env[op.a_slot], env[op.a_row], env[op.b_slot]
+    a0, a1 = a_row * ROW_BYTES, (a_row + acc.rows) * ROW_BYTES
+    b1 = acc.cols * ROW_BYTES
+    A.check_range(at, a_slot, a0, a1)
+    B.check_range(at, b_slot, 0, b1)
+    A.check_read(a, at, a_slot, a0, a1, async_proxy=True)
+    B.check_read(a, at, b_slot, 0, b1, async_proxy=True)
+    av = A.bytes(a_slot, a0, a1).view(dt).view(acc.rows, 64)
+    bv = B.bytes(b_slot, 0, b1).view(dt)
+    if op.b_major.data == s.BMajor.K.value:
+        bt = bv.view(acc.cols, 64).t()                          # rows of B^T: [n][k]
+    else:
+        bt = bv.view(acc.cols // 64, 64, 64).permute(1, 0, 2).reshape(64, acc.cols)  # [nb][k][n]
+    prod = av.double() @ bt.double()
+    if env[op.accumulate]:
+        if acc.data is None:
+            raise InterpError(f"{at}: accumulates into an accumulator no MMA wrote")
+        acc.data = acc.data + prod
+    else:
+        acc.data = prod
+    acc.in_flight += 1
+    reads = []
+    for smem, slot, lo, hi in ((A, a_slot, a0, a1), (B, b_slot, 0, b1)):
+        rec = Read(lo, hi, op, at, a.aid, "MMA")
+        smem.add_read(slot, rec)
+        reads.append((smem, slot, rec))
+    a.mma_open.append(Mma(acc, reads))
+    return True
+
+
+def _mma_commit(R, a: Actor, op, env) -> bool:
+    a.mma_groups.append(a.mma_open)
+    a.mma_open = []
+    return False
+
+
+def _mma_wait(R, a: Actor, op: s.MmaWaitOp, env) -> bool:
+    while len(a.mma_groups) > op.pending.data:
+        for m in a.mma_groups.pop(0):
+            m.acc.in_flight -= 1
+            for _, _, rec in m.reads:
+                rec.epoch = a.epoch
+    return True
+
+
+def _acc_value(a: Actor, op, acc: Acc) -> torch.Tensor:
+    if acc.data is None:
+        raise InterpError(f"{a.at(op)}: reads an accumulator that no MMA wrote")
+    if acc.in_flight:
+        raise InterpError(f"{a.at(op)}: reads an accumulator while {acc.in_flight} MMAs on it "
+                          "are in flight (no pks.mma_wait completed them)")
+    return acc.data.float()                                  # the f32 accumulator
+
+
+def _acc_store_smem(R, a: Actor, op: s.AccStoreSmemOp, env) -> bool:
+    acc: Acc = env[op.acc]
+    sl, c, w = op.slice.data, op.col.data, op.width.data
+    piece = _acc_value(a, op, acc)[64 * sl:64 * (sl + 1), c:c + w].to(_DTYPES[op.dtype.data])
+    payload = piece.contiguous().view(-1).view(torch.uint8)
+    dst: Smem = env[op.dst]
+    slot, at = env[op.slot], a.at(op)
+    dst.check_range(at, slot, 0, payload.numel())
+    dst.check_write(a, at, slot, 0, payload.numel())
+    rec = Write(0, payload.numel(), op, at, actor=a.aid, epoch=a.epoch, fenced=False)
+    dst.finish_write(slot, rec, payload)
+    a.unfenced.append(rec)
+    return True
+
+
+def _fence(R, a: Actor, op, env) -> bool:
+    for rec in a.unfenced:
+        rec.fenced = True
+    a.unfenced = []
+    return False
+
+
+def _tma_store(R: ScheduleRun, a: Actor, op: s.TmaStoreOp, env) -> bool:
+    tm: Tmap = env[op.tmap]
+    src: Smem = env[op.src]
+    slot, at = env[op.slot], a.at(op)
+    coords = [env[c] for c in op.coords]
+    src.check_range(at, slot, 0, tm.box_bytes)
+    src.check_read(a, at, slot, 0, tm.box_bytes, async_proxy=True)
+    box = src.bytes(slot, 0, tm.box_bytes).view(tm.dtype).view(tm.box)
+    dst = R.data[tm.buffer][a.rank]
+    bs, ts = tm.window(coords, dst.shape)
+    if op.reduce is not None:
+        dst[bs] = (dst[bs].float() + box[ts].float()).to(dst.dtype)
+    else:
+        dst[bs] = box[ts]
+    rec = Read(0, tm.box_bytes, op, at, a.aid, "TMA store")
+    src.add_read(slot, rec)
+    a.bulk_open.append(rec)
+    return True
+
+
+def _bulk_commit(R, a: Actor, op, env) -> bool:
+    a.bulk_groups.append(a.bulk_open)
+    a.bulk_open = []
+    return False
+
+
+def _bulk_wait(R, a: Actor, op: s.BulkWaitOp, env) -> bool:
+    while len(a.bulk_groups) > op.pending.data:
+        for rec in a.bulk_groups.pop(0):
+            rec.epoch = a.epoch
+    return True
+
+
+def _acc_store_global(R: ScheduleRun, a: Actor, op: s.AccStoreGlobalOp, env) -> bool:
+    acc: Acc = env[op.acc]
+    val = _acc_value(a, op, acc)
+    dst = R.data[op.buffer][a.rank]
+    if dst.dim() != 2:
+        raise InterpError(f"{a.at(op)}: stores to a rank-{dst.dim()} buffer (needs a matrix)")
+    row, col = env[op.row], env[op.col]
+    rows, cols = min(env[op.rows], dst.shape[0]), min(env[op.cols], dst.shape[1])
+    r1, c1 = min(row + acc.rows, rows), min(col + acc.cols, cols)
+    if r1 > row and c1 > col:
+        dst[row:r1, col:c1] = val[:r1 - row, :c1 - col].to(dst.dtype)
+    return False
+
+
+def _acc_alloc(R, a: Actor, op: s.AccAllocOp, env) -> bool:
+    t = op.result.type
+    env[op.result] = Acc(t.rows.data, t.cols.data)
+    return False
+
+
+def _set(fn):
+    return lambda R, a, op, env: (env.__setitem__(op.result, fn(R, a)), False)[1]
+
+
+_SIMPLE = {
+    s.MbarrierArriveOp: _arrive,
+    s.TmaLoadOp: _tma_load,
+    s.MmaAsyncOp: _mma,
+    s.MmaCommitOp: _mma_commit,
+    s.MmaWaitOp: _mma_wait,
+    s.AccStoreSmemOp: _acc_store_smem,
+    s.FenceAsyncSharedOp: _fence,
+    s.TmaStoreOp: _tma_store,
+    s.BulkCommitOp: _bulk_commit,
+    s.BulkWaitOp: _bulk_wait,
+    s.AccStoreGlobalOp: _acc_store_global,
+    s.AccAllocOp: _acc_alloc,
+    s.WarpgroupBarrierOp: lambda R, a, op, env: False,   # a warpgroup is one actor
+    s.WarpgroupIndexOp: _set(lambda R, a: a.role_wg),
+    s.ClusterRankOp: _set(lambda R, a: a.cta % R.cluster),
+}
+
+
+def run_schedule(op: KernelOp, inputs: list[PerRank], world: int, seed: int = 0,
+                 ctas: int | None = None) -> list[PerRank]:
+    """Runs the scheduled kernel ``op`` on ``world`` ranks; ``inputs[i][r]`` is rank r's
+    i-th operand; returns ``outputs[i][r]``. ``seed`` 0 interleaves the warpgroups
+    round-robin, another seed in a random order drawn from it; ``ctas``: CTAs per rank."""
+    return ScheduleRun(op, inputs, world, seed, ctas).run()
