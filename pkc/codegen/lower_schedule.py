@@ -33,7 +33,8 @@ from pkc.codegen import ptx, ptx_sm90
 from pkc.codegen.abi import ScheduledKernelMeta, TmapArg, _ident
 from pkc.codegen.builder import Builder
 from pkc.codegen.errors import CodegenError
-from pkc.codegen.lower_schedule_mma import lower_acc_store_global, lower_acc_store_smem, lower_mma
+from pkc.codegen.lower_schedule_mma import (lower_acc_store_global, lower_acc_store_smem, lower_mma,
+                                             thread_geometry)
 from pkc.dialects import schedule as s
 from pkc.dialects.kernel import KernelOp
 
@@ -56,6 +57,11 @@ class Lowering:
     deadline: SSAValue | None = None
     tid: SSAValue | None = None
     role: s.RoleOp | None = None
+    # computed once in the entry block (dominating every use): the slot arrays' and
+    # mbarrier arrays' base addresses, and the thread's position
+    smem_base: dict[SSAValue, SSAValue] = field(default_factory=dict)
+    bar_base: dict[SSAValue, SSAValue] = field(default_factory=dict)
+    geo: dict[str, SSAValue] = field(default_factory=dict)
 
     def v(self, x: SSAValue) -> SSAValue:
         try:
@@ -68,7 +74,7 @@ class Lowering:
         """Shared address of ``slot`` of ``smem`` (+ ``extra`` bytes)."""
         b = self.b
         t = smem.type
-        base = b.add32(self.sbase, self.smem_offset[smem])
+        base = self.smem_base[smem]
         addr = b.r(ptx.FmaOp(self.v(slot), b.u32(t.bytes.data), base, "u32", "mad.lo"))
         if isinstance(extra, int):
             return b.add32(addr, extra) if extra else addr
@@ -76,18 +82,17 @@ class Lowering:
 
     def bar_addr(self, bars: SSAValue, index: SSAValue) -> SSAValue:
         b = self.b
-        base = b.add32(self.sbase, self.bar_offset[bars])
-        return b.r(ptx.FmaOp(self.v(index), b.u32(8), base, "u32", "mad.lo"))
+        return b.r(ptx.FmaOp(self.v(index), b.u32(8), self.bar_base[bars], "u32", "mad.lo"))
 
-    # thread geometry, recomputed where used (ptxas shares them)
     def warpgroup(self) -> SSAValue:
-        return self.b.bin("shr", "u32", self.tid, 7)
+        return self.geo["warpgroup"]
 
     def lane_in_wg(self) -> SSAValue:
-        return self.b.bin("and", "b32", self.tid, 127)
+        return self.geo["lane_in_wg"]
 
     def lead(self) -> SSAValue:
-        return self.b.setp("eq", "u32", self.lane_in_wg(), 0)
+        """True on the first thread of each warpgroup."""
+        return self.geo["lead"]
 
 
 def lower_scheduled_kernel(kop: KernelOp, target: str, entry_name: str
@@ -160,6 +165,14 @@ def _setup(L: Lowering) -> int:
     base = b.r(ptx.SmemBaseOp())
     base = b.add32(base, SMEM_ALIGN - 1)
     L.sbase = b.bin("and", "b32", base, b.imm(-SMEM_ALIGN & 0xFFFFFFFF, "b32"))
+    for v, o in L.smem_offset.items():
+        L.smem_base[v] = b.add32(L.sbase, o)
+    for v, o in L.bar_offset.items():
+        L.bar_base[v] = b.add32(L.sbase, o)
+    L.geo["warpgroup"] = b.bin("shr", "u32", L.tid, 7)
+    L.geo["lane_in_wg"] = b.bin("and", "b32", L.tid, 127)
+    L.geo["lead"] = b.setp("eq", "u32", L.geo["lane_in_wg"], 0)
+    thread_geometry(L, {op.width.data for op in sched.walk() if isinstance(op, s.AccStoreSmemOp)})
     if sched.timeout_ns.data:
         now = b.sreg("%globaltimer")
         L.deadline = b.bin("add", "u64", now, sched.timeout_ns.data)
@@ -268,8 +281,10 @@ def _yield(L: Lowering, op: s.YieldOp | scf.YieldOp) -> None:
 
 def _scf_for(L: Lowering, op: scf.ForOp) -> None:
     b = L.b
+    lb, ub = _const(op.lb), _const(op.ub)
+    once = lb is not None and ub is not None and lb < ub
     loop, body = b.for_carried(L.v(op.lb), L.v(op.ub), L.v(op.step),
-                               [L.v(x) for x in op.iter_args], "s32")
+                               [L.v(x) for x in op.iter_args], "s32", at_least_once=once)
     for a, r in zip(op.body.block.args, body.args):
         L.vals[a] = r
     with b.at(body):
@@ -327,6 +342,10 @@ def _tma_load(L: Lowering, op: s.TmaLoadOp) -> None:
     if op.multicast is not None and op.multicast.data > 1:
         mask = b.imm((1 << op.multicast.data) - 1, "b16")
     b.add(ptx_sm90.TmaLoadOp(dst, L.v(op.tmap), [L.v(c) for c in op.coords], bar, mask))
+
+
+def _tma_prefetch(L: Lowering, op: s.TmaPrefetchOp) -> None:
+    L.b.add(ptx_sm90.PrefetchTensormapOp(L.v(op.tmap)))
 
 
 def _tma_store(L: Lowering, op: s.TmaStoreOp) -> None:
@@ -398,7 +417,7 @@ _LOWERINGS = {
     s.SmemAllocOp: _no_code, s.MbarrierAllocOp: _no_code, s.MbarrierWaitOp: _mbarrier_wait,
     s.MbarrierArriveOp: _mbarrier_arrive, s.WarpgroupBarrierOp: _warpgroup_barrier,
     s.FenceAsyncSharedOp: _fence_async, s.ClusterSyncOp: _cluster_sync, s.TmaLoadOp: _tma_load,
-    s.TmaStoreOp: _tma_store, s.BulkCommitOp: _bulk_commit, s.BulkWaitOp: _bulk_wait,
+    s.TmaStoreOp: _tma_store, s.TmaPrefetchOp: _tma_prefetch, s.BulkCommitOp: _bulk_commit, s.BulkWaitOp: _bulk_wait,
     s.AccAllocOp: _acc_alloc, s.MmaCommitOp: _mma_commit, s.MmaWaitOp: _mma_wait,
     arith.ConstantOp: _arith_const, arith.CmpiOp: _arith_cmp, arith.SelectOp: _arith_select,
     **{cls: _arith_bin for cls in _BIN},

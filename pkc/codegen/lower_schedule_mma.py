@@ -66,7 +66,7 @@ def lower_mma(L: "Lowering", op) -> None:
             aoff = mi * 64 * ROW_BYTES + k * 32
             dak = b.bin("add", "s64", da, aoff >> 4) if aoff else da
             b.add(ptx_sm90.WgmmaOp(frag, dak, dbk, n, op.dtype.data, int(n_major),
-                                   scale if k == 0 else None))
+                                   scale if k == 0 else None, first=mi * n // 2))
 
 
 def _frag_pair(L: "Lowering", op, mi: int, q: int):
@@ -78,13 +78,23 @@ def _frag_pair(L: "Lowering", op, mi: int, q: int):
     return b.r(ptx_sm90.CvtPackOp(op.dtype.data, lo, hi))
 
 
-def _thread_row(L: "Lowering"):
-    """Row of the thread's first fragment in a 64-row slice (16 w + l / 4), and l % 4."""
-    b = L.b
+def thread_geometry(L: "Lowering", widths: set[int]) -> None:
+    """Once per kernel (entry block): the thread's fragment row in a 64-row slice
+    (16 w + l / 4) and l % 4, and for each epilogue piece width its two rows' byte offsets
+    in a swizzled 64 x width box and their swizzle XOR terms."""
+    b, g = L.b, L.geo
     lane = b.bin("and", "b32", L.tid, 31)
     warp = b.bin("shr", "u32", L.lane_in_wg(), 5)
-    r0 = b.add32(b.bin("shl", "b32", warp, 4), b.bin("shr", "u32", lane, 2))
-    return r0, b.bin("and", "b32", lane, 3)
+    g["row"] = b.add32(b.bin("shl", "b32", warp, 4), b.bin("shr", "u32", lane, 2))
+    g["quad"] = b.bin("and", "b32", lane, 3)
+    col_bytes = b.bin("shl", "b32", g["quad"], 2)
+    for w in sorted(widths):
+        rowb = 2 * w
+        for i in range(2):
+            ro = b.mul32(b.add32(g["row"], 8 * i), rowb)
+            g[f"xor{w}_{i}"] = b.bin("shl", "b32", b.bin("and", "b32", b.bin("shr", "u32", ro, 7),
+                                                        _SWIZZLE_MASK[rowb]), 4)
+            g[f"off{w}_{i}"] = b.add32(ro, col_bytes)
 
 
 def lower_acc_store_smem(L: "Lowering", op) -> None:
@@ -92,15 +102,10 @@ def lower_acc_store_smem(L: "Lowering", op) -> None:
     index of a row is XORed with the row's position in the swizzle period."""
     b = L.b
     w = op.width.data
-    rowb = 2 * w
-    mask = _SWIZZLE_MASK[rowb]
     buf = L.slot_addr(op.dst, op.slot)
-    r0, quad = _thread_row(L)
-    col_bytes = b.bin("shl", "b32", quad, 2)
     for i in range(2):
-        ro = b.mul32(b.add32(r0, 8 * i), rowb)
-        xo = b.bin("shl", "b32", b.bin("and", "b32", b.bin("shr", "u32", ro, 7), mask), 4)
-        row_addr = b.add32(b.add32(buf, ro), col_bytes)
+        xo = L.geo[f"xor{w}_{i}"]
+        row_addr = b.add32(buf, L.geo[f"off{w}_{i}"])
         for jj in range(w // 8):
             j = op.col.data // 8 + jj
             v = _frag_pair(L, op, op.slice.data, 4 * j + 2 * i)
@@ -113,7 +118,7 @@ def lower_acc_store_global(L: "Lowering", op) -> None:
     b = L.b
     acc = op.acc.type
     slices, n = acc.rows.data // 64, acc.cols.data
-    r0, quad = _thread_row(L)
+    r0, quad = L.geo["row"], L.geo["quad"]
     rows, cols = L.v(op.rows), L.v(op.cols)
     col = b.add32(L.v(op.col), b.bin("shl", "b32", quad, 1))
     crem = b.bin("sub", "s32", cols, col)

@@ -99,9 +99,11 @@ class _Printer:
             self.emit(f"mov.{_mov_type(arg)} {n(arg)}, {n(init)};")
         head, end = n.label("for"), n.label("endfor")
         p = n.fresh("pred")
+        bottom = op.at_least_once is not None
         self.emit(f"{head}:")
-        self.emit(f"setp.ge.{t} {p}, {ivn}, {n(op.ub)};")
-        self.emit(f"@{p} bra {end};")
+        if not bottom:
+            self.emit(f"setp.ge.{t} {p}, {ivn}, {n(op.ub)};")
+            self.emit(f"@{p} bra {end};")
         self.depth += 1
         self.block(op.block)
         term = op.block.last_op
@@ -115,7 +117,11 @@ class _Printer:
         for arg, tmp in zip(carried, temps):
             self.emit(f"mov.{_mov_type(arg)} {n(arg)}, {tmp};")
         self.emit(f"add.{t} {ivn}, {ivn}, {n(op.step)};")
-        self.emit(f"bra {head};")
+        if bottom:
+            self.emit(f"setp.lt.{t} {p}, {ivn}, {n(op.ub)};")
+            self.emit(f"@{p} bra {head};")
+        else:
+            self.emit(f"bra {head};")
         self.depth -= 1
         self.emit(f"{end}:")
 

@@ -196,16 +196,20 @@ class ForOp(IRDLOperation):
     step = operand_def(RegType)
     inits = var_operand_def(RegType)
     type = attr_def(StringAttr)
+    at_least_once = opt_attr_def(IntAttr)   # the caller knows lb < ub: test at the bottom
     res = var_result_def(RegType)
     body = region_def("single_block")
 
     def __init__(self, lb: SSAValue, ub: SSAValue, step: SSAValue, inits: Sequence[SSAValue],
-                 type: str = "s64"):
+                 type: str = "s64", at_least_once: bool = False):
         iv_kind = reg_kind(lb)
         block = Block(arg_types=[RegType(iv_kind), *[v.type for v in inits]])
+        attrs = {"type": StringAttr(type)}
+        if at_least_once:
+            attrs["at_least_once"] = IntAttr(1)
         super().__init__(operands=[lb, ub, step, list(inits)],
                          result_types=[[v.type for v in inits]],
-                         regions=[Region(block)], attributes={"type": StringAttr(type)})
+                         regions=[Region(block)], attributes=attrs)
 
     @property
     def block(self) -> Block:

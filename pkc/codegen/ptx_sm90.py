@@ -123,28 +123,30 @@ class WgmmaOp(Inst):
     n = attr_def(IntAttr)
     dtype = attr_def(StringAttr)
     trans_b = attr_def(IntAttr)
+    first = attr_def(IntAttr)      # the slice's first register in the block
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     def __init__(self, acc: SSAValue, desc_a: SSAValue, desc_b: SSAValue, n: int, dtype: str,
-                 trans_b: int = 0, scale_d: SSAValue | None = None):
+                 trans_b: int = 0, scale_d: SSAValue | None = None, first: int = 0):
         super().__init__(operands=[acc, desc_a, desc_b, [scale_d] if scale_d else []],
                          attributes={"n": IntAttr(n), "dtype": StringAttr(dtype),
-                                     "trans_b": IntAttr(trans_b)})
+                                     "trans_b": IntAttr(trans_b), "first": IntAttr(first)})
 
     def verify_(self) -> None:
-        n = self.n.data
+        n, first, size = self.n.data, self.first.data, self.acc.type.size.data
         if n not in WGMMA_N:
             raise VerifyException(f"'ptx.wgmma' n = {n}: must be a multiple of 8 in 8..256")
-        if self.acc.type.size.data != n // 2:
-            raise VerifyException(f"'ptx.wgmma' m64n{n} needs !ptx.frag<{n // 2}>, got "
-                                  f"!ptx.frag<{self.acc.type.size.data}>")
+        if first < 0 or first + n // 2 > size:
+            raise VerifyException(f"'ptx.wgmma' m64n{n} at register {first} needs {n // 2} "
+                                  f"registers of !ptx.frag<{size}>")
         if self.dtype.data not in MMA_DTYPES:
             raise VerifyException(f"'ptx.wgmma' dtype {self.dtype.data!r} not in {MMA_DTYPES}")
 
     def render(self, n: Names) -> list[str]:
         N, t = self.n.data, self.dtype.data
         base = n.frag(self.acc)
-        accs = ", ".join(f"{base}{i}" for i in range(N // 2))
+        f = self.first.data
+        accs = ", ".join(f"{base}{i}" for i in range(f, f + N // 2))
         scale = n(self.scale_d) if self.scale_d is not None else "1"
         return [f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{t}.{t} {{{accs}}}, "
                 f"{n(self.desc_a)}, {n(self.desc_b)}, {scale}, 1, 1, 0, {self.trans_b.data};"]

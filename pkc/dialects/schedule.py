@@ -541,6 +541,17 @@ class TmaLoadOp(IRDLOperation):
 
 
 @irdl_op_definition
+class TmaPrefetchOp(IRDLOperation):
+    """Bring ``tmap``'s descriptor into the cache before its first copy."""
+
+    name = "pks.tma_prefetch"
+    tmap = operand_def(TmapType)
+
+    def __init__(self, tmap: SSAValue):
+        super().__init__(operands=[tmap])
+
+
+@irdl_op_definition
 class TmaStoreOp(IRDLOperation):
     """A TMA store (``reduce`` = "add": reduce-add) of slot ``slot`` of ``src`` to
     ``tmap``'s box at ``coords``, issued by the warpgroup's first thread into its bulk
@@ -725,7 +736,7 @@ class AccStoreGlobalOp(IRDLOperation):
 SCHEDULE_OPS = [
     YieldOp, ScheduleOp, RoleOp, WarpgroupIndexOp, ClusterRankOp, TileLoopOp, TmapOp, SmemAllocOp,
     MbarrierAllocOp, MbarrierWaitOp, MbarrierArriveOp, WarpgroupBarrierOp, FenceAsyncSharedOp,
-    ClusterSyncOp, TmaLoadOp, TmaStoreOp, BulkCommitOp, BulkWaitOp, AccAllocOp, MmaAsyncOp,
+    ClusterSyncOp, TmaLoadOp, TmaPrefetchOp, TmaStoreOp, BulkCommitOp, BulkWaitOp, AccAllocOp, MmaAsyncOp,
     MmaCommitOp, MmaWaitOp, AccStoreSmemOp, AccStoreGlobalOp,
 ]
 SCHEDULE_TYPES = [TmapType, SmemType, MbarriersType, AccType]

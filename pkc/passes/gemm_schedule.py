@@ -118,6 +118,8 @@ def build_gemm(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: in
 def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty) -> None:
     role = o.add(s.RoleOp(s.RoleKind.PRODUCER, 0, 1, cfg.producer_regs, single_thread=True))
     r = _Ops(role.block)
+    r.add(s.TmaPrefetchOp(tA))
+    r.add(s.TmaPrefetchOp(tB))
     M, N, K = (r.c(d) for d in dims)
     rank = r.add(s.ClusterRankOp()).result
     zero, one = r.c(0), r.c(1)
@@ -125,26 +127,28 @@ def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty) -
     loop = r.add(s.TileLoopOp(M, N, [zero, zero], cfg.bm, cfg.bn, cfg.group_m))
     t = _Ops(loop.block)
     m0, n0, stage, phase = loop.block.args
+    mc = cfg.cluster_m if cfg.cluster_m > 1 else 0
+    # where this CTA's part of the B tile goes and comes from (loop-invariant over k)
+    if cfg.b_layout == "nk":
+        rows = cfg.bn // cfg.cluster_m          # rows of B this CTA loads
+        b_parts = [(t.bin(arith.MuliOp, rank, rows * ROW_BYTES),
+                    t.bin(arith.AddiOp, t.bin(arith.MuliOp, rank, rows), n0))]
+    else:
+        blocks = cfg.bn // 64 // cfg.cluster_m   # 64-column boxes this CTA loads
+        b_parts = [(t.bin(arith.AddiOp, t.bin(arith.MuliOp, rank, blocks * 64 * ROW_BYTES),
+                          j * 64 * ROW_BYTES),
+                    t.bin(arith.AddiOp, t.bin(arith.AddiOp, t.bin(arith.MuliOp, rank, blocks * 64),
+                                                n0), j * 64))
+                   for j in range(blocks)]
     kloop, k, kb, (ks, kph) = _for(t, zero, num_kb, one, [stage, phase])
     parity = k.bin(arith.XOrIOp, kph, 1)
     k.add(s.MbarrierWaitOp(empty, ks, parity))
     k.add(s.MbarrierArriveOp(full, ks, tx_bytes=cfg.stage_bytes))
     kc = k.bin(arith.MuliOp, kb, BK)
     k.add(s.TmaLoadOp(tA, [kc, m0], a_st, ks, k.c(0), full, ks))
-    mc = cfg.cluster_m if cfg.cluster_m > 1 else 0
-    if cfg.b_layout == "nk":
-        rows = cfg.bn // cfg.cluster_m          # rows of B this CTA loads
-        off = k.bin(arith.MuliOp, rank, rows * ROW_BYTES)
-        n = k.bin(arith.AddiOp, k.bin(arith.MuliOp, rank, rows), n0)
-        k.add(s.TmaLoadOp(tB, [kc, n], b_st, ks, off, full, ks, multicast=mc))
-    else:
-        blocks = cfg.bn // 64 // cfg.cluster_m   # 64-column boxes this CTA loads
-        for j in range(blocks):
-            off = k.bin(arith.AddiOp, k.bin(arith.MuliOp, rank, blocks * 64 * ROW_BYTES),
-                        j * 64 * ROW_BYTES)
-            n = k.bin(arith.AddiOp, k.bin(arith.AddiOp, k.bin(arith.MuliOp, rank, blocks * 64), n0),
-                      j * 64)
-            k.add(s.TmaLoadOp(tB, [n, kc], b_st, ks, off, full, ks, multicast=mc))
+    for off, n in b_parts:
+        coords = [kc, n] if cfg.b_layout == "nk" else [n, kc]
+        k.add(s.TmaLoadOp(tB, coords, b_st, ks, off, full, ks, multicast=mc))
     k.add(scf.YieldOp(*k.advance(ks, kph, cfg.stages)))
     t.add(s.YieldOp(list(kloop.results)))
     r.add(s.YieldOp())
