@@ -1290,6 +1290,34 @@ def _shard_dim_alltoall(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
 
 
 # ====================================================================================
+# Fused attention: the CUDA kernels' ops return bookkeeping scalars (max_q, max_k: ints)
+# besides the output, which an opaque op cannot carry. Forward graphs use only the output:
+# keep the user-level op, which returns just that and picks the same kernel when it runs.
+
+_SDPA_KERNELS = [_op("aten", "_scaled_dot_product_flash_attention"),
+                 _op("aten", "_scaled_dot_product_efficient_attention"),
+                 _op("aten", "_scaled_dot_product_cudnn_attention")]
+
+
+@_handles(*_SDPA_KERNELS)
+def _sdpa_kernel(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
+    if any(u.target is not operator.getitem or (u.args[1] != 0 and u.users) for u in n.users):
+        raise _Unsupported("more than the attention output is used")
+    mask = a.get("attn_bias")
+    args = [a["query"], a["key"], a["value"]]
+    kwargs = {"attn_mask": mask, "dropout_p": float(a.get("dropout_p") or 0.0),
+              "is_causal": bool(a.get("is_causal")), "scale": a.get("scale")}
+    tensors, spec = encode_call(args, kwargs)
+    operands = [im.value(t) for t in tensors]
+    val = n.meta["val"][0]
+    op = im.emit(g.OpaqueOp("aten::scaled_dot_product_attention", operands, spec,
+                            [im.tensor_type(val, n)]))
+    name = str(n.target)
+    im.not_compiled[name] = im.not_compiled.get(name, 0) + 1
+    return (op.results[0],) + (None,) * (len(n.meta["val"]) - 1)
+
+
+# ====================================================================================
 # Clean-up after import
 
 
