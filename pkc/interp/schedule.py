@@ -39,7 +39,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from pkc.dialects import schedule as s
 from pkc.dialects.kernel import KernelOp
 from pkc.dialects.types import BufferType
-from pkc.interp.kernel import _ARITH, _constant
+from pkc.interp.kernel import _ARITH, _cmpi, _constant
 from pkc.interp.schedule_state import (
     Acc,
     Actor,
@@ -113,7 +113,9 @@ class Tmap:
 class ScheduleRun:
     def __init__(self, op: KernelOp, inputs: list[PerRank], world: int, seed: int,
                  ctas: int | None):
-        if op.world_size != world:
+        # The schedule level has no cross-rank op yet: a kernel written for one rank (what
+        # schedule-matmul writes) runs on every rank on its own.
+        if op.world_size not in (1, world):
             raise InterpError(f"{where(op)} @{op.kernel_name.data} is written for a world of "
                               f"{op.world_size} ranks, but the interpreter runs {world}")
         self.op, self.world, self.sched = op, world, op.schedule()
@@ -123,6 +125,7 @@ class ScheduleRun:
         self.ctas = self._grid(ctas)
         self.version = 0
         self.steps = 0
+        self._compiled: dict[int, list[tuple]] = {}
         self.loads: list[TmaLoad] = []
         n_in = len(op.inputs)
         self.data: dict[SSAValue, PerRank] = {}
@@ -268,63 +271,61 @@ class ScheduleRun:
     # -- execution of an actor ------------------------------------------------------------
 
     def _actor(self, a: Actor, env: dict) -> Generator:
-        objs = self.cta_objs[a.rank, a.cta]
-        for op in self.sched.block.ops:
-            if isinstance(op, (s.SmemAllocOp, s.MbarrierAllocOp)):
-                env[op.result] = objs[op.result]
-            elif isinstance(op, s.RoleOp):
-                first, count = op.first.data, op.warpgroups.data
-                last = first + (1 if op.single_thread is not None else count)
-                if first <= a.wg < last:
-                    a.role, a.role_wg = op.role.value, a.wg - first
-                    yield from self._block(a, op.block, env)
-                    a.role = None
-            else:
-                yield from self._op(a, op, env)
+        yield from self._block(a, self.sched.block, env)
+
+    def _alloc(self, a: Actor, op: s.SmemAllocOp | s.MbarrierAllocOp, env: dict) -> Generator:
+        env[op.result] = self.cta_objs[a.rank, a.cta][op.result]    # one per CTA, shared
+        yield from ()
+
+    def _role(self, a: Actor, op: s.RoleOp, env: dict) -> Generator:
+        first, count = op.first.data, op.warpgroups.data
+        last = first + (1 if op.single_thread is not None else count)
+        if first <= a.wg < last:
+            a.role, a.role_wg = op.role.value, a.wg - first
+            yield from self._block(a, op.block, env)
+            a.role = None
 
     def _block(self, a: Actor, block: Block, env: dict, args: Sequence = ()) -> Generator:
         for arg, v in zip(block.args, args):
             env[arg] = v
-        for op in block.ops:
-            if isinstance(op, (s.YieldOp, scf.YieldOp)):
-                return [env[v] for v in op.operands]
-            yield from self._op(a, op, env)
+        for kind, op, fn, operands, result in self._steps(block):
+            if kind is _PURE:
+                env[result] = fn(*[env[v] for v in operands])
+            elif kind is _CONST:
+                env[result] = fn
+            elif kind is _SIMPLE_OP:
+                try:
+                    switch = fn(self, a, op, env)
+                except InterpError:
+                    raise
+                except Exception as e:  # a bad value in the IR, not a crash of ours
+                    raise InterpError(f"{a.at(op)}: {type(e).__name__}: {e}") from e
+                if switch:
+                    yield SWITCH
+            elif kind is _GEN:
+                yield from fn(self, a, op, env)
+            elif kind is _END:
+                return [env[v] for v in operands]
+            else:
+                raise InterpError(f"{a.at(op)}: cannot be interpreted at the schedule level")
         return []
 
-    def _op(self, a: Actor, op: Operation, env: dict) -> Generator:
-        if isinstance(op, scf.ForOp):
-            carried = [env[v] for v in op.iter_args]
-            for i in range(env[op.lb], env[op.ub], env[op.step]):
-                carried = yield from self._block(a, op.body.blocks[0], env, [i, *carried])
-            for r, v in zip(op.results, carried):
-                env[r] = v
-            return
-        if isinstance(op, s.TileLoopOp):
-            yield from self._tile_loop(a, op, env)
-            return
-        if isinstance(op, s.MbarrierWaitOp):
-            yield from self._wait(a, op, env)
-            return
-        if isinstance(op, s.ClusterSyncOp):
-            yield from self._cluster_sync(a, op, env)
-            return
-        fn = _SIMPLE.get(type(op))
-        if fn is not None:
-            try:
-                switch = fn(self, a, op, env)
-            except InterpError:
-                raise
-            except Exception as e:  # a bad value in the IR, not a crash of ours
-                raise InterpError(f"{a.at(op)}: {type(e).__name__}: {e}") from e
-            if switch:
-                yield SWITCH
-        elif type(op) in _ARITH or type(op) in _BITS:
-            fn2 = _ARITH.get(type(op)) or _BITS[type(op)]
-            env[op.results[0]] = fn2(op, *[env[v] for v in op.operands])
-        elif isinstance(op, arith.ConstantOp):
-            env[op.result] = _constant(op)
-        else:
-            raise InterpError(f"{a.at(op)}: cannot be interpreted at the schedule level")
+    def _steps(self, block: Block) -> list[tuple]:
+        """The block's ops, each with its handler and operands looked up once (reading
+        xDSL's operand properties per execution is most of an interpreter's time)."""
+        steps = self._compiled.get(id(block))
+        if steps is None:
+            steps = [_step(op) for op in block.ops]
+            self._compiled[id(block)] = steps
+        return steps
+
+    def _for(self, a: Actor, op: scf.ForOp, env: dict) -> Generator:
+        carried = [env[v] for v in op.iter_args]
+        body = op.body.blocks[0]
+        for i in range(env[op.lb], env[op.ub], env[op.step]):
+            carried = yield from self._block(a, body, env, [i, *carried])
+        for r, v in zip(op.results, carried):
+            env[r] = v
 
     def _tile_loop(self, a: Actor, op: s.TileLoopOp, env: dict) -> Generator:
         """Tiles cluster, cluster + clusters, ... in grouped order (TileLoopOp's doc)."""
@@ -587,6 +588,38 @@ def _acc_alloc(R, a: Actor, op: s.AccAllocOp, env) -> bool:
     return False
 
 
+_END, _PURE, _CONST, _SIMPLE_OP, _GEN, _UNKNOWN = range(6)
+_GENERATORS = {
+    scf.ForOp: ScheduleRun._for,
+    s.TileLoopOp: ScheduleRun._tile_loop,
+    s.MbarrierWaitOp: ScheduleRun._wait,
+    s.ClusterSyncOp: ScheduleRun._cluster_sync,
+    s.RoleOp: ScheduleRun._role,
+    s.SmemAllocOp: ScheduleRun._alloc,
+    s.MbarrierAllocOp: ScheduleRun._alloc,
+}
+
+
+def _step(op: Operation) -> tuple:
+    """(kind, op, handler or value, operands, result) of one op."""
+    t = type(op)
+    if t in (s.YieldOp, scf.YieldOp):
+        return (_END, op, None, tuple(op.operands), None)
+    if t in _GENERATORS:
+        return (_GEN, op, _GENERATORS[t], None, None)
+    if t in _SIMPLE:
+        return (_SIMPLE_OP, op, _SIMPLE[t], None, None)
+    if t is arith.ConstantOp:
+        return (_CONST, op, _constant(op), None, op.result)
+    if t is arith.CmpiOp:
+        pred = op.predicate.value.data
+        return (_PURE, op, lambda x, y: _cmpi(pred, x, y), tuple(op.operands), op.results[0])
+    fn = _ARITH.get(t) or _BITS.get(t)
+    if fn is not None:
+        return (_PURE, op, lambda *xs: fn(op, *xs), tuple(op.operands), op.results[0])
+    return (_UNKNOWN, op, None, None, None)
+
+
 def _set(fn):
     return lambda R, a, op, env: (env.__setitem__(op.result, fn(R, a)), False)[1]
 
@@ -605,6 +638,7 @@ _SIMPLE = {
     s.AccStoreGlobalOp: _acc_store_global,
     s.AccAllocOp: _acc_alloc,
     s.WarpgroupBarrierOp: lambda R, a, op, env: False,   # a warpgroup is one actor
+    s.TmaPrefetchOp: lambda R, a, op, env: False,        # a cache hint
     s.WarpgroupIndexOp: _set(lambda R, a: a.role_wg),
     s.ClusterRankOp: _set(lambda R, a: a.cta % R.cluster),
 }
@@ -615,4 +649,11 @@ def run_schedule(op: KernelOp, inputs: list[PerRank], world: int, seed: int = 0,
     """Runs the scheduled kernel ``op`` on ``world`` ranks; ``inputs[i][r]`` is rank r's
     i-th operand; returns ``outputs[i][r]``. ``seed`` 0 interleaves the warpgroups
     round-robin, another seed in a random order drawn from it; ``ctas``: CTAs per rank."""
-    return ScheduleRun(op, inputs, world, seed, ctas).run()
+    # The MMAs are small: torch's intra-op threads only contend for the cores (on a busy
+    # 2-core machine, 5x slower), so the run uses one and gives the setting back.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return ScheduleRun(op, inputs, world, seed, ctas).run()
+    finally:
+        torch.set_num_threads(threads)
