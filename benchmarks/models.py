@@ -72,20 +72,36 @@ class Case:
 
 
 def all_cases(tp: int = 8, modes=("default",)) -> list[Case]:
-    """Every case, in priority order: bf16 before f32, the issue's 70B MLP at T = 4096
-    first, then T = 4096 and decode T = 1 of every layer, then the other token counts."""
-    out = []
-    order_t = (4096, 1, 512, 16, 8192, 64)
+    """Every case once, in priority order (a run with a time budget gets the most telling
+    first): the issue's 70B MLP at T = 4096; bf16 at T = 4096 and decode T = 1 of every
+    layer; CUDA graphs at T = 1 (if asked for); f32 of the 8B MLP and decoder at T = 512
+    and 1; then the other token counts, then everything else."""
+    every = []
     for dtype in DTYPES:
         for mode in modes:
-            for t in order_t:
+            for t in PREFILL + DECODE:
                 for model in ARCHS:
                     for layer in LAYERS:
                         if mode != "default" and t not in DECODE:
                             continue        # CUDA graphs matter where the host dominates
-                        out.append(Case(model, layer, t, dtype, tp, mode))
-    first = Case("llama3-70b", "mlp", 4096, "bf16", tp)
-    return [first] + [c for c in out if c != first]
+                        every.append(Case(model, layer, t, dtype, tp, mode))
+
+    def pick(**want):
+        return [c for c in every if all(
+            getattr(c, k) in v if isinstance(v, tuple) else getattr(c, k) == v for k, v in want.items())]
+    tiers = [
+        pick(model="llama3-70b", layer="mlp", tokens=4096, dtype="bf16", mode="default"),
+        pick(dtype="bf16", mode="default", tokens=(4096, 1)),
+        pick(dtype="bf16", mode="reduce-overhead", tokens=1),
+        pick(dtype="f32", mode="default", model="llama3-8b", layer=("mlp", "decoder"), tokens=(512, 1)),
+        pick(dtype="bf16", mode="default", tokens=(512, 16)),
+        pick(dtype="bf16", mode="default", tokens=(8192, 64)),
+        every,
+    ]
+    out: list[Case] = []
+    for tier in tiers:
+        out += [c for c in tier if c not in out]
+    return out
 
 
 # ---------------------------------------------------------------------- the layers
@@ -314,6 +330,42 @@ def default_out() -> str:
     return os.path.join(here, "results", f"{name}_{datetime.date.today().isoformat()}")
 
 
+def probe(label_words: str, device: str) -> dict:
+    """One process's compile of one case with pkc's backend: the first call's time (capture,
+    passes or the disk cache, Inductor) - run twice with the same cache folders to see a
+    cold and a warm compile."""
+    import torch
+
+    import pkc
+
+    case = next(c for c in all_cases() if all(w in c.label for w in label_words.split()))
+    m, x = build(case, device=device)
+    be = pkc.backend(pipeline="default")
+    cm = torch.compile(m, backend=be, fullgraph=True, dynamic=False)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        y = cm(x)
+        if device != "cpu":
+            torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    with torch.no_grad():
+        err = ((y.float() - m(x).float()).abs().max() / m(x).float().abs().max()).item()
+    return {"label": case.label, "device": device, "first_call_s": first,
+            "compile": be.compile_times[-1], "max_err_rel": err}
+
+
+def _init_group(device: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+    if device == "cpu":
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    else:
+        dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--list", action="store_true", help="print the cases and exit (no GPU needed)")
@@ -324,7 +376,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=0, help="start no case after this many seconds")
     ap.add_argument("--iters", type=int, default=24)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--probe", default="", help="time one process's compile of the first case "
+                    "whose label has these words (JSON on stdout)")
+    ap.add_argument("--device", default="cuda", help="for --probe: cuda or cpu")
     args = ap.parse_args(argv)
+    if args.probe:
+        _init_group(args.device)
+        print(json.dumps(probe(args.probe, args.device)))
+        return 0
     cases = all_cases(args.tp, tuple(args.modes.split(",")))
     if args.only:
         words = args.only.split()
@@ -346,9 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     torch._dynamo.config.cache_size_limit = 1024
     if hasattr(torch._dynamo.config, "recompile_limit"):
         torch._dynamo.config.recompile_limit = 1024
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29533")
-    dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    _init_group("cuda")
     out = args.out or default_out()
     os.makedirs(out, exist_ok=True)
     rows, left = [], []

@@ -152,8 +152,8 @@ class CompiledProgram:
             out.append(args)
         return out
 
-    def run_simulated(self, per_rank_inputs: Sequence[Any], params: Params | None = None
-                      ) -> list[list[torch.Tensor]]:
+    def run_simulated(self, per_rank_inputs: Sequence[Any], params: Params | None = None,
+                      *, inductor: bool = False) -> list[list[torch.Tensor]]:
         """Run the IR for W simulated ranks on the CPU (pkc's reference interpreter).
 
         ``per_rank_inputs[r]``: rank r's positional inputs (a tuple, or one tensor), like
@@ -170,11 +170,36 @@ class CompiledProgram:
 
         Returns ``outputs[r]``: rank r's outputs, flattened in the order the program
         returns them. (Updates of inputs the program mutates in place are not returned.)
+
+        ``inductor=True`` runs what the backend runs instead: one rank's torch program
+        compiled by Inductor (:mod:`pkc.runtime.inductor`), W ranks as W threads, each
+        pkc kernel run by the interpreter for all ranks when every rank has reached it.
         """
+        args = self.arguments(per_rank_inputs, params)
+        if inductor:
+            from pkc.runtime.kernel_call import SimulatedWorld
+
+            fn = self._simulated_compiled(args[0])
+            return self._user_outputs(SimulatedWorld(self.world_size).run(fn, args))
         from pkc.interp import interpret
 
-        args = self.arguments(per_rank_inputs, params)
         return self._user_outputs(interpret(self.module, args, self.world_size))
+
+    def _simulated_compiled(self, example: list[torch.Tensor]) -> Callable[..., Any]:
+        """The per-rank program compiled by Inductor for simulated ranks (made once)."""
+        fn = getattr(self, "_inductor_simulated", None)
+        if fn is None:
+            from pkc.runtime.inductor import compile_with_inductor, torch_program
+            from pkc.runtime.kernel_call import RunKind
+
+            kind = RunKind.SIMULATED if self.world_size > 1 else RunKind.INTERP
+            n = len(example)
+            tp = torch_program(self.module, world=self.world_size, kind=kind,
+                               arg_map=list(range(n)), n_inputs=n)
+            if tp.remark() not in self.runtime_remarks:
+                self.runtime_remarks.append(tp.remark())
+            fn = self._inductor_simulated = compile_with_inductor(tp, example)
+        return lambda args: fn(*args)
 
     def _user_outputs(self, results: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
         keep = [i for i, o in enumerate(self.outputs) if o.kind == "output"]
