@@ -38,26 +38,14 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from pkc.dialects import schedule as s
 from pkc.dialects.kernel import KernelOp
-from pkc.dialects.types import BufferType
 from pkc.interp.kernel import _ARITH, _cmpi, _constant
-from pkc.interp.schedule_state import (
-    Acc,
-    Actor,
-    Mbarrier,
-    Mma,
-    Read,
-    Smem,
-    TmaLoad,
-    Write,
-    join,
-)
+from pkc.interp.schedule_ops import SIMPLE, Tmap
+from pkc.interp.schedule_state import Actor, Mbarrier, Smem, TmaLoad, join
 from pkc.interp.values import InterpError, poison, torch_dtype, where
 
 PerRank = list[torch.Tensor]
 MAX_STEPS = 5_000_000
 DEFAULT_CTAS = 4
-ROW_BYTES = 128        # an MMA operand row: 64 16-bit elements of K (the 128-byte swizzle span)
-_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 
 _BITS = {
     arith.XOrIOp: lambda op, a, b: a ^ b,
@@ -78,36 +66,6 @@ class Switch:
 
 
 BLOCKED, SWITCH = Blocked(), Switch()
-
-
-class Tmap:
-    """A tensor map evaluated: the kernel buffer it describes and its box."""
-
-    def __init__(self, op: s.TmapOp, buf_type: BufferType):
-        t: s.TmapType = op.result.type
-        self.op, self.buffer = op, op.buffer
-        self.dtype = _DTYPES[t.element.data]
-        self.box = list(reversed(t.box_dims))        # outermost first, as torch indexes
-        self.box_bytes = t.box_bytes
-        shape = buf_type.get_shape()
-        if torch_dtype(buf_type.element_type) != self.dtype or len(shape) != len(self.box):
-            raise InterpError(f"{where(op)} describes {buf_type} with a {t}: the element type "
-                              "and rank must match")
-        inner = shape[-1] * self.dtype.itemsize
-        if len(shape) > 1 and inner % 16:
-            raise InterpError(f"{where(op)}: rows of {buf_type} are {inner} bytes; TMA needs "
-                              "global strides that are multiples of 16 bytes")
-
-    def window(self, coords: Sequence[int], shape: Sequence[int]):
-        """(buffer slices, box slices) of the in-bounds part of the box at ``coords``
-        (innermost first, as the op takes them)."""
-        bs, ts = [], []
-        for c, b, n in zip(reversed(list(coords)), self.box, shape):
-            lo, hi = max(c, 0), min(c + b, n)
-            hi = max(hi, lo)
-            bs.append(slice(lo, hi))
-            ts.append(slice(lo - c, hi - c))
-        return tuple(bs), tuple(ts)
 
 
 class ScheduleRun:
@@ -179,20 +137,23 @@ class ScheduleRun:
         return [self.data[v] for v in outs]
 
     def _allocate(self, rank: int, cta: int) -> dict:
+        """This CTA's shared memory and mbarriers, named for messages by their SSA name
+        when the IR has one (else by their order among the allocations of their kind)."""
         objs: dict = {}
-        n = 0
+        n_smem = n_bars = 0
         for op in self.sched.block.ops:
+            t = op.results[0].type if op.results else None
+            hint = op.results[0].name_hint if op.results else None
             if isinstance(op, s.SmemAllocOp):
-                t = op.result.type
-                objs[op.result] = Smem(f"shared memory #{n} {t} of CTA {cta}", t.count.data,
-                                       t.bytes.data)
-                n += 1
+                name = f"%{hint}" if hint else f"shared memory #{n_smem}"
+                objs[op.result] = Smem(f"{name} {t} of CTA {cta}", t.count.data, t.bytes.data)
+                n_smem += 1
             elif isinstance(op, s.MbarrierAllocOp):
-                t = op.result.type
-                objs[op.result] = [Mbarrier((rank, cta, n, i), f"mbarrier #{n}[{i}] {t} of CTA "
+                name = f"%{hint}" if hint else f"mbarriers #{n_bars}"
+                objs[op.result] = [Mbarrier((rank, cta, n_bars, i), f"{name}[{i}] {t} of CTA "
                                             f"{cta}", t.arrivals.data)
                                    for i in range(t.count.data)]
-                n += 1
+                n_bars += 1
         return objs
 
     def _schedule(self, actors: list[Actor]) -> None:
@@ -218,11 +179,16 @@ class ScheduleRun:
                     continue
                 if event is not BLOCKED:
                     progressed = True
-                self.steps += 1
-                if self.steps > MAX_STEPS:
-                    raise InterpError(f"{where(self.op)} ran more than {MAX_STEPS} steps")
+                self._count()
             if not progressed and not self._engine(all_blocked=True):
                 raise InterpError(self._deadlock(live))
+
+    def _count(self) -> None:
+        """Steps and loop iterations: a bound instead of a hang on a loop that never ends."""
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise InterpError(f"{where(self.op)} @{self.op.kernel_name.data} ran more than "
+                              f"{MAX_STEPS} steps (a loop that never ends?)")
 
     def _engine(self, all_blocked: bool) -> bool:
         """The copy engine's turn: completes the TMA loads in flight (round-robin: all; a
@@ -249,6 +215,13 @@ class ScheduleRun:
             bar.complete_tx(payload.numel(), ld.who)
 
     def _finished(self, a: Actor) -> None:
+        self._drained(a)
+        self.version += 1
+        for key in list(self.syncs):
+            self._try_release_sync(key)
+
+    def _drained(self, a: Actor) -> None:
+        """A warpgroup leaving its role (or ending) has no MMA or TMA store in flight."""
         if a.mma_open or a.mma_groups:
             raise InterpError(f"{a.describe()} ends with {len(a.mma_open)} uncommitted MMAs and "
                               f"{len(a.mma_groups)} MMA groups in flight (no pks.mma_wait 0)")
@@ -256,9 +229,6 @@ class ScheduleRun:
             raise InterpError(f"{a.describe()} ends with {len(a.bulk_open)} uncommitted TMA "
                               f"stores and {len(a.bulk_groups)} bulk groups in flight (no "
                               "pks.bulk_wait 0)")
-        self.version += 1
-        for key in list(self.syncs):
-            self._try_release_sync(key)
 
     def _deadlock(self, live: list[Actor]) -> str:
         lines = [f"deadlock in kernel @{self.op.kernel_name.data}: every remaining warpgroup "
@@ -283,6 +253,7 @@ class ScheduleRun:
         if first <= a.wg < last:
             a.role, a.role_wg = op.role.value, a.wg - first
             yield from self._block(a, op.block, env)
+            self._drained(a)
             a.role = None
 
     def _block(self, a: Actor, block: Block, env: dict, args: Sequence = ()) -> Generator:
@@ -323,6 +294,7 @@ class ScheduleRun:
         carried = [env[v] for v in op.iter_args]
         body = op.body.blocks[0]
         for i in range(env[op.lb], env[op.ub], env[op.step]):
+            self._count()
             carried = yield from self._block(a, body, env, [i, *carried])
         for r, v in zip(op.results, carried):
             env[r] = v
@@ -340,6 +312,7 @@ class ScheduleRun:
             gsz = min(num_mc - first, gm)
             r = tile - g * group
             mb = (first + r % gsz) * cl + a.cta % cl
+            self._count()
             carried = yield from self._block(a, op.block, env, [mb * bm, r // gsz * bn, *carried])
         for res, v in zip(op.res, carried):
             env[res] = v
@@ -403,191 +376,6 @@ class ScheduleRun:
 
 
 # ----------------------------------------------------------------------------------------
-# Ops that never block. Each returns True where other actors may now observe something.
-
-
-def _arrive(R: ScheduleRun, a: Actor, op: s.MbarrierArriveOp, env) -> bool:
-    if op.pred is not None and not env[op.pred]:
-        return False
-    tx = op.tx_bytes.data if op.tx_bytes is not None else 0
-    if op.all_ctas is not None and R.cluster > 1:
-        base = a.cta - a.cta % R.cluster
-        ctas = range(base, base + R.cluster)
-    else:
-        ctas = [a.cta]
-    for c in ctas:
-        R._bar(a, op, env, op.bars, op.index, c).arrive(a, op, tx)
-    a.clock[a.aid] += 1
-    R.version += 1
-    return True
-
-
-def _tma_load(R: ScheduleRun, a: Actor, op: s.TmaLoadOp, env) -> bool:
-    tm: Tmap = env[op.tmap]
-    coords = [env[c] for c in op.coords]
-    slot, off = env[op.slot], env[op.offset]
-    mc = op.multicast.data if op.multicast is not None else 0
-    if mc > 1 and mc != R.cluster:
-        raise InterpError(f"{a.at(op)}: multicast to {mc} CTAs in clusters of {R.cluster}")
-    base = a.cta - a.cta % R.cluster
-    ctas = range(base, base + R.cluster) if mc > 1 else [a.cta]
-    at = a.at(op)
-    targets = []
-    for c in ctas:
-        smem: Smem = R.cta_objs[a.rank, c][op.dst]
-        smem.check_range(at, slot, off, off + tm.box_bytes)
-        smem.check_write(a, at, slot, off, off + tm.box_bytes)
-        bar = R._bar(a, op, env, op.bars, op.bar, c)
-        rec = Write(off, off + tm.box_bytes, op, f"{at} at coordinates {coords}", pending=True)
-        smem.begin_write(slot, rec)
-        targets.append((smem, slot, rec, bar))
-    src = R.data[tm.buffer][a.rank]
-
-    def box() -> torch.Tensor:
-        out = torch.zeros(tm.box, dtype=tm.dtype)
-        bs, ts = tm.window(coords, src.shape)
-        out[ts] = src[bs]
-        return out
-
-    R.loads.append(TmaLoad(op, at, box, targets))
-    return True
-
-
-def _mma(R: ScheduleRun, a: Actor, op: s.MmaAsyncOp, env) -> bool:
-    acc: Acc = env[op.acc]
-    dt = _DTYPES[op.dtype.data]
-    at = a.at(op)
-    A: Smem = env[op.a]
-    B: Smem = env[op.b]
-    a_slot, a_row, b_slot = env[op.a_slot], env[op.a_row], env[op.b_slot]
-    a0, a1 = a_row * ROW_BYTES, (a_row + acc.rows) * ROW_BYTES
-    b1 = acc.cols * ROW_BYTES
-    A.check_range(at, a_slot, a0, a1)
-    B.check_range(at, b_slot, 0, b1)
-    A.check_read(a, at, a_slot, a0, a1, async_proxy=True)
-    B.check_read(a, at, b_slot, 0, b1, async_proxy=True)
-    av = A.bytes(a_slot, a0, a1).view(dt).view(acc.rows, 64)
-    bv = B.bytes(b_slot, 0, b1).view(dt)
-    if op.b_major.data == s.BMajor.K.value:
-        bt = bv.view(acc.cols, 64).t()                          # rows of B^T: [n][k]
-    else:
-        bt = bv.view(acc.cols // 64, 64, 64).permute(1, 0, 2).reshape(64, acc.cols)  # [nb][k][n]
-    prod = av.double() @ bt.double()
-    if env[op.accumulate]:
-        if acc.data is None:
-            raise InterpError(f"{at}: accumulates into an accumulator no MMA wrote")
-        acc.data = acc.data + prod
-    else:
-        acc.data = prod
-    acc.in_flight += 1
-    reads = []
-    for smem, slot, lo, hi in ((A, a_slot, a0, a1), (B, b_slot, 0, b1)):
-        rec = Read(lo, hi, op, at, a.aid, "MMA")
-        smem.add_read(slot, rec)
-        reads.append((smem, slot, rec))
-    a.mma_open.append(Mma(acc, reads))
-    return True
-
-
-def _mma_commit(R, a: Actor, op, env) -> bool:
-    a.mma_groups.append(a.mma_open)
-    a.mma_open = []
-    return False
-
-
-def _mma_wait(R, a: Actor, op: s.MmaWaitOp, env) -> bool:
-    while len(a.mma_groups) > op.pending.data:
-        for m in a.mma_groups.pop(0):
-            m.acc.in_flight -= 1
-            for _, _, rec in m.reads:
-                rec.epoch = a.epoch
-    return True
-
-
-def _acc_value(a: Actor, op, acc: Acc) -> torch.Tensor:
-    if acc.data is None:
-        raise InterpError(f"{a.at(op)}: reads an accumulator that no MMA wrote")
-    if acc.in_flight:
-        raise InterpError(f"{a.at(op)}: reads an accumulator while {acc.in_flight} MMAs on it "
-                          "are in flight (no pks.mma_wait completed them)")
-    return acc.data.float()                                  # the f32 accumulator
-
-
-def _acc_store_smem(R, a: Actor, op: s.AccStoreSmemOp, env) -> bool:
-    acc: Acc = env[op.acc]
-    sl, c, w = op.slice.data, op.col.data, op.width.data
-    piece = _acc_value(a, op, acc)[64 * sl:64 * (sl + 1), c:c + w].to(_DTYPES[op.dtype.data])
-    payload = piece.contiguous().view(-1).view(torch.uint8)
-    dst: Smem = env[op.dst]
-    slot, at = env[op.slot], a.at(op)
-    dst.check_range(at, slot, 0, payload.numel())
-    dst.check_write(a, at, slot, 0, payload.numel())
-    rec = Write(0, payload.numel(), op, at, actor=a.aid, epoch=a.epoch, fenced=False)
-    dst.finish_write(slot, rec, payload)
-    a.unfenced.append(rec)
-    return True
-
-
-def _fence(R, a: Actor, op, env) -> bool:
-    for rec in a.unfenced:
-        rec.fenced = True
-    a.unfenced = []
-    return False
-
-
-def _tma_store(R: ScheduleRun, a: Actor, op: s.TmaStoreOp, env) -> bool:
-    tm: Tmap = env[op.tmap]
-    src: Smem = env[op.src]
-    slot, at = env[op.slot], a.at(op)
-    coords = [env[c] for c in op.coords]
-    src.check_range(at, slot, 0, tm.box_bytes)
-    src.check_read(a, at, slot, 0, tm.box_bytes, async_proxy=True)
-    box = src.bytes(slot, 0, tm.box_bytes).view(tm.dtype).view(tm.box)
-    dst = R.data[tm.buffer][a.rank]
-    bs, ts = tm.window(coords, dst.shape)
-    if op.reduce is not None:
-        dst[bs] = (dst[bs].float() + box[ts].float()).to(dst.dtype)
-    else:
-        dst[bs] = box[ts]
-    rec = Read(0, tm.box_bytes, op, at, a.aid, "TMA store")
-    src.add_read(slot, rec)
-    a.bulk_open.append(rec)
-    return True
-
-
-def _bulk_commit(R, a: Actor, op, env) -> bool:
-    a.bulk_groups.append(a.bulk_open)
-    a.bulk_open = []
-    return False
-
-
-def _bulk_wait(R, a: Actor, op: s.BulkWaitOp, env) -> bool:
-    while len(a.bulk_groups) > op.pending.data:
-        for rec in a.bulk_groups.pop(0):
-            rec.epoch = a.epoch
-    return True
-
-
-def _acc_store_global(R: ScheduleRun, a: Actor, op: s.AccStoreGlobalOp, env) -> bool:
-    acc: Acc = env[op.acc]
-    val = _acc_value(a, op, acc)
-    dst = R.data[op.buffer][a.rank]
-    if dst.dim() != 2:
-        raise InterpError(f"{a.at(op)}: stores to a rank-{dst.dim()} buffer (needs a matrix)")
-    row, col = env[op.row], env[op.col]
-    rows, cols = min(env[op.rows], dst.shape[0]), min(env[op.cols], dst.shape[1])
-    r1, c1 = min(row + acc.rows, rows), min(col + acc.cols, cols)
-    if r1 > row and c1 > col:
-        dst[row:r1, col:c1] = val[:r1 - row, :c1 - col].to(dst.dtype)
-    return False
-
-
-def _acc_alloc(R, a: Actor, op: s.AccAllocOp, env) -> bool:
-    t = op.result.type
-    env[op.result] = Acc(t.rows.data, t.cols.data)
-    return False
-
-
 _END, _PURE, _CONST, _SIMPLE_OP, _GEN, _UNKNOWN = range(6)
 _GENERATORS = {
     scf.ForOp: ScheduleRun._for,
@@ -607,8 +395,8 @@ def _step(op: Operation) -> tuple:
         return (_END, op, None, tuple(op.operands), None)
     if t in _GENERATORS:
         return (_GEN, op, _GENERATORS[t], None, None)
-    if t in _SIMPLE:
-        return (_SIMPLE_OP, op, _SIMPLE[t], None, None)
+    if t in SIMPLE:
+        return (_SIMPLE_OP, op, SIMPLE[t], None, None)
     if t is arith.ConstantOp:
         return (_CONST, op, _constant(op), None, op.result)
     if t is arith.CmpiOp:
@@ -618,30 +406,6 @@ def _step(op: Operation) -> tuple:
     if fn is not None:
         return (_PURE, op, lambda *xs: fn(op, *xs), tuple(op.operands), op.results[0])
     return (_UNKNOWN, op, None, None, None)
-
-
-def _set(fn):
-    return lambda R, a, op, env: (env.__setitem__(op.result, fn(R, a)), False)[1]
-
-
-_SIMPLE = {
-    s.MbarrierArriveOp: _arrive,
-    s.TmaLoadOp: _tma_load,
-    s.MmaAsyncOp: _mma,
-    s.MmaCommitOp: _mma_commit,
-    s.MmaWaitOp: _mma_wait,
-    s.AccStoreSmemOp: _acc_store_smem,
-    s.FenceAsyncSharedOp: _fence,
-    s.TmaStoreOp: _tma_store,
-    s.BulkCommitOp: _bulk_commit,
-    s.BulkWaitOp: _bulk_wait,
-    s.AccStoreGlobalOp: _acc_store_global,
-    s.AccAllocOp: _acc_alloc,
-    s.WarpgroupBarrierOp: lambda R, a, op, env: False,   # a warpgroup is one actor
-    s.TmaPrefetchOp: lambda R, a, op, env: False,        # a cache hint
-    s.WarpgroupIndexOp: _set(lambda R, a: a.role_wg),
-    s.ClusterRankOp: _set(lambda R, a: a.cta % R.cluster),
-}
 
 
 def run_schedule(op: KernelOp, inputs: list[PerRank], world: int, seed: int = 0,

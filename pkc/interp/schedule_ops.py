@@ -1,0 +1,256 @@
+"""The schedule-level ops that never block, run by one actor of
+:class:`pkc.interp.schedule.ScheduleRun` (``R``): copies, MMAs, accumulator stores, tensor
+maps. Each handler returns True where other actors may now observe something (a point
+where the scheduler may switch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from pkc.dialects import schedule as s
+from pkc.dialects.types import BufferType
+from pkc.interp.schedule_state import Acc, Actor, Mma, Read, Smem, TmaLoad, Write
+from pkc.interp.values import InterpError, torch_dtype, where
+
+ROW_BYTES = 128        # an MMA operand row: 64 16-bit elements of K (the 128-byte swizzle span)
+_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+
+class Tmap:
+    """A tensor map evaluated: the kernel buffer it describes and its box."""
+
+    def __init__(self, op: s.TmapOp, buf_type: BufferType):
+        t: s.TmapType = op.result.type
+        self.op, self.buffer = op, op.buffer
+        self.dtype = _DTYPES[t.element.data]
+        self.box = list(reversed(t.box_dims))        # outermost first, as torch indexes
+        self.box_bytes = t.box_bytes
+        shape = buf_type.get_shape()
+        if torch_dtype(buf_type.element_type) != self.dtype or len(shape) != len(self.box):
+            raise InterpError(f"{where(op)} describes {buf_type} with a {t}: the element type "
+                              "and rank must match")
+        inner = shape[-1] * self.dtype.itemsize
+        if len(shape) > 1 and inner % 16:
+            raise InterpError(f"{where(op)}: rows of {buf_type} are {inner} bytes; TMA needs "
+                              "global strides that are multiples of 16 bytes")
+
+    def window(self, coords: Sequence[int], shape: Sequence[int]):
+        """(buffer slices, box slices) of the in-bounds part of the box at ``coords``
+        (innermost first, as the op takes them)."""
+        bs, ts = [], []
+        for c, b, n in zip(reversed(list(coords)), self.box, shape):
+            lo, hi = max(c, 0), min(c + b, n)
+            hi = max(hi, lo)
+            bs.append(slice(lo, hi))
+            ts.append(slice(lo - c, hi - c))
+        return tuple(bs), tuple(ts)
+
+
+
+def _arrive(R, a: Actor, op: s.MbarrierArriveOp, env) -> bool:
+    if op.pred is not None and not env[op.pred]:
+        return False
+    tx = op.tx_bytes.data if op.tx_bytes is not None else 0
+    if op.all_ctas is not None and R.cluster > 1:
+        base = a.cta - a.cta % R.cluster
+        ctas = range(base, base + R.cluster)
+    else:
+        ctas = [a.cta]
+    for c in ctas:
+        R._bar(a, op, env, op.bars, op.index, c).arrive(a, op, tx)
+    a.clock[a.aid] += 1
+    R.version += 1
+    return True
+
+
+def _tma_load(R, a: Actor, op: s.TmaLoadOp, env) -> bool:
+    tm: Tmap = env[op.tmap]
+    coords = [env[c] for c in op.coords]
+    slot, off = env[op.slot], env[op.offset]
+    mc = op.multicast.data if op.multicast is not None else 0
+    if mc > 1 and mc != R.cluster:
+        raise InterpError(f"{a.at(op)}: multicast to {mc} CTAs in clusters of {R.cluster}")
+    base = a.cta - a.cta % R.cluster
+    ctas = range(base, base + R.cluster) if mc > 1 else [a.cta]
+    at = a.at(op)
+    targets = []
+    for c in ctas:
+        smem: Smem = R.cta_objs[a.rank, c][op.dst]
+        smem.check_range(at, slot, off, off + tm.box_bytes)
+        smem.check_write(a, at, slot, off, off + tm.box_bytes)
+        bar = R._bar(a, op, env, op.bars, op.bar, c)
+        rec = Write(off, off + tm.box_bytes, op, f"{at} at coordinates {coords}", pending=True)
+        smem.begin_write(slot, rec)
+        targets.append((smem, slot, rec, bar))
+    src = R.data[tm.buffer][a.rank]
+
+    def box() -> torch.Tensor:
+        out = torch.zeros(tm.box, dtype=tm.dtype)
+        bs, ts = tm.window(coords, src.shape)
+        out[ts] = src[bs]
+        return out
+
+    R.loads.append(TmaLoad(op, at, box, targets))
+    return True
+
+
+def _mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
+    acc: Acc = env[op.acc]
+    dt = _DTYPES[op.dtype.data]
+    at = a.at(op)
+    A: Smem = env[op.a]
+    B: Smem = env[op.b]
+    a_slot, a_row, b_slot = env[op.a_slot], env[op.a_row], env[op.b_slot]
+    a0, a1 = a_row * ROW_BYTES, (a_row + acc.rows) * ROW_BYTES
+    b1 = acc.cols * ROW_BYTES
+    A.check_range(at, a_slot, a0, a1)
+    B.check_range(at, b_slot, 0, b1)
+    A.check_read(a, at, a_slot, a0, a1, async_proxy=True)
+    B.check_read(a, at, b_slot, 0, b1, async_proxy=True)
+    av = A.bytes(a_slot, a0, a1).view(dt).view(acc.rows, 64)
+    bv = B.bytes(b_slot, 0, b1).view(dt)
+    if op.b_major.data == s.BMajor.K.value:
+        bt = bv.view(acc.cols, 64).t()                          # rows of B^T: [n][k]
+    else:
+        bt = bv.view(acc.cols // 64, 64, 64).permute(1, 0, 2).reshape(64, acc.cols)  # [nb][k][n]
+    prod = av.double() @ bt.double()
+    if env[op.accumulate]:
+        if acc.data is None:
+            raise InterpError(f"{at}: accumulates into an accumulator no MMA wrote")
+        acc.data = acc.data + prod
+    else:
+        acc.data = prod
+    acc.in_flight += 1
+    reads = []
+    for smem, slot, lo, hi in ((A, a_slot, a0, a1), (B, b_slot, 0, b1)):
+        rec = Read(lo, hi, op, at, a.aid, "MMA")
+        smem.add_read(slot, rec)
+        reads.append((smem, slot, rec))
+    a.mma_open.append(Mma(acc, reads))
+    return True
+
+
+def _mma_commit(R, a: Actor, op, env) -> bool:
+    a.mma_groups.append(a.mma_open)
+    a.mma_open = []
+    return False
+
+
+def _mma_wait(R, a: Actor, op: s.MmaWaitOp, env) -> bool:
+    while len(a.mma_groups) > op.pending.data:
+        for m in a.mma_groups.pop(0):
+            m.acc.in_flight -= 1
+            for _, _, rec in m.reads:
+                rec.epoch = a.epoch
+    return True
+
+
+def _acc_value(a: Actor, op, acc: Acc) -> torch.Tensor:
+    if acc.data is None:
+        raise InterpError(f"{a.at(op)}: reads an accumulator that no MMA wrote")
+    if acc.in_flight:
+        raise InterpError(f"{a.at(op)}: reads an accumulator while {acc.in_flight} MMAs on it "
+                          "are in flight (no pks.mma_wait completed them)")
+    return acc.data.float()                                  # the f32 accumulator
+
+
+def _acc_store_smem(R, a: Actor, op: s.AccStoreSmemOp, env) -> bool:
+    acc: Acc = env[op.acc]
+    sl, c, w = op.slice.data, op.col.data, op.width.data
+    piece = _acc_value(a, op, acc)[64 * sl:64 * (sl + 1), c:c + w].to(_DTYPES[op.dtype.data])
+    payload = piece.contiguous().view(-1).view(torch.uint8)
+    dst: Smem = env[op.dst]
+    slot, at = env[op.slot], a.at(op)
+    dst.check_range(at, slot, 0, payload.numel())
+    dst.check_write(a, at, slot, 0, payload.numel())
+    rec = Write(0, payload.numel(), op, at, actor=a.aid, epoch=a.epoch, fenced=False)
+    dst.finish_write(slot, rec, payload)
+    a.unfenced.append(rec)
+    return True
+
+
+def _fence(R, a: Actor, op, env) -> bool:
+    for rec in a.unfenced:
+        rec.fenced = True
+    a.unfenced = []
+    return False
+
+
+def _tma_store(R, a: Actor, op: s.TmaStoreOp, env) -> bool:
+    tm: Tmap = env[op.tmap]
+    src: Smem = env[op.src]
+    slot, at = env[op.slot], a.at(op)
+    coords = [env[c] for c in op.coords]
+    src.check_range(at, slot, 0, tm.box_bytes)
+    src.check_read(a, at, slot, 0, tm.box_bytes, async_proxy=True)
+    box = src.bytes(slot, 0, tm.box_bytes).view(tm.dtype).view(tm.box)
+    dst = R.data[tm.buffer][a.rank]
+    bs, ts = tm.window(coords, dst.shape)
+    if op.reduce is not None:
+        dst[bs] = (dst[bs].float() + box[ts].float()).to(dst.dtype)
+    else:
+        dst[bs] = box[ts]
+    rec = Read(0, tm.box_bytes, op, at, a.aid, "TMA store")
+    src.add_read(slot, rec)
+    a.bulk_open.append(rec)
+    return True
+
+
+def _bulk_commit(R, a: Actor, op, env) -> bool:
+    a.bulk_groups.append(a.bulk_open)
+    a.bulk_open = []
+    return False
+
+
+def _bulk_wait(R, a: Actor, op: s.BulkWaitOp, env) -> bool:
+    while len(a.bulk_groups) > op.pending.data:
+        for rec in a.bulk_groups.pop(0):
+            rec.epoch = a.epoch
+    return True
+
+
+def _acc_store_global(R, a: Actor, op: s.AccStoreGlobalOp, env) -> bool:
+    acc: Acc = env[op.acc]
+    val = _acc_value(a, op, acc)
+    dst = R.data[op.buffer][a.rank]
+    if dst.dim() != 2:
+        raise InterpError(f"{a.at(op)}: stores to a rank-{dst.dim()} buffer (needs a matrix)")
+    row, col = env[op.row], env[op.col]
+    rows, cols = min(env[op.rows], dst.shape[0]), min(env[op.cols], dst.shape[1])
+    r1, c1 = min(row + acc.rows, rows), min(col + acc.cols, cols)
+    if r1 > row and c1 > col:
+        dst[row:r1, col:c1] = val[:r1 - row, :c1 - col].to(dst.dtype)
+    return False
+
+
+def _acc_alloc(R, a: Actor, op: s.AccAllocOp, env) -> bool:
+    t = op.result.type
+    env[op.result] = Acc(t.rows.data, t.cols.data)
+    return False
+
+
+def _set(fn):
+    return lambda R, a, op, env: (env.__setitem__(op.result, fn(R, a)), False)[1]
+
+
+SIMPLE = {
+    s.MbarrierArriveOp: _arrive,
+    s.TmaLoadOp: _tma_load,
+    s.MmaAsyncOp: _mma,
+    s.MmaCommitOp: _mma_commit,
+    s.MmaWaitOp: _mma_wait,
+    s.AccStoreSmemOp: _acc_store_smem,
+    s.FenceAsyncSharedOp: _fence,
+    s.TmaStoreOp: _tma_store,
+    s.BulkCommitOp: _bulk_commit,
+    s.BulkWaitOp: _bulk_wait,
+    s.AccStoreGlobalOp: _acc_store_global,
+    s.AccAllocOp: _acc_alloc,
+    s.WarpgroupBarrierOp: lambda R, a, op, env: False,   # a warpgroup is one actor
+    s.TmaPrefetchOp: lambda R, a, op, env: False,        # a cache hint
+    s.WarpgroupIndexOp: _set(lambda R, a: a.role_wg),
+    s.ClusterRankOp: _set(lambda R, a: a.cta % R.cluster),
+}
