@@ -42,37 +42,15 @@ from pkc.dialects.kernel import KernelOp
 _DTYPES = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
 _ESIZE = {"bf16": 2, "f16": 2, "f32": 4}
 
-# LL kernels (flags in the data: no fence, no signal round trip; twice the bytes, and
-# the all-reduce sends W - 1 copies) for small messages, up to a limit x 2 / W.
-# One-shot all-reduce (limit LL_MAX_BYTES; above it the one-shot push kernel), measured on
-# 2 H200s: LL 1.15-1.34x NCCL up to 256 KiB, 0.93x at 1 MiB (where one-shot push is
-# 1.38x); on 4: LL 1.33x at 64 KiB (push 1.12x), 0.76x at 256 KiB (push 1.13x).
-LL_MAX_BYTES = 256 << 10
-# All-gathers (by output) and reduce-scatters (by input), measured on 2 H200s: LL
-# 1.17-1.33x NCCL up to 256 KiB where the direct push kernels are 0.89-1.02x; at 1 MiB
-# LL 1.15x vs 0.99x for the direct all-gather with its output copied out of the symmetric
-# buffer (the compiled path); from 4 MiB direct wins. On 4: LL 1.14x at 256 KiB, 0.81x at
-# 1 MiB (direct 1.06x with the copy).
-LL_GATHER_MAX_BYTES = 1 << 20
-
-
-def ll_limit(limit: int, world: int) -> int:
-    """An LL size limit measured at W = 2, for W ranks (LL traffic grows with W)."""
-    return limit * 2 // max(2, world)
-
-
-# Two-shot all-reduces into a fresh output at W > 2 pull the reduced chunks from the
-# peers from this size; below (and at W = 2 always) they push them into the peers'
-# buffers and copy the peers' chunks out. Measured on 4 H200s (kernels alone, run j,
-# when push still copied all W chunks): push 1.10 / 1.46 / 0.96 / 0.88x NCCL at 1 MiB /
-# 4 MiB / 256 MiB / 1 GiB, pull 1.05 / 1.46 / 0.95 / 0.91x; on 2 H200s (session 4, the
-# own chunk written straight to the output): push 0.94-0.95x at 1 GiB, pull 0.83-0.85x.
-AR2_PULL_MIN_BYTES = 512 << 20
-# From this size the two-shot runs in 2 CTA groups that take turns on the exchange (a
-# group's copy-out overlaps the next group's link traffic). On 2 H200s, push: 1 GiB
-# 0.95 -> 0.99x NCCL, 256 MiB 1.08 -> 1.13x, 64 MiB 1.18 -> 1.21x; 16 MiB 1.38 -> 1.30x
-# (why not below); pull 1 GiB 0.84 -> 0.94x.
-AR2_GROUPS_MIN_BYTES = 64 << 20
+# The collectives' size thresholds (LL limits, the two-shot's pull gather and CTA groups),
+# with where each was measured, live in the tuning table that schedule-collectives uses
+from pkc.target.comm_tuning import (  # noqa: E402,F401  (re-exported: fastpath.LL_MAX_BYTES ...)
+    AR2_GROUPS_MIN_BYTES,
+    AR2_PULL_MIN_BYTES,
+    LL_GATHER_MAX_BYTES,
+    LL_MAX_BYTES,
+    ll_limit,
+)
 
 # AG + GEMM: bytes per second one put CTA moved over NVLink (cp.async.bulk through a
 # 4 x 32 KiB ring), measured on 2 and 4 H200s: 16 CTAs reached about the link's 370 GB/s.

@@ -76,12 +76,7 @@ KINDS = ("ll", "llag", "llrs", "ar1", "rs", "ar2", "ag", "agp")
 LL_KINDS = ("ll", "llag", "llrs")
 DTYPES = {"bf16": 2, "f16": 2, "f32": 4}
 THREADS = 512
-# LL kinds: vectors of a slot per CTA (one per thread). Fewer than THREADS spreads a small
-# message over more SMs: each SM's share of the stores and polls is what its load/store
-# path takes time for. Measured on 2 H200s (all-reduce, x NCCL at 4K / 16K / 64K / 256K):
-# 512: 1.41 / 1.34 / 1.34 / 1.28; 256: 1.42 / 1.53 / 1.45 / 1.33; 128: 1.48 / 1.52 / 1.46 /
-# 1.36; 64: 1.52 / 1.63 / 1.55 / 1.38; 32: 1.48 / 1.51 / 1.46 / 1.34 (docs/PERF_NOTES.md).
-LL_CTA_VECS = 64
+from pkc.target.comm_tuning import LL_CTA_VECS  # noqa: E402  (measured there: vectors per CTA)
 # An LL line (16 data bytes, each 4-byte word paired with the epoch: 32 bytes) is stored
 # as two 16-byte halves; the lines of a group of 32 (one warp's) keep their first halves
 # together and their second halves LL_HALF bytes after, so each warp-wide store writes 512

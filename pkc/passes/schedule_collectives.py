@@ -1,0 +1,147 @@
+"""schedule-collectives: a lowered collective ``pk.kernel`` -> a scheduled one (schedule level).
+
+Matches every ``pk.kernel`` that lower-collectives wrote (``pk.plan.collective``): an
+all_reduce, or an all_gather / reduce_scatter whose chunks are contiguous (the kernel's
+3-d view has one row), of bf16 / f16 / f32 data in whole 16-byte vectors (per chunk).
+Replaces its worker body with a ``pks.schedule`` of communication ops
+(:mod:`pkc.passes.comm_schedule`) over a symmetric data buffer, a signal pad and the
+rank's epoch control word (``pk.alloc``; the pad and the control word zeroed once and
+kept across launches: epochs make them reusable without a reset).
+
+The decisions come from lower-collectives' plan (one-shot / two-shot, direct) and the
+tuning table :mod:`pkc.target.comm_tuning` (LL below a size, the two-shot's gather and
+CTA groups): written into ``pk.plan`` (``schedule = "collective"``, ``comm_kind``,
+``unroll``, ``cta_vecs``, ``ctas_per_sm``, ``gather``, ``groups``, ``fresh_output``) and a
+remark. Kinds not scheduled yet (the two-shot, all_to_all, rings, non-leading dims) stay
+as they are, and a remark says why.
+
+Why: this is how pkc's collectives are produced from IR: a later pass can change the
+body (a signal, an unroll, a push for a pull) and ``--emit=ptx`` prints what runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import IntegerType, ModuleOp
+from xdsl.ir import Block, Region
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from pkc.dialects import kernel as k
+from pkc.dialects import schedule as s
+from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
+from pkc.passes.comm_schedule import CommBuilder, sym_vecs
+from pkc.passes.registry import register_pass
+from pkc.passes.remarks import add_remark, plan_of, set_plan
+from pkc.target.comm_tuning import ESIZE, THREADS, VEC_BYTES, CommKind, choose
+from pkc.target.targets import get_target
+
+SCHEDULED = (CommKind.LL, CommKind.LLAG, CommKind.LLRS, CommKind.AR1, CommKind.RS, CommKind.AG)
+
+
+def _dtype(t) -> str | None:
+    name = str(t.element_type)
+    return name if name in ESIZE else None
+
+
+def why_not(kop: k.KernelOp) -> str | None:
+    """Why a lowered collective kernel cannot be scheduled (None: it can)."""
+    plan = plan_of(kop)
+    coll = plan.get("collective")
+    if coll not in ("all_reduce", "all_gather", "reduce_scatter"):
+        return f"no scheduled kernel for {coll}"
+    if plan.get("algorithm") not in ("one_shot", "two_shot", "direct"):
+        return f"{coll} {plan.get('algorithm')}: only one-shot, two-shot and direct are scheduled"
+    if len(kop.inputs) != 1 or len(kop.outputs) != 1:
+        return f"{coll} with {len(kop.inputs)} inputs and {len(kop.outputs)} outputs"
+    x, y = kop.inputs[0].type, kop.outputs[0].type
+    dt = _dtype(x)
+    if dt is None or _dtype(y) != dt:
+        return f"element type {x.element_type}: bf16, f16 or f32"
+    shape = x.get_shape()
+    if coll != "all_reduce" and (len(shape) != 3 or shape[0] != 1):
+        return f"{coll} along a non-leading dim (view {list(shape)}): chunks are not contiguous"
+    elems = 1
+    for d in shape:
+        elems *= d
+    ve = VEC_BYTES // ESIZE[dt]
+    W = kop.world_size
+    chunk = elems // W if coll == "reduce_scatter" else elems
+    if elems % ve or chunk % ve:
+        return f"{coll} of {elems} elements: chunks are not whole 16-byte vectors"
+    cfg = choose(coll, plan["algorithm"], W, dt, elems)
+    if cfg.kind not in SCHEDULED:
+        return f"{cfg.tag()}: not scheduled yet (the hand kernel runs it)"
+    return None
+
+
+@register_pass
+@dataclass(frozen=True)
+class ScheduleCollectives(ModulePass):
+    """Rewrite lowered collective kernels into scheduled (pks) collective kernels."""
+
+    name = "schedule-collectives"
+    target: str = "h200"
+
+    def __post_init__(self):
+        get_target(self.target)
+
+    def apply(self, ctx, module: ModuleOp) -> None:
+        sms = get_target(self.target).num_sms
+        for kop in [o for o in module.walk() if isinstance(o, k.KernelOp)]:
+            if "collective" not in plan_of(kop) or kop.schedule() is not None:
+                continue
+            reason = why_not(kop)
+            if reason:
+                add_remark(kop, f"collective left unscheduled: {reason}")
+                continue
+            _schedule(kop, sms)
+
+
+def _schedule(kop: k.KernelOp, sms: int) -> None:
+    plan = plan_of(kop)
+    coll, W = plan["collective"], kop.world_size
+    x, y = kop.inputs[0].type, kop.outputs[0].type
+    dt = _dtype(x)
+    elems = 1
+    for d in x.get_shape():
+        elems *= d
+    cfg = choose(coll, plan["algorithm"], W, dt, elems)
+    ve = VEC_BYTES // ESIZE[dt]
+    nv = elems // ve
+    cv = nv // W if cfg.kind.chunked else nv
+    out_space = SYMMETRIC if cfg.kind is CommKind.AG else LOCAL
+    block = Block(arg_types=[BufferType(x.get_shape(), x.element_type),
+                             BufferType(y.get_shape(), y.element_type, out_space)])
+    src, out = block.args
+    i32 = IntegerType(32)
+    gmax = cfg.ctas_per_sm * sms
+    allocs = []
+    sym = out
+    if cfg.kind is not CommKind.AG:
+        sym = k.AllocOp(BufferType([sym_vecs(cfg, nv, cv) * ve], x.element_type, SYMMETRIC))
+        allocs.append(sym)
+        sym = sym.result
+    # phases 1, 2: W x G slots each, then G more (CTA-group turns); zeroed once
+    pads = k.AllocOp(BufferType([(2 * W + 1) * gmax], i32, SYMMETRIC), zero=True)
+    ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
+    for op in (*allocs, pads, ctl):
+        block.add_op(op)
+    sched = s.ScheduleOp(THREADS)
+    block.add_op(sched)
+    CommBuilder(sched.block, cfg, nv, cv, src, out, sym, pads.result, ctl.result).build()
+    block.add_op(k.YieldOp())
+    new = k.KernelOp(f"{coll}_{cfg.kind.value}", W, list(kop.inputs), [y], Region(block),
+                     attributes={key: v for key, v in kop.attributes.items()
+                                 if key not in ("kernel_name", "world")})
+    set_plan(new, schedule="collective", comm_kind=cfg.kind.value, unroll=cfg.unroll,
+             chunk_vecs=cv, cta_vecs=cfg.cta_vecs, slice_align=cfg.slice_align,
+             shrink_threads=cfg.kind.is_ll, ctas_per_sm=cfg.ctas_per_sm,
+             min_ctas_per_sm=cfg.min_ctas_per_sm, fresh_output=out_space == LOCAL)
+    add_remark(new, f"scheduled collective {cfg.tag()} ({cfg.reason}): "
+               f"{nv} vectors ({cv} per chunk), up to {cfg.cta_vecs} per CTA, "
+               f"{cfg.ctas_per_sm} CTA(s) per SM, "
+               f"{'into a fresh output' if out_space == LOCAL else 'result in symmetric memory'}")
+    new.location = kop.location
+    Rewriter.replace_op(kop, new)
