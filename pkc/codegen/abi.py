@@ -138,6 +138,69 @@ class TmapArg:
 
 
 @dataclass
+class CommBufferArg:
+    """A buffer of a scheduled collective that is not a kernel argument (a ``pk.alloc``):
+    ``elements`` of ``dtype``, symmetric (its W copies' addresses are passed) or local;
+    ``zero``: zeroed once when allocated and kept across launches (signal pads, the epoch
+    control word: epochs make them reusable without a reset)."""
+
+    name: str
+    elements: int
+    dtype: str
+    symmetric: bool
+    zero: bool
+
+
+@dataclass
+class CommLaunch:
+    """What a scheduled collective takes beyond its buffers (``ScheduledKernelMeta.comm``).
+
+    Parameters after the kernel buffers: W peer pointers (ranks 0..W-1) per symmetric
+    entry of ``buffers`` then per symmetric kernel output (``sym_outputs``: indices among
+    the kernel's buffers); the own pointer of each symmetric entry of ``buffers``; one
+    pointer per local entry; then ``slice`` (u32: vectors of a chunk per CTA), ``rank``
+    (u32), ``err`` (u64: 8 u32, zeroed once: flag, kind, rank, peer, seen, wanted, cta,
+    epoch), ``timeout`` (u64 ns), ``mbox`` (u64: a host-mapped copy of the record, or 0),
+    ``trap`` (u32: trap after recording a timeout).
+
+    Grid (:meth:`launch`): every CTA of every rank must be resident at once, so at most
+    ``ctas_per_sm`` per SM of the rank's SMs; each CTA takes at most ``cta_vecs`` vectors
+    of a ``chunk_vecs``-vector chunk (its slice rounded up to ``slice_align``), and no CTA
+    gets an empty slice; ``shrink_threads``: launch only the threads the slice needs (in
+    whole warps), as the LL kernels do."""
+
+    world: int
+    buffers: list[CommBufferArg]
+    sym_outputs: list[int]
+    chunk_vecs: int
+    cta_vecs: int
+    slice_align: int
+    ctas_per_sm: int
+    shrink_threads: bool
+
+    def params(self) -> list[tuple[str, str]]:
+        W = self.world
+        syms = [b.name for b in self.buffers if b.symmetric] + [f"out{i}" for i in self.sym_outputs]
+        ps = [(f"{name}_p{d}", "u64") for name in syms for d in range(W)]
+        ps += [(f"{b.name}_own", "u64") for b in self.buffers if b.symmetric]
+        ps += [(b.name, "u64") for b in self.buffers if not b.symmetric]
+        ps += [("slice", "u32"), ("rank", "u32"), ("err", "u64"), ("timeout", "u64"),
+               ("mbox", "u64"), ("trap", "u32")]
+        return ps
+
+    def launch(self, max_ctas: int, threads: int) -> tuple[int, int, int]:
+        """(slice, grid, threads) for at most ``max_ctas`` CTAs per rank."""
+        cv = self.chunk_vecs
+        grid = max(1, min(max_ctas, -(-cv // self.cta_vecs)))
+        per = -(-cv // grid)
+        per = -(-per // self.slice_align) * self.slice_align
+        grid = max(1, -(-cv // per))
+        if self.shrink_threads:
+            threads = min(threads, -(-per // 32) * 32)
+        return per, grid, threads
+
+
+@dataclass
 class ScheduledKernelMeta:
     """The launch of a scheduled kernel. Parameters: one by-value CUtensorMap per entry of
     ``tmaps``, then one u64 pointer per kernel buffer. Grid: persistent, ``min(SMs,
@@ -153,10 +216,13 @@ class ScheduledKernelMeta:
     buffers: list[str]
     tmaps: list[TmapArg]
     tiles: int
+    comm: CommLaunch | None = None     # a scheduled collective's extra parameters and grid
 
     def params(self) -> list[tuple[str, str]]:
         ps = [(f"tmap{i}", "tmap") for i in range(len(self.tmaps))]
         ps += [(name, "u64") for name in self.buffers]
+        if self.comm is not None:
+            ps += self.comm.params()
         return [(_ident(n), t) for n, t in ps]
 
     def grid(self, num_sms: int) -> int:
@@ -170,4 +236,8 @@ class ScheduledKernelMeta:
     def from_json(text: str) -> "ScheduledKernelMeta":
         d = json.loads(text)
         d["tmaps"] = [TmapArg(**t) for t in d["tmaps"]]
+        if d.get("comm") is not None:
+            c = dict(d["comm"])
+            c["buffers"] = [CommBufferArg(**b) for b in c["buffers"]]
+            d["comm"] = CommLaunch(**c)
         return ScheduledKernelMeta(**d)

@@ -233,14 +233,14 @@ class BufferPtrOp(IRDLOperation):
 
 @irdl_op_definition
 class VecLoadOp(IRDLOperation):
-    """Vector ``index + offset`` of ``ptr``, loaded where ``index < bound`` (and ``pred``
-    holds, if given); elsewhere ``other`` (if given; else undefined). ``cache``: nc for the
-    local input, cg for what peers wrote."""
+    """Vector ``index + offset`` of ``ptr``, loaded where ``index < bound`` (if given) and
+    ``pred`` holds (if given); elsewhere ``other`` (if given; else undefined). ``cache``: nc
+    for the local input, cg for what peers wrote."""
 
     name = "pks.vec_load"
     ptr = operand_def(PtrType)
     index = operand_def(i32)
-    bound = operand_def(i32)
+    bound = opt_operand_def(i32)
     offset = opt_operand_def(i32)
     pred = opt_operand_def(i1)
     other = opt_operand_def(VecType)
@@ -248,11 +248,11 @@ class VecLoadOp(IRDLOperation):
     result = result_def(VecType)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
-    def __init__(self, ptr: SSAValue, index: SSAValue, bound: SSAValue, cache: CacheHint,
+    def __init__(self, ptr: SSAValue, index: SSAValue, bound: SSAValue | None, cache: CacheHint,
                  offset: SSAValue | None = None, pred: SSAValue | None = None,
                  other: SSAValue | None = None):
-        opt = [[x] if x is not None else [] for x in (offset, pred, other)]
-        super().__init__(operands=[ptr, index, bound, *opt], result_types=[VEC],
+        opt = [[x] if x is not None else [] for x in (bound, offset, pred, other)]
+        super().__init__(operands=[ptr, index, *opt], result_types=[VEC],
                          attributes={"cache": StringAttr(cache.value)})
 
     def verify_(self) -> None:
@@ -263,22 +263,22 @@ class VecLoadOp(IRDLOperation):
 
 @irdl_op_definition
 class VecStoreOp(IRDLOperation):
-    """Store ``value`` at vector ``index + offset`` of ``ptr`` where ``index < bound`` (and
-    ``pred`` holds, if given)."""
+    """Store ``value`` at vector ``index + offset`` of ``ptr`` where ``index < bound`` (if
+    given) and ``pred`` holds (if given)."""
 
     name = "pks.vec_store"
     ptr = operand_def(PtrType)
     index = operand_def(i32)
-    bound = operand_def(i32)
     value = operand_def(VecType)
+    bound = opt_operand_def(i32)
     offset = opt_operand_def(i32)
     pred = opt_operand_def(i1)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
-    def __init__(self, ptr: SSAValue, index: SSAValue, bound: SSAValue, value: SSAValue,
+    def __init__(self, ptr: SSAValue, index: SSAValue, bound: SSAValue | None, value: SSAValue,
                  offset: SSAValue | None = None, pred: SSAValue | None = None):
-        opt = [[x] if x is not None else [] for x in (offset, pred)]
-        super().__init__(operands=[ptr, index, bound, value, *opt])
+        opt = [[x] if x is not None else [] for x in (bound, offset, pred)]
+        super().__init__(operands=[ptr, index, value, *opt])
 
 
 @irdl_op_definition
@@ -305,30 +305,45 @@ class VecSumOp(IRDLOperation):
 # ---- epochs and signals -------------------------------------------------------------------
 
 
+def _check_ctl(op: str, ctl: SSAValue) -> None:
+    t = ctl.type
+    if t.symmetric or t.get_shape() != (2,) or str(t.element_type) != "i32":
+        _fail(op, f"the control buffer is a local !pk.buffer<2xi32> ([epoch, ctas_done]), got {t}")
+
+
 @irdl_op_definition
 class EpochOp(IRDLOperation):
-    """This launch's epoch: the rank's control word + 1. Read before the CTA's first
+    """This launch's epoch: word 0 of the rank's control buffer ``ctl`` (``[epoch,
+    ctas_done]`` u32, zeroed once, kept across launches) + 1. Read before the CTA's first
     barrier (the publishing CTA passed that barrier before it stores the next one)."""
 
     name = "pks.epoch"
+    ctl = operand_def(BufferType)
     result = result_def(i32)
 
-    def __init__(self):
-        super().__init__(result_types=[i32])
+    def __init__(self, ctl: SSAValue):
+        super().__init__(operands=[ctl], result_types=[i32])
+
+    def verify_(self) -> None:
+        _check_ctl(self.name, self.ctl)
 
 
 @irdl_op_definition
 class EpochPublishOp(IRDLOperation):
     """Thread 0 of each CTA (where ``pred`` holds, if given: once per CTA) counts the CTA
-    done; the last of the grid stores ``epoch`` into the control word for the next launch
-    and resets the count."""
+    done in ``ctl``; the last of the grid stores ``epoch`` into the control word for the
+    next launch and resets the count."""
 
     name = "pks.epoch_publish"
+    ctl = operand_def(BufferType)
     epoch = operand_def(i32)
     pred = opt_operand_def(i1)
 
-    def __init__(self, epoch: SSAValue, pred: SSAValue | None = None):
-        super().__init__(operands=[epoch, [pred] if pred is not None else []])
+    def __init__(self, ctl: SSAValue, epoch: SSAValue, pred: SSAValue | None = None):
+        super().__init__(operands=[ctl, epoch, [pred] if pred is not None else []])
+
+    def verify_(self) -> None:
+        _check_ctl(self.name, self.ctl)
 
 
 @irdl_op_definition
