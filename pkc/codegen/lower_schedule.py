@@ -95,9 +95,19 @@ class Lowering:
         return self.geo["lead"]
 
 
+# Lowerings that other modules register (pkc.codegen.lower_schedule_comm, imported at the
+# end): {op class: fn(L, op)} for their schedule-level ops, and (matches(kop), lower(kop,
+# target, entry_name)) for kernels with an entry of their own (a collective's parameters)
+EXTRA_LOWERINGS: dict = {}
+KERNEL_LOWERINGS: list = []
+
+
 def lower_scheduled_kernel(kop: KernelOp, target: str, entry_name: str
                            ) -> tuple[ptx.EntryOp, ScheduledKernelMeta]:
     """The ``ptx.entry`` and launch metadata of a scheduled ``pk.kernel``."""
+    for matches, lower in KERNEL_LOWERINGS:
+        if matches(kop):
+            return lower(kop, target, entry_name)
     if target not in ("sm_90a",):
         raise CodegenError(f"kernel @{kop.kernel_name.data}: the schedule level lowers to sm_90a "
                            f"only so far (asked for {target})")
@@ -197,7 +207,7 @@ def _block(L: Lowering, block: Block) -> None:
 
 
 def _op(L: Lowering, op: Operation) -> None:
-    fn = _LOWERINGS.get(type(op))
+    fn = _LOWERINGS.get(type(op)) or EXTRA_LOWERINGS.get(type(op))
     if fn is None:
         raise CodegenError(f"lower-schedule: no sm_90a lowering for '{op.name}'")
     fn(L, op)
@@ -425,3 +435,5 @@ _LOWERINGS = {
     s.AccStoreSmemOp: lambda L, op: lower_acc_store_smem(L, op),
     s.AccStoreGlobalOp: lambda L, op: lower_acc_store_global(L, op),
 }
+
+from pkc.codegen import lower_schedule_comm  # noqa: E402,F401  (registers its lowerings)
