@@ -1,0 +1,131 @@
+"""Loads and launches a scheduled collective (a ``pk.kernel`` built by schedule-collectives)
+over a :class:`~pkc.runtime.peers.Peers` world.
+
+No choice is made here: the PTX, the parameters and the grid rule come from the compiler's
+:class:`~pkc.codegen.abi.ScheduledKernelMeta` (its ``comm`` part). This module allocates
+what the metadata lists (persistent symmetric buffers and pads, zeroed once where asked;
+the control words; the error records), binds the parameters in the ABI's order and
+launches every driven rank on its stream. Epochs make the persistent buffers reusable, so
+a launch needs no allocation, no barrier and no host synchronization.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from pkc.codegen.abi import ScheduledKernelMeta
+from pkc.codegen.hopper.launch import KernelArgs, launch, load_kernel
+from pkc.runtime.driver import call
+
+_TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32}
+ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
+WAIT_SITES = {1: "arrival of the rank's CTA (its data is ready / its kernel started)",
+              2: "the rank's results written into this rank (exit)",
+              3: "this rank's CTA of the previous group done with its exchange"}
+
+
+class ScheduledCollectiveTimeout(RuntimeError):
+    """A scheduled collective's bounded wait ran out: names kernel, rank, CTA and peer."""
+
+
+class ScheduledCollective:
+    """``run({rank: input}, outs=None) -> {rank: output}`` for the compiled collective
+    ``ptx`` / ``meta`` whose kernel buffers are (input, output) of the given shapes."""
+
+    def __init__(self, ptx: str, meta: ScheduledKernelMeta, peers, in_shape, out_shape,
+                 dtype: str, timeout_ns: int = 2_000_000_000):
+        comm = meta.comm
+        if comm is None:
+            raise ValueError(f"kernel {meta.name} is not a scheduled collective (no comm launch)")
+        if comm.world != peers.world:
+            raise ValueError(f"{meta.name} is built for {comm.world} ranks, the peers are {peers.world}")
+        self.meta, self.comm, self.peers = meta, comm, peers
+        self.tdt = _TORCH[dtype]
+        self.in_shape, self.out_shape = tuple(in_shape), tuple(out_shape)
+        self.kernel = load_kernel(ptx, meta.name, 0, peers.device)
+        fit = int(call("cuOccupancyMaxActiveBlocksPerMultiprocessor", self.kernel.func,
+                       meta.threads, 0))
+        per_sm = min(fit, comm.ctas_per_sm)
+        max_ctas = per_sm * min(peers.sms_of(r) for r in peers.ranks)
+        self.slice, self.grid, self.threads = comm.launch(max_ctas, meta.threads)
+        key = ("scheduled-collective", meta.name, id(self))
+        self.syms, self.locals = [], []
+        for i, b in enumerate(comm.buffers):
+            if b.symmetric:
+                self.syms.append(peers.symmetric(key + (i,), [b.elements], _TORCH[b.dtype], zero=b.zero))
+            else:
+                self.locals.append(peers.local(key + (i,), [b.elements], _TORCH[b.dtype], zero=b.zero))
+        # a symmetric output (the direct all-gather's result) is persistent, like the hand
+        # kernel's: the next launch overwrites it
+        self.sym_out = {i: peers.symmetric(key + ("out", i), list(self.out_shape), self.tdt)
+                        for i in comm.sym_outputs}
+        self.err = peers.local(key + ("err",), [8], torch.int32, zero=True)
+        self.mbox = {r: peers.mailbox.slot(meta.name, r, WAIT_SITES) for r in peers.ranks}
+        self.timeout_ns = int(timeout_ns)
+        self._args: dict = {}
+
+    @property
+    def fresh_output(self) -> bool:
+        return not self.sym_out
+
+    def _bind(self, rank: int, src: torch.Tensor, out: torch.Tensor) -> KernelArgs:
+        key = (rank, src.data_ptr(), out.data_ptr())
+        hit = self._args.get(key)
+        if hit is not None:
+            return hit
+        u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+        vals = [u64(src.data_ptr()), u64(out.data_ptr())]
+        peers_of = [s.ptrs for s in self.syms] + [self.sym_out[i].ptrs for i in self.comm.sym_outputs]
+        vals += [u64(p) for ptrs in peers_of for p in ptrs]
+        vals += [u64(s.ptrs[rank]) for s in self.syms]
+        vals += [u64(loc[rank].data_ptr()) for loc in self.locals]
+        vals += [u32(self.slice), u32(rank), u64(self.err[rank].data_ptr()), u64(self.timeout_ns),
+                 u64(self.mbox[rank]), u32(int(self.peers.trap))]
+        if len(self._args) >= 64:
+            self._args.pop(next(iter(self._args)))
+        hit = self._args[key] = KernelArgs(vals)
+        return hit
+
+    def run(self, inputs: dict, outs: dict | None = None, ranks=None) -> dict:
+        """Launch every driven rank (``ranks``: only these, to test a missing peer);
+        ``outs[rank]``: where a fresh output goes (default a new tensor per rank). Returns
+        ``{rank: output}``."""
+        self.peers.begin()
+        res = {}
+        for r in (self.peers.ranks if ranks is None else ranks):
+            x = inputs[r]
+            if x.dtype != self.tdt or x.numel() != _numel(self.in_shape) or not x.is_contiguous() \
+                    or x.data_ptr() % 16:
+                raise ValueError(f"{self.meta.name}: rank {r}'s input must be a contiguous, 16-byte "
+                                 f"aligned {self.tdt} tensor of {_numel(self.in_shape)} elements")
+            if self.sym_out:
+                o = next(iter(self.sym_out.values())).tensors[r]
+            elif outs is not None:
+                o = outs[r]
+            else:
+                o = torch.empty(self.out_shape, dtype=self.tdt, device=self.peers.device)
+            res[r] = o
+            launch(self.kernel, self.grid, self.threads, self._bind(r, x, o), self.peers.stream(r))
+        self.peers.end()
+        return res
+
+    def check(self) -> None:
+        """Raise :class:`ScheduledCollectiveTimeout` if a rank recorded an expired wait."""
+        for r in self.peers.ranks:
+            rec = self.err[r].tolist()
+            if rec[0]:
+                d = dict(zip(ERR_FIELDS, rec))
+                raise ScheduledCollectiveTimeout(
+                    f"kernel {self.meta.name}: rank {d['rank']} (CTA {d['cta']}, epoch "
+                    f"{d['epoch']}) timed out waiting for rank {d['peer']}: "
+                    f"{WAIT_SITES.get(d['kind'], d['kind'])}; its signal was {d['seen']}, "
+                    f"wanted {d['wanted']}")
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

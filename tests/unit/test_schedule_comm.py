@@ -1,0 +1,205 @@
+"""The scheduled collectives: the pks communication ops' verifiers, the
+schedule-collectives pass (decisions equal to the fast path's, the tuning table's
+thresholds), the grid rule equal to the hand kernels', and the sm_90a lowering of every
+kind (ptxas assembles it with no spills; the PTX has the protocol's instructions)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import IntegerAttr, IntegerType, bf16, i32
+from xdsl.utils.exceptions import VerifyException
+
+from pkc.codegen import compile_kernel
+from pkc.codegen.abi import ScheduledKernelMeta
+from pkc.codegen.emit import kernels_of
+from pkc.codegen.hopper.collectives import CollectiveConfig, plan_grid
+from pkc.codegen.ptxas import check, find_ptxas
+from pkc.dialects import schedule_comm as c
+from pkc.dialects.types import BufferType
+from pkc.ir import parse_module, print_module, verify_module
+from pkc.passes.registry import run_pipeline
+from pkc.passes.remarks import plan_of, remarks_of
+from pkc.runtime import fastpath
+from pkc.target import comm_tuning as t
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from collectives_ir import module_text  # noqa: E402
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+def _scheduled(coll, W, nbytes, dt="bf16", algo=None):
+    algo = algo or {"all_reduce": "one_shot"}.get(coll, "direct")
+    text, _, _ = module_text(coll, W, nbytes, dt)
+    m = parse_module(text, "t.mlir")
+    run_pipeline(f"lower-collectives{{{coll}={algo}}},schedule-collectives", m)
+    verify_module(m)
+    (kop,) = kernels_of(m)
+    return m, kop
+
+
+def _const(block_ops, v):
+    op = arith.ConstantOp(IntegerAttr(v, i32))
+    block_ops.append(op)
+    return op.result
+
+
+# ---- verifiers -------------------------------------------------------------------------
+
+
+def _value(t):
+    from xdsl.ir import Block
+    return Block(arg_types=[t]).args[0]
+
+
+def test_verifiers_name_the_op():
+    local = _value(BufferType([64], bf16))
+    with pytest.raises(VerifyException, match="'pks.ptr' a peer's copy"):
+        c.BufferPtrOp(local, _value(i32)).verify()
+    with pytest.raises(VerifyException, match="'pks.vec_loop' unroll = 9"):
+        c.VecLoopOp(_value(i32), _value(i32), 9, 512).verify()
+    with pytest.raises(VerifyException, match="'pks.vec_loop' stride = 100"):
+        c.VecLoopOp(_value(i32), _value(i32), 1, 100).verify()
+    with pytest.raises(VerifyException, match="'pks.vec_sum' dtype 'f64'"):
+        c.VecSumOp([_value(c.VEC)], "f64").verify()
+    with pytest.raises(VerifyException, match="'pks.epoch' the control buffer"):
+        c.EpochOp(_value(BufferType([4], IntegerType(32)))).verify()
+    with pytest.raises(VerifyException, match="'pks.ll_wait' 'own' and 'own_slot'"):
+        c.LlWaitOp([_value(c.PTR)], _value(i32), own=_value(c.VEC)).verify()
+    with pytest.raises(VerifyException, match="'pks.vec_load' 'other'"):
+        c.VecLoadOp(_value(c.PTR), _value(i32), None, c.CacheHint.NC, other=_value(c.VEC)).verify()
+    with pytest.raises(VerifyException, match="'pks.launch_param' 'world'"):
+        op = c.LaunchParamOp(c.CommParam.RANK)
+        op.attributes["param"] = type(op.param)("world")
+        op.verify()
+
+
+# ---- the pass ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("W", [2, 4, 8])
+def test_kind_is_the_fast_paths(W):
+    """The tuning table decides as the fast path does, on both sides of every threshold."""
+    for coll, algo in (("all_reduce", "one_shot"), ("all_reduce", "two_shot"),
+                       ("all_gather", "direct"), ("reduce_scatter", "direct")):
+        for nbytes in (4 * KIB, 128 * KIB, 256 * KIB, 512 * KIB, 1 * MIB, 2 * MIB, 64 * MIB):
+            elems = nbytes // 2
+            cfg = t.choose(coll, algo, W, "bf16", elems)
+            plan = {"collective": coll, "algorithm": algo}
+            x = [1, 1, elems] if coll != "all_reduce" else [elems]
+            want = fastpath._plan_collective(plan, [_Shape(x)], [_Shape(x)], W, "bf16")
+            assert cfg.kind.value == want.kind, (coll, algo, nbytes, W)
+            if cfg.kind is t.CommKind.AR2:
+                hand = fastpath.collective_config("ar2", W, "bf16", elems)
+                assert (cfg.gather.value, cfg.groups) == (hand.gather, hand.groups)
+
+
+class _Shape:
+    def __init__(self, shape):
+        self.shape = shape
+
+    def get_shape(self):
+        return self.shape
+
+
+def test_ll_all_reduce_ir_plan_and_remark():
+    m, kop = _scheduled("all_reduce", 4, 4 * KIB)
+    plan = plan_of(kop)
+    assert plan["comm_kind"] == "ll" and plan["chunk_vecs"] == 256 and plan["cta_vecs"] == t.LL_CTA_VECS
+    assert plan["slice_align"] == 32 and plan["min_ctas_per_sm"] == 1
+    assert any("scheduled collective ll W=4 bf16 (4096 B <= the LL limit 131072 B at W = 4)" in r
+               for r in remarks_of(kop))
+    text = print_module(m)
+    # the protocol is a body of ops, not one op per kind
+    for op in ("pks.epoch", "pks.ll_store", "pks.ll_wait", "pks.vec_sum", "pks.epoch_publish"):
+        assert op in text, op
+    assert text.count('"pks.ll_store"') == 4      # one per rank (the own one predicated off)
+
+
+def test_one_shot_all_reduce_arrives_then_sums():
+    m, kop = _scheduled("all_reduce", 2, 4 * MIB)
+    assert plan_of(kop)["comm_kind"] == "ar1"
+    ops = [op.name for op in kop.schedule().walk()]
+    first_wait = ops.index("pks.signal_wait")
+    assert ops.index("pks.signal") < first_wait < ops.index("pks.vec_sum")
+    assert ops.count("pks.signal") == 2 and ops.count("pks.signal_wait") == 1
+
+
+def test_all_gather_direct_leaves_and_keeps_its_output_symmetric():
+    _, kop = _scheduled("all_gather", 2, 64 * MIB)
+    assert plan_of(kop)["comm_kind"] == "ag" and plan_of(kop)["fresh_output"] == 0
+    assert kop.block.args[1].type.symmetric
+    sites = [op.site.data for op in kop.schedule().walk() if isinstance(op, c.SignalWaitOp)]
+    assert sites == [1, 2]
+
+
+def test_two_shot_is_left_with_a_reason():
+    text, _, _ = module_text("all_reduce", 4, 4 * MIB, "bf16")
+    m = parse_module(text, "t.mlir")
+    run_pipeline("lower-collectives{all_reduce=two_shot},schedule-collectives", m)
+    (kop,) = kernels_of(m)
+    assert kop.schedule() is None
+    assert any("ar2 W=4 bf16 push gather: not scheduled yet" in r for r in remarks_of(kop))
+
+
+# ---- launch rule, ABI ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("coll,kind", [("all_reduce", "ll"), ("all_reduce", "ar1"),
+                                       ("all_gather", "llag"), ("all_gather", "ag"),
+                                       ("reduce_scatter", "llrs"), ("reduce_scatter", "rs")])
+def test_grid_rule_is_the_hand_kernels(coll, kind):
+    W = 4
+    nbytes = 64 * KIB if kind.startswith("ll") else 16 * MIB
+    _, kop = _scheduled(coll, W, nbytes)
+    assert plan_of(kop)["comm_kind"] == kind
+    meta = compile_kernel(kop).meta
+    _, n_in, _ = module_text(coll, W, nbytes, "bf16")
+    for max_ctas in (1, 7, 32, 66, 132):
+        _, _, per, grid = plan_grid(CollectiveConfig(kind, W, "bf16"), n_in, max_ctas)
+        slice_, g, threads = meta.comm.launch(max_ctas, 512)
+        assert (slice_, g) == (per, grid), max_ctas
+        assert threads == (min(512, -(-per // 32) * 32) if kind.startswith("ll") else 512)
+    back = ScheduledKernelMeta.from_json(meta.to_json())
+    assert back == meta and back.params() == meta.params()
+
+
+# ---- lowering ------------------------------------------------------------------------------
+
+KINDS = [("all_reduce", 4 * KIB), ("all_reduce", 4 * MIB), ("all_gather", 16 * KIB),
+         ("all_gather", 16 * MIB), ("reduce_scatter", 16 * KIB), ("reduce_scatter", 16 * MIB)]
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("W,dt", [(2, "bf16"), (4, "f16"), (8, "f32")])
+def test_every_kind_assembles_without_spills(W, dt):
+    seen = set()
+    for coll, nbytes in KINDS:
+        _, kop = _scheduled(coll, W, nbytes, dt)
+        ck = compile_kernel(kop)
+        (rep,) = check(ck.ptx, "sm_90a").values()
+        assert rep.spill_stores == 0 and rep.spill_loads == 0, (kop.kernel_name.data, rep.line())
+        cap = 128 if plan_of(kop)["min_ctas_per_sm"] == 1 else 64   # 512 threads, 1 or 2 CTAs/SM
+        assert rep.registers <= cap, rep.line()
+        seen.add(plan_of(kop)["comm_kind"])
+    assert seen == {"ll", "ar1", "llag", "ag", "llrs", "rs"}
+
+
+def test_ptx_has_the_protocol():
+    _, kop = _scheduled("all_reduce", 2, 4 * MIB)
+    ptx = compile_kernel(kop).ptx
+    # push to both ranks' staging, fence + one relaxed system add per rank, bounded wait
+    assert ptx.count("st.global.v4.b32") == 8 + 4                # 4 vectors x 2 ranks, 4 sums
+    assert "fence.acq_rel.sys;" in ptx and ptx.count("red.relaxed.sys.global.add.u32") == 2
+    assert "ld.acquire.sys.global.u32" in ptx and "atom.global.cas.b32" in ptx
+    assert ptx.count("ld.global.cg.v4.b32") == 8                 # unroll 4 x 2 slots
+    assert ".minnctapersm 2" in ptx
+    _, kop = _scheduled("all_reduce", 4, 4 * KIB)
+    ptx = compile_kernel(kop).ptx
+    assert ptx.count("st.volatile.global.v4.b32") == 8           # 4 ranks x 2 halves
+    assert ptx.count("ld.volatile.global.v4.b32") == 8           # 4 slots x 2 halves
+    assert "+512]" in ptx
