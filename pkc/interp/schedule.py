@@ -46,6 +46,7 @@ from pkc.interp.values import InterpError, poison, torch_dtype, where
 PerRank = list[torch.Tensor]
 MAX_STEPS = 5_000_000
 DEFAULT_CTAS = 4
+MAX_DEADLOCK_LINES = 24
 
 _BITS = {
     arith.XOrIOp: lambda op, a, b: a ^ b,
@@ -233,9 +234,12 @@ class ScheduleRun:
     def _deadlock(self, live: list[Actor]) -> str:
         lines = [f"deadlock in kernel @{self.op.kernel_name.data}: every remaining warpgroup "
                  "waits for something no running warpgroup or copy can provide"]
-        for a in sorted(live, key=lambda a: a.aid):
+        blocked = sorted(live, key=lambda a: a.aid)
+        for a in blocked[:MAX_DEADLOCK_LINES]:
             op, what = a.blocked
             lines.append(f"  {a.at(op)}: waits for {what}")
+        if len(blocked) > MAX_DEADLOCK_LINES:
+            lines.append(f"  ... and {len(blocked) - MAX_DEADLOCK_LINES} more warpgroups")
         return "\n".join(lines)
 
     # -- execution of an actor ------------------------------------------------------------
@@ -278,7 +282,9 @@ class ScheduleRun:
             elif kind is _END:
                 return [env[v] for v in operands]
             else:
-                raise InterpError(f"{a.at(op)}: cannot be interpreted at the schedule level")
+                why = (" (the communication ops of pkc.dialects.schedule_comm are not modelled "
+                       "yet)" if type(op).__module__.endswith("schedule_comm") else "")
+                raise InterpError(f"{a.at(op)}: cannot be interpreted at the schedule level{why}")
         return []
 
     def _steps(self, block: Block) -> list[tuple]:

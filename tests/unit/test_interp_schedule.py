@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from xdsl.dialects import arith
+from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation
 
 from pkc.dialects import schedule as s
@@ -98,6 +99,34 @@ def test_gemm_world_of_three_ranks():
 def test_global_epilogue_clips_at_rows_and_cols():
     """The output starts as NaN (poison): every element in bounds was written, none beyond."""
     check_gemm(65, 24, 8, GemmConfig(bm=128, bn=128, stages=2, epilogue="global"))
+
+
+def test_tma_reduce_add_adds_into_the_output():
+    """Each epilogue piece stored, then reduce-added once more: C = 2 x the product (a bf16
+    value doubled in f32 and rounded back is exact), clipped at the bounds like the store."""
+    cfg = VARIANTS["128x128_s6_tma"]
+    M, N, K = 200, 136, 72
+    m = gemm_module(M, N, K, cfg)
+    for st in _ops(m, s.TmaStoreOp):
+        twice = st.clone()
+        twice.attributes["reduce"] = StringAttr("add")
+        st.parent_block().insert_op_after(twice, st)
+    (a, b), = operands(M, N, K, cfg)
+    got = interpret(m, [[a, b]], 1)[0][0]
+    exact = (a.double() @ b.t().double()).float().to(torch.bfloat16)
+    assert torch.equal(got, (exact.float() * 2).to(torch.bfloat16))
+
+
+def test_communication_ops_are_named_as_not_modelled():
+    from pkc.dialects.schedule_comm import FenceSysOp
+
+    cfg = VARIANTS["128x256_s4_global"]
+    m = gemm_module(200, 136, 72, cfg)
+    wait = _ops(_role(m, s.RoleKind.CONSUMER), s.MbarrierWaitOp)[0]
+    wait.parent_block().insert_op_before(FenceSysOp(), wait)
+    with pytest.raises(InterpError, match=r"'pks.fence_sys' on rank 0, CTA 0, consumer warpgroup 0: "
+                       "cannot be interpreted .* not modelled yet"):
+        _run(m, cfg, 200, 136, 72)
 
 
 # ----------------------------------------------------------------------------------------
