@@ -1,0 +1,155 @@
+"""Launching a compiled kernel in the emulator, with the runtime's own ABI.
+
+:func:`emulate` takes a :class:`~pkc.codegen.emit.CompiledKernel` and per-rank inputs and
+does what :class:`pkc.runtime.world.VirtualWorld` does on the GPU, from the same
+description (:class:`~pkc.codegen.abi.KernelMeta`): every buffer W times (inputs copied in,
+outputs and allocs poisoned or zeroed), a pointer array of the W copies for a symmetric
+buffer, W signal pads and their pointer array, an error record and a workspace per rank,
+CTAs per worker from :func:`pkc.runtime.launch.fit_ctas` and the parameter list from
+:func:`pkc.runtime.launch.params`. After the run, an error record a kernel wrote is
+decoded by the runtime's :func:`~pkc.runtime.errors.decode_error`.
+
+:func:`run_entry` runs a bare ``ptx.entry`` (hand-built kernels in tests) on memory the
+caller allocated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from pkc.codegen import ptx
+from pkc.codegen.abi import ERROR_WORDS
+from pkc.emu import control, ops_async, ops_core, ops_memory, ops_mma  # noqa: F401 (handlers)
+from pkc.emu.errors import EmuTimeoutRecord
+from pkc.emu.machine import DEFAULT_MAX_STEPS, Machine
+from pkc.emu.memory import GlobalMemory
+from pkc.emu.program import Program
+
+DEFAULT_SMS = 4
+_PROGRAMS: dict[int, tuple[ptx.EntryOp, Program]] = {}
+
+
+def program_of(entry: ptx.EntryOp) -> Program:
+    hit = _PROGRAMS.get(id(entry))
+    if hit is None or hit[0] is not entry:
+        hit = _PROGRAMS[id(entry)] = (entry, Program(entry))
+    return hit[1]
+
+
+def _load_sm90_handlers() -> None:
+    """Handlers of the Hopper ops, where pkc.codegen.ptx_sm90 exists."""
+    import importlib.util
+
+    if importlib.util.find_spec("pkc.codegen.ptx_sm90") is None:
+        return  # the dialect module is not in this tree yet
+    if importlib.util.find_spec("pkc.emu.ops_sm90") is not None:
+        importlib.import_module("pkc.emu.ops_sm90")
+
+
+def run_entry(entry: ptx.EntryOp, gmem: GlobalMemory, params: list[list[int]], *,
+              world: int = 1, ctas: int = 1, threads: int | None = None,
+              smem_bytes: int | None = None, cluster: int | None = None, target: str = "sm_90a",
+              check_races: bool = True, max_steps: int = DEFAULT_MAX_STEPS) -> Machine:
+    """Runs ``entry`` with ``params[r]`` (its parameters, in order) for each rank; returns
+    the machine (its memory holds the results)."""
+    _load_sm90_handlers()
+    if gmem.heap is None:
+        gmem.finalize()
+    prog = program_of(entry)
+    cl = cluster or _cluster_of(entry)
+    m = Machine(prog, world=world, ctas=ctas, threads=threads or entry.maxntid.data,
+                smem_bytes=entry.smem_bytes.data if smem_bytes is None else smem_bytes,
+                gmem=gmem, params=params, cluster=cl, max_steps=max_steps, target=target)
+    m.check_races = check_races
+    m.run()
+    return m
+
+
+def _cluster_of(entry: ptx.EntryOp) -> int:
+    attr = entry.attributes.get("cluster") or entry.attributes.get("cluster_dim")
+    if attr is None:
+        return 1
+    data = getattr(attr, "data", attr)
+    if isinstance(data, (list, tuple)):
+        n = 1
+        for d in data:
+            n *= getattr(d, "data", d)
+        return n
+    return int(data)
+
+
+def _host_tensor(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().contiguous()
+
+
+def emulate(ck, inputs: list[list[torch.Tensor]], *, sms: int = DEFAULT_SMS,
+            timeout_s: float = 5.0, check_races: bool = True,
+            max_steps: int = DEFAULT_MAX_STEPS) -> list[list[torch.Tensor]]:
+    """Runs compiled kernel ``ck`` for its world of ranks; ``inputs[r]``: rank r's kernel
+    inputs (tensors, in the pk.kernel's operand order). Returns ``outputs[r]``."""
+    from pkc.runtime.launch import fit_ctas, params as abi_params
+    from pkc.runtime.world import dtype_of, poison_
+
+    meta = ck.meta
+    W = meta.world
+    if len(inputs) != W:
+        raise ValueError(f"kernel @{meta.name} runs on {W} ranks, got inputs for {len(inputs)}")
+    gm = GlobalMemory()
+    tensors: list[tuple[int, torch.Tensor]] = []     # (address, host tensor) to copy in
+    pointer_arrays: list[tuple[int, list[int]]] = []
+    bufs: list[list[int]] = [[] for _ in range(W)]
+    outputs: dict[int, list[tuple[int, list[int], torch.dtype]]] = {}
+    for b in meta.buffers:
+        dt = dtype_of(b.dtype)
+        addrs = []
+        for r in range(W):
+            if b.origin == "input":
+                t = _host_tensor(inputs[r][b.index]).to(dt)
+            else:
+                t = torch.empty(b.shape, dtype=dt)
+                t.zero_() if b.zero else poison_(t)
+            a = gm.alloc(t.numel() * t.element_size(), b.name, r)
+            tensors.append((a, t))
+            addrs.append(a)
+        if b.origin == "output":
+            outputs[b.index] = [(a, list(b.shape), dt) for a in addrs]
+        if b.symmetric:
+            arr = gm.alloc(8 * W, f"{b.name} (peer pointers)")
+            pointer_arrays.append((arr, addrs))
+            for r in range(W):
+                bufs[r].append(arr)
+        else:
+            for r in range(W):
+                bufs[r].append(addrs[r])
+    sig_params = []
+    for s in meta.signals:
+        pads = [gm.alloc(4 * s.count, f"signals {s.name}", r) for r in range(W)]
+        arr = gm.alloc(8 * W, f"signals {s.name} (peer pointers)")
+        pointer_arrays.append((arr, pads))
+        sig_params.append(arr)
+    errors = [gm.alloc(4 * ERROR_WORDS, "error record", r) for r in range(W)]
+    work = [gm.alloc(4 * meta.workspace_words, "workspace", r) for r in range(W)]
+    gm.finalize()
+    for a, t in tensors:
+        gm.write_tensor(a, t)
+    for arr, addrs in pointer_arrays:
+        gm.write_words(arr, addrs)
+    ctas = fit_ctas(meta, max(sms, len(meta.workers)))
+    params = [[v for _, v in abi_params(meta, bufs[r], sig_params, r, W, errors[r], work[r],
+                                        timeout_s, ctas)] for r in range(W)]
+    run_entry(ck.entry_op, gm, params, world=W, ctas=sum(ctas), threads=meta.threads,
+              smem_bytes=meta.smem_bytes, target=ck.target, check_races=check_races,
+              max_steps=max_steps)
+    _raise_records(meta, gm, errors, timeout_s)
+    return [[gm.read_tensor(*outputs[i][r]) for i in sorted(outputs)] for r in range(W)]
+
+
+def _raise_records(meta, gm: GlobalMemory, errors: list[int], timeout_s: float) -> None:
+    from pkc.runtime.errors import decode_error
+
+    for r, a in enumerate(errors):
+        rec = [int(x) for x in gm.read_words(a, ERROR_WORDS, np.uint32)]
+        e = decode_error(meta, r, rec, timeout_s)
+        if e is not None:
+            raise EmuTimeoutRecord(f"the kernel recorded a timeout: {e}")
