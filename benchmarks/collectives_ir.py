@@ -7,7 +7,7 @@ its own SM partition), in one run.
     python benchmarks/collectives_ir.py --list         # the cases, no GPU
 
 Per case (collective x size x W x dtype): the IR kernel and the hand kernel of the kind the
-pass chose, each with its own persistent buffers; ``launches`` launches in a row (epochs,
+pass chose (the two-shot with the fast path's gather and CTA groups), each with its own persistent buffers; ``launches`` launches in a row (epochs,
 double-buffered staging) with fresh random inputs, outputs NaN-poisoned: the IR output
 compared bitwise with the hand kernel's and with the rank-order f32 reference; the error
 records checked. Then the two launched in alternation (benchmarks/timing.py: each launch
@@ -36,6 +36,7 @@ ESIZE = {"bf16": 2, "f16": 2, "f32": 4}
 # reduce-scatter's input): LL sizes and bandwidth sizes of each kind
 SIZES = {
     "all_reduce": ("one_shot", [4 * KIB, 64 * KIB, 1 * MIB, 16 * MIB]),
+    "all_reduce ": ("two_shot", [1 * MIB, 16 * MIB, 128 * MIB]),
     "all_gather": ("direct", [16 * KIB, 256 * KIB, 4 * MIB, 64 * MIB]),
     "reduce_scatter": ("direct", [16 * KIB, 256 * KIB, 4 * MIB, 64 * MIB]),
 }
@@ -46,7 +47,8 @@ def cases() -> list[tuple[str, str, int, int, str]]:
     for W in (2, 4):
         for coll, (algo, sizes) in SIZES.items():
             for nbytes in sizes:
-                out.append((coll, algo, W, nbytes, "bf16"))
+                out.append((coll.strip(), algo, W, nbytes, "bf16"))
+    out.append(("all_reduce", "two_shot", 4, 512 * MIB, "bf16"))     # the pull gather
     # other element types: correctness of the f32 / f16 sums (and a timing each)
     for coll, algo, nbytes in (("all_reduce", "one_shot", 64 * KIB), ("all_reduce", "one_shot", 4 * MIB),
                                ("reduce_scatter", "direct", 4 * MIB)):
@@ -111,7 +113,8 @@ def peers(W):
 
 def run_case(coll, algo, W, nbytes, dt, iters: int, launches: int = 3) -> dict:
     import torch
-    from pkc.codegen.hopper.collectives import CollectiveConfig, CollectiveRunner
+    from pkc.codegen.hopper.collectives import CollectiveRunner
+    from pkc.runtime.fastpath import collective_config
     from pkc.runtime.scheduled_comm import ScheduledCollective
     from timing import alternate, last_stats
 
@@ -120,11 +123,12 @@ def run_case(coll, algo, W, nbytes, dt, iters: int, launches: int = 3) -> dict:
     kind = plan["comm_kind"]
     pr = peers(W)
     ir = ScheduledCollective(ck.ptx, ck.meta, pr, [n_in], [n_out], dt)
-    hand = CollectiveRunner(CollectiveConfig(kind, W, dt), n_in, pr)
+    hand = CollectiveRunner(collective_config(kind, W, dt, n_in), n_in, pr)
     row = {"collective": coll, "kind": kind, "W": W, "bytes": nbytes, "dtype": dt,
            "ir_grid": ir.grid, "ir_threads": ir.threads, "ir_slice": ir.slice,
            "hand_grid": hand.grid, "hand_threads": hand.threads, "hand_slice": hand.per,
-           "ir_regs": ir.kernel.num_regs, "hand_regs": hand.kernel.num_regs, "lanes": pr.mode}
+           "ir_regs": ir.kernel.num_regs, "hand_regs": hand.kernel.num_regs, "lanes": pr.mode,
+           "gather": plan.get("gather"), "groups": plan.get("groups")}
     g = torch.Generator(device="cuda").manual_seed(nbytes + W)
     outs_ir = {r: torch.empty(n_out, dtype=TD, device="cuda") for r in range(W)}
     equal_hand = equal_ref = True

@@ -167,7 +167,7 @@ class CommLaunch:
     ``ctas_per_sm`` per SM of the rank's SMs; each CTA takes at most ``cta_vecs`` vectors
     of a ``chunk_vecs``-vector chunk (its slice rounded up to ``slice_align``), and no CTA
     gets an empty slice; ``shrink_threads``: launch only the threads the slice needs (in
-    whole warps), as the LL kernels do."""
+    whole warps), as the LL kernels do; ``max_ctas``: the grid the pads have slots for."""
 
     world: int
     buffers: list[CommBufferArg]
@@ -177,6 +177,7 @@ class CommLaunch:
     slice_align: int
     ctas_per_sm: int
     shrink_threads: bool
+    max_ctas: int = 0       # CTAs the pads were sized for (0: no bound)
 
     def params(self) -> list[tuple[str, str]]:
         W = self.world
@@ -191,6 +192,8 @@ class CommLaunch:
     def launch(self, max_ctas: int, threads: int) -> tuple[int, int, int]:
         """(slice, grid, threads) for at most ``max_ctas`` CTAs per rank."""
         cv = self.chunk_vecs
+        if self.max_ctas:
+            max_ctas = min(max_ctas, self.max_ctas)
         grid = max(1, min(max_ctas, -(-cv // self.cta_vecs)))
         per = -(-cv // grid)
         per = -(-per // self.slice_align) * self.slice_align

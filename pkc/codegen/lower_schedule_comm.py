@@ -92,7 +92,8 @@ def lower_comm_kernel(kop: KernelOp, target: str, entry_name: str
                         chunk_vecs=_plan_int(kop, "chunk_vecs"), cta_vecs=_plan_int(kop, "cta_vecs"),
                         slice_align=_plan_int(kop, "slice_align"),
                         ctas_per_sm=_plan_int(kop, "ctas_per_sm"),
-                        shrink_threads=bool(_plan_int(kop, "shrink_threads")))
+                        shrink_threads=bool(_plan_int(kop, "shrink_threads")),
+                        max_ctas=_plan_int(kop, "max_ctas"))
     meta = ScheduledKernelMeta(name=entry_name, target=target, threads=sched.threads.data,
                                cluster=1, smem_bytes=0,
                                buffers=[_ident(f"buf{i}") for i in range(len(args))], tmaps=[],
@@ -278,7 +279,7 @@ def _slot_addr(L: Lowering, pad: SSAValue, slot: SSAValue) -> SSAValue:
 
 
 def _signal(L: Lowering, op: c.SignalOp) -> None:
-    L.b.add(ptx.RedOp("add", "u32", _slot_addr(L, op.pad, op.slot), L.b.u32(1), sem="relaxed",
+    L.b.add(ptx.RedOp("add", "u32", _slot_addr(L, op.pad, op.slot), L.b.u32(1), sem=op.sem.data,
                       scope=op.scope.data))
 
 

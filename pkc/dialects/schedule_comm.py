@@ -359,20 +359,24 @@ class FenceSysOp(IRDLOperation):
 
 @irdl_op_definition
 class SignalOp(IRDLOperation):
-    """Add 1 to u32 slot ``slot`` of the pad at ``pad`` (usually a peer's), relaxed at
-    system scope: order the data before it with ``pks.fence_sys``."""
+    """Add 1 to u32 slot ``slot`` of the pad at ``pad`` (usually a peer's): relaxed (order
+    the data before it with ``pks.fence_sys``) or a release, at system or GPU scope."""
 
     name = "pks.signal"
     pad = operand_def(PtrType)
     slot = operand_def(i32)
     scope = attr_def(StringAttr)
+    sem = attr_def(StringAttr)
 
-    def __init__(self, pad: SSAValue, slot: SSAValue, scope: str = "sys"):
-        super().__init__(operands=[pad, slot], attributes={"scope": StringAttr(scope)})
+    def __init__(self, pad: SSAValue, slot: SSAValue, scope: str = "sys", sem: str = "relaxed"):
+        super().__init__(operands=[pad, slot], attributes={"scope": StringAttr(scope),
+                                                           "sem": StringAttr(sem)})
 
     def verify_(self) -> None:
         if self.scope.data not in ("sys", "gpu"):
             _fail(self.name, f"scope {self.scope.data!r}: sys (peers) or gpu (this rank)")
+        if self.sem.data not in ("relaxed", "release"):
+            _fail(self.name, f"sem {self.sem.data!r}: relaxed (after a pks.fence_sys) or release")
 
 
 @irdl_op_definition

@@ -22,6 +22,8 @@ every peer's kernel of epoch e read it):
 * ``ag``: arrive (every peer's kernel of this epoch started: its readers of the last
   result are done); push the input into slot ``rank`` of every rank's output (symmetric);
   leave (signal, wait: every rank's slot of this CTA's slice has landed).
+* ``ar2`` (two-shot, into a fresh output): see :meth:`CommBuilder.ar2`; ``groups`` CTA
+  groups take turns on the exchange (a group's copy-out overlaps the next one's traffic).
 
 Loops over peers visit d = rank + 1, ..., rank + W (mod W): at every step the ranks'
 destinations form a permutation (no incast on rank 0).
@@ -184,7 +186,7 @@ class CommBuilder:
 
     def reduce(self, lo, hi, src_off, stride: int, dests) -> None:
         """r = rank-order sum over q of own ``sym[src_off + q * stride + v]``; r to every
-        (base, off) of ``dests``."""
+        (base, off[, pred]) of ``dests`` (where pred holds)."""
         b, W = self.b, self.W
         offs = [b.add_(src_off, q * stride) if q else src_off for q in range(W)]
         own = self.ptr(self.sym)
@@ -195,8 +197,8 @@ class CommBuilder:
                   for v in vs]
             for v, y in zip(vs, ys):
                 z = b.r(c.VecSumOp(y, self.cfg.dtype))
-                for base, off in dests:
-                    b.add(c.VecStoreOp(base, v, hi, z, off))
+                for base, off, *pred in dests:
+                    b.add(c.VecStoreOp(base, v, hi, z, off, pred[0] if pred else None))
 
     def each_chunk_to_its_rank(self, slot_off: SSAValue, push) -> None:
         """For chunk d = rank+1, ..., rank: [lo, hi) = this CTA's slice of input chunk d,
@@ -220,7 +222,8 @@ class CommBuilder:
             self.llrs()
             return
         self.publish()
-        {CommKind.AR1: self.ar1, CommKind.RS: self.rs, CommKind.AG: self.ag}[kind]()
+        {CommKind.AR1: self.ar1, CommKind.RS: self.rs, CommKind.AG: self.ag,
+         CommKind.AR2: self.ar2}[kind]()
 
     def ar1(self) -> None:
         b = self.b
@@ -250,6 +253,81 @@ class CommBuilder:
         src = self.ptr(self.src)
         self.push(lo, hi, src, [(self.peer(self.out, d), shift) for d in range(self.W)])
         self.barrier_phase(2)
+
+    def ar2(self) -> None:
+        """sym = [R: nv][S: W x cv]. Chunk d of the input into slot ``rank`` of rank d's S;
+        arrive; sum this rank's chunk from its W slots; the result into the output and
+        (push gather) every peer's R or (pull) the own R; leave (the exit signals: S and R
+        are safe to reuse next launch, and every rank's chunk has landed / is final); copy
+        the W - 1 other chunks into the output, from the own R (push) or the peers' (pull)."""
+        b, W, cv, nv = self.b, self.W, self.cv, self.nv
+        push_gather = self.cfg.gather.value == "push"
+        off = b.add_(b.mul(self.rank, cv), nv)          # S + rank * cv
+        src = self.ptr(self.src)
+        if self.cfg.groups > 1:
+            self.group_turn(wait=True)
+        self.each_chunk_to_its_rank(off, lambda lo, hi, base, sh: self.push(lo, hi, src, [(base, sh)]))
+        self.barrier_phase(1)
+        lo, hi = self.chunk_slice(self.rank, nv, base=False)
+        r0 = b.mul(self.rank, cv)
+        out = self.ptr(self.out)
+        if push_gather:
+            dests = [(out, r0, None)] + [(self.peer(self.sym, d), r0, b.cmp("ne", self.rank, d))
+                                         for d in range(W)]
+        else:
+            dests = [(self.ptr(self.sym), r0, None), (out, r0, None)]
+        self.reduce(lo, hi, b.c(nv), cv, dests)
+        self.barrier_phase(2)
+        if self.cfg.groups > 1:
+            self.group_turn(wait=False)
+        if push_gather:
+            mine = self.ptr(self.sym)
+            sources = [(self.rank_plus(i), mine) for i in range(1, W)]
+        else:
+            sources = []
+            for i in range(1, W):
+                q = self.rank_plus(i)
+                sources.append((q, self.peer(self.sym, q)))
+        self.gather_chunks(sources)
+
+    def group_turn(self, wait: bool) -> None:
+        """CTA c belongs to group c / ceil(G / groups). Wait: a CTA of a later group waits
+        until CTA c - ceil(G / groups) of this rank passed its exchange (own pad slot
+        2 W G + c reaches the epoch); pass: signal that slot (release, this GPU)."""
+        b, W = self.b, self.W
+        n = self.cfg.groups
+        gsz = b.r(arith.DivUIOp(b.add_(self.G, n - 1), b.c(n)))
+        mine = self.ptr(self.pads)
+        if not wait:
+            when = b.add(c.WhenOp(self.t0))
+            with b.at(when.block):
+                b.add(c.SignalOp(mine, b.add_(b.mul(self.G, 2 * W), self.cta), "gpu", "release"))
+            return
+        later = b.add(c.WhenOp(b.cmp("uge", self.cta, gsz)))
+        with b.at(later.block):
+            lead = b.add(c.WhenOp(self.t0))
+            with b.at(lead.block):
+                prev = b.sub(self.cta, gsz)
+                b.add(c.SignalWaitOp(mine, b.add_(b.mul(self.G, 2 * W), prev), self.ep, self.rank,
+                                     c.WaitSite.GROUP, scope="gpu", sleep_ns=256))
+        b.add(s.ClusterSyncOp())
+
+    def gather_chunks(self, sources) -> None:
+        """out[q * cv + v] = base_q[q * cv + v] for v in this CTA's slice of a chunk and
+        every (q, base_q) of ``sources``: 4 chunks' loads in flight together (a loop per
+        chunk would wait W load latencies in a row; 8 spill at W = 8)."""
+        b, cv = self.b, self.cv
+        lo, hi = self.chunk_slice(0, self.nv)
+        out = self.ptr(self.out)
+        nv = b.c(self.nv)
+        op, (v,) = self.loop(lo, hi, 1)
+        with b.at(op.block):
+            for b0 in range(0, len(sources), 4):
+                batch = sources[b0:b0 + 4]
+                idx = [b.add_(b.mul(q, cv), v) for q, _ in batch]
+                ys = [b.r(c.VecLoadOp(base, i, nv, c.CacheHint.CG)) for i, (_, base) in zip(idx, batch)]
+                for i, y in zip(idx, ys):
+                    b.add(c.VecStoreOp(out, i, nv, y))
 
     # ---- LL ------------------------------------------------------------------------
     def ll_push(self, x, slot, st, dests, skip_own: bool) -> None:

@@ -12,8 +12,8 @@ The decisions come from lower-collectives' plan (one-shot / two-shot, direct) an
 tuning table :mod:`pkc.target.comm_tuning` (LL below a size, the two-shot's gather and
 CTA groups): written into ``pk.plan`` (``schedule = "collective"``, ``comm_kind``,
 ``unroll``, ``cta_vecs``, ``ctas_per_sm``, ``gather``, ``groups``, ``fresh_output``) and a
-remark. Kinds not scheduled yet (the two-shot, all_to_all, rings, non-leading dims) stay
-as they are, and a remark says why.
+remark. Kinds not scheduled (all_to_all, rings, non-leading dims) stay as they are, and a
+remark says why.
 
 Why: this is how pkc's collectives are produced from IR: a later pass can change the
 body (a signal, an unroll, a push for a pull) and ``--emit=ptx`` prints what runs.
@@ -37,7 +37,8 @@ from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.comm_tuning import ESIZE, THREADS, VEC_BYTES, CommKind, choose
 from pkc.target.targets import get_target
 
-SCHEDULED = (CommKind.LL, CommKind.LLAG, CommKind.LLRS, CommKind.AR1, CommKind.RS, CommKind.AG)
+SCHEDULED = (CommKind.LL, CommKind.LLAG, CommKind.LLRS, CommKind.AR1, CommKind.RS, CommKind.AG,
+             CommKind.AR2)
 
 
 def _dtype(t) -> str | None:
@@ -110,7 +111,7 @@ def _schedule(kop: k.KernelOp, sms: int) -> None:
     cfg = choose(coll, plan["algorithm"], W, dt, elems)
     ve = VEC_BYTES // ESIZE[dt]
     nv = elems // ve
-    cv = nv // W if cfg.kind.chunked else nv
+    cv = -(-nv // W) if cfg.kind.chunked else nv     # the two-shot's last chunk may be short
     out_space = SYMMETRIC if cfg.kind is CommKind.AG else LOCAL
     block = Block(arg_types=[BufferType(x.get_shape(), x.element_type),
                              BufferType(y.get_shape(), y.element_type, out_space)])
@@ -138,7 +139,8 @@ def _schedule(kop: k.KernelOp, sms: int) -> None:
     set_plan(new, schedule="collective", comm_kind=cfg.kind.value, unroll=cfg.unroll,
              chunk_vecs=cv, cta_vecs=cfg.cta_vecs, slice_align=cfg.slice_align,
              shrink_threads=cfg.kind.is_ll, ctas_per_sm=cfg.ctas_per_sm,
-             min_ctas_per_sm=cfg.min_ctas_per_sm, fresh_output=out_space == LOCAL)
+             min_ctas_per_sm=cfg.min_ctas_per_sm, max_ctas=gmax, fresh_output=out_space == LOCAL,
+             **({"gather": cfg.gather.value, "groups": cfg.groups} if cfg.kind is CommKind.AR2 else {}))
     add_remark(new, f"scheduled collective {cfg.tag()} ({cfg.reason}): "
                f"{nv} vectors ({cv} per chunk), up to {cfg.cta_vecs} per CTA, "
                f"{cfg.ctas_per_sm} CTA(s) per SM, "

@@ -118,7 +118,9 @@ class CommConfig:
     @property
     def cta_vecs(self) -> int:
         """Vectors of a chunk one CTA takes at most (the grid rule's work per CTA)."""
-        return LL_CTA_VECS if self.kind.is_ll else THREADS * self.unroll
+        # not the loop's unroll: the two-shot's loops take 2-3 vectors per trip (registers)
+        # and still give a CTA up to THREADS x UNROLL vectors, as the hand kernel's grid
+        return LL_CTA_VECS if self.kind.is_ll else THREADS * UNROLL
 
     def tag(self) -> str:
         extra = f" {self.gather.value} gather" if self.kind is CommKind.AR2 else ""
@@ -136,8 +138,8 @@ def choose(collective: str, algorithm: str, world: int, dtype: str, elems: int) 
         lim = ll_limit(LL_MAX_BYTES, world)
         why = f"{nbytes} B {'<=' if cfg.kind.is_ll else '>'} the LL limit {lim} B at W = {world}"
     elif collective == "all_reduce":
-        why = (f"{nbytes} B: {cfg.gather.value} gather (pull from {AR2_PULL_MIN_BYTES} B at W > 2), "
-               f"{cfg.groups} CTA group(s) (2 from {AR2_GROUPS_MIN_BYTES} B)")
+        why = (f"{nbytes} B; the pull gather from {AR2_PULL_MIN_BYTES} B at W > 2, "
+               f"2 CTA groups from {AR2_GROUPS_MIN_BYTES} B")
     else:
         full = nbytes * world if collective == "all_gather" else nbytes
         lim = ll_limit(LL_GATHER_MAX_BYTES, world)
@@ -152,7 +154,10 @@ def _choose(collective: str, algorithm: str, world: int, dtype: str, elems: int)
             kind = CommKind.LL if nbytes <= ll_limit(LL_MAX_BYTES, world) else CommKind.AR1
             return CommConfig(kind, world, dtype)
         pull = world > 2 and nbytes >= AR2_PULL_MIN_BYTES
-        return CommConfig(CommKind.AR2, world, dtype, gather=Gather.PULL if pull else Gather.PUSH,
+        # the two-shot holds more live registers (3 loops) and must stay within 64 for 2
+        # CTAs per SM; the push gather's reduce also stores to W ranks: 2, or ptxas spills
+        return CommConfig(CommKind.AR2, world, dtype, unroll=3 if pull else 2,
+                          gather=Gather.PULL if pull else Gather.PUSH,
                           groups=2 if nbytes >= AR2_GROUPS_MIN_BYTES else 1)
     full = nbytes * world if collective == "all_gather" else nbytes
     small = full <= ll_limit(LL_GATHER_MAX_BYTES, world)

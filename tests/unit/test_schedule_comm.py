@@ -16,7 +16,7 @@ from xdsl.utils.exceptions import VerifyException
 from pkc.codegen import compile_kernel
 from pkc.codegen.abi import ScheduledKernelMeta
 from pkc.codegen.emit import kernels_of
-from pkc.codegen.hopper.collectives import CollectiveConfig, plan_grid
+from pkc.codegen.hopper.collectives import plan_grid
 from pkc.codegen.ptxas import check, find_ptxas
 from pkc.dialects import schedule_comm as c
 from pkc.dialects.types import BufferType
@@ -137,30 +137,47 @@ def test_all_gather_direct_leaves_and_keeps_its_output_symmetric():
     assert sites == [1, 2]
 
 
-def test_two_shot_is_left_with_a_reason():
-    text, _, _ = module_text("all_reduce", 4, 4 * MIB, "bf16")
-    m = parse_module(text, "t.mlir")
-    run_pipeline("lower-collectives{all_reduce=two_shot},schedule-collectives", m)
+@pytest.mark.parametrize("nbytes,gather,groups", [(4 * MIB, "push", 1), (64 * MIB, "push", 2),
+                                                   (512 * MIB, "pull", 2)])
+def test_two_shot_gather_and_groups(nbytes, gather, groups):
+    _, kop = _scheduled("all_reduce", 4, nbytes, algo="two_shot")
+    plan = plan_of(kop)
+    assert (plan["comm_kind"], plan["gather"], plan["groups"]) == ("ar2", gather, groups)
+    assert plan["unroll"] == (2 if gather == "push" else 3) and plan["fresh_output"] == 1
+    waits = [op for op in kop.schedule().walk() if isinstance(op, c.SignalWaitOp)]
+    # arrival, exit, and with CTA groups the turn of the previous group (this GPU)
+    assert sorted(w.site.data for w in waits) == ([1, 2, 3] if groups > 1 else [1, 2])
+    assert all(w.scope.data == ("gpu" if w.site.data == 3 else "sys") for w in waits)
+
+
+def test_unscheduled_collective_says_why():
+    m = parse_module(
+        "func.func @f(%x: tensor<8x64xbf16>) -> tensor<8x128xbf16> {\n"
+        "  %y = pk.all_gather %x {world = 2 : i64, dim = 1 : i64} : tensor<8x64xbf16> -> tensor<8x128xbf16>\n"
+        "  func.return %y : tensor<8x128xbf16>\n}\n", "t.mlir")
+    run_pipeline("lower-collectives{all_gather=direct},schedule-collectives", m)
     (kop,) = kernels_of(m)
-    assert kop.schedule() is None
-    assert any("ar2 W=4 bf16 push gather: not scheduled yet" in r for r in remarks_of(kop))
+    assert kop.schedule() is None and kop.workers()
+    assert any("non-leading dim" in r for r in remarks_of(kop))
 
 
 # ---- launch rule, ABI ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("coll,kind", [("all_reduce", "ll"), ("all_reduce", "ar1"),
+                                       ("all_reduce", "ar2"),
                                        ("all_gather", "llag"), ("all_gather", "ag"),
                                        ("reduce_scatter", "llrs"), ("reduce_scatter", "rs")])
 def test_grid_rule_is_the_hand_kernels(coll, kind):
-    W = 4
-    nbytes = 64 * KIB if kind.startswith("ll") else 16 * MIB
-    _, kop = _scheduled(coll, W, nbytes)
+    W = 3          # chunks that do not divide evenly: the two-shot's last chunk is short
+    nbytes = 48 * KIB if kind.startswith("ll") else 48 * MIB + 96
+    _, kop = _scheduled(coll, W, nbytes, algo="two_shot" if kind == "ar2" else None)
     assert plan_of(kop)["comm_kind"] == kind
     meta = compile_kernel(kop).meta
     _, n_in, _ = module_text(coll, W, nbytes, "bf16")
     for max_ctas in (1, 7, 32, 66, 132):
-        _, _, per, grid = plan_grid(CollectiveConfig(kind, W, "bf16"), n_in, max_ctas)
+        hand = fastpath.collective_config(kind, W, "bf16", n_in)
+        _, _, per, grid = plan_grid(hand, n_in, max_ctas)
         slice_, g, threads = meta.comm.launch(max_ctas, 512)
         assert (slice_, g) == (per, grid), max_ctas
         assert threads == (min(512, -(-per // 32) * 32) if kind.startswith("ll") else 512)
@@ -170,23 +187,25 @@ def test_grid_rule_is_the_hand_kernels(coll, kind):
 
 # ---- lowering ------------------------------------------------------------------------------
 
-KINDS = [("all_reduce", 4 * KIB), ("all_reduce", 4 * MIB), ("all_gather", 16 * KIB),
-         ("all_gather", 16 * MIB), ("reduce_scatter", 16 * KIB), ("reduce_scatter", 16 * MIB)]
+KINDS = [("all_reduce", 4 * KIB, None), ("all_reduce", 4 * MIB, None), ("all_gather", 16 * KIB, None),
+         ("all_gather", 16 * MIB, None), ("reduce_scatter", 16 * KIB, None),
+         ("reduce_scatter", 16 * MIB, None), ("all_reduce", 4 * MIB, "two_shot"),
+         ("all_reduce", 64 * MIB, "two_shot"), ("all_reduce", 512 * MIB, "two_shot")]
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("W,dt", [(2, "bf16"), (4, "f16"), (8, "f32")])
 def test_every_kind_assembles_without_spills(W, dt):
     seen = set()
-    for coll, nbytes in KINDS:
-        _, kop = _scheduled(coll, W, nbytes, dt)
+    for coll, nbytes, algo in KINDS:
+        _, kop = _scheduled(coll, W, nbytes, dt, algo)
         ck = compile_kernel(kop)
         (rep,) = check(ck.ptx, "sm_90a").values()
         assert rep.spill_stores == 0 and rep.spill_loads == 0, (kop.kernel_name.data, rep.line())
         cap = 128 if plan_of(kop)["min_ctas_per_sm"] == 1 else 64   # 512 threads, 1 or 2 CTAs/SM
         assert rep.registers <= cap, rep.line()
         seen.add(plan_of(kop)["comm_kind"])
-    assert seen == {"ll", "ar1", "llag", "ag", "llrs", "rs"}
+    assert seen == {"ll", "ar1", "llag", "ag", "llrs", "rs", "ar2"}
 
 
 def test_ptx_has_the_protocol():

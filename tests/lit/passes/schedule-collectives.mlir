@@ -11,7 +11,7 @@ func.func @small(%x: tensor<6x64xbf16>) -> tensor<6x64xbf16> {
   func.return %y : tensor<6x64xbf16>
 }
 // CHECK-LABEL: func.func @small
-// CHECK:       pk.kernel "all_reduce_ll"(%view) {{.*}}schedule = "collective", comm_kind = "ll"{{.*}}chunk_vecs = 48 : i64, cta_vecs = 64 : i64, slice_align = 32 : i64, shrink_threads = true, ctas_per_sm = 1 : i64, min_ctas_per_sm = 1 : i64, fresh_output = true
+// CHECK:       pk.kernel "all_reduce_ll"(%view) {{.*}}schedule = "collective", comm_kind = "ll"{{.*}}chunk_vecs = 48 : i64, cta_vecs = 64 : i64, slice_align = 32 : i64, shrink_threads = true, ctas_per_sm = 1 : i64, min_ctas_per_sm = 1 : i64, max_ctas = 132 : i64, fresh_output = true
 // CHECK-SAME:  "scheduled collective ll W=4 bf16 (768 B <= the LL limit 131072 B at W = 4): 48 vectors (48 per chunk)
 // CHECK:       ^bb0(%{{.*}}: !pk.buffer<1x1x384xbf16>, %{{.*}}: !pk.buffer<1x1x384xbf16>):
 // 2 epochs x 4 slots of 48 LL lines (32 bytes each), whole groups of 32 lines
@@ -97,9 +97,23 @@ func.func @cols(%x: tensor<8x64xbf16>) -> tensor<8x128xbf16> {
 // CHECK:       pk.kernel "all_gather_direct{{.*}}collective left unscheduled: all_gather along a non-leading dim (view [8, 1, 64]): chunks are not contiguous
 // CHECK:       pk.worker
 
-// The two-shot is not scheduled yet: the remark says so.
+// The two-shot into a fresh output: chunk d to rank d's S; arrive; sum the own chunk into
+// the output and every peer's R (the push gather; the own rank's store predicated off);
+// leave; copy the other chunks out of the own R.
 // TWO-LABEL: func.func @small
-// TWO:       pk.kernel "all_reduce_two_shot"{{.*}}collective left unscheduled: ar2 W=4 bf16 push gather: not scheduled yet
+// TWO:       pk.kernel "all_reduce_ar2"{{.*}}comm_kind = "ar2", unroll = 2 : i64{{.*}}gather = "push", groups = 1
+// TWO-SAME:  "scheduled collective ar2 W=4 bf16 push gather (768 B; the pull gather from 536870912 B at W > 2, 2 CTA groups from 67108864 B): 48 vectors (12 per chunk)
+// TWO:       ^bb0(%{{.*}}: !pk.buffer<1x1x384xbf16>, %{{.*}}: !pk.buffer<1x1x384xbf16>):
+// R (48 vectors) + S (4 x 12), 8 bf16 each
+// TWO-NEXT:    pk.alloc : !pk.buffer<768xbf16, symmetric>
+// TWO-COUNT-4: "pks.vec_loop"
+// TWO:         "pks.signal_wait"{{.*}}site = #builtin.int<1>
+// TWO:         "pks.vec_loop"
+// TWO:           "pks.vec_sum"
+// TWO-COUNT-5:   "pks.vec_store"
+// TWO:         "pks.signal_wait"{{.*}}site = #builtin.int<2>
+// TWO:         "pks.vec_loop"
+// TWO-COUNT-3:   "pks.vec_load"{{.*}}cache = "cg"
 
 // PTX-LABEL: .visible .entry all_reduce_ll(
 // PTX:       .param .u64 alloc0_p3,
