@@ -4,8 +4,9 @@ torch's matmul for every kind of variant, and broken protocols are errors, never
 What the GEMM tests assert: the interpreter's accumulator sums exactly and is rounded to
 f32 once, then to bf16 (pkc.interp.schedule_state.Acc), so its output is bitwise equal to
 ``(A.double() @ B.double()).float().bfloat16()`` whatever the tile, CTA count or
-interleaving; and within one bf16 step (2^-7 relative) of torch's f32 matmul rounded to
-bf16 (on these shapes the two differ in at most a handful of elements).
+interleaving; and within one bf16 step of torch's f32 matmul rounded to bf16 (or within
+f32's summation error where a result cancels to nearly 0), in at most 0.1% of the elements
+(on these shapes a handful).
 """
 
 from __future__ import annotations
@@ -68,8 +69,11 @@ def check_gemm(M, N, K, cfg, world=1, **kw) -> None:
         assert torch.equal(got.view(torch.int16), exact.view(torch.int16)), \
             f"rank {r}: {int((got != exact).sum())} elements differ from the exact product"
         f32 = torch.matmul(a.float(), b.float()).to(torch.bfloat16)
-        diff = (got.float() - f32.float()).abs()
-        assert bool((diff <= f32.float().abs() * 2 ** -7 + 1e-30).all())
+        steps = (got.view(torch.int16).int() - f32.view(torch.int16).int()).abs()
+        # f32 sums may round across a bf16 boundary (one step) or, on a result that cancels
+        # to nearly 0, differ by f32's summation error
+        err = K * 2 ** -22 * (a.float().abs() @ b.float().abs())
+        assert bool(((steps <= 1) | ((got.float() - f32.float()).abs() <= err)).all())
         assert int((got != f32).sum()) <= max(2, got.numel() // 1000)
 
 
