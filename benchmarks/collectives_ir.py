@@ -3,8 +3,9 @@ sm_90a lowering -> PTX) against the hand-written kernels they replace
 (pkc/codegen/hopper/collectives.py), in the virtual world (W ranks on one H200, each on
 its own SM partition), in one run.
 
-    python benchmarks/collectives_ir.py --out DIR      # on the GPU machine
-    python benchmarks/collectives_ir.py --list         # the cases, no GPU
+    python benchmarks/collectives_ir.py --out DIR [--group G]   # on the GPU machine
+    python benchmarks/collectives_ir.py --out DIR --summary     # the table of DIR/rows.jsonl
+    python benchmarks/collectives_ir.py --list | --groups       # the cases, no GPU
 
 Per case (collective x size x W x dtype): the IR kernel and the hand kernel of the kind the
 pass chose (the two-shot with the fast path's gather and CTA groups), each with its own persistent buffers; ``launches`` launches in a row (epochs,
@@ -31,6 +32,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 KIB, MIB = 1 << 10, 1 << 20
+TIMEOUT_NS = 500_000_000     # a broken protocol costs half a second per wait, not a hang
 ESIZE = {"bf16": 2, "f16": 2, "f32": 4}
 # (collective, algorithm, bytes: the all-reduce buffer / the all-gather's output / the
 # reduce-scatter's input): LL sizes and bandwidth sizes of each kind
@@ -42,19 +44,29 @@ SIZES = {
 }
 
 
-def cases() -> list[tuple[str, str, int, int, str]]:
+def cases() -> list[tuple[str, str, int, int, str, str]]:
+    """(collective, algorithm, W, bytes, dtype, group); a group runs in one process (a
+    crash loses only its group)."""
     out = []
     for W in (2, 4):
         for coll, (algo, sizes) in SIZES.items():
             for nbytes in sizes:
-                out.append((coll.strip(), algo, W, nbytes, "bf16"))
-    out.append(("all_reduce", "two_shot", 4, 512 * MIB, "bf16"))     # the pull gather
+                out.append((coll.strip(), algo, W, nbytes, "bf16", f"{coll.strip()}-{algo}-w{W}"))
+    out.append(("all_reduce", "two_shot", 4, 512 * MIB, "bf16", "pull-w4"))     # the pull gather
     # other element types: correctness of the f32 / f16 sums (and a timing each)
     for coll, algo, nbytes in (("all_reduce", "one_shot", 64 * KIB), ("all_reduce", "one_shot", 4 * MIB),
                                ("reduce_scatter", "direct", 4 * MIB)):
         for dt in ("f32", "f16"):
-            out.append((coll, algo, 4, nbytes, dt))
+            out.append((coll, algo, 4, nbytes, dt, "dtypes-w4"))
     return out
+
+
+def groups() -> list[str]:
+    seen = []
+    for c in cases():
+        if c[-1] not in seen:
+            seen.append(c[-1])
+    return seen
 
 
 def module_text(coll: str, W: int, nbytes: int, dt: str) -> tuple[str, int, int]:
@@ -122,8 +134,8 @@ def run_case(coll, algo, W, nbytes, dt, iters: int, launches: int = 3) -> dict:
     ck, plan, n_in, n_out = compile_ir(coll, algo, W, nbytes, dt)
     kind = plan["comm_kind"]
     pr = peers(W)
-    ir = ScheduledCollective(ck.ptx, ck.meta, pr, [n_in], [n_out], dt)
-    hand = CollectiveRunner(collective_config(kind, W, dt, n_in), n_in, pr)
+    ir = ScheduledCollective(ck.ptx, ck.meta, pr, [n_in], [n_out], dt, timeout_ns=TIMEOUT_NS)
+    hand = CollectiveRunner(collective_config(kind, W, dt, n_in), n_in, pr, timeout_ns=TIMEOUT_NS)
     row = {"collective": coll, "kind": kind, "W": W, "bytes": nbytes, "dtype": dt,
            "ir_grid": ir.grid, "ir_threads": ir.threads, "ir_slice": ir.slice,
            "hand_grid": hand.grid, "hand_threads": hand.threads, "hand_slice": hand.per,
@@ -147,11 +159,18 @@ def run_case(coll, algo, W, nbytes, dt, iters: int, launches: int = 3) -> dict:
         hand.check()
         want = reference(coll, xs, W)
         for r in range(W):
-            a, h = got_ir[r].view(-1), got_hand[r].view(-1)
+            a, h, w = got_ir[r].view(-1), got_hand[r].view(-1), want[r].view(-1)
             nan |= bool(torch.isnan(a).any())
             equal_hand &= bool(torch.equal(a, h))
-            equal_ref &= bool(torch.equal(a, want[r].view(-1)))
+            equal_ref &= bool(torch.equal(a, w))
+            if not torch.equal(a, w) and "first_diff" not in row:
+                bad = (a != w).nonzero().view(-1)
+                row["first_diff"] = {"rank": r, "count": int(bad.numel()), "at": bad[:8].tolist(),
+                                     "got": a[bad[:8]].float().tolist(), "want": w[bad[:8]].float().tolist(),
+                                     "hand_ok": bool(torch.equal(h, w))}
     row.update(bitwise_equal_hand=equal_hand, bitwise_equal_reference=equal_ref, nan=nan)
+    if not (equal_hand and equal_ref):
+        return row          # no timing of a wrong kernel
     xs = {r: torch.randn(n_in, device="cuda", dtype=TD, generator=g) for r in range(W)}
     times = alternate({"ir": [lambda: ir.run(xs, outs=outs_ir)], "hand": [lambda: hand.run(xs)]},
                       iters, chunk=8)
@@ -183,10 +202,30 @@ def missing_peer() -> dict:
     return {"missing_peer": "NO timeout reported", "s": time.time() - t0}
 
 
+def summary(path: str) -> None:
+    rows = [json.loads(line) for line in open(path)]
+    print(f"\n{'kind':5} {'W':>2} {'dt':4} {'bytes':>10} {'=hand':5} {'=ref':5} {'IR us':>9} "
+          f"{'hand us':>9} {'hand/IR':>7} {'grid':>9} {'regs':>7}")
+    for r in rows:
+        if "kind" not in r or "us_ir" not in r:
+            continue
+        print(f"{r['kind']:5} {r['W']:2} {r['dtype']:4} {r['bytes']:10} {str(r['bitwise_equal_hand']):5} "
+              f"{str(r['bitwise_equal_reference']):5} {r['us_ir']:9.2f} {r['us_hand']:9.2f} "
+              f"{r['ir_speed_over_hand']:7.3f} {r['ir_grid']:4}/{r['hand_grid']:<4} "
+              f"{r['ir_regs']:3}/{r['hand_regs']:<3}")
+    for r in rows:
+        if "error" in r or "missing_peer" in r or ("kind" in r and "us_ir" not in r):
+            print(json.dumps(r)[:600])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="out/collectives_ir")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--groups", action="store_true", help="print the group names")
+    ap.add_argument("--group", default="", help="run only this group (default: all)")
+    ap.add_argument("--summary", action="store_true", help="print the table of DIR/rows.jsonl")
+    ap.add_argument("--missing-peer", action="store_true", help="only the missing-peer check")
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=280.0)
     args = ap.parse_args()
@@ -194,39 +233,38 @@ def main() -> None:
         for c in cases():
             print(*c)
         return
+    if args.groups:
+        print(" ".join(groups()))
+        return
     os.makedirs(args.out, exist_ok=True)
-    rows, t0 = [], time.time()
+    path = os.path.join(args.out, "rows.jsonl")
+    if args.summary:
+        summary(path)
+        return
+
+    def emit(row):
+        print(json.dumps(row), flush=True)
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    if args.missing_peer:
+        try:
+            emit(missing_peer())
+        except Exception as e:
+            emit({"missing_peer": f"error {type(e).__name__}: {e}", "trace": traceback.format_exc()[-1500:]})
+        return
+    t0 = time.time()
     for c in cases():
+        if args.group and c[-1] != args.group:
+            continue
         if time.time() - t0 > args.budget_s:
-            rows.append({"case": list(c), "error": "skipped: out of time"})
+            emit({"case": list(c), "error": "skipped: out of time"})
             continue
         try:
-            row = run_case(*c, iters=args.iters)
+            row = run_case(*c[:-1], iters=args.iters)
         except Exception as e:      # one failing case must not hide the others
             row = {"case": list(c), "error": f"{type(e).__name__}: {e}",
                    "trace": traceback.format_exc()[-1500:]}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    try:
-        rows.append(missing_peer())
-    except Exception as e:
-        rows.append({"missing_peer": f"error {type(e).__name__}: {e}"})
-    print(json.dumps(rows[-1]), flush=True)
-    with open(os.path.join(args.out, "collectives_ir.json"), "w") as f:
-        json.dump(rows, f, indent=1)
-    print(f"\n{'kind':5} {'W':>2} {'dt':4} {'bytes':>9} {'=hand':5} {'=ref':5} {'IR us':>8} "
-          f"{'hand us':>8} {'hand/IR':>7} {'grid':>9} {'regs':>7}")
-    for r in rows:
-        if "kind" not in r:
-            continue
-        print(f"{r['kind']:5} {r['W']:2} {r['dtype']:4} {r['bytes']:9} {str(r['bitwise_equal_hand']):5} "
-              f"{str(r['bitwise_equal_reference']):5} {r['us_ir']:8.2f} {r['us_hand']:8.2f} "
-              f"{r['ir_speed_over_hand']:7.3f} {r['ir_grid']:4}/{r['hand_grid']:<4} "
-              f"{r['ir_regs']:3}/{r['hand_regs']:<3}")
-    for r in rows:
-        if "error" in r:
-            print("ERROR", r.get("case"), r["error"][:300])
-    print(f"total {time.time() - t0:.0f} s")
+        emit(row)
 
 
 if __name__ == "__main__":

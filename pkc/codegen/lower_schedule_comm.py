@@ -172,7 +172,7 @@ def _ptr(L: Lowering, op: c.BufferPtrOp) -> None:
     st, b = _comm(L), L.b
     buf = op.buffer
     if op.peer is None:
-        L.vals[op.result] = st.own.get(buf) or L.buffers[buf]
+        L.vals[op.result] = st.own[buf] if buf in st.own else L.buffers[buf]
         return
     peers = st.peers[buf]
     k = _const(op.peer)
