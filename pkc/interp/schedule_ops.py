@@ -49,7 +49,6 @@ class Tmap:
         return tuple(bs), tuple(ts)
 
 
-
 def _arrive(R, a: Actor, op: s.MbarrierArriveOp, env) -> bool:
     if op.pred is not None and not env[op.pred]:
         return False
