@@ -449,6 +449,7 @@ def compile(
     pipeline: str | None = None,
     dump_dir: str | os.PathLike | None = None,
     explain: bool = False,
+    cache: bool = False,
 ) -> CompiledProgram:
     """Capture ``fn_or_module`` on ``example_inputs`` and compile it to pk IR.
 
@@ -465,6 +466,10 @@ def compile(
       (pkc/passes/pipelines.py); None keeps the imported graph-level IR.
     - ``dump_dir``: writes ``00-imported.mlir``, the IR after every pass
       (``01-<pass>.mlir``, ...) and, under ``kernels/``, every kernel's PTX and ptxas report.
+    - ``cache``: take the pipeline's result from the disk cache of compiled graphs when
+      this graph was compiled before for the same world, target and pipeline (by any
+      process), else store it there (:mod:`pkc.runtime.compile_cache`); ``program.cache_hit``
+      says which. Off by default here (the backend's default is on).
     - ``explain``: print the passes' decisions (what was fused, predicted times, SM split,
       what was left alone and why) and each kernel's fast-path plan; also available later
       as ``program.remarks()`` and ``program.fast_path()``.
@@ -474,7 +479,8 @@ def compile(
     """
     target = _target_name(target)
     captured = capture(fn_or_module, example_inputs, world_size=world_size)
-    program = _finish(captured, target=target, pipeline=pipeline, dump_dir=dump_dir)
+    program = _finish(captured, target=target, pipeline=pipeline, dump_dir=dump_dir,
+                      cache=cache and dump_dir is None)
     if explain:
         print("\n".join(program.remarks()) or "pkc: no decisions recorded (no pipeline ran?)")
         if program.fast_path():
@@ -532,7 +538,7 @@ class PkcBackend:
             else:
                 runner = _graph_runner(program, captured)
             self.compile_times.append({"pkc_s": t1 - t0, "inductor_s": time.perf_counter() - t1,
-                                       "cache_hit": float(program.cache_hit)})
+                                       "cache_hit": program.cache_hit})
             return runner
 
         return capture_backend(on_graph, world_size=self.world_size)(gm, example_inputs)
