@@ -299,6 +299,8 @@ class ScheduleRun:
     def _for(self, a: Actor, op: scf.ForOp, env: dict) -> Generator:
         carried = [env[v] for v in op.iter_args]
         body = op.body.blocks[0]
+        if env[op.step] <= 0:
+            raise InterpError(f"{a.at(op)}: step {env[op.step]}; scf.for's step must be positive")
         for i in range(env[op.lb], env[op.ub], env[op.step]):
             self._count()
             carried = yield from self._block(a, body, env, [i, *carried])
