@@ -48,10 +48,8 @@ def cache_root() -> Path:
 def _sources_digest() -> str:
     """pkc's Python sources, hashed once per process (a few ms)."""
     if not _SOURCES_DIGEST:
-        import pkc
-
         h = hashlib.sha256()
-        base = Path(pkc.__file__).parent
+        base = Path(__file__).resolve().parent.parent   # the pkc package (not imported: no cycle)
         for p in sorted(base.rglob("*.py")):
             h.update(str(p.relative_to(base)).encode())
             h.update(p.read_bytes())
