@@ -158,7 +158,8 @@ class CommLaunch:
     Parameters after the kernel buffers: W peer pointers (ranks 0..W-1) per symmetric
     entry of ``buffers`` then per symmetric kernel output (``sym_outputs``: indices among
     the kernel's buffers); the own pointer of each symmetric entry of ``buffers``; one
-    pointer per local entry; then ``slice`` (u32: vectors of a chunk per CTA), ``rank``
+    pointer per local entry; then ``vecs`` and ``chunk`` (u32: 16-byte vectors of the
+    tensor and of a chunk), ``slice`` (u32: vectors of a chunk per CTA), ``rank``
     (u32), ``err`` (u64: 8 u32, zeroed once: flag, kind, rank, peer, seen, wanted, cta,
     epoch), ``timeout`` (u64 ns), ``mbox`` (u64: a host-mapped copy of the record, or 0),
     ``trap`` (u32: trap after recording a timeout).
@@ -178,6 +179,7 @@ class CommLaunch:
     ctas_per_sm: int
     shrink_threads: bool
     max_ctas: int = 0       # CTAs the pads were sized for (0: no bound)
+    vecs: int = 0           # 16-byte vectors of the whole tensor (the kernel's input)
 
     def params(self) -> list[tuple[str, str]]:
         W = self.world
@@ -185,8 +187,8 @@ class CommLaunch:
         ps = [(f"{name}_p{d}", "u64") for name in syms for d in range(W)]
         ps += [(f"{b.name}_own", "u64") for b in self.buffers if b.symmetric]
         ps += [(b.name, "u64") for b in self.buffers if not b.symmetric]
-        ps += [("slice", "u32"), ("rank", "u32"), ("err", "u64"), ("timeout", "u64"),
-               ("mbox", "u64"), ("trap", "u32")]
+        ps += [("vecs", "u32"), ("chunk", "u32"), ("slice", "u32"), ("rank", "u32"), ("err", "u64"),
+               ("timeout", "u64"), ("mbox", "u64"), ("trap", "u32")]
         return ps
 
     def launch(self, max_ctas: int, threads: int) -> tuple[int, int, int]:

@@ -93,7 +93,7 @@ def lower_comm_kernel(kop: KernelOp, target: str, entry_name: str
                         slice_align=_plan_int(kop, "slice_align"),
                         ctas_per_sm=_plan_int(kop, "ctas_per_sm"),
                         shrink_threads=bool(_plan_int(kop, "shrink_threads")),
-                        max_ctas=_plan_int(kop, "max_ctas"))
+                        max_ctas=_plan_int(kop, "max_ctas"), vecs=_plan_int(kop, "vecs"))
     meta = ScheduledKernelMeta(name=entry_name, target=target, threads=sched.threads.data,
                                cluster=1, smem_bytes=0,
                                buffers=[_ident(f"buf{i}") for i in range(len(args))], tmaps=[],
@@ -117,7 +117,7 @@ def lower_comm_kernel(kop: KernelOp, target: str, entry_name: str
     for a in allocs:
         if not a.result.type.symmetric:
             L.buffers[a.result] = next(regs)
-    for name in ("slice", "rank", "err", "timeout", "mbox", "trap"):
+    for name in ("vecs", "chunk", "slice", "rank", "err", "timeout", "mbox", "trap"):
         st.params[name] = next(regs)
     b = L.b
     L.tid = b.sreg("%tid.x")
@@ -138,8 +138,7 @@ def _elements(t: BufferType) -> int:
 
 
 def _launch_param(L: Lowering, op: c.LaunchParamOp) -> None:
-    name = {"rank": "rank", "slice": "slice"}[op.param.data]
-    L.vals[op.result] = _comm(L).params[name]
+    L.vals[op.result] = _comm(L).params[c.CommParam(op.param.data).value]
 
 
 def _grid_value(L: Lowering, op: c.GridValueOp) -> None:

@@ -98,7 +98,9 @@ class CommBuilder:
     def __init__(self, sched_block: Block, cfg: CommConfig, nv: int, cv: int, src: SSAValue,
                  out: SSAValue, sym: SSAValue, pads: SSAValue, ctl: SSAValue):
         self.b = _B(sched_block)
-        self.cfg, self.W, self.nv, self.cv = cfg, cfg.world, nv, cv
+        self.cfg, self.W = cfg, cfg.world
+        self.nv_n, self.cv_n = nv, cv      # sizes in vectors; the kernel reads them as
+                                           # launch parameters (see CommParam.VECS)
         self.src, self.out, self.sym, self.pads, self.ctl = src, out, sym, pads, ctl
 
     # ---- pieces ----------------------------------------------------------------------
@@ -109,6 +111,8 @@ class CommBuilder:
         self.G = b.r(c.GridValueOp(c.GridValue.CTAS))
         self.rank = b.r(c.LaunchParamOp(c.CommParam.RANK))
         self.per = b.r(c.LaunchParamOp(c.CommParam.SLICE))
+        self.nv = b.r(c.LaunchParamOp(c.CommParam.VECS))
+        self.cv = b.r(c.LaunchParamOp(c.CommParam.CHUNK))
         self.t0 = b.cmp("eq", self.tid, 0)
 
     def epoch(self) -> None:
@@ -122,7 +126,7 @@ class CommBuilder:
         """[lo, hi): this CTA's slice of chunk ``chunk`` (clipped to ``limit``); with
         ``base=False`` relative to the chunk's start."""
         b = self.b
-        c0 = b.mul(chunk, self.cv) if not isinstance(chunk, int) else b.c(chunk * self.cv)
+        c0 = b.mul(chunk, self.cv)
         end = b.min(b.add_(c0, self.cv), limit)
         lo = b.add_(b.mul(self.cta, self.per), c0)
         hi = b.min(b.add_(lo, self.per), end)
@@ -131,10 +135,10 @@ class CommBuilder:
             lo, hi = b.sub(lo, c0), b.sub(hi, c0)
         return lo, hi
 
-    def stage(self, slot_vecs: int) -> SSAValue:
-        """First vector of this epoch's half: (epoch & 1) * W * slot_vecs."""
+    def stage(self, slot_vecs: SSAValue) -> SSAValue:
+        """First vector of this epoch's half: (epoch & 1) * slot_vecs * W."""
         b = self.b
-        return b.mul(b.and_(self.ep, 1), self.W * slot_vecs)
+        return b.mul(b.mul(b.and_(self.ep, 1), slot_vecs), self.W)
 
     def rank_plus(self, i: int) -> SSAValue:
         b = self.b
@@ -184,11 +188,11 @@ class CommBuilder:
                 for base, off in dests:
                     b.add(c.VecStoreOp(base, v, hi, x, off))
 
-    def reduce(self, lo, hi, src_off, stride: int, dests) -> None:
+    def reduce(self, lo, hi, src_off, stride: SSAValue, dests) -> None:
         """r = rank-order sum over q of own ``sym[src_off + q * stride + v]``; r to every
         (base, off[, pred]) of ``dests`` (where pred holds)."""
         b, W = self.b, self.W
-        offs = [b.add_(src_off, q * stride) if q else src_off for q in range(W)]
+        offs = [b.add_(b.mul(stride, q), src_off) if q else src_off for q in range(W)]
         own = self.ptr(self.sym)
         # W loads of 4 registers per vector: about 8 vectors in flight per thread
         op, vs = self.loop(lo, hi, max(1, min(self.cfg.unroll, 8 // W)))
@@ -276,7 +280,7 @@ class CommBuilder:
                                          for d in range(W)]
         else:
             dests = [(self.ptr(self.sym), r0, None), (out, r0, None)]
-        self.reduce(lo, hi, b.c(nv), cv, dests)
+        self.reduce(lo, hi, nv, cv, dests)
         self.barrier_phase(2)
         if self.cfg.groups > 1:
             self.group_turn(wait=False)
@@ -319,7 +323,7 @@ class CommBuilder:
         b, cv = self.b, self.cv
         lo, hi = self.chunk_slice(0, self.nv)
         out = self.ptr(self.out)
-        nv = b.c(self.nv)
+        nv = self.nv
         op, (v,) = self.loop(lo, hi, 1)
         with b.at(op.block):
             for b0 in range(0, len(sources), 4):
@@ -345,12 +349,13 @@ class CommBuilder:
         output (ll, llrs) or copy them out in rank order (llag)."""
         b, W, cv = self.b, self.W, self.cv
         mine = self.ptr(self.sym)
-        addrs = [b.r(c.LlAddrOp(mine, b.add_(b.add_(v, q * cv), st))) for q in range(W)]
+        addrs = [b.r(c.LlAddrOp(mine, b.add_(b.add_(b.mul(cv, q), v) if q else v, st)))
+                 for q in range(W)]
         wait = b.add(c.LlWaitOp(addrs, self.ep, own, self.rank if own is not None else None))
         out = self.ptr(self.out)
         if self.cfg.kind is CommKind.LLAG:
             for q in range(W):
-                b.add(c.VecStoreOp(out, v, None, wait.results[q], b.c(q * cv) if q else None))
+                b.add(c.VecStoreOp(out, v, None, wait.results[q], b.mul(cv, q) if q else None))
         else:
             z = b.r(c.VecSumOp(list(wait.results), self.cfg.dtype))
             b.add(c.VecStoreOp(out, v, None, z))

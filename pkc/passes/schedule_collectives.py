@@ -137,7 +137,7 @@ def _schedule(kop: k.KernelOp, sms: int) -> None:
                      attributes={key: v for key, v in kop.attributes.items()
                                  if key not in ("kernel_name", "world")})
     set_plan(new, schedule="collective", comm_kind=cfg.kind.value, unroll=cfg.unroll,
-             chunk_vecs=cv, cta_vecs=cfg.cta_vecs, slice_align=cfg.slice_align,
+             vecs=nv, chunk_vecs=cv, cta_vecs=cfg.cta_vecs, slice_align=cfg.slice_align,
              shrink_threads=cfg.kind.is_ll, ctas_per_sm=cfg.ctas_per_sm,
              min_ctas_per_sm=cfg.min_ctas_per_sm, max_ctas=gmax, fresh_output=out_space == LOCAL,
              **({"gather": cfg.gather.value, "groups": cfg.groups} if cfg.kind is CommKind.AR2 else {}))

@@ -81,7 +81,7 @@ class ScheduledCollective:
         vals += [u64(p) for ptrs in peers_of for p in ptrs]
         vals += [u64(s.ptrs[rank]) for s in self.syms]
         vals += [u64(loc[rank].data_ptr()) for loc in self.locals]
-        vals += [u32(self.slice), u32(rank), u64(self.err[rank].data_ptr()), u64(self.timeout_ns),
+        vals += [u32(self.comm.vecs), u32(self.comm.chunk_vecs), u32(self.slice), u32(rank), u64(self.err[rank].data_ptr()), u64(self.timeout_ns),
                  u64(self.mbox[rank]), u32(int(self.peers.trap))]
         if len(self._args) >= 64:
             self._args.pop(next(iter(self._args)))

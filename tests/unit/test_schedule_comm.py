@@ -217,6 +217,8 @@ def test_ptx_has_the_protocol():
     assert "ld.acquire.sys.global.u32" in ptx and "atom.global.cas.b32" in ptx
     assert ptx.count("ld.global.cg.v4.b32") == 8                 # unroll 4 x 2 slots
     assert ".minnctapersm 2" in ptx
+    # the sizes come in as parameters (uniform registers: see CommParam.VECS), not immediates
+    assert "[vecs];" in ptx and "[chunk];" in ptx and "262144" not in ptx
     _, kop = _scheduled("all_reduce", 4, 4 * KIB)
     ptx = compile_kernel(kop).ptx
     assert ptx.count("st.volatile.global.v4.b32") == 8           # 4 ranks x 2 halves
