@@ -211,7 +211,26 @@ def _host_ms(fn, calls: int, rounds: int) -> list[float]:
     return out
 
 
-def run_case(case: Case, iters: int = 24) -> dict:
+def _no_addmm():
+    """A context in which Inductor does not fold ``mm + add`` into ``addmm`` (an A/B probe
+    of that heuristic: pkc's program at W = 1 has the residual add right after the down
+    projection, where Inductor's own graph has the all_reduce in between)."""
+    import contextlib
+
+    from torch._inductor.fx_passes import post_grad
+
+    @contextlib.contextmanager
+    def ctx():
+        old = post_grad.should_prefer_unfused_addmm
+        post_grad.should_prefer_unfused_addmm = lambda match: True
+        try:
+            yield
+        finally:
+            post_grad.should_prefer_unfused_addmm = old
+    return ctx()
+
+
+def run_case(case: Case, iters: int = 24, ab_addmm: bool = False) -> dict:
     import torch
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -227,13 +246,20 @@ def run_case(case: Case, iters: int = 24) -> dict:
     variants["inductor"] = torch.compile(m, fullgraph=True, dynamic=False, mode=mode)
     be = pkc.backend(pipeline="default")
     variants["pkc"] = torch.compile(m, backend=be, fullgraph=True, dynamic=False, mode=mode)
+    if ab_addmm:
+        variants["pkc_noaddmm"] = torch.compile(m, backend=pkc.backend(pipeline="default", cache=False),
+                                                fullgraph=True, dynamic=False, mode=mode)
     outs, first = {}, {}
     with torch.no_grad():
         for name, fn in variants.items():
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             try:
-                outs[name] = fn(x).float()
+                if name == "pkc_noaddmm":
+                    with _no_addmm():
+                        outs[name] = fn(x).float()
+                else:
+                    outs[name] = fn(x).float()
             except Exception as err:  # noqa: BLE001 - one failing variant is reported, the rest timed
                 row[f"{name}_error"] = f"{type(err).__name__}: {str(err)[:400]}"
                 continue
@@ -375,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-cases", type=int, default=0)
     ap.add_argument("--budget-s", type=float, default=0, help="start no case after this many seconds")
     ap.add_argument("--iters", type=int, default=24)
+    ap.add_argument("--ab-addmm", action="store_true",
+                    help="also time pkc with Inductor's mm + add -> addmm folding off (pkc_noaddmm)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--probe", default="", help="time one process's compile of the first case "
                     "whose label has these words (JSON on stdout)")
@@ -416,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t0 = time.perf_counter()
         try:
-            row = run_case(c, args.iters)
+            row = run_case(c, args.iters, args.ab_addmm)
         except Exception as err:  # noqa: BLE001 - the case is reported, the run goes on
             row = {"case": asdict(c), "label": c.label, "error": f"{type(err).__name__}: {str(err)[:600]}"}
         row["case_s"] = time.perf_counter() - t0
