@@ -54,6 +54,11 @@ def why_not(kop: k.KernelOp) -> str | None:
         return f"no scheduled kernel for {coll}"
     if plan.get("algorithm") not in ("one_shot", "two_shot", "direct"):
         return f"{coll} {plan.get('algorithm')}: only one-shot, two-shot and direct are scheduled"
+    # the reduction is in the lowered body (rank-order sums of the slots): only sums are
+    # scheduled (a max / min all-reduce keeps its lowered kernel)
+    combine = {op.fn.data for op in kop.walk() if isinstance(op, k.TileMapOp)} - {"cast", "add"}
+    if combine:
+        return f"{coll} reducing with {', '.join(sorted(combine))}: only sums are scheduled"
     if len(kop.inputs) != 1 or len(kop.outputs) != 1:
         return f"{coll} with {len(kop.inputs)} inputs and {len(kop.outputs)} outputs"
     x, y = kop.inputs[0].type, kop.outputs[0].type

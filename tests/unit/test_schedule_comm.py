@@ -150,6 +150,17 @@ def test_two_shot_gather_and_groups(nbytes, gather, groups):
     assert all(w.scope.data == ("gpu" if w.site.data == 3 else "sys") for w in waits)
 
 
+def test_max_all_reduce_is_not_scheduled_as_a_sum():
+    m = parse_module(
+        "func.func @f(%x: tensor<24x64xbf16>) -> tensor<24x64xbf16> {\n"
+        '  %y = pk.all_reduce %x {world = 4 : i64, reduce = "max"} : tensor<24x64xbf16> -> tensor<24x64xbf16>\n'
+        "  func.return %y : tensor<24x64xbf16>\n}\n", "t.mlir")
+    run_pipeline("lower-collectives,schedule-collectives", m)
+    (kop,) = kernels_of(m)
+    assert kop.schedule() is None
+    assert any("reducing with maximum: only sums are scheduled" in r for r in remarks_of(kop))
+
+
 def test_unscheduled_collective_says_why():
     m = parse_module(
         "func.func @f(%x: tensor<8x64xbf16>) -> tensor<8x128xbf16> {\n"
