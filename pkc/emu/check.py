@@ -109,7 +109,7 @@ def check_module(module: ModuleOp, inputs: list[list[torch.Tensor]], world: int,
                  log=None) -> Result:
     """Runs ``@func_name``; see the module docstring. ``log(line)`` gets a line per kernel."""
     from pkc.emu.launch import DEFAULT_SMS, emulate
-    from pkc.interp.graph import _LOCAL, _WORLD, _run_opaque, find_function
+    from pkc.interp.graph import LOCAL_RULES, WORLD_RULES, find_function, run_opaque
     from pkc.interp.kernel import run_kernel
     from pkc.interp.values import InterpError, where
 
@@ -148,12 +148,12 @@ def check_module(module: ModuleOp, inputs: list[list[torch.Tensor]], world: int,
                 log(f"ok   @{ck.name}: {world} rank(s), {target}, {secs:.2f} s, {how}")
             outs = ref
         elif isinstance(op, g.COLLECTIVE_OPS):
-            outs = [_WORLD[type(op)](op, operands[0], world)]
+            outs = [WORLD_RULES[type(op)](op, operands[0], world)]
         elif isinstance(op, g.OpaqueOp):
-            per = [_run_opaque(op, [o[r] for o in operands]) for r in range(world)]
+            per = [run_opaque(op, [o[r] for o in operands]) for r in range(world)]
             outs = [[per[r][i] for r in range(world)] for i in range(len(op.outputs))]
-        elif type(op) in _LOCAL:
-            outs = [[_LOCAL[type(op)](op, *[o[r] for o in operands]) for r in range(world)]]
+        elif type(op) in LOCAL_RULES:
+            outs = [[LOCAL_RULES[type(op)](op, *[o[r] for o in operands]) for r in range(world)]]
         else:
             raise InterpError(f"{where(op)} cannot be run at graph level")
         for res, val in zip(op.results, outs):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from pkc.emu.program import Pseudo
-from pkc.emu.registry import BRANCHED
+from pkc.emu.registry import BRANCHED, JUMPED
 
 
 def _skip(m, ins, g):
@@ -16,12 +16,20 @@ def _skip(m, ins, g):
     cond = g.get(ins.args[0])
     enter = ~cond if ins.owner.negate is not None else cond
     m.pc[g.idx] = np.where(enter, ins.pc + 1, ins.target)
-    return BRANCHED
+    return JUMPED
+
+
+def _jump(m, ins, g):
+    m.pc[g.idx] = ins.target
+    return JUMPED
 
 
 def _for_init(m, ins, g):
-    for src, dst in zip(ins.args, ins.res):
-        g.set(dst, g.get(src))
+    vals = [g.get(src) for src in ins.args]
+    for dst, v in zip(ins.res, vals):
+        g.set(dst, v)
+    m.pc[g.idx] = ins.target
+    return JUMPED
 
 
 def _for_head(m, ins, g):
@@ -29,7 +37,7 @@ def _for_head(m, ins, g):
     t = ins.owner.type.data
     iv, ub = g.get(ins.args[0], t), g.get(ins.args[1], t)
     m.pc[g.idx] = np.where(iv >= ub, ins.target, ins.pc + 1)
-    return BRANCHED
+    return JUMPED
 
 
 def _for_latch(m, ins, g):
@@ -41,7 +49,7 @@ def _for_latch(m, ins, g):
     for dst, v in zip(ins.res[1:], vals):
         g.set(dst, v)
     m.pc[g.idx] = ins.target
-    return BRANCHED
+    return JUMPED
 
 
 def _for_exit(m, ins, g):
@@ -54,5 +62,5 @@ def _ret(m, ins, g):
     return BRANCHED
 
 
-PSEUDO = {Pseudo.SKIP: _skip, Pseudo.FOR_INIT: _for_init, Pseudo.FOR_HEAD: _for_head,
+PSEUDO = {Pseudo.SKIP: _skip, Pseudo.JUMP: _jump, Pseudo.FOR_INIT: _for_init, Pseudo.FOR_HEAD: _for_head,
           Pseudo.FOR_LATCH: _for_latch, Pseudo.FOR_EXIT: _for_exit, Pseudo.RET: _ret}

@@ -26,7 +26,7 @@ from pkc.emu.machine import DEFAULT_MAX_STEPS, Machine
 from pkc.emu.memory import GlobalMemory
 from pkc.emu.program import Program
 
-DEFAULT_SMS = 4
+DEFAULT_SMS = 2
 _PROGRAMS: dict[int, tuple[ptx.EntryOp, Program]] = {}
 
 

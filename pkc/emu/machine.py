@@ -25,7 +25,7 @@ import numpy as np
 from pkc.emu.errors import EmuDeadlock, EmuError, EmuStepLimit, EmuUnsupported, Where
 from pkc.emu.memory import GlobalMemory, SharedMemory
 from pkc.emu.program import Instr, Program, render
-from pkc.emu.registry import BRANCHED, HANDLERS
+from pkc.emu.registry import BRANCHED, HANDLERS, JUMPED
 from pkc.emu.values import KIND_DTYPE, as_type, to_kind
 
 DEFAULT_MAX_STEPS = 3_000_000
@@ -46,7 +46,7 @@ class Group:
     def get(self, slot: int, t: str | None = None) -> np.ndarray:
         arr = self.m.regs[slot]
         if arr is None:
-            arr = self.m.regs[slot] = np.zeros(self.m.N, dtype=KIND_DTYPE[self.m.prog.kinds[slot]])
+            arr = self.m.regs[slot] = self.m.new_reg(slot)
         v = arr if self.full else arr[self.idx]
         return v if t is None else as_type(v, t)
 
@@ -54,8 +54,9 @@ class Group:
         kind = self.m.prog.kinds[slot]
         arr = self.m.regs[slot]
         if arr is None:
-            arr = self.m.regs[slot] = np.zeros(self.m.N, dtype=KIND_DTYPE[kind])
-        v = to_kind(np.asarray(value), kind)
+            arr = self.m.regs[slot] = self.m.new_reg(slot)
+        v = np.asarray(value, dtype=np.float32) if kind.startswith("frag") else \
+            to_kind(np.asarray(value), kind)
         if self.full:
             arr[:] = v
         else:
@@ -138,6 +139,12 @@ class Machine:
             if ins.fn is None:
                 ins.fn = _bind(ins)
 
+    def new_reg(self, slot: int) -> np.ndarray:
+        kind = self.prog.kinds[slot]
+        if kind.startswith("frag:"):
+            return np.zeros((self.N, int(kind[5:])), dtype=np.float32)
+        return np.zeros(self.N, dtype=KIND_DTYPE[kind])
+
     # ---- naming -------------------------------------------------------------------
     def where(self, thread: int, ins: Instr) -> Where:
         return Where(self.kernel, int(self.rank_of[thread]), int(self.ctaid_of[thread]),
@@ -149,24 +156,28 @@ class Machine:
 
     # ---- running ------------------------------------------------------------------
     def run(self) -> None:
-        code, pc, alive = self.code, self.pc, self.alive
-        big = len(code) + 1
+        code = self.code
+        big = self.big = len(code) + 1
+        # eff[t]: thread t's program counter while it can run, else big (kept up to date
+        # by _refresh), so that a step is one min and one compare over the threads
+        self.eff = self.pc.copy()
         while True:
             self.steps += 1
             if self.steps > self.max_steps:
                 self._step_limit()
-            runnable = alive & ~self.waiting & (self.at_bar < 0)
-            pcs = np.where(runnable, pc, big)
-            p = int(pcs.min())
+            p = int(self.eff.min())
             if p == big:
-                if not alive.any():
+                if not self.alive.any():
                     return
                 if not self._poll():
                     self._deadlock()
                 continue
-            idx = np.flatnonzero(pcs == p)
-            ins = code[p]
-            self._apply(ins, Group(self, idx), idx, p)
+            idx = (self.eff == p).nonzero()[0]
+            self._apply(code[p], Group(self, idx), idx, p)
+
+    def _refresh(self, idx) -> None:
+        ok = self.alive[idx] & ~self.waiting[idx] & (self.at_bar[idx] < 0)
+        self.eff[idx] = np.where(ok, self.pc[idx], self.big)
 
     def _apply(self, ins: Instr, g: Group, idx: np.ndarray, p: int) -> bool:
         """Runs ``ins`` for ``g``; returns whether any thread got past it."""
@@ -174,15 +185,21 @@ class Machine:
         if r is None:
             self.pc[idx] = p + 1
             self.waiting[idx] = False
+            self.eff[idx] = p + 1
+            return True
+        if r is JUMPED:
+            self.eff[idx] = self.pc[idx]
             return True
         if r is BRANCHED:
             self.waiting[idx] = False
+            self._refresh(idx)
             return True
         r = np.asarray(r, dtype=bool)
         done, wait = idx[r], idx[~r]
         self.pc[done] = p + 1
         self.waiting[done] = False
         self.waiting[wait] = True
+        self._refresh(idx)
         return done.size > 0
 
     def _poll(self) -> bool:
@@ -217,6 +234,8 @@ class Machine:
                     self.pc[sl][arrived] += 1
                     at[arrived] = -1
                     self.bar_count.pop((c, b), None)
+            if hasattr(self, "eff"):
+                self._refresh(sl)
 
     # ---- errors -------------------------------------------------------------------
     def _groups_of(self, mask: np.ndarray, limit: int = 8) -> list[str]:

@@ -28,6 +28,7 @@ GLOBAL_BASE = 1 << 40
 ALIGN = 256
 GAP = 256
 CLUSTER_SHIFT = 24
+MAX_HEAP = 256 << 20
 SMEM_OFFSET_MASK = (1 << CLUSTER_SHIFT) - 1
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -60,12 +61,18 @@ class GlobalMemory:
         return GLOBAL_BASE + off
 
     def finalize(self) -> None:
+        if self._top > MAX_HEAP:
+            from pkc.emu.errors import EmuError
+            raise EmuError(f"the launch needs {self._top >> 20} MiB of global memory, more than "
+                           f"the emulator's {MAX_HEAP >> 20} MiB: emulate small shapes")
         self.heap = np.zeros(self._top + 16, dtype=np.uint8)
         self.starts = np.array([a.offset for a in self.allocs], dtype=np.int64)
         self.ends = np.array([a.offset + a.size for a in self.allocs], dtype=np.int64)
         self.writer_rank = np.full(self.heap.size, -1, dtype=np.int16)
         self.writer_epoch = np.zeros(self.heap.size, dtype=np.int32)
         self.writer_atomic = np.zeros(self.heap.size, dtype=bool)
+        self.reader_rank = np.full(self.heap.size, -1, dtype=np.int16)
+        self.reader_epoch = np.zeros(self.heap.size, dtype=np.int32)
 
     # ---- host side ----------------------------------------------------------------
     def write_tensor(self, addr: int, t: torch.Tensor) -> None:

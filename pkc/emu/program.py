@@ -4,7 +4,7 @@ The structured ops become branches, as the printer (:mod:`pkc.codegen.printer`) 
 into labels and ``bra``; each SSA register becomes a slot of the register file:
 
 * ``ptx.if``: a ``skip`` instruction (jump past the body where the condition fails), the
-  body;
+  body; with an else body, a ``jump`` past it ends the body;
 * ``ptx.for``: ``for.init`` (iv = lb, carried = inits), ``for.head`` (leave where
   iv >= ub), the body, ``for.latch`` (carried = yielded, iv += step, back to the head),
   ``for.exit`` (the results = the carried registers);
@@ -29,8 +29,9 @@ from pkc.codegen import ptx
 class Pseudo:
     """Control-flow instructions that have no op of their own."""
 
-    SKIP = "skip"            # ptx.if: args = (cond,), target = end of body
-    FOR_INIT = "for.init"    # args = (lb, *inits), res = (iv, *carried)
+    SKIP = "skip"            # ptx.if: args = (cond,), target = end of body (or the else)
+    JUMP = "jump"            # end of an if-body that has an else: target = after the else
+    FOR_INIT = "for.init"    # args = (lb, *inits), res = (iv, *carried), target = next
     FOR_HEAD = "for.head"    # args = (iv, ub), target = for.exit
     FOR_LATCH = "for.latch"  # args = (iv, step, *yielded), res = (iv, *carried), target = head
     FOR_EXIT = "for.exit"    # args = carried, res = the for's results
@@ -57,6 +58,17 @@ class Instr:
         return f"{self.owner.name if self.owner else 'ptx'} ({self.kind})"
 
 
+def kind_of(v: SSAValue) -> str:
+    """A register's kind; a register block (``!ptx.frag<n>``, a wgmma accumulator) is
+    ``frag:<n>``: n f32 registers per thread."""
+    if isinstance(v.type, ptx.RegType):
+        return ptx.reg_kind(v)
+    size = getattr(v.type, "size", None)
+    if size is not None and v.type.name == "ptx.frag":
+        return f"frag:{size.data}"
+    raise TypeError(f"emulator: value of type {v.type} is not a register")
+
+
 class Program:
     """The flat code of one entry, its register slots (with their kinds) and params."""
 
@@ -75,7 +87,7 @@ class Program:
         s = self.slots.get(v)
         if s is None:
             s = self.slots[v] = len(self.kinds)
-            self.kinds.append(ptx.reg_kind(v))
+            self.kinds.append(kind_of(v))
         return s
 
     # ---- flattening ---------------------------------------------------------------
@@ -97,11 +109,22 @@ class Program:
             if isinstance(op, ptx.IfOp):
                 skip = self._emit(None, Pseudo.SKIP, [op.cond], [], owner=op)
                 self._block(op.block)
-                skip.target = len(self.code)
+                other = getattr(op, "else_block", None)
+                if other is not None:
+                    jump = self._emit(None, Pseudo.JUMP, [], [], owner=op)
+                    skip.target = len(self.code)
+                    self._block(other)
+                    jump.target = len(self.code)
+                else:
+                    skip.target = len(self.code)
             elif isinstance(op, ptx.ForOp):
                 iv, *carried = op.block.args
-                self._emit(None, Pseudo.FOR_INIT, [op.lb, *op.inits], [iv, *carried], owner=op)
+                init = self._emit(None, Pseudo.FOR_INIT, [op.lb, *op.inits], [iv, *carried],
+                                  owner=op)
                 head = self._emit(None, Pseudo.FOR_HEAD, [iv, op.ub], [], owner=op)
+                # a bottom-tested loop (the printer's at_least_once form) enters the body
+                # without the test
+                init.target = head.pc + 1 if op.at_least_once is not None else head.pc
                 self._block(op.block)
                 term = op.block.last_op
                 latch = self._emit(None, Pseudo.FOR_LATCH, [iv, op.step, *term.values],
@@ -136,7 +159,12 @@ class _SlotNames:
 
     def __call__(self, v: SSAValue) -> str:
         s = self.prog.slots.get(v)
-        return f"%{ptx.REG_PREFIX[ptx.reg_kind(v)]}{'?' if s is None else s}"
+        kind = kind_of(v)
+        prefix = "acc" if kind.startswith("frag") else ptx.REG_PREFIX[kind]
+        return f"%{prefix}{'?' if s is None else s}"
+
+    def frag(self, v: SSAValue) -> str:
+        return self(v) + "_"
 
     def fresh(self, kind: str) -> str:
         self.n += 1

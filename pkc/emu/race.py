@@ -10,9 +10,10 @@ a fence) joins the published clock into the reader's.
 Every heap byte remembers the rank and epoch of its last writer and whether the write was
 atomic. A weak (plain) access by rank r to a byte that rank p != r wrote at epoch e is a
 race unless r has acquired p's clock at e or later (PTX ISA 8.9.3: conflicting accesses
-not ordered by causality); atomic writes do not race with each other. Not modelled: races
-between CTAs of one rank, and a write after another rank's unordered read (reads are not
-remembered)."""
+not ordered by causality); atomic writes do not race with each other. A byte also remembers its last weak reader (rank and epoch): a write by another rank that
+has not acquired the reader's clock at that epoch is a race too (the reader read before the
+data arrived, or the writer overwrote data still in use). Not modelled: races between CTAs
+of one rank, and reads before the last one (one reader is remembered per byte)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,25 @@ def check(m, ins, g, off: np.ndarray, size: int, write: bool, atomic: bool = Fal
                    f"them (rank {int(rank[j])} has acquired rank {int(wr[j])}'s clock only up "
                    f"to {int(seen[j])}): a missing pk.signal / pk.wait?", g, ins, i)
     if write:
+        # the write must come after the last other rank's read of these bytes
+        rd = gm.reader_rank[byt].astype(np.int64)
+        rep = gm.reader_epoch[byt]
+        other = (rd >= 0) & (rd != rank)
+        if other.any():
+            seen = c.vc[rank, np.maximum(rd, 0)]
+            bad = other & (seen < rep)
+            if bad.any():
+                j = int(np.flatnonzero(bad)[0])
+                from pkc.emu.memory import GLOBAL_BASE
+                m.fail(EmuRaceError,
+                       f"race between ranks: rank {int(rank[j])} writes global memory "
+                       f"{gm.locate(GLOBAL_BASE + int(byt[j]))} that rank {int(rd[j])} read (at "
+                       f"its epoch {int(rep[j])}) with no release/acquire ordering the read "
+                       "before the write: the reader read before the data arrived (a missing "
+                       "pk.wait?) or the writer overwrote data still in use", g, ins, int(who[j]))
         gm.writer_rank[byt] = rank
         gm.writer_epoch[byt] = c.vc[rank, rank]
         gm.writer_atomic[byt] = atomic
+    else:
+        gm.reader_rank[byt] = rank
+        gm.reader_epoch[byt] = c.vc[rank, rank]

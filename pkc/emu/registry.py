@@ -26,6 +26,8 @@ from typing import Callable
 
 HANDLERS: dict[type, Callable] = {}
 BRANCHED = object()
+# Like BRANCHED, for handlers that only move program counters (the threads stay runnable).
+JUMPED = object()
 
 
 def handles(*op_types: type):
