@@ -465,5 +465,10 @@ def _cmpi(pred: int, a: int, b: int) -> bool:
 
 def run_kernel(op: k.KernelOp, inputs: list[PerRank], world: int, seed: int = 0) -> list[PerRank]:
     """Runs ``op`` on ``world`` ranks; ``inputs[i][r]`` is rank r's i-th operand.
-    ``seed`` picks the interleaving of the workers."""
+    ``seed`` picks the interleaving of the workers. A scheduled kernel (a ``pks.schedule``
+    instead of workers) runs on the schedule level's interpreter."""
+    if op.schedule() is not None:
+        from pkc.interp.schedule import run_schedule    # it imports this module
+
+        return run_schedule(op, inputs, world, seed)
     return KernelRun(op, inputs, world, seed).run()
