@@ -8,7 +8,8 @@ Per case (shape x tile configuration): outputs NaN-poisoned, random inputs; the 
 kernel's output compared bitwise with the hand kernel's (same configuration) and with
 cuBLAS (max abs difference); then the three launched in alternation (IR, hand, cuBLAS;
 ``rounds`` rounds, each queued behind a ``torch.cuda._sleep`` so launch overhead is not
-timed, each launch between its own CUDA events); medians and paired ratios. The table is
+timed, the order rotated every round so that no kernel always runs first, each launch
+between its own CUDA events); medians and paired ratios. The table is
 printed last; JSON under DIR.
 """
 
@@ -82,17 +83,19 @@ def compile_ir(M: int, N: int, K: int, variant: str, layout: str):
 def _time(fns, rounds: int) -> list[list[float]]:
     import torch
     times = [[] for _ in fns]
-    for _ in range(rounds):
+    n = len(fns)
+    for r in range(rounds):
         torch.cuda._sleep(2_000_000)
         evs = []
-        for f in fns:
+        order = [(r + j) % n for j in range(n)]     # each kernel takes each position in turn
+        for i in order:
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
-            f()
+            fns[i]()
             e.record()
-            evs.append((s, e))
+            evs.append((i, s, e))
         torch.cuda.synchronize()
-        for i, (s, e) in enumerate(evs):
+        for i, s, e in evs:
             times[i].append(s.elapsed_time(e) * 1e-3)
     return times
 

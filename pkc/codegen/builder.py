@@ -156,6 +156,13 @@ class Builder:
             yield
             self.add(ptx.YieldOp())
 
+    def if_else(self, cond: Reg) -> tuple[Block, Block]:
+        """An if with an else: the caller fills both blocks under ``with b.at(block)`` and
+        ends each with a ``ptx.YieldOp``."""
+        op = ptx.IfOp(cond, with_else=True)
+        self.add(op)
+        return op.block, op.else_block
+
     @contextmanager
     def for_(self, lb: IntOrReg, ub: IntOrReg, step: IntOrReg, type: str = "s64") -> Iterator[Reg]:
         """A loop without carried values; yields the induction variable."""

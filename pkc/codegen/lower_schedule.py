@@ -62,6 +62,7 @@ class Lowering:
     smem_base: dict[SSAValue, SSAValue] = field(default_factory=dict)
     bar_base: dict[SSAValue, SSAValue] = field(default_factory=dict)
     geo: dict[str, SSAValue] = field(default_factory=dict)
+    roles_seen: int = 0         # warpgroups taken by the roles lowered so far (in order)
 
     def v(self, x: SSAValue) -> SSAValue:
         try:
@@ -180,9 +181,7 @@ def _setup(L: Lowering) -> int:
     for v, o in L.bar_offset.items():
         L.bar_base[v] = b.add32(L.sbase, o)
     L.geo["warpgroup"] = b.bin("shr", "u32", L.tid, 7)
-    L.geo["lane_in_wg"] = b.bin("and", "b32", L.tid, 127)
-    L.geo["lead"] = b.setp("eq", "u32", L.geo["lane_in_wg"], 0)
-    thread_geometry(L, {op.width.data for op in sched.walk() if isinstance(op, s.AccStoreSmemOp)})
+    _thread_values(L, sched)
     if sched.timeout_ns.data:
         now = b.sreg("%globaltimer")
         L.deadline = b.bin("add", "u64", now, sched.timeout_ns.data)
@@ -202,8 +201,43 @@ def _setup(L: Lowering) -> int:
 
 
 def _block(L: Lowering, block: Block) -> None:
-    for op in block.ops:
-        _op(L, op)
+    ops = list(block.ops)
+    i = 0
+    while i < len(ops):
+        if isinstance(ops[i], s.RoleOp):
+            j = i
+            while j < len(ops) and isinstance(ops[j], s.RoleOp):
+                j += 1
+            _roles(L, ops[i:j])
+            i = j
+        else:
+            _op(L, ops[i])
+            i += 1
+
+
+def _roles(L: Lowering, roles: list[s.RoleOp]) -> None:
+    """Consecutive roles as ``if role0 {..} else if role1 {..}``: each warpgroup runs one,
+    and the CFG says so (a producer that gave registers away never flows into consumer
+    code, which ptxas would otherwise have to keep registers for)."""
+    b = L.b
+    op, rest = roles[0], roles[1:]
+    first, count = op.first.data, op.warpgroups.data
+    if not rest and first + count == L.sched.threads.data // 128 and L.roles_seen == first:
+        # the last role takes every warpgroup the others left: no test
+        _role_body(L, op)
+        return
+    L.roles_seen = first + count
+    wg = L.warpgroup()
+    inside = b.setp("eq", "u32", wg, first) if count == 1 else b.pand(
+        b.setp("ge", "u32", wg, first), b.setp("lt", "u32", wg, first + count))
+    then, other = b.if_else(inside)
+    with b.at(then):
+        _role_body(L, op)
+        b.add(ptx.YieldOp())
+    with b.at(other):
+        if rest:
+            _roles(L, rest)
+        b.add(ptx.YieldOp())
 
 
 def _op(L: Lowering, op: Operation) -> None:
@@ -216,24 +250,41 @@ def _op(L: Lowering, op: Operation) -> None:
 # ---- structure -------------------------------------------------------------------------
 
 
-def _role(L: Lowering, op: s.RoleOp) -> None:
+def _role_body(L: Lowering, op: s.RoleOp) -> None:
     b, sched = L.b, L.sched
-    first, count = op.first.data, op.warpgroups.data
-    wg = L.warpgroup()
-    inside = b.pand(b.setp("ge", "u32", wg, first), b.setp("lt", "u32", wg, first + count))
-    with b.if_(inside):
-        regs = op.regs.data
-        if regs:
-            launch = min(255, (MAX_REGS // sched.threads.data) // 8 * 8)
-            action = "dec" if regs < launch else "inc"
-            b.add(ptx_sm90.SetmaxnregOp(action, regs))
-        L.role = op
-        if op.single_thread is not None:
-            with b.if_(b.setp("eq", "u32", L.tid, 128 * first)):
-                _block(L, op.block)
-        else:
+    first = op.first.data
+    regs = op.regs.data
+    if regs:
+        launch = min(255, (MAX_REGS // sched.threads.data) // 8 * 8)
+        action = "dec" if regs < launch else "inc"
+        b.add(ptx_sm90.SetmaxnregOp(action, regs))
+    L.role = op
+    outer = (dict(L.geo), dict(L.smem_base), dict(L.bar_base))
+    # the role's own copies of the addresses and the thread's position, computed after
+    # setmaxnreg: nothing of the entry block stays live into the role but the warpgroup
+    for v, o in L.smem_offset.items():
+        L.smem_base[v] = b.add32(L.sbase, o)
+    for v, o in L.bar_offset.items():
+        L.bar_base[v] = b.add32(L.sbase, o)
+    _thread_values(L, op)
+    if op.single_thread is not None:
+        with b.if_(b.setp("eq", "u32", L.tid, 128 * first)):
             _block(L, op.block)
-        L.role = None
+    else:
+        _block(L, op.block)
+    L.geo, L.smem_base, L.bar_base = outer
+    L.role = None
+
+
+def _thread_values(L: Lowering, scope: Operation) -> None:
+    """The thread's lane in its warpgroup, the warpgroup leader predicate and the epilogue
+    geometry that ``scope``'s ops use, in the current block."""
+    b = L.b
+    L.geo["lane_in_wg"] = b.bin("and", "b32", L.tid, 127)
+    L.geo["lead"] = b.setp("eq", "u32", L.geo["lane_in_wg"], 0)
+    widths = {o.width.data for o in scope.walk() if isinstance(o, s.AccStoreSmemOp)}
+    if widths or any(isinstance(o, s.AccStoreGlobalOp) for o in scope.walk()):
+        thread_geometry(L, widths)
 
 
 def _warpgroup_index(L: Lowering, op: s.WarpgroupIndexOp) -> None:
@@ -422,7 +473,7 @@ def _arith_select(L: Lowering, op: arith.SelectOp) -> None:
 
 
 _LOWERINGS = {
-    s.RoleOp: _role, s.WarpgroupIndexOp: _warpgroup_index, s.ClusterRankOp: _cluster_rank,
+    s.WarpgroupIndexOp: _warpgroup_index, s.ClusterRankOp: _cluster_rank,
     s.TileLoopOp: _tile_loop, s.YieldOp: _yield, scf.YieldOp: _yield, scf.ForOp: _scf_for,
     s.SmemAllocOp: _no_code, s.MbarrierAllocOp: _no_code, s.MbarrierWaitOp: _mbarrier_wait,
     s.MbarrierArriveOp: _mbarrier_arrive, s.WarpgroupBarrierOp: _warpgroup_barrier,

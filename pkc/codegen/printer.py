@@ -108,14 +108,7 @@ class _Printer:
         self.block(op.block)
         term = op.block.last_op
         assert isinstance(term, ptx.YieldOp)
-        # Parallel copy of the yielded values through temporaries.
-        temps = []
-        for arg, v in zip(carried, term.values):
-            tmp = n.fresh(ptx.reg_kind(arg))
-            self.emit(f"mov.{_mov_type(arg)} {tmp}, {n(v)};")
-            temps.append(tmp)
-        for arg, tmp in zip(carried, temps):
-            self.emit(f"mov.{_mov_type(arg)} {n(arg)}, {tmp};")
+        self.parallel_copy([(n(arg), n(v), _mov_type(arg)) for arg, v in zip(carried, term.values)])
         self.emit(f"add.{t} {ivn}, {ivn}, {n(op.step)};")
         if bottom:
             self.emit(f"setp.lt.{t} {p}, {ivn}, {n(op.ub)};")
@@ -125,13 +118,41 @@ class _Printer:
         self.depth -= 1
         self.emit(f"{end}:")
 
+    def parallel_copy(self, moves: list[tuple[str, str, str]]) -> None:
+        """dst_i = src_i for all i at once: moves whose destination no pending move still
+        reads go first; a cycle is broken through a temporary. Plain moves (no copies
+        through temporaries) keep values that ptxas can prove warp-uniform uniform."""
+        pending = [(d, s_, t) for d, s_, t in moves if d != s_]
+        while pending:
+            sources = {s_ for _, s_, _ in pending}
+            ready = [m for m in pending if m[0] not in sources]
+            if ready:
+                d, s_, t = ready[0]
+                self.emit(f"mov.{t} {d}, {s_};")
+                pending.remove(ready[0])
+                continue
+            d, s_, t = pending[0]          # a cycle: save one destination first
+            kind = {"pred": "pred", "b16": "b16", "b32": "b32", "b64": "b64", "f32": "f32",
+                    "f64": "f64"}[t]
+            tmp = self.n.fresh(kind)
+            self.emit(f"mov.{t} {tmp}, {d};")
+            pending = [(d2, tmp if s2 == d else s2, t2) for d2, s2, t2 in pending]
+
     def if_(self, op: ptx.IfOp) -> None:
-        skip = self.n.label("endif")
+        skip = self.n.label("else" if op.else_block is not None else "endif")
         neg = "" if op.negate is not None else "!"
         self.emit(f"@{neg}{self.n(op.cond)} bra {skip};")
         self.depth += 1
         self.block(op.block)
         self.depth -= 1
+        if op.else_block is not None:
+            end = self.n.label("endif")
+            self.emit(f"bra {end};")
+            self.emit(f"{skip}:")
+            self.depth += 1
+            self.block(op.else_block)
+            self.depth -= 1
+            skip = end
         self.emit(f"{skip}:")
 
 

@@ -37,6 +37,7 @@ from xdsl.irdl import (
     operand_def,
     opt_attr_def,
     opt_operand_def,
+    opt_region_def,
     region_def,
     result_def,
     traits_def,
@@ -223,20 +224,28 @@ class ForOp(IRDLOperation):
 
 @irdl_op_definition
 class IfOp(IRDLOperation):
-    """Runs its body when ``cond`` holds (or fails, with ``negate``); no results."""
+    """Runs its body when ``cond`` holds (or fails, with ``negate``), else its optional
+    ``else`` body; no results. With an else body the two paths are disjoint in the CFG
+    (ptxas sees that warps of one never reach the other: warp roles rely on it)."""
 
     name = "ptx.if"
     cond = operand_def(RegType)
     negate = opt_attr_def(IntAttr)
     body = region_def("single_block")
+    else_body = opt_region_def("single_block")
 
-    def __init__(self, cond: SSAValue, negate: bool = False):
+    def __init__(self, cond: SSAValue, negate: bool = False, with_else: bool = False):
         attrs = {"negate": IntAttr(1)} if negate else {}
-        super().__init__(operands=[cond], regions=[Region(Block())], attributes=attrs)
+        regions = [Region(Block()), [Region(Block())] if with_else else []]
+        super().__init__(operands=[cond], regions=regions, attributes=attrs)
 
     @property
     def block(self) -> Block:
         return self.body.blocks[0]
+
+    @property
+    def else_block(self) -> Block | None:
+        return self.else_body.blocks[0] if self.else_body is not None else None
 
 
 @irdl_op_definition
