@@ -135,6 +135,9 @@ class Executable:
         from pkc.runtime.fastpath import FastStep, plan_fast
 
         name = op.kernel_name.data
+        if op.schedule() is not None and op.world_size == 1:
+            self.fast_report.append(f"@{name}: scheduled kernel (built from schedule-level IR)")
+            return self._scheduled_step(op)
         plan = plan_fast(op, self.target) if self.fast else "fast path off (PKC_FAST=0)"
         if not isinstance(plan, str):
             self.fast_report.append(f"@{name}: {plan.describe()}")
@@ -154,6 +157,26 @@ class Executable:
             outs = self.general.run(ck, [vals[r] for r in range(W)], self.timeout_s)
             return dict(enumerate(outs))
         return run_virtual
+
+    def _scheduled_step(self, op: KernelOp) -> Step:
+        """A kernel the compiler scheduled (no peers): the PTX and launch metadata the
+        codegen produced, launched per rank on fresh outputs; nothing is chosen here."""
+        from pkc.codegen import compile_kernel
+        from pkc.interp.values import torch_dtype
+        from pkc.runtime.scheduled import ScheduledKernel
+
+        ck = compile_kernel(op, self.target)
+        kernel = ScheduledKernel(ck.ptx, ck.meta, self.peers.device)
+        outs = [(tuple(r.type.get_shape()), torch_dtype(r.type.element_type)) for r in op.results]
+
+        def run(vals):
+            res = {}
+            for r, ins in vals.items():
+                ys = [torch.empty(shape, dtype=dt, device=self.peers.device) for shape, dt in outs]
+                kernel([t.contiguous() for t in ins] + ys)
+                res[r] = ys
+            return res
+        return run
 
     # ---- running -------------------------------------------------------------------
     def run(self, inputs: dict) -> dict:
