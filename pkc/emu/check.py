@@ -125,12 +125,12 @@ def check_module(module: ModuleOp, inputs: list[list[torch.Tensor]], world: int,
         if isinstance(op, KernelOp):
             ref = run_kernel(op, operands, world, seed)
             ck = compile_kernel(op, target)
-            if ck.meta.world != world:
+            if getattr(ck.meta, "world", world) != world:
                 raise InterpError(f"{where(op)} is compiled for {ck.meta.world} ranks, the check "
                                   f"runs {world}")
             t0 = time.perf_counter()
             emu = emulate(ck, [[o[r] for o in operands] for r in range(world)],
-                          sms=sms or DEFAULT_SMS, check_races=check_races)
+                          sms=sms or DEFAULT_SMS, check_races=check_races, kop=op)
             secs = time.perf_counter() - t0
             all_exact, worst = True, 0.0
             for j, per_rank in enumerate(ref):

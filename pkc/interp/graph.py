@@ -30,22 +30,24 @@ from pkc.interp.values import (
 PerRank = list[torch.Tensor]
 Env = dict[SSAValue, PerRank]
 
-# Per-rank ops: impl(op, *one_rank_operands) -> one_rank_result.
-_LOCAL: dict[type[Operation], Callable[..., torch.Tensor]] = {}
+# The graph-level semantics, public for the runtime's and the emulator's graph walkers
+# (they run these ops as the interpreter does). Per-rank ops:
+# impl(op, *one_rank_operands) -> one_rank_result.
+LOCAL_RULES: dict[type[Operation], Callable[..., torch.Tensor]] = {}
 # Whole-world ops: impl(op, [per_rank_operand_lists], world) -> [per_rank_results].
-_WORLD: dict[type[Operation], Callable[..., list[PerRank]]] = {}
+WORLD_RULES: dict[type[Operation], Callable[..., list[PerRank]]] = {}
 
 
 def _local(op_type):
     def register(fn):
-        _LOCAL[op_type] = fn
+        LOCAL_RULES[op_type] = fn
         return fn
     return register
 
 
 def _world(op_type):
     def register(fn):
-        _WORLD[op_type] = fn
+        WORLD_RULES[op_type] = fn
         return fn
     return register
 
@@ -130,7 +132,8 @@ def _all_to_all(op, xs: PerRank, world: int) -> PerRank:
     return [torch.cat([chunks[src][dst] for src in range(world)], dim=cd) for dst in range(world)]
 
 
-def _run_opaque(op: g.OpaqueOp, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def run_opaque(op: g.OpaqueOp, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """One rank's ``pk.opaque``: its torch op called on ``args``; the results as a list."""
     from pkc.frontend.opaque import decode_call, resolve_target
 
     target = resolve_target(op.target.data)
@@ -166,16 +169,16 @@ def run_function(fn: func.FuncOp, inputs: list[PerRank], world: int, seed: int =
                     f"{where(op)} is written for a world of {op.world_size} ranks, "
                     f"but the interpreter runs {world}"
                 )
-            outs = [_WORLD[type(op)](op, operands[0], world)]
+            outs = [WORLD_RULES[type(op)](op, operands[0], world)]
         elif isinstance(op, KernelOp) and op.schedule() is not None:
             outs = run_schedule(op, operands, world, seed, ctas)
         elif isinstance(op, KernelOp):
             outs = run_kernel(op, operands, world, seed)
         elif isinstance(op, g.OpaqueOp):
-            per_rank = [_run_opaque(op, [o[r] for o in operands]) for r in range(world)]
+            per_rank = [run_opaque(op, [o[r] for o in operands]) for r in range(world)]
             outs = [[per_rank[r][i] for r in range(world)] for i in range(len(op.outputs))]
-        elif type(op) in _LOCAL:
-            outs = [[_LOCAL[type(op)](op, *[o[r] for o in operands]) for r in range(world)]]
+        elif type(op) in LOCAL_RULES:
+            outs = [[LOCAL_RULES[type(op)](op, *[o[r] for o in operands]) for r in range(world)]]
         else:
             raise InterpError(f"{where(op)} cannot be interpreted at graph level")
         for res, val in zip(op.results, outs):

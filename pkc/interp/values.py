@@ -65,7 +65,9 @@ def poison(shape, dtype: torch.dtype) -> torch.Tensor:
     return torch.full(shape, torch.iinfo(dtype).min, dtype=dtype)
 
 
-_UNARY = {
+# pk.map functions by name, as torch calls on operands already in the compute type
+# (public: the Inductor path of the runtime lowers pk.map with the same table).
+UNARY_FNS = {
     "neg": torch.neg,
     "exp": torch.exp,
     "log": torch.log,
@@ -81,7 +83,7 @@ _UNARY = {
     "reciprocal": torch.reciprocal,
     "cast": lambda x: x,
 }
-_BINARY = {
+BINARY_FNS = {
     "add": torch.add,
     "sub": torch.sub,
     "mul": torch.mul,
@@ -109,7 +111,7 @@ def apply_map(fn: str, inputs: list[torch.Tensor], out_shape, out_dtype: torch.d
     else:
         ct = compute_dtype(inputs[0].dtype)
         xs = [x.to(ct) for x in inputs]
-        r = _UNARY[fn](*xs) if fn in _UNARY else _BINARY[fn](*xs)
+        r = UNARY_FNS[fn](*xs) if fn in UNARY_FNS else BINARY_FNS[fn](*xs)
     return r.to(out_dtype).broadcast_to(out_shape).clone()
 
 

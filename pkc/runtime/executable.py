@@ -104,7 +104,7 @@ class Executable:
     # ---- preparing -----------------------------------------------------------------
     def _step(self, op) -> Step:
         from pkc.dialects import graph as g
-        from pkc.interp.graph import _LOCAL, _WORLD, _run_opaque
+        from pkc.interp.graph import LOCAL_RULES, WORLD_RULES, run_opaque
 
         dev = self.peers.device
         if isinstance(op, KernelOp):
@@ -114,10 +114,10 @@ class Executable:
                 raise NotImplementedError(
                     f"'{op.name}' outside a pk.kernel under torch.distributed: run a pipeline "
                     f"with lower-collectives")
-            rule, W = _WORLD[type(op)], self.peers.world
+            rule, W = WORLD_RULES[type(op)], self.peers.world
             return lambda vals: {r: [o] for r, o in enumerate(rule(op, [vals[q][0] for q in range(W)], W))}
         if isinstance(op, g.OpaqueOp):
-            return lambda vals: {r: [t.to(dev) for t in _run_opaque(op, v)] for r, v in vals.items()}
+            return lambda vals: {r: [t.to(dev) for t in run_opaque(op, v)] for r, v in vals.items()}
         if isinstance(op, g.MatmulOp):
             return _gpu_matmul(op)
         if isinstance(op, g.ReshapeOp):
@@ -126,8 +126,8 @@ class Executable:
             # collective at small sizes (the Executable never writes into a value in place)
             shape = tuple(op.results[0].type.get_shape())
             return lambda vals: {r: [v[0].reshape(shape)] for r, v in vals.items()}
-        if type(op) in _LOCAL:  # .to(dev): pk.constant makes its tensor on the CPU
-            rule = _LOCAL[type(op)]
+        if type(op) in LOCAL_RULES:  # .to(dev): pk.constant makes its tensor on the CPU
+            rule = LOCAL_RULES[type(op)]
             return lambda vals: {r: [rule(op, *v).to(dev)] for r, v in vals.items()}
         raise NotImplementedError(f"'{op.name}' cannot run at graph level on the GPU")
 
@@ -208,12 +208,12 @@ def _gpu_matmul(op) -> Step:
     """A matmul the overlap pass left alone: cuBLAS in the operands' 16-bit type (f32
     accumulation, one rounding: the graph's semantics up to summation order), not the
     interpreter's f32 upcast, which runs at a tenth of the tensor-core rate."""
-    from pkc.interp.graph import _LOCAL
+    from pkc.interp.graph import LOCAL_RULES
     from pkc.dialects import graph as g
 
     from pkc.interp.values import torch_dtype
 
-    rule = _LOCAL[g.MatmulOp]
+    rule = LOCAL_RULES[g.MatmulOp]
     out_dt = torch_dtype(op.results[0].type.element_type)
 
     def run(vals):

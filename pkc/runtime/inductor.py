@@ -78,7 +78,7 @@ def _up(x: Any) -> Any:
 
 
 def _map(fn: str, dtype: torch.dtype, shape: tuple[int, ...], *xs: Any) -> torch.Tensor:
-    from pkc.interp.values import _BINARY, _UNARY
+    from pkc.interp.values import BINARY_FNS, UNARY_FNS
 
     if fn == "cast":
         r = xs[0].to(dtype)
@@ -86,7 +86,7 @@ def _map(fn: str, dtype: torch.dtype, shape: tuple[int, ...], *xs: Any) -> torch
         c, a, b = xs
         r = torch.where(c, _up(a), _up(b))
     else:
-        rule = _UNARY.get(fn) or _BINARY[fn]
+        rule = UNARY_FNS.get(fn) or BINARY_FNS[fn]
         r = rule(*[_up(x) for x in xs])
     r = r.to(dtype)
     return r if tuple(r.shape) == shape else r.expand(shape)

@@ -116,7 +116,7 @@ def _run_all_ranks(op, per_rank: Sequence[Sequence[torch.Tensor]], world: int) -
     """The interpreter on every rank's operands: ``per_rank[r]`` -> ``results[r]``."""
     from pkc.dialects import graph as g
     from pkc.dialects.kernel import KernelOp
-    from pkc.interp.graph import _WORLD
+    from pkc.interp.graph import WORLD_RULES
     from pkc.interp.kernel import run_kernel
 
     if isinstance(op, KernelOp):
@@ -124,7 +124,7 @@ def _run_all_ranks(op, per_rank: Sequence[Sequence[torch.Tensor]], world: int) -
         outs = run_kernel(op, operands, world)
         return [[outs[i][r] for i in range(len(outs))] for r in range(world)]
     assert isinstance(op, g.COLLECTIVE_OPS)
-    res = _WORLD[type(op)](op, [per_rank[r][0] for r in range(world)], world)
+    res = WORLD_RULES[type(op)](op, [per_rank[r][0] for r in range(world)], world)
     return [[res[r]] for r in range(world)]
 
 

@@ -155,7 +155,7 @@ class GraphableLayer:
 
         from pkc.dialects import graph as g
         from pkc.dialects.kernel import KernelOp
-        from pkc.interp.graph import _LOCAL, _WORLD
+        from pkc.interp.graph import LOCAL_RULES, WORLD_RULES
 
         W = self.world
         env = {a: [per_rank_args[r][i] for r in range(W)] for i, a in enumerate(self.fn.body.blocks[0].args)}
@@ -168,13 +168,13 @@ class GraphableLayer:
                 per_rank = self._kernel(op, operands)
                 outs = [[per_rank[r][i] for r in range(W)] for i in range(len(op.outputs))]
             elif isinstance(op, g.COLLECTIVE_OPS):
-                outs = [_WORLD[type(op)](op, operands[0], W)]
+                outs = [WORLD_RULES[type(op)](op, operands[0], W)]
             elif isinstance(op, g.ConstantOp):
                 if id(op) not in self.consts:  # a host tensor: copied once, before any capture
-                    self.consts[id(op)] = _LOCAL[type(op)](op).to(self.device)
+                    self.consts[id(op)] = LOCAL_RULES[type(op)](op).to(self.device)
                 outs = [[self.consts[id(op)]] * W]
-            elif type(op) in _LOCAL:
-                outs = [[_LOCAL[type(op)](op, *[o[r] for o in operands]) for r in range(W)]]
+            elif type(op) in LOCAL_RULES:
+                outs = [[LOCAL_RULES[type(op)](op, *[o[r] for o in operands]) for r in range(W)]]
             else:
                 raise NotImplementedError(f"{op.name} in GraphableLayer")
             for res, val in zip(op.results, outs):
