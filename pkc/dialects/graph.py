@@ -506,7 +506,7 @@ class OpaqueOp(IRDLOperation):
 
     ``target`` is the op's qualified name (``aten::cumsum.default``); ``spec`` is the JSON
     encoding of its positional and keyword arguments, where tensor operands appear as
-    ``{"operand": i}`` (see pkc.frontend.opaque).
+    ``{"operand": i}`` (see pkc.dialects.opaque).
     """
 
     name = "pk.opaque"

@@ -2,7 +2,6 @@
 
 - :mod:`~pkc.frontend.capture`: dynamo + aot_autograd -> aten-level functional fx graph.
 - :mod:`~pkc.frontend.importer`: fx graph -> graph-level pk IR (``func.func @main``).
-- :mod:`~pkc.frontend.opaque`: JSON encoding of torch ops kept as ``pk.opaque``.
 - :mod:`~pkc.frontend.simulate`: eager torch over W simulated ranks (threaded process group).
 - :mod:`~pkc.frontend.errors`: :class:`PkcFrontendError`.
 """

@@ -17,7 +17,7 @@ What maps to what:
   all_to_all_single}`` (and ``_coalesced`` forms, ``_dtensor.shard_dim_alltoall``) ->
   pk collectives; ``wait_tensor`` disappears. Only groups spanning the whole world are
   accepted (for now).
-- Anything else -> ``pk.opaque`` (runs through torch; see :mod:`pkc.frontend.opaque`),
+- Anything else -> ``pk.opaque`` (runs through torch; see :mod:`pkc.dialects.opaque`),
   with one :class:`PkcNotCompiledWarning` per distinct op.
 
 Errors (symbolic shapes, a sub-group, unsupported collectives or dtypes) raise
@@ -62,8 +62,8 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from pkc.dialects import graph as g
 from pkc.dialects.common import FLOAT_ONLY_FNS
+from pkc.dialects.opaque import OpaqueEncodingError, encode_call, qualified_name
 from pkc.frontend.errors import PkcFrontendError, node_source
-from pkc.frontend.opaque import OpaqueEncodingError, encode_call, qualified_name
 
 __all__ = ["import_graph", "ImportedGraph", "PkcNotCompiledWarning", "element_type", "torch_dtype_of"]
 

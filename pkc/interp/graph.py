@@ -134,7 +134,7 @@ def _all_to_all(op, xs: PerRank, world: int) -> PerRank:
 
 def run_opaque(op: g.OpaqueOp, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """One rank's ``pk.opaque``: its torch op called on ``args``; the results as a list."""
-    from pkc.frontend.opaque import decode_call, resolve_target
+    from pkc.dialects.opaque import decode_call, resolve_target
 
     target = resolve_target(op.target.data)
     call_args, call_kwargs = decode_call(op.spec.data, list(args))

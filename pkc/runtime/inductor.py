@@ -132,7 +132,7 @@ def _funcol(kind: str, dim: int, group: str, x: torch.Tensor) -> torch.Tensor:
 
 
 def _opaque(target: Any, spec: str, *xs: torch.Tensor) -> Any:
-    from pkc.frontend.opaque import decode_call
+    from pkc.dialects.opaque import decode_call
 
     args, kwargs = decode_call(spec, list(xs))
     out = target(*args, **kwargs)
@@ -255,7 +255,7 @@ def torch_program(module: ModuleOp, *, world: int, kind: RunKind, arg_map: Seque
                     env[r] = graph.call_function(operator.getitem, (res, i))
                 continue
         elif isinstance(op, g.OpaqueOp):
-            from pkc.frontend.opaque import resolve_target
+            from pkc.dialects.opaque import resolve_target
 
             res = call(_opaque, resolve_target(op.target.data), op.spec.data, *operands)
             for i, r in enumerate(op.results):

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pkc.api as api
+from pkc.dialects.opaque import decode_call, encode_call, qualified_name, resolve_target
 from pkc.frontend import PkcFrontendError, SimulationError, fake_process_group, run_ranks
-from pkc.frontend.opaque import decode_call, encode_call, qualified_name, resolve_target
 from pkc.ir import parse_module, verify_module
 from tests.unit import models
 

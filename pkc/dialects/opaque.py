@@ -1,5 +1,9 @@
 """Encoding of torch calls that pkc does not compile (``pk.opaque``).
 
+The format of the op's ``spec`` attribute, so it lives with the dialect: the frontend
+encodes with it, the interpreter and the runtime decode (this module imports torch; the
+rest of :mod:`pkc.dialects` does not, and does not import it).
+
 A ``pk.opaque`` op names its torch op (``target = "aten::cumsum.default"``, see
 :func:`qualified_name` / :func:`resolve_target`) and carries its arguments as JSON
 (``spec``)::
