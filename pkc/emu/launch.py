@@ -85,12 +85,18 @@ def _host_tensor(t: torch.Tensor) -> torch.Tensor:
 
 def emulate(ck, inputs: list[list[torch.Tensor]], *, sms: int = DEFAULT_SMS,
             timeout_s: float = 5.0, check_races: bool = True,
-            max_steps: int = DEFAULT_MAX_STEPS) -> list[list[torch.Tensor]]:
+            max_steps: int = DEFAULT_MAX_STEPS, kop=None) -> list[list[torch.Tensor]]:
     """Runs compiled kernel ``ck`` for its world of ranks; ``inputs[r]``: rank r's kernel
-    inputs (tensors, in the pk.kernel's operand order). Returns ``outputs[r]``."""
+    inputs (tensors, in the pk.kernel's operand order). Returns ``outputs[r]``. A
+    scheduled kernel (:class:`~pkc.codegen.abi.ScheduledKernelMeta`) also needs its
+    ``pk.kernel`` op ``kop`` (the buffers' shapes are not in its metadata)."""
+    from pkc.codegen.abi import ScheduledKernelMeta
     from pkc.runtime.launch import fit_ctas, params as abi_params
     from pkc.runtime.world import dtype_of, poison_
 
+    if isinstance(ck.meta, ScheduledKernelMeta):
+        return emulate_scheduled(ck, kop, inputs, sms=sms, check_races=check_races,
+                                 max_steps=max_steps)
     meta = ck.meta
     W = meta.world
     if len(inputs) != W:
@@ -153,3 +159,70 @@ def _raise_records(meta, gm: GlobalMemory, errors: list[int], timeout_s: float) 
         e = decode_error(meta, r, rec, timeout_s)
         if e is not None:
             raise EmuTimeoutRecord(f"the kernel recorded a timeout: {e}")
+
+
+def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = DEFAULT_SMS,
+                      check_races: bool = True,
+                      max_steps: int = DEFAULT_MAX_STEPS) -> list[list[torch.Tensor]]:
+    """A scheduled kernel (its ABI: :class:`~pkc.codegen.abi.ScheduledKernelMeta`): one
+    tensor map per ``tmaps`` entry (the emulator's record, :mod:`pkc.emu.tensormap`), then a
+    pointer per kernel buffer; the persistent grid of ``meta.grid(sms)`` CTAs. Every rank
+    runs its own copy (no peers)."""
+    from pkc.emu.errors import EmuUnsupported
+    from pkc.emu.tensormap import RECORD_BYTES, TensorMap
+    from pkc.interp.values import torch_dtype
+
+    meta = ck.meta
+    if meta.comm is not None:
+        raise EmuUnsupported(f"kernel @{meta.name}: scheduled collectives (CommLaunch "
+                             "parameters) are not bound by the emulator yet")
+    if kop is None:
+        raise ValueError("emulate: a scheduled kernel needs its pk.kernel op (kop=)")
+    W = len(inputs)
+    types = [a.type for a in kop.block.args]
+    n_in = len(kop.inputs)
+    gm = GlobalMemory()
+    addrs = [[0] * len(types) for _ in range(W)]
+    host: list[tuple[int, torch.Tensor]] = []
+    for r in range(W):
+        for i, t in enumerate(types):
+            dt = torch_dtype(t.element_type)
+            if i < n_in:
+                x = _host_tensor(inputs[r][i]).to(dt)
+            else:
+                x = torch.full(tuple(t.get_shape()), float("nan"), dtype=dt)
+            addrs[r][i] = gm.alloc(x.numel() * x.element_size(), f"buf{i}", r)
+            host.append((addrs[r][i], x))
+    maps = [[gm.alloc(RECORD_BYTES, f"tmap{j}", r) for j in range(len(meta.tmaps))]
+            for r in range(W)]
+    gm.finalize()
+    for a, x in host:
+        gm.write_tensor(a, x)
+    esize = {"bf16": 2, "f16": 2, "f32": 4}
+    for r in range(W):
+        for j, tm in enumerate(meta.tmaps):
+            shape = list(types[tm.buffer].get_shape())
+            es = esize[tm.element]
+            strides, acc = [], es
+            for d in reversed(shape):
+                strides.append(acc)
+                acc *= d
+            rec = TensorMap(addrs[r][tm.buffer], es, list(reversed(shape)), strides,
+                            list(tm.box), tm.swizzle, element=tm.element)
+            gm.heap[maps[r][j] - gm_base(): maps[r][j] - gm_base() + RECORD_BYTES] = rec.encode()
+    grid = meta.grid(max(sms, meta.cluster))
+    params = [maps[r] + addrs[r] for r in range(W)]
+    run_entry(ck.entry_op, gm, params, world=W, ctas=grid, threads=meta.threads,
+              smem_bytes=meta.smem_bytes, cluster=meta.cluster, target=ck.target,
+              check_races=check_races, max_steps=max_steps)
+    outs = []
+    for r in range(W):
+        outs.append([gm.read_tensor(addrs[r][i], list(types[i].get_shape()),
+                                    torch_dtype(types[i].element_type))
+                     for i in range(n_in, len(types))])
+    return outs
+
+
+def gm_base() -> int:
+    from pkc.emu.memory import GLOBAL_BASE
+    return GLOBAL_BASE

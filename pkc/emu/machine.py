@@ -30,6 +30,7 @@ from pkc.emu.values import KIND_DTYPE, as_type, to_kind
 
 DEFAULT_MAX_STEPS = 3_000_000
 WARP = 32
+CLUSTER_BARRIER = 1 << 20   # at_bar value of a thread waiting at barrier.cluster
 
 
 class Group:
@@ -218,6 +219,22 @@ class Machine:
     def exit_threads(self, idx: np.ndarray) -> None:
         self.alive[idx] = False
         self.release_barriers(np.unique(self.cta_of[idx]))
+        if self.cluster > 1:
+            self.release_cluster(np.unique(self.cluster_base_of[idx]))
+
+    def release_cluster(self, bases: np.ndarray) -> None:
+        """Lets a cluster's threads through ``barrier.cluster`` once every live thread of
+        its CTAs waits there."""
+        T = self.threads
+        for base in bases.tolist():
+            sl = slice(base * T, (base + self.cluster) * T)
+            at, live = self.at_bar[sl], self.alive[sl]
+            arrived = (at == CLUSTER_BARRIER) & live
+            if arrived.any() and int(arrived.sum()) == int(live.sum()):
+                self.pc[sl][arrived] += 1
+                at[arrived] = -1
+                if hasattr(self, "eff"):
+                    self._refresh(sl)
 
     def release_barriers(self, ctas: np.ndarray) -> None:
         """Lets the threads of each CTA in ``ctas`` through a ``bar.sync`` that every
@@ -227,7 +244,7 @@ class Machine:
             sl = slice(c * T, (c + 1) * T)
             at = self.at_bar[sl]
             live = self.alive[sl]
-            for b in np.unique(at[(at >= 0) & live]).tolist():
+            for b in np.unique(at[(at >= 0) & (at != CLUSTER_BARRIER) & live]).tolist():
                 arrived = (at == b) & live
                 want = self.bar_count.get((c, b)) or int(live.sum())
                 if int(arrived.sum()) >= want:
