@@ -24,6 +24,7 @@ for g in $GROUPS_; do
     coverage) file=tests/gpu/test_gpu_kernels.py; k="test_coverage"; t=70;;
     passes) file=tests/gpu/test_gpu_passes.py; k=""; t=140;;
     dist) file=tests/gpu/test_gpu_distributed.py; k=""; t=50;;
+    sched) file=tests/gpu/test_scheduled_gemm.py; k=""; t=240;;
     *) echo "unknown group $g"; continue;;
   esac
   echo "=== $g"
