@@ -89,18 +89,80 @@ def tmap_types(cfg: GemmConfig) -> tuple[s.TmapType, s.TmapType, s.TmapType | No
     return a, b, c
 
 
+class GemmParts:
+    """The parts of the GEMM's program that a fused kernel replaces; the defaults are the
+    plain GEMM's (a subclass overrides some: :mod:`pkc.passes.fused_schedule`). Each part
+    appends ops through the builder it is given.
+
+    * ``c_map``: the epilogue's tensor map(s) of C (top level, before the schedule);
+    * ``prologue`` / ``end``: ops of the schedule block before / after the roles (all
+      threads);
+    * ``tile_loop``: the persistent loop (the role's loop op, its tile coordinates, its
+      carried values); ``producer_row``: the row of A a tile loads (the producer's tile
+      prologue);
+    * ``epilogue_setup`` (extra carried values of the consumer's loop), ``epilogue_tile``
+      (the per-tile epilogue; returns the carried values), ``epilogue_finish`` (after the
+      consumer's loop)."""
+
+    def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
+        return top.add(s.TmapOp(C, tc_t)).result if tc_t else None
+
+    def prologue(self, o: _Ops) -> None:
+        pass
+
+    def end(self, o: _Ops) -> None:
+        pass
+
+    def tile_loop(self, r: _Ops, M: SSAValue, N: SSAValue, inits: list[SSAValue],
+                  cfg: GemmConfig) -> tuple[Operation, list[SSAValue], list[SSAValue]]:
+        loop = r.add(s.TileLoopOp(M, N, inits, cfg.bm, cfg.bn, cfg.group_m))
+        m0, n0, *carried = loop.block.args
+        return loop, [m0, n0], carried
+
+    def producer_row(self, t: _Ops, coords: list[SSAValue]) -> SSAValue:
+        return coords[0]
+
+    def epilogue_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
+        return []
+
+    def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: "Epi", coords: list[SSAValue],
+                      row0: SSAValue, ebuf: SSAValue, extra: list[SSAValue]
+                      ) -> tuple[SSAValue, list[SSAValue]]:
+        if cfg.epilogue == "tma":
+            ebuf = _tma_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, coords[1], ebuf,
+                                 lambda slot, col, row: t.add(s.TmaStoreOp(e.epi, slot, e.tC,
+                                                                           [col, row])))
+        else:
+            t.add(s.AccStoreGlobalOp(e.acc, e.C, row0, coords[1], e.M, e.N, cfg.dtype))
+        return ebuf, extra
+
+    def epilogue_finish(self, r: _Ops, cfg: GemmConfig, extra: list[SSAValue]) -> None:
+        pass
+
+
+class Epi:
+    """What the consumer's epilogue works with: its accumulator, the epilogue buffers, C
+    and its map, the warpgroup index, the shape's M and N (values of the role)."""
+
+    def __init__(self, acc, epi, C, tC, wg, M, N):
+        self.acc, self.epi, self.C, self.tC, self.wg, self.M, self.N = acc, epi, C, tC, wg, M, N
+
+
 def build_gemm(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int, K: int,
-               cfg: GemmConfig) -> s.ScheduleOp:
+               cfg: GemmConfig, parts: GemmParts | None = None) -> s.ScheduleOp:
     """Appends the tensor maps and the ``pks.schedule`` of ``cfg`` for the given shape to
-    ``body`` (a ``pk.kernel`` block whose arguments include A, B and C)."""
+    ``body`` (a ``pk.kernel`` block whose arguments include A, B and C); ``parts``: the
+    pieces a fused kernel replaces (default: the plain GEMM's)."""
     cfg.validate()
+    parts = parts or GemmParts()
     ta_t, tb_t, tc_t = tmap_types(cfg)
     top = _Ops(body)
     tA = top.add(s.TmapOp(A, ta_t)).result
     tB = top.add(s.TmapOp(B, tb_t)).result
-    tC = top.add(s.TmapOp(C, tc_t)).result if tc_t else None
+    tC = parts.c_map(top, C, tc_t)
     sched = top.add(s.ScheduleOp(cfg.threads, cfg.cluster_m, cfg.timeout_ns))
     o = _Ops(sched.block)
+    parts.prologue(o)
     S = cfg.stages
     a_st = o.add(s.SmemAllocOp(S, cfg.a_stage_bytes)).result
     b_st = o.add(s.SmemAllocOp(S, cfg.b_stage_bytes)).result
@@ -110,12 +172,14 @@ def build_gemm(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: in
     empty = o.add(s.MbarrierAllocOp(S, cfg.consumers * cfg.cluster_m)).result
     dims = (M, N, K)
 
-    _producer(o, cfg, dims, tA, tB, a_st, b_st, full, empty)
-    _consumer(o, cfg, dims, C, tC, a_st, b_st, epi, full, empty)
+    _producer(o, cfg, dims, tA, tB, a_st, b_st, full, empty, parts)
+    _consumer(o, cfg, dims, C, tC, a_st, b_st, epi, full, empty, parts)
+    parts.end(o)
     return sched
 
 
-def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty) -> None:
+def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty,
+              parts: GemmParts) -> None:
     role = o.add(s.RoleOp(s.RoleKind.PRODUCER, 0, 1, cfg.producer_regs, single_thread=True))
     r = _Ops(role.block)
     r.add(s.TmaPrefetchOp(tA))
@@ -124,9 +188,10 @@ def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty) -
     rank = r.add(s.ClusterRankOp()).result
     zero, one = r.c(0), r.c(1)
     num_kb = r.c(-(-dims[2] // BK))
-    loop = r.add(s.TileLoopOp(M, N, [zero, zero], cfg.bm, cfg.bn, cfg.group_m))
+    loop, coords, (stage, phase) = parts.tile_loop(r, M, N, [zero, zero], cfg)
     t = _Ops(loop.block)
-    m0, n0, stage, phase = loop.block.args
+    n0 = coords[1]
+    m0 = parts.producer_row(t, coords)
     mc = cfg.cluster_m if cfg.cluster_m > 1 else 0
     # where this CTA's part of the B tile goes and comes from (loop-invariant over k)
     if cfg.b_layout == "nk":
@@ -154,7 +219,8 @@ def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty) -
     r.add(s.YieldOp())
 
 
-def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empty) -> None:
+def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empty,
+              parts: GemmParts) -> None:
     role = o.add(s.RoleOp(s.RoleKind.CONSUMER, 1, cfg.consumers, cfg.consumer_reg_target
                           if cfg.consumers == 2 else 0))
     r = _Ops(role.block)
@@ -165,9 +231,11 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
     zero, one = r.c(0), r.c(1)
     num_kb = r.c(-(-dims[2] // BK))
     all_ctas = cfg.cluster_m > 1
-    loop = r.add(s.TileLoopOp(M, N, [zero, zero, zero], cfg.bm, cfg.bn, cfg.group_m))
+    extra = parts.epilogue_setup(r, cfg)
+    loop, coords, (stage, phase, ebuf, *extra) = parts.tile_loop(
+        r, M, N, [zero, zero, zero, *extra], cfg)
     t = _Ops(loop.block)
-    m0, n0, stage, phase, ebuf = loop.block.args
+    m0 = coords[0]
     kloop, k, kb, (ks, kph, _prev) = _for(t, zero, num_kb, one, [stage, phase, zero])
     k.add(s.MbarrierWaitOp(full, ks, kph))
     not_first = k.cmp("ne", kb, 0)
@@ -183,19 +251,19 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
     t.add(s.MmaWaitOp(0))
     t.add(s.MbarrierArriveOp(empty, last, all_ctas=all_ctas))
     row0 = t.bin(arith.AddiOp, m0, a_row)
-    if cfg.epilogue == "tma":
-        ebuf = _tma_epilogue(t, cfg, acc, epi, tC, wg, row0, n0, ebuf)
-    else:
-        t.add(s.AccStoreGlobalOp(acc, C, row0, n0, M, N, cfg.dtype))
-    t.add(s.YieldOp([stage2, phase2, ebuf]))
+    e = Epi(acc, epi, C, tC, wg, M, N)
+    ebuf, extra = parts.epilogue_tile(t, cfg, e, coords, row0, ebuf, extra)
+    t.add(s.YieldOp([stage2, phase2, ebuf, *extra]))
+    parts.epilogue_finish(r, cfg, list(loop.results)[3:])
     if cfg.epilogue == "tma":
         r.add(s.BulkWaitOp(0))
     r.add(s.YieldOp())
 
 
-def _tma_epilogue(t: _Ops, cfg: GemmConfig, acc, epi, tC, wg, row0, n0, ebuf) -> SSAValue:
+def _tma_epilogue(t: _Ops, cfg: GemmConfig, acc, epi, wg, row0, n0, ebuf, store) -> SSAValue:
     """The accumulator piece by piece (64 rows x w columns) through the warpgroup's
-    ``epi_bufs`` swizzled buffers, each stored by TMA while the next is written."""
+    ``epi_bufs`` swizzled buffers, each stored by TMA while the next is written
+    (``store(slot, col, row)`` appends the piece's TMA store)."""
     w = cfg.epi_width
     base = t.bin(arith.MuliOp, wg, cfg.epi_bufs)
     for mi in range(cfg.m_slices):
@@ -208,11 +276,11 @@ def _tma_epilogue(t: _Ops, cfg: GemmConfig, acc, epi, tC, wg, row0, n0, ebuf) ->
             t.add(s.FenceAsyncSharedOp())
             t.add(s.WarpgroupBarrierOp())
             col = t.bin(arith.AddiOp, n0, ch * w) if ch else n0
-            t.add(s.TmaStoreOp(epi, slot, tC, [col, row]))
+            store(slot, col, row)
             t.add(s.BulkCommitOp())
             if cfg.epi_bufs == 2:
                 ebuf = t.bin(arith.XOrIOp, ebuf, 1)
     return ebuf
 
 
-__all__ = ["build_gemm", "tmap_types", "i1"]
+__all__ = ["build_gemm", "tmap_types", "GemmParts", "Epi", "i1"]
