@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pkc.emu.errors import EmuDeadlock, EmuError, EmuStepLimit, EmuUnsupported, Where
+from pkc.emu.errors import (EmuDeadlock, EmuError, EmuStepLimit, EmuUnsupported, EmuWarpError,
+                            Where)
 from pkc.emu.memory import GlobalMemory, SharedMemory
 from pkc.emu.program import Instr, Program, render
 from pkc.emu.registry import BRANCHED, HANDLERS, JUMPED
@@ -285,7 +286,13 @@ class Machine:
                "release any of them; waiting:\n" + "\n".join(lines))
         if bars.any():
             msg += "\n(a bar.sync waits for threads that are blocked elsewhere or never come)"
-        raise EmuDeadlock(msg, self.where(first, self.code[int(self.pc[first])]))
+        cls = EmuDeadlock
+        for t in np.flatnonzero(stuck).tolist():
+            op = self.code[int(self.pc[t])].op
+            if op is not None and type(op) in DEADLOCK_CLASS:
+                cls, first = DEADLOCK_CLASS[type(op)], t
+                break
+        raise cls(msg, self.where(first, self.code[int(self.pc[first])]))
 
     def _step_limit(self) -> None:
         live = np.flatnonzero(self.alive)
@@ -298,6 +305,9 @@ class Machine:
 
 # Optional per-op explanations for deadlock reports: fn(m, ins, g) -> str.
 EXPLAIN: dict[type, object] = {}
+# Ops whose endless wait is a misuse of its own kind (setmaxnreg: a register budget that
+# never fits), raised instead of EmuDeadlock.
+DEADLOCK_CLASS: dict[type, type] = {}
 
 
 def _bind(ins: Instr):

@@ -21,7 +21,7 @@ import numpy as np
 
 from pkc.codegen import ptx
 from pkc.emu.errors import EmuUnsupported, EmuWarpError
-from pkc.emu.machine import EXPLAIN, WARP
+from pkc.emu.machine import DEADLOCK_CLASS, EXPLAIN, WARP
 from pkc.emu.registry import handles
 from pkc.emu.values import bf16_to_f32
 
@@ -104,9 +104,11 @@ def _mma_sync(m, ins, g):
 
 
 def _explain_partial(m, ins, g):
-    return "a warp-collective instruction waits for the other lanes of its warp"
+    return ("a warp-collective instruction (.aligned) waits for the other lanes of its warp, "
+            "which went elsewhere or exited")
 
 
 EXPLAIN[ptx.MmaSyncOp] = _explain_partial
+DEADLOCK_CLASS[ptx.MmaSyncOp] = EmuWarpError
 
 __all__ = ["full_warps", "EmuWarpError"]

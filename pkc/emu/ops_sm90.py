@@ -29,8 +29,8 @@ import numpy as np
 
 from pkc.codegen import ptx, ptx_sm90
 from pkc.emu.errors import (EmuAsyncProxyError, EmuError, EmuRegisterBudgetError,
-                            EmuUnsupported)
-from pkc.emu.machine import CLUSTER_BARRIER, EXPLAIN, check_bad
+                            EmuUnsupported, EmuWarpError)
+from pkc.emu.machine import CLUSTER_BARRIER, DEADLOCK_CLASS, EXPLAIN, check_bad
 from pkc.emu.memory import CLUSTER_SHIFT, GLOBAL_BASE
 from pkc.emu.ops_async import (arrive, check_async_reads_smem, complete_tx, mbar_keys, mbars,
                                observed, reduce_add)
@@ -259,6 +259,9 @@ def _explain_regs(m, ins, g):
 
 
 EXPLAIN[ptx_sm90.SetmaxnregOp] = _explain_regs
+DEADLOCK_CLASS[ptx_sm90.SetmaxnregOp] = EmuRegisterBudgetError
+DEADLOCK_CLASS[ptx_sm90.WgmmaOp] = EmuWarpError
+DEADLOCK_CLASS[ptx_sm90.WgmmaSyncOp] = EmuWarpError
 
 
 # ---------------------------------------------------------------------------------------
