@@ -135,6 +135,7 @@ class TmapArg:
     element: str
     box: list[int]
     swizzle: int
+    peer: int = -1      # >= 0: over rank ``peer``'s copy of the (symmetric) buffer
 
 
 @dataclass
@@ -206,6 +207,37 @@ class CommLaunch:
 
 
 @dataclass
+class FusedLaunch:
+    """What a fused GEMM + collective takes beyond its tensor maps and buffers
+    (``ScheduledKernelMeta.fused``; the GEMM's grid rule: ``tiles`` counts every chunk's).
+
+    Parameters after the kernel buffers: W peer pointers (ranks 0..W-1) per symmetric
+    entry of ``buffers`` (its ``pk.alloc``s: the signal pad), the own pointer of each, one
+    pointer per local entry (the epoch control word); then ``rank`` (u32), ``err`` (u64: 8
+    u32, zeroed once: flag, kind, rank, peer, seen, wanted, cta, epoch), ``timeout`` (u64
+    ns), ``mbox`` (u64: a host-mapped copy of the record, or 0), ``trap`` (u32). Its tensor
+    maps with ``peer >= 0`` are over that rank's copy of a symmetric kernel output
+    (``sym_outputs``: indices among the kernel's buffers; persistent, made by the runtime,
+    the result stays there until the next launch)."""
+
+    world: int
+    buffers: list[CommBufferArg]
+    sym_outputs: list[int]
+    shapes: list[list[int]]     # every kernel buffer's shape (inputs, then outputs)
+    dtype: str                  # their element type
+    kind: str = "rs"
+
+    def params(self) -> list[tuple[str, str]]:
+        W = self.world
+        ps = [(f"{b.name}_p{d}", "u64") for b in self.buffers if b.symmetric for d in range(W)]
+        ps += [(f"{b.name}_own", "u64") for b in self.buffers if b.symmetric]
+        ps += [(b.name, "u64") for b in self.buffers if not b.symmetric]
+        ps += [("rank", "u32"), ("err", "u64"), ("timeout", "u64"), ("mbox", "u64"),
+               ("trap", "u32")]
+        return ps
+
+
+@dataclass
 class ScheduledKernelMeta:
     """The launch of a scheduled kernel. Parameters: one by-value CUtensorMap per entry of
     ``tmaps``, then one u64 pointer per kernel buffer. Grid: persistent, ``min(SMs,
@@ -222,12 +254,15 @@ class ScheduledKernelMeta:
     tmaps: list[TmapArg]
     tiles: int
     comm: CommLaunch | None = None     # a scheduled collective's extra parameters and grid
+    fused: FusedLaunch | None = None   # a fused GEMM + collective's extra parameters
 
     def params(self) -> list[tuple[str, str]]:
         ps = [(f"tmap{i}", "tmap") for i in range(len(self.tmaps))]
         ps += [(name, "u64") for name in self.buffers]
         if self.comm is not None:
             ps += self.comm.params()
+        if self.fused is not None:
+            ps += self.fused.params()
         return [(_ident(n), t) for n, t in ps]
 
     def grid(self, num_sms: int) -> int:
@@ -245,4 +280,8 @@ class ScheduledKernelMeta:
             c = dict(d["comm"])
             c["buffers"] = [CommBufferArg(**b) for b in c["buffers"]]
             d["comm"] = CommLaunch(**c)
+        if d.get("fused") is not None:
+            f = dict(d["fused"])
+            f["buffers"] = [CommBufferArg(**b) for b in f["buffers"]]
+            d["fused"] = FusedLaunch(**f)
         return ScheduledKernelMeta(**d)

@@ -103,25 +103,41 @@ EXTRA_LOWERINGS: dict = {}
 KERNEL_LOWERINGS: list = []
 
 
+# Top-level ops that make a by-value tensor map parameter: {op class: fn(op, kernel block
+# arguments) -> TmapArg} (pkc.codegen.lower_schedule_fused adds the peers' maps)
+TMAP_ARGS: dict = {
+    s.TmapOp: lambda t, args: TmapArg(args.index(t.buffer), t.result.type.element.data,
+                                      t.result.type.box_dims, t.result.type.swizzle.data),
+}
+
+
 def lower_scheduled_kernel(kop: KernelOp, target: str, entry_name: str
                            ) -> tuple[ptx.EntryOp, ScheduledKernelMeta]:
     """The ``ptx.entry`` and launch metadata of a scheduled ``pk.kernel``."""
     for matches, lower in KERNEL_LOWERINGS:
         if matches(kop):
             return lower(kop, target, entry_name)
+    return lower_tma_kernel(kop, target, entry_name)
+
+
+def lower_tma_kernel(kop: KernelOp, target: str, entry_name: str, extend=None
+                     ) -> tuple[ptx.EntryOp, ScheduledKernelMeta]:
+    """A kernel of tensor maps, buffers and a ``pks.schedule`` (the GEMM's shape of entry).
+    ``extend`` (a fused kernel's): ``extend.meta(meta)`` adds to the metadata before the
+    entry is made, ``extend.bind(L, params)`` takes the parameters after the buffers."""
     if target not in ("sm_90a",):
         raise CodegenError(f"kernel @{kop.kernel_name.data}: the schedule level lowers to sm_90a "
                            f"only so far (asked for {target})")
     sched = kop.schedule()
     assert sched is not None
     args = list(kop.block.args)
-    tmap_ops = [op for op in kop.block.ops if isinstance(op, s.TmapOp)]
+    tmap_ops = [op for op in kop.block.ops if type(op) in TMAP_ARGS]
     meta = ScheduledKernelMeta(
         name=entry_name, target=target, threads=sched.threads.data, cluster=sched.cluster.data,
         smem_bytes=0, buffers=[_ident(f"buf{i}") for i in range(len(args))],
-        tmaps=[TmapArg(args.index(t.buffer), t.result.type.element.data,
-                       t.result.type.box_dims, t.result.type.swizzle.data) for t in tmap_ops],
-        tiles=_tiles(sched))
+        tmaps=[TMAP_ARGS[type(t)](t, args) for t in tmap_ops], tiles=_tiles(sched))
+    if extend is not None:
+        extend.meta(meta)
     entry = ptx.EntryOp(entry_name, meta.params(), sched.threads.data, 0,
                         cluster=sched.cluster.data if sched.cluster.data > 1 else None,
                         minnctapersm=1, smem_align=SMEM_ALIGN)
@@ -133,6 +149,8 @@ def lower_scheduled_kernel(kop: KernelOp, target: str, entry_name: str
     for a, reg in zip(args, params[len(tmap_ops):]):
         L.buffers[a] = reg
         L.vals[a] = reg
+    if extend is not None:
+        extend.bind(L, params[len(tmap_ops) + len(args):])
     meta.smem_bytes = _setup(L)
     entry.attributes["smem_bytes"] = entry.smem_bytes.__class__(meta.smem_bytes)
     _block(L, sched.block)
@@ -298,6 +316,13 @@ def _cluster_rank(L: Lowering, op: s.ClusterRankOp) -> None:
 
 
 def _tile_loop(L: Lowering, op: s.TileLoopOp) -> None:
+    lower_tile_loop(L, op)
+
+
+def lower_tile_loop(L: Lowering, op, chunks: int = 1) -> None:
+    """A ``pks.tile_loop``, or (``chunks`` > 1) a loop over ``chunks`` copies of the tile
+    space whose slot s is chunk ``(first + s) mod chunks`` (``pks.chunk_tile_loop``: the
+    chunk is the body's third argument)."""
     b = L.b
     bm, bn, gm = op.bm.data, op.bn.data, op.group_m.data
     cl = L.sched.cluster.data
@@ -312,9 +337,16 @@ def _tile_loop(L: Lowering, op: s.TileLoopOp) -> None:
         rank = b.sreg("%cluster_ctarank")
     else:
         tile0, stride, rank = b.sreg("%ctaid.x"), b.sreg("%nctaid.x"), None
-    loop, body = b.for_carried(tile0, num_tiles, stride, [L.v(x) for x in op.inits], "u32")
+    total = b.mul32(num_tiles, chunks) if chunks > 1 else num_tiles
+    loop, body = b.for_carried(tile0, total, stride, [L.v(x) for x in op.inits], "u32")
     tile, *carried = body.args
     with b.at(body):
+        if chunks > 1:
+            slot = b.bin("div", "u32", tile, num_tiles)
+            tile = b.bin("sub", "u32", tile, b.mul32(slot, num_tiles))
+            chunk = b.add32(L.v(op.first), slot)
+            wrap = b.setp("ge", "u32", chunk, chunks)
+            chunk = b.selp("b32", b.bin("sub", "u32", chunk, chunks), chunk, wrap)
         g = b.bin("div", "u32", tile, group_sz)
         first = b.mul32(g, gm)
         gsz = b.bin("min", "u32", b.bin("sub", "u32", num_mc, first), gm)
@@ -327,6 +359,9 @@ def _tile_loop(L: Lowering, op: s.TileLoopOp) -> None:
         m0, n0, *args = op.block.args
         L.vals[m0] = b.mul32(mb, bm)
         L.vals[n0] = b.mul32(nb, bn)
+        if chunks > 1:
+            L.vals[args[0]] = chunk
+            args = args[1:]
         for a, c in zip(args, carried):
             L.vals[a] = c
         _block(L, op.block)
@@ -488,3 +523,4 @@ _LOWERINGS = {
 }
 
 from pkc.codegen import lower_schedule_comm  # noqa: E402,F401  (registers its lowerings)
+from pkc.codegen import lower_schedule_fused  # noqa: E402,F401  (registers its lowerings)

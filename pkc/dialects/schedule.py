@@ -744,7 +744,9 @@ SCHEDULE_TYPES = [TmapType, SmemType, MbarriersType, AccType]
 # the communication ops of the same dialect (peer pointers, epochs, signals, LL packets,
 # vector copies); that module imports nothing from this one
 from pkc.dialects.schedule_comm import COMM_OPS, COMM_TYPES  # noqa: E402
+# and the fused GEMM + collective ops (peer tensor maps, the chunked tile loop, store-or-add)
+from pkc.dialects.schedule_fused import FUSED_OPS  # noqa: E402
 
-PKS = Dialect("pks", SCHEDULE_OPS + COMM_OPS, SCHEDULE_TYPES + COMM_TYPES)
+PKS = Dialect("pks", SCHEDULE_OPS + COMM_OPS + FUSED_OPS, SCHEDULE_TYPES + COMM_TYPES)
 
 __all__ = ["PKS", "RoleKind", "BMajor", *[c.__name__ for c in SCHEDULE_OPS + SCHEDULE_TYPES]]

@@ -1,0 +1,161 @@
+"""Lowers a scheduled fused GEMM + collective (``pk.plan.schedule = "fused"``, built by
+``schedule-fused``) to a ``ptx.entry`` for sm_90a.
+
+The kernel is the scheduled GEMM with more: its entry is the GEMM's (tensor maps by
+value, one pointer per kernel buffer, shared memory and mbarriers; :func:`lower_tma_kernel`)
+plus the parameters of :class:`~pkc.codegen.abi.FusedLaunch` (the signal pad's W peer
+pointers and own pointer, the epoch control word, rank, error record, timeout, mailbox,
+trap), bound to the same registers the collectives' lowering reads
+(:class:`~pkc.codegen.lower_schedule_comm.CommState`), so that ``pks.ptr``, ``pks.epoch``,
+``pks.signal_wait`` and the rest lower as they do in a collective. Nothing is decided here.
+
+* ``pks.peer_tmap``: a by-value tensor map parameter (``TmapArg.peer``);
+  ``pks.tmap_select``: a ``selp`` chain over the maps' addresses.
+* ``pks.chunk_tile_loop``: the GEMM's tile loop over ``chunks`` tile spaces
+  (:func:`~pkc.codegen.lower_schedule.lower_tile_loop`).
+* ``pks.tma_store_or_add``: two TMA bulk ops from the warpgroup's first thread, the store
+  guarded by ``!add``, the reduce-add by ``add``.
+* ``pks.fence_async_global``: ``fence.proxy.async.global``; ``pks.signal_add``:
+  ``red.{release,relaxed}.{sys,gpu}.global.add.u32``.
+"""
+
+from __future__ import annotations
+
+from pkc.codegen import ptx, ptx_sm90
+from pkc.codegen.abi import CommBufferArg, FusedLaunch, ScheduledKernelMeta, TmapArg
+from pkc.codegen.errors import CodegenError
+from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, TMAP_ARGS, Lowering,
+                                        lower_tile_loop, lower_tma_kernel)
+from pkc.codegen.lower_schedule_comm import CommState
+from pkc.dialects import schedule_fused as f
+from pkc.dialects.kernel import AllocOp, KernelOp
+from pkc.dialects.types import BufferType
+
+
+def is_fused_kernel(kop: KernelOp) -> bool:
+    plan = kop.attributes.get("pk.plan")
+    sched = plan.data.get("schedule") if plan is not None else None
+    return kop.schedule() is not None and sched is not None and sched.data == "fused"
+
+
+def _elements(t: BufferType) -> int:
+    n = 1
+    for d in t.get_shape():
+        n *= d
+    return n
+
+
+class _Extend:
+    """The fused kernel's additions to the GEMM's entry (see lower_tma_kernel)."""
+
+    def __init__(self, kop: KernelOp):
+        self.kop = kop
+        self.W = kop.world_size
+        self.allocs = [op for op in kop.block.ops if isinstance(op, AllocOp)]
+        self.args = list(kop.block.args)
+        self.loop = next((op for op in kop.walk() if isinstance(op, f.ChunkTileLoopOp)), None)
+
+    def meta(self, meta: ScheduledKernelMeta) -> None:
+        bufs = [CommBufferArg(f"alloc{i}", _elements(a.result.type), str(a.result.type.element_type),
+                              a.result.type.symmetric, a.zero is not None)
+                for i, a in enumerate(self.allocs)]
+        meta.fused = FusedLaunch(world=self.W, buffers=bufs,
+                                 sym_outputs=[i for i, a in enumerate(self.args) if a.type.symmetric],
+                                 shapes=[list(a.type.get_shape()) for a in self.args],
+                                 dtype=str(self.args[0].type.element_type))
+        if self.loop is not None:
+            m, n = (_const(v) for v in (self.loop.m, self.loop.n))
+            if m is None or n is None:
+                raise CodegenError(f"kernel @{self.kop.kernel_name.data}: the chunk tile loop's "
+                                   "M and N must be constants (the grid rule counts its tiles)")
+            meta.tiles = self.loop.chunks.data * -(-m // self.loop.bm.data) * -(-n // self.loop.bn.data)
+
+    def bind(self, L: Lowering, params: list) -> None:
+        regs = iter(params)
+        st = CommState(world=self.W)
+        L.comm = st
+        syms = [a for a in self.allocs if a.result.type.symmetric]
+        for a in syms:
+            st.peers[a.result] = [next(regs) for _ in range(self.W)]
+        for a in syms:
+            st.own[a.result] = next(regs)
+        for a in self.allocs:
+            if not a.result.type.symmetric:
+                L.buffers[a.result] = next(regs)
+        for name in ("rank", "err", "timeout", "mbox", "trap"):
+            st.params[name] = next(regs)
+        b = L.b
+        st.grid = {"tid": b.sreg("%tid.x"), "cta": b.sreg("%ctaid.x"), "ctas": b.sreg("%nctaid.x")}
+
+
+def _const(v) -> int | None:
+    from xdsl.dialects import arith
+
+    return v.owner.value.value.data if isinstance(v.owner, arith.ConstantOp) else None
+
+
+def lower_fused_kernel(kop: KernelOp, target: str, entry_name: str
+                       ) -> tuple[ptx.EntryOp, ScheduledKernelMeta]:
+    """The ``ptx.entry`` and launch metadata of a scheduled fused GEMM + collective."""
+    if target != "sm_90a":
+        raise CodegenError(f"kernel @{kop.kernel_name.data}: scheduled fused kernels lower to "
+                           f"sm_90a only so far (asked for {target})")
+    return lower_tma_kernel(kop, target, entry_name, _Extend(kop))
+
+
+def _peer_tmap_arg(op: f.PeerTmapOp, args) -> TmapArg:
+    t = op.result.type
+    return TmapArg(args.index(op.buffer), t.element.data, t.box_dims, t.swizzle.data,
+                   peer=op.peer.data)
+
+
+def _tmap_select(L: Lowering, op: f.TmapSelectOp) -> None:
+    b = L.b
+    maps = [L.v(m) for m in op.tmaps]
+    k = _const(op.index)
+    if k is not None:
+        if not 0 <= k < len(maps):
+            raise CodegenError(f"'pks.tmap_select': index {k} of {len(maps)} maps")
+        L.vals[op.result] = maps[k]
+        return
+    idx = L.v(op.index)
+    sel = maps[0]
+    for i in range(1, len(maps)):
+        sel = b.selp("b64", maps[i], sel, b.setp("eq", "u32", idx, i))
+    L.vals[op.result] = sel
+
+
+def _chunk_tile_loop(L: Lowering, op: f.ChunkTileLoopOp) -> None:
+    lower_tile_loop(L, op, chunks=op.chunks.data)
+
+
+def _tma_store_or_add(L: Lowering, op: f.TmaStoreOrAddOp) -> None:
+    b = L.b
+    src = L.slot_addr(op.src, op.slot)
+    tmap, coords = L.v(op.tmap), [L.v(c) for c in op.coords]
+    add = L.v(op.add)
+    lead = L.lead()
+    store = b.pand(lead, b.un("not", "pred", add))
+    b.add(ptx_sm90.TmaStoreOp(tmap, coords, src, store))
+    b.add(ptx_sm90.TmaStoreOp(tmap, coords, src, b.pand(lead, add), "add"))
+
+
+def _fence_async_global(L: Lowering, op: f.FenceAsyncGlobalOp) -> None:
+    L.b.fence("proxy.async.global")
+
+
+def _signal_add(L: Lowering, op: f.SignalAddOp) -> None:
+    b = L.b
+    addr = b.add64(b.bin("mul.wide", "u32", L.v(op.slot), 4, result_kind="b64"), L.v(op.pad))
+    b.add(ptx.RedOp("add", "u32", addr, L.v(op.value), sem=op.sem.data, scope=op.scope.data))
+
+
+TMAP_ARGS[f.PeerTmapOp] = _peer_tmap_arg
+EXTRA_LOWERINGS.update({
+    f.PeerTmapOp: lambda L, op: None,      # a parameter (bound with the tensor maps)
+    f.TmapSelectOp: _tmap_select, f.ChunkTileLoopOp: _chunk_tile_loop,
+    f.TmaStoreOrAddOp: _tma_store_or_add, f.FenceAsyncGlobalOp: _fence_async_global,
+    f.SignalAddOp: _signal_add,
+})
+# before the collectives' entry (a fused kernel holds communication ops too)
+KERNEL_LOWERINGS.insert(0, (is_fused_kernel, lower_fused_kernel))

@@ -1,0 +1,217 @@
+"""Ops of the schedule level (dialect ``pks``) for fused GEMM + collective kernels.
+
+A fused kernel is the scheduled GEMM of :mod:`pkc.passes.gemm_schedule` whose tile space,
+epilogue and C tensor maps are replaced (``schedule-fused``): tiles are visited chunk by
+chunk, starting with the rank's own, and each output tile goes through TMA to its chunk's
+owner (a store into the own copy, a reduce-add into a peer's copy of the symmetric
+output); per-chunk counts signalled after the bulk copies completed tell the owner when
+its chunk is whole. These are the ops that needs beyond the GEMM's and the collectives'
+(:mod:`pkc.dialects.schedule`, :mod:`pkc.dialects.schedule_comm`):
+
+* ``pks.peer_tmap``: a tensor map of rank ``peer``'s copy of a symmetric kernel buffer
+  (encoded by the runtime from the peer's address, passed by value like ``pks.tmap``);
+  ``pks.tmap_select``: one of several maps by a run-time index (the chunk's owner).
+* ``pks.chunk_tile_loop``: the persistent tile loop over ``chunks`` copies of an ``M x N``
+  tile space, slot s visiting chunk ``(first + s) mod chunks``; the body gets the tile's
+  row inside its chunk, its column and the chunk.
+* ``pks.tma_store_or_add``: a TMA store of an epilogue piece where ``add`` is false, a
+  TMA reduce-add where it holds (the own chunk is stored first, the peers' partials add
+  into it).
+* ``pks.fence_async_global``: ``fence.proxy.async.global``: bulk (async-proxy) writes that
+  completed are ordered before this thread's later generic-proxy operations (the signal).
+* ``pks.signal_add``: add a run-time count to a pad slot (release / relaxed, sys / gpu).
+
+This module imports nothing from :mod:`pkc.dialects.schedule` (which imports it to build
+the dialect); types are checked by name in the verifiers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import IntAttr, StringAttr, i1, i32
+from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.irdl import (
+    AttrSizedOperandSegments,
+    IRDLOperation,
+    attr_def,
+    irdl_op_definition,
+    operand_def,
+    region_def,
+    result_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.utils.exceptions import VerifyException
+
+from pkc.dialects.schedule_comm import PtrType
+from pkc.dialects.types import BufferType
+
+MAX_CHUNKS = 32
+
+
+def _fail(op: str, msg: str) -> None:
+    raise VerifyException(f"'{op}' {msg}")
+
+
+def _is(t: Attribute, name: str) -> bool:
+    return getattr(t, "name", None) == name
+
+
+@irdl_op_definition
+class PeerTmapOp(IRDLOperation):
+    """A TMA tensor map of rank ``peer``'s copy of symmetric kernel buffer ``buffer``; the
+    runtime encodes it (the buffer's shape, the peer's address) and passes it by value."""
+
+    name = "pks.peer_tmap"
+    buffer = operand_def(BufferType)
+    peer = attr_def(IntAttr)
+    result = result_def()
+
+    def __init__(self, buffer: SSAValue, peer: int, t: Attribute):
+        super().__init__(operands=[buffer], result_types=[t], attributes={"peer": IntAttr(peer)})
+
+    def verify_(self) -> None:
+        if not self.buffer.type.symmetric:
+            _fail(self.name, f"a peer's copy of {self.buffer.type}: only symmetric buffers "
+                  "have copies on the peers")
+        if not _is(self.result.type, "pks.tmap"):
+            _fail(self.name, f"result must be a !pks.tmap, got {self.result.type}")
+        if not 0 <= self.peer.data < MAX_CHUNKS:
+            _fail(self.name, f"peer {self.peer.data}: 0..{MAX_CHUNKS - 1}")
+
+
+@irdl_op_definition
+class TmapSelectOp(IRDLOperation):
+    """``tmaps[index]`` (an index outside the list is undefined), all of one map type."""
+
+    name = "pks.tmap_select"
+    index = operand_def(i32)
+    tmaps = var_operand_def()
+    result = result_def()
+
+    def __init__(self, index: SSAValue, tmaps: Sequence[SSAValue]):
+        super().__init__(operands=[index, list(tmaps)], result_types=[tmaps[0].type])
+
+    def verify_(self) -> None:
+        if not self.tmaps:
+            _fail(self.name, "selects among no maps")
+        t = self.tmaps[0].type
+        if not _is(t, "pks.tmap") or any(m.type != t for m in self.tmaps) or self.result.type != t:
+            _fail(self.name, f"maps and result must be one !pks.tmap type, got "
+                  f"{[str(m.type) for m in self.tmaps]} -> {self.result.type}")
+
+
+@irdl_op_definition
+class ChunkTileLoopOp(IRDLOperation):
+    """The persistent tile loop over ``chunks`` chunks of ``ceil(M / bm) x ceil(N / bn)``
+    tiles each: tile ``t`` (this CTA's ``id, id + grid, ...``) is in slot ``s = t / tiles``,
+    chunk ``(first + s) mod chunks``; inside a chunk the grouped rasterization of
+    ``pks.tile_loop``. Slot order is the same on every CTA, so a CTA finishes its tiles
+    of one chunk before it starts the next (every rank starts with its own chunk when
+    ``first`` is the rank). The body gets the tile's first row inside its chunk, its first
+    column, the chunk, and the loop-carried values."""
+
+    name = "pks.chunk_tile_loop"
+    m = operand_def(i32)
+    n = operand_def(i32)
+    first = operand_def(i32)
+    inits = var_operand_def()
+    bm = attr_def(IntAttr)
+    bn = attr_def(IntAttr)
+    group_m = attr_def(IntAttr)
+    chunks = attr_def(IntAttr)
+    res = var_result_def()
+    body = region_def("single_block")
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, m: SSAValue, n: SSAValue, first: SSAValue, inits: Sequence[SSAValue],
+                 bm: int, bn: int, group_m: int, chunks: int):
+        block = Block(arg_types=[i32, i32, i32, *[v.type for v in inits]])
+        super().__init__(operands=[m, n, first, list(inits)],
+                         result_types=[[v.type for v in inits]], regions=[Region(block)],
+                         attributes={"bm": IntAttr(bm), "bn": IntAttr(bn),
+                                     "group_m": IntAttr(group_m), "chunks": IntAttr(chunks)})
+
+    @property
+    def block(self) -> Block:
+        return self.body.blocks[0]
+
+    def verify_(self) -> None:
+        if self.bm.data % 64 or self.bn.data % 8 or self.group_m.data < 1:
+            _fail(self.name, f"tile {self.bm.data}x{self.bn.data} group_m {self.group_m.data}: "
+                  "bm a multiple of 64, bn of 8, group_m >= 1")
+        if not 1 <= self.chunks.data <= MAX_CHUNKS:
+            _fail(self.name, f"chunks = {self.chunks.data}: 1..{MAX_CHUNKS}")
+        term = self.block.last_op
+        if term is None or term.name != "pks.yield" or len(term.operands) != len(self.inits):
+            _fail(self.name, "body must end in a pks.yield of its carried values")
+
+
+@irdl_op_definition
+class TmaStoreOrAddOp(IRDLOperation):
+    """The TMA store of slot ``slot`` of ``src`` to ``tmap``'s box at ``coords`` where
+    ``add`` is false, the TMA reduce-add where it holds; issued by the warpgroup's first
+    thread into its bulk group."""
+
+    name = "pks.tma_store_or_add"
+    src = operand_def()
+    slot = operand_def(i32)
+    tmap = operand_def()
+    coords = var_operand_def(i32)
+    add = operand_def(i1)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, src: SSAValue, slot: SSAValue, tmap: SSAValue, coords: Sequence[SSAValue],
+                 add: SSAValue):
+        super().__init__(operands=[src, slot, tmap, list(coords), add])
+
+    def verify_(self) -> None:
+        if not _is(self.src.type, "pks.smem") or not _is(self.tmap.type, "pks.tmap"):
+            _fail(self.name, f"stores a !pks.smem slot through a !pks.tmap, got "
+                  f"{self.src.type}, {self.tmap.type}")
+        rank = len(self.tmap.type.box_dims)
+        if len(self.coords) != rank:
+            _fail(self.name, f"{len(self.coords)} coordinates for a rank-{rank} map")
+
+
+@irdl_op_definition
+class FenceAsyncGlobalOp(IRDLOperation):
+    """``fence.proxy.async.global``: completed bulk writes before later generic-proxy
+    operations of this thread (a signal that announces them)."""
+
+    name = "pks.fence_async_global"
+
+    def __init__(self):
+        super().__init__()
+
+
+@irdl_op_definition
+class SignalAddOp(IRDLOperation):
+    """Add ``value`` to u32 slot ``slot`` of the pad at ``pad``: a release (orders this
+    thread's earlier writes, after a ``pks.fence_async_global`` its bulk writes too) or
+    relaxed, at system scope (a peer's pad) or GPU scope (the own)."""
+
+    name = "pks.signal_add"
+    pad = operand_def(PtrType)
+    slot = operand_def(i32)
+    value = operand_def(i32)
+    scope = attr_def(StringAttr)
+    sem = attr_def(StringAttr)
+
+    def __init__(self, pad: SSAValue, slot: SSAValue, value: SSAValue, scope: str = "sys",
+                 sem: str = "release"):
+        super().__init__(operands=[pad, slot, value], attributes={"scope": StringAttr(scope),
+                                                                 "sem": StringAttr(sem)})
+
+    def verify_(self) -> None:
+        if self.scope.data not in ("sys", "gpu"):
+            _fail(self.name, f"scope {self.scope.data!r}: sys (peers) or gpu (this rank)")
+        if self.sem.data not in ("relaxed", "release"):
+            _fail(self.name, f"sem {self.sem.data!r}: relaxed or release")
+
+
+FUSED_OPS = [PeerTmapOp, TmapSelectOp, ChunkTileLoopOp, TmaStoreOrAddOp, FenceAsyncGlobalOp,
+             SignalAddOp]
+
+__all__ = ["FUSED_OPS", "MAX_CHUNKS", *[c.__name__ for c in FUSED_OPS]]

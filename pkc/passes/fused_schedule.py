@@ -1,0 +1,134 @@
+"""The parts of the scheduled GEMM that a fused GEMM + reduce-scatter replaces
+(:class:`RsParts`, given to :func:`pkc.passes.gemm_schedule.build_gemm`).
+
+    rank r: A_r [W*Mc, K] @ B_r -> partial product; out_p [Mc, N] (symmetric, on rank p)
+    = sum over ranks of the rows [p*Mc, (p+1)*Mc) of their partials.
+
+The protocol (that of the hand kernel ``GemmRsKernel``, bf16 / f16 accumulation in the
+output):
+
+* Tile space: W chunks of the ``[Mc, N]`` tiles (``pks.chunk_tile_loop``); slot s is
+  chunk ``(rank + s) mod W``, so every rank starts with its own chunk and at every step
+  the ranks' destinations form a permutation. The producer loads A's rows ``chunk * Mc +
+  m0`` (rows past a chunk's end belong to the next chunk; their products are clipped by
+  the output map).
+* Epilogue per tile (consumer warpgroups, the first thread of each issues the bulk ops):
+  the pieces of the tile go through the GEMM's swizzled buffers and, by TMA, into the
+  chunk owner's copy of the output through its tensor map (``pks.peer_tmap`` W times,
+  ``pks.tmap_select``): a plain store for the own chunk (the owner's stores come first:
+  nothing is ever zeroed), a reduce-add for a peer's, issued only after the peer's own
+  chunk is complete there (a bounded wait on its pad slot, once per peer: a bitmask).
+* Signals: when a warpgroup's chunk changes (and at its end) it waits for its bulk
+  groups, fences the async proxy and adds its tile count to slot ``rank`` of the chunk
+  owner's pad (release). The owner's chunk is whole once slot q reached ``epoch x tiles
+  per chunk x consumers`` for every q (epochs: pads are never reset); every consumer
+  warpgroup of the owner waits for the peers' slots before the kernel ends.
+* Epoch: read from the rank's control word before a CTA barrier, published by the last
+  CTA at the end (``pks.epoch`` / ``pks.epoch_publish``), so that launches and CUDA-graph
+  replays need no host work.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith
+from xdsl.ir import SSAValue
+
+from pkc.dialects import schedule as s
+from pkc.dialects import schedule_comm as c
+from pkc.dialects import schedule_fused as f
+from pkc.passes.gemm_schedule import Epi, GemmParts, _Ops, _tma_epilogue
+from pkc.target.gemm_tuning import GemmConfig
+
+
+class RsParts(GemmParts):
+    """GEMM + reduce-scatter into the symmetric output (see the module doc). ``world``
+    ranks, chunks of ``mc`` rows; ``pad``: the symmetric signal pad (W u32 slots, zeroed
+    once), ``ctl``: the rank's ``[epoch, ctas_done]`` control word."""
+
+    def __init__(self, world: int, mc: int, n: int, cfg: GemmConfig, pad: SSAValue,
+                 ctl: SSAValue):
+        self.W, self.mc, self.cfg, self.pad, self.ctl = world, mc, cfg, pad, ctl
+        self.tiles_per_chunk = -(-mc // cfg.bm) * -(-n // cfg.bn)
+
+    def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
+        self.maps = [top.add(f.PeerTmapOp(C, p, tc_t)).result for p in range(self.W)]
+        return None
+
+    def prologue(self, o: _Ops) -> None:
+        self.rank = o.add(c.LaunchParamOp(c.CommParam.RANK)).result
+        self.epoch = o.add(c.EpochOp(self.ctl)).result
+        o.add(s.ClusterSyncOp())        # every thread read the epoch: see pks.epoch
+
+    def end(self, o: _Ops) -> None:
+        o.add(c.EpochPublishOp(self.ctl, self.epoch))
+
+    def tile_loop(self, r: _Ops, M, N, inits, cfg):
+        loop = r.add(f.ChunkTileLoopOp(M, N, self.rank, inits, cfg.bm, cfg.bn, cfg.group_m, self.W))
+        m0, n0, chunk, *carried = loop.block.args
+        return loop, [m0, n0, chunk], carried
+
+    def producer_row(self, t: _Ops, coords) -> SSAValue:
+        m0, _, chunk = coords
+        return t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.mc), m0)
+
+    # ---- the consumers' epilogue ---------------------------------------------------
+    def epilogue_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
+        """The warpgroup leader predicate, the count every slot reaches this epoch; the
+        carried (chunk pending, tiles pending, owners known ready: the own bit set)."""
+        tid = r.add(c.GridValueOp(c.GridValue.TID)).result
+        self.lead = r.cmp("eq", r.bin(arith.AndIOp, tid, 127), 0)
+        self.want = r.bin(arith.MuliOp, self.epoch, self.tiles_per_chunk * cfg.consumers)
+        own_bit = r.bin(arith.ShLIOp, r.c(1), self.rank)
+        return [self.rank, r.c(0), own_bit]
+
+    def _when(self, o: _Ops, cond: SSAValue) -> _Ops:
+        w = o.add(c.WhenOp(cond))
+        return _Ops(w.block)
+
+    def _signal(self, o: _Ops, chunk: SSAValue, count: SSAValue) -> None:
+        """Leader, if ``count`` tiles are pending: they landed (bulk groups done, async
+        proxy fenced); add the count to slot rank of the chunk owner's pad."""
+        w = self._when(self._when(o, o.cmp("ne", count, 0)), self.lead)
+        w.add(s.BulkWaitOp(0))
+        w.add(f.FenceAsyncGlobalOp())
+        pad = w.add(c.BufferPtrOp(self.pad, chunk)).result
+        w.add(f.SignalAddOp(pad, self.rank, count, "sys", "release"))
+
+    def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: Epi, coords, row0, ebuf, extra):
+        m0, n0, chunk = coords
+        cur, pend, ready = extra
+        changed = t.cmp("ne", chunk, cur)
+        self._signal(t, cur, t.select(changed, pend, t.c(0)))
+        pend = t.select(changed, t.c(0), pend)
+        if self.W > 1:
+            # adds into a peer's chunk only after its owner stored it (once per owner)
+            bit = t.bin(arith.ShLIOp, t.c(1), chunk)
+            unknown = t.cmp("eq", t.bin(arith.AndIOp, ready, bit), 0)
+            w = self._when(self._when(t, unknown), self.lead)
+            pad = w.add(c.BufferPtrOp(self.pad, chunk)).result
+            w.add(c.SignalWaitOp(pad, chunk, self.want, chunk, c.WaitSite.ARRIVAL, "sys", 64))
+            w.add(f.FenceAsyncGlobalOp())
+            ready = t.bin(arith.OrIOp, ready, bit)
+        tm = t.add(f.TmapSelectOp(chunk, self.maps)).result
+        add = t.cmp("ne", chunk, self.rank)
+        ebuf = _tma_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, n0, ebuf,
+                             lambda slot, col, row: t.add(f.TmaStoreOrAddOp(e.epi, slot, tm,
+                                                                            [col, row], add)))
+        pend = t.bin(arith.AddiOp, pend, 1)
+        return ebuf, [chunk, pend, ready]
+
+    def epilogue_finish(self, r: _Ops, cfg: GemmConfig, extra) -> None:
+        cur, pend, _ = extra
+        self._signal(r, cur, pend)
+        if self.W == 1:
+            return                      # the own tiles: ordered by the kernel's completion
+        w = self._when(r, self.lead)
+        own = w.add(c.BufferPtrOp(self.pad)).result
+        for q in range(self.W):
+            qv = w.c(q)
+            ww = self._when(w, w.cmp("ne", qv, self.rank))
+            ww.add(c.SignalWaitOp(own, qv, self.want, qv, c.WaitSite.EXIT, "sys", 64))
+        w.add(f.FenceAsyncGlobalOp())
+
+
+__all__ = ["RsParts"]

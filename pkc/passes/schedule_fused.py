@@ -1,0 +1,168 @@
+"""schedule-fused: a fused GEMM + collective ``pk.kernel`` (kernel level) -> a scheduled one.
+
+Matches the ``pk.kernel``s that ``overlap`` fused (``pk.fusion.pattern``) and that the
+rest of the default pipeline (buffer-elision, sm-partition) left at the kernel level.
+Scheduled so far: ``mm_reduce_scatter`` (GEMM + reduce-scatter) of 2-D bf16 / f16
+operands ``A [M, K]`` and ``B [K, N]`` (or ``W.T`` of a ``pk.transpose``d ``[N, K]`` value,
+read in its own layout) with ``M = W x Mc`` and N, K multiples of 8 (TMA row strides). Its
+body becomes the persistent warp-specialized GEMM of :mod:`pkc.passes.gemm_schedule` with
+the tile space, C maps and epilogue of :class:`pkc.passes.fused_schedule.RsParts`: each
+output tile goes by TMA to its chunk owner's copy of the symmetric output (stored for the
+own chunk, reduce-added for the others) and epoch-counted signals tell the owner when its
+chunk is whole. The other patterns stay as they are, with a remark saying why.
+
+Decisions (written into ``pk.plan``: ``schedule = "fused"``, ``fused_kind``, the tile,
+``overlap``, ``comm_ctas``, ``fresh_output``; and a remark), from the kernel's plan and the
+tuning table :mod:`pkc.target.fused_tuning`:
+
+* the tile: the GEMM's table for the whole product, 128 x 128 where the link bounds the
+  kernel at W <= 2 (``fused_gemm_config``);
+* intra- vs inter-SM: the transfers are issued from the consumers' epilogue and run on
+  the TMA engine while the SM computes the next tile, so the kernel is intra-SM (no
+  communicate CTAs). Where sm-partition planned communicate SMs (``pk.plan.comm_sms``),
+  the remark says that plan is not followed and why (the hand kernel is intra-SM too);
+* the output: the reduced chunk stays in the symmetric output (persistent, overwritten by
+  the next launch); the W = 2 fresh-output variant the tuning table prefers
+  (``RS_INTO_OUTPUT``) is not scheduled yet, and the remark says so.
+
+Why: the fused kernel that runs is then the compiler's IR: ``--emit=ptx`` prints it and
+a later pass can change its epilogue or tile loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, IntegerType, ModuleOp, TensorType
+from xdsl.ir import Block, Region
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from pkc.dialects import graph as g
+from pkc.dialects import kernel as k
+from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
+from pkc.passes.fused_schedule import RsParts
+from pkc.passes.gemm_schedule import build_gemm
+from pkc.passes.registry import register_pass
+from pkc.passes.remarks import add_remark, plan_of, set_plan
+from pkc.target.fused_tuning import fused_gemm_config, rs_into_output
+from pkc.target.gemm_tuning import VARIANTS
+from pkc.target.targets import get_target
+
+_DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
+SCHEDULED_PATTERNS = ("mm_reduce_scatter",)
+
+
+def _dtype(t) -> str | None:
+    return _DTYPE.get(type(t.element_type)) if isinstance(t, (TensorType, BufferType)) else None
+
+
+def _fusion(kop: k.KernelOp) -> dict:
+    a = kop.attributes.get("pk.fusion")
+    return {key: getattr(v, "data", v) for key, v in a.data.items()} if a is not None else {}
+
+
+def why_not(kop: k.KernelOp) -> str | None:
+    """Why a fused kernel cannot be scheduled (None: it can)."""
+    pattern = _fusion(kop).get("pattern")
+    if pattern not in SCHEDULED_PATTERNS:
+        return f"pattern {pattern}: not scheduled yet (the hand kernel runs it)"
+    if len(kop.inputs) != 2 or len(kop.outputs) != 1:
+        return f"{pattern} with {len(kop.inputs)} inputs and {len(kop.outputs)} outputs"
+    a, b, y = kop.inputs[0].type, kop.inputs[1].type, kop.outputs[0].type
+    if any(len(t.get_shape()) != 2 for t in (a, b, y)):
+        return f"{pattern}: operands are not 2-D ({a}, {b} -> {y})"
+    dt = _dtype(a)
+    if dt is None or _dtype(b) != dt or _dtype(y) != dt:
+        return f"{pattern}: operands and result must all be bf16 or f16 ({a}, {b} -> {y})"
+    W = kop.world_size
+    (M, K), (K2, N) = a.get_shape(), b.get_shape()
+    if K != K2 or M % W or tuple(y.get_shape()) != (M // W, N):
+        return f"{pattern}: A {a} x B {b} -> {y} is not a reduce-scatter of {W} row chunks"
+    if K % 8 or N % 8:
+        return f"{pattern}: N = {N} and K = {K} must be multiples of 8 (TMA row strides)"
+    if min(M, N, K) == 0:
+        return f"{pattern}: empty product"
+    return None
+
+
+@register_pass
+@dataclass(frozen=True)
+class ScheduleFused(ModulePass):
+    """Rewrite fused GEMM + collective kernels into scheduled (pks) kernels."""
+
+    name = "schedule-fused"
+    target: str = "h200"
+    variant: str = ""           # force a GEMM tile variant (pkc.target.gemm_tuning.VARIANTS)
+
+    def __post_init__(self):
+        get_target(self.target)
+        if self.variant and self.variant not in VARIANTS:
+            raise ValueError(f"schedule-fused: unknown variant {self.variant!r}; known: "
+                             f"{', '.join(VARIANTS)}")
+
+    def apply(self, ctx, module: ModuleOp) -> None:
+        for kop in [o for o in module.walk() if isinstance(o, k.KernelOp)]:
+            if not _fusion(kop).get("pattern") or kop.schedule() is not None:
+                continue
+            reason = why_not(kop)
+            if reason:
+                add_remark(kop, f"fused kernel left unscheduled: {reason}")
+                continue
+            _schedule_rs(kop, self.target, self.variant)
+
+
+def _schedule_rs(kop: k.KernelOp, target: str, variant: str) -> None:
+    W = kop.world_size
+    a, b = kop.inputs
+    M, K = a.type.get_shape()
+    N = b.type.get_shape()[1]
+    Mc, dt = M // W, _dtype(a.type)
+    src = b.owner
+    if isinstance(src, g.TransposeOp) and len(src.input.type.get_shape()) == 2:
+        b_val, layout = src.input, "nk"
+    else:
+        b_val, layout = b, "kn"
+    sms = get_target(target).num_sms
+    if variant:
+        cfg = VARIANTS[variant].with_(dtype=dt, b_layout=layout)
+    else:
+        cfg = fused_gemm_config("rs", M, N, K, W, dt, layout, sms, target)
+    if layout == "kn" and cfg.bn % 64:
+        cfg = cfg.with_(bn=128)         # B [K, N] is loaded in 64-column boxes
+    cfg = cfg.with_(cluster_m=1, epilogue="tma")      # the fused epilogue's requirements
+    cfg.validate()
+    y = kop.outputs[0].type
+    block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
+                             BufferType(b_val.type.get_shape(), b_val.type.element_type),
+                             BufferType(y.get_shape(), y.element_type, SYMMETRIC)])
+    A, B, C = block.args
+    i32 = IntegerType(32)
+    pad = k.AllocOp(BufferType([W], i32, SYMMETRIC), zero=True)
+    ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
+    block.add_op(pad)
+    block.add_op(ctl)
+    parts = RsParts(W, Mc, N, cfg, pad.result, ctl.result)
+    build_gemm(block, A, B, C, Mc, N, K, cfg, parts)
+    block.add_op(k.YieldOp())
+    attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
+    new = k.KernelOp("matmul_reduce_scatter", W, [a, b_val], [y], Region(block), attributes=attrs)
+    plan = plan_of(kop)
+    planned = plan.get("overlap", "intra")
+    comm_sms = plan.get("comm_sms", 0) or 0
+    set_plan(new, schedule="fused", fused_kind="rs", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
+             consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout, chunk_rows=Mc,
+             tiles_per_chunk=parts.tiles_per_chunk, scheduled_overlap="intra", comm_ctas=0,
+             fresh_output=False)
+    why_intra = ("tiles move by TMA from the consumers' epilogue while the SM computes the "
+                 "next tile (intra-SM, no communicate CTAs)")
+    if planned == "inter" and comm_sms:
+        why_intra += (f"; sm-partition's inter-SM plan ({comm_sms} communicate SMs) is not "
+                      "followed: the TMA engine, not SMs, moves the tiles, as in the hand kernel")
+    fresh = ("; the tuning table prefers the fresh-output variant at W = 2, not scheduled yet"
+             if rs_into_output(W) else "")
+    add_remark(new, f"scheduled GEMM + reduce-scatter W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, "
+               f"{W} chunks of {parts.tiles_per_chunk} tiles, own chunk first; {why_intra}; "
+               f"result in the symmetric output (persistent){fresh}")
+    new.location = kop.location
+    Rewriter.replace_op(kop, new)
