@@ -314,7 +314,7 @@ def compile_with_inductor(program: TorchProgram, example_inputs: Sequence[Any], 
         patches.setdefault("triton.cudagraphs", True)
     if mode in ("max-autotune", "max-autotune-no-cudagraphs"):
         patches.setdefault("max_autotune", True)
-    gm = program.gm
+    gm = _aten_graph(program.gm, example_inputs)
     static = set(static_inputs)
     gm.meta["dynamo_compile_id"] = "pkc"
     gm._param_name_to_source = {}        # no lifted parameters: every tensor is a placeholder
@@ -324,3 +324,18 @@ def compile_with_inductor(program: TorchProgram, example_inputs: Sequence[Any], 
             node.meta["tensor_dict"] = {"_dynamo_static_input_type": "unguarded"}
     with torch._guards.tracing(None):
         return compile_fx(gm, list(example_inputs), config_patches=patches or None)
+
+
+def _aten_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.fx.GraphModule:
+    """The program traced to aten ops (and pkc's / torch's collective ops): a graph of
+    torch operators only, which AOTAutograd's cache accepts (calls of Python functions
+    make it bypass the cache), so a second process skips this retrace too."""
+    import contextlib
+
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fake = detect_fake_mode(list(example_inputs))
+    with torch._guards.tracing(None), (fake or contextlib.nullcontext()):
+        traced = make_fx(gm, tracing_mode="real" if fake else "fake")(*example_inputs)
+    return traced
