@@ -140,6 +140,9 @@ class SharedMemory:
         self.dirty = np.zeros(nctas * self.size, dtype=np.int16)
         # async-proxy writes whose mbarrier a reader has not waited on: mbarrier offset + 1
         self.pending = np.zeros(nctas * self.size, dtype=np.int32)
+        # bytes a bulk / TMA store still reads (its group not waited on): issuing thread
+        # (over the launch) + 1
+        self.reading = np.zeros(nctas * self.size, dtype=np.int64)
 
     def flat(self, cta: np.ndarray, addr: np.ndarray, size: int,
              cluster_base: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

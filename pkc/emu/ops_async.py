@@ -322,6 +322,8 @@ def _bulk_store(m, ins, g):
     owner = np.repeat(np.arange(act.n), n)
     sb, gb = ranges(sflat, n), ranges(goff, n)
     check_async_reads_smem(m, ins, act, sb, owner, "cp.async.bulk store (async proxy)")
+    for i, t in enumerate(act.idx.tolist()):
+        start_async_read(m, t, sb[owner == i])
     if m.check_races:
         _race_bytes(m, ins, act, goff, n, write=True, atomic=red is not None)
     if red is None:
@@ -336,8 +338,38 @@ def _bulk_store(m, ins, g):
     reduce_add(m, starts, vals, t)
 
 
+def bulk_groups(m) -> dict:
+    """{thread: [byte arrays of each committed group ..., the open group]} of the bulk /
+    TMA stores a thread issued whose shared-memory reads no wait_group retired."""
+    return m.state.setdefault("bulk_groups", {})
+
+
+def start_async_read(m, thread: int, byt: np.ndarray) -> None:
+    """A bulk / TMA store by ``thread`` reads shared bytes ``byt`` until its group is
+    waited on."""
+    m.smem.reading[byt] = thread + 1
+    bulk_groups(m).setdefault(thread, [[]])[-1].append(byt)
+
+
 @handles(ptx.BulkGroupOp)
 def _bulk_group(m, ins, g):
-    """``cp.async.bulk.commit_group`` / ``wait_group N`` (PTX ISA 9.7.9.25.6.1-2): the
-    emulator's bulk copies are complete when issued, so there is nothing to wait for."""
-    return None
+    """``cp.async.bulk.commit_group`` / ``wait_group{.read} N`` (PTX ISA 9.7.9.25.6.1-2):
+    the copies are complete when issued; a wait retires all but the N most recent
+    committed groups of the thread, after which their shared memory may be written."""
+    act, _ = active_of(m, ins, g)
+    table = bulk_groups(m)
+    for t in act.idx.tolist():
+        groups = table.get(t)
+        if groups is None:
+            continue
+        if ins.op.wait is None:
+            groups.append([])
+            continue
+        keep = ins.op.wait.data
+        committed = groups[:-1]
+        done = committed[:len(committed) - keep] if keep else committed
+        for grp in done:
+            for byt in grp:
+                r = m.smem.reading[byt]
+                m.smem.reading[byt] = np.where(r == t + 1, 0, r)
+        table[t] = (committed[len(committed) - keep:] if keep else []) + [groups[-1]]

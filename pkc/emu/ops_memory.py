@@ -82,6 +82,13 @@ def shared_flat(m, ins, g, addr: np.ndarray, size: int, write: bool, proxy: str 
                    f"and whose mbarrier (at shared 0x{int(pend[i]) - 1:x}) this CTA has not "
                    "waited on: wait for the mbarrier phase before touching the data", g, ins, i)
         if write:
+            busy = m.smem.reading[flat] | m.smem.reading[flat + size - 1]
+            if busy.any():
+                i = int(np.flatnonzero(busy)[0])
+                m.fail(EmuAsyncProxyError,
+                       f"generic store to shared address 0x{int(addr[i]):x} that a bulk / TMA "
+                       "store still reads (its bulk group was not waited on with "
+                       "cp.async.bulk.wait_group.read)", g, ins, i)
             tid1 = (g.tid + 1).astype(np.int16)
             for k in range(size):
                 m.smem.dirty[flat + k] = tid1

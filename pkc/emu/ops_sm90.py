@@ -33,7 +33,7 @@ from pkc.emu.errors import (EmuAsyncProxyError, EmuError, EmuRegisterBudgetError
 from pkc.emu.machine import CLUSTER_BARRIER, DEADLOCK_CLASS, EXPLAIN, check_bad
 from pkc.emu.memory import CLUSTER_SHIFT, GLOBAL_BASE
 from pkc.emu.ops_async import (arrive, check_async_reads_smem, complete_tx, mbar_keys, mbars,
-                               observed, reduce_add)
+                               observed, reduce_add, start_async_read)
 from pkc.emu.ops_memory import active_of
 from pkc.emu.ops_mma import full_warps
 from pkc.emu.registry import BRANCHED, handles
@@ -412,6 +412,9 @@ def _tma_load(m, ins, g):
             for t in targets:
                 byt = t * S + phys + k
                 check_async_reads_smem(m, ins, act, byt, np.full(byt.size, i), "TMA load")
+                if m.smem.reading[byt].any():
+                    m.fail(EmuAsyncProxyError, "TMA load into shared memory that a bulk / TMA "
+                           "store still reads (no cp.async.bulk.wait_group.read)", act, ins, i)
                 m.smem.data[byt] = vals
                 m.smem.pending[byt] = (bar & 0xFFFFFF) + 1
         for t in targets:
@@ -442,6 +445,7 @@ def _tma_store(m, ins, g):
         phys = swizzle(src + off, tm.swizzle)
         byt = (cta * S + phys[:, None] + np.arange(tm.esize)[None, :]).reshape(-1)
         check_async_reads_smem(m, ins, act, byt, np.full(byt.size, i), "TMA store")
+        start_async_read(m, int(act.idx[i]), byt)
         goff = (gaddr - GLOBAL_BASE)[inside]
         raw = m.smem.data[byt].reshape(-1, tm.esize)[inside]
         if m.check_races and goff.size:
