@@ -158,3 +158,28 @@ def test_second_process_hits_the_compile_cache(tmp_path, monkeypatch):
     assert out.returncode == 0, out.stderr[-2000:]
     warm = json.loads(out.stdout.strip().splitlines()[-1])
     assert warm["cache_hit"] is True and warm["kernels"] == 1   # the same IR, read back
+
+
+@pytest.mark.parametrize("kernel", ["flash", "efficient"])
+def test_cuda_attention_kernels_import_as_sdpa(kernel):
+    """The CUDA fused-attention ops (in GPU graphs; their int results cannot be opaque
+    results) import as the user-level SDPA op, which runs here on the CPU."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pkc.frontend.importer import import_graph
+    from pkc.interp import interpret
+
+    def f(q, k, v):
+        if kernel == "flash":
+            out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True)[0]
+        else:
+            out = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, False, 0.0, True)[0]
+        return out * 2
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 8, 16, generator=gen) for _ in range(3))
+    imported = import_graph(make_fx(f, tracing_mode="fake")(q, k, v), world_size=1)
+    opaque = [op for op in imported.module.walk() if op.name == "pk.opaque"]
+    assert [op.target.data for op in opaque] == ["aten::scaled_dot_product_attention"]
+    out = interpret(imported.module, [[q, k, v]], 1)[0][0]
+    torch.testing.assert_close(out, 2 * torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
