@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 import pkc
+from pkc.frontend import fake_process_group
 
 sys.path.insert(0, str(Path(__file__).parent))
 import inductor_layer as layer  # noqa: E402
@@ -115,7 +116,10 @@ def test_interpreter_path_materializes_the_transposes():
     assert [(n, s) for n, s in ops if n in _COPIES and any(tuple(a) in shapes for a in s if a)]
 
 
-def test_simulated_two_ranks_compiled_by_inductor_equal_the_layer():
+@pytest.mark.parametrize("pipeline,kernel", [("default", "all_reduce"),
+                                             ("default{force=true}", "matmul_all_reduce")])
+def test_simulated_two_ranks_compiled_by_inductor_equal_the_layer(pipeline, kernel):
+    """Lowered all-reduce (default) or the fused GEMM + all-reduce kernel (force=true)."""
     world = 2
     full = layer.TPMLP(layer.D, layer.F_LOCAL * world, seed=3)
     shards = []
@@ -129,10 +133,11 @@ def test_simulated_two_ranks_compiled_by_inductor_equal_the_layer():
     x = layer.example_input()
     if dist.is_initialized():      # the 1-rank group of the tests above
         dist.destroy_process_group()
-    with pkc.frontend.fake_process_group(world):
-        program = pkc.compile(layer.TPMLP(), (x,), pipeline="default")
+    with fake_process_group(world):
+        program = pkc.compile(layer.TPMLP(), (x,), pipeline=pipeline)
     assert program.world_size == world
-    assert any(op.name == "pk.kernel" for op in program.module.walk())
+    names = [op.kernel_name.data for op in program.module.walk() if op.name == "pk.kernel"]
+    assert len(names) == 1 and names[0].startswith(kernel)
     outs = program.run_simulated([(x,)] * world, params=shards, inductor=True)
     with torch.no_grad():
         expect = x + full.down(torch.nn.functional.silu(full.gate(full.norm(x))) * full.up(full.norm(x)))
