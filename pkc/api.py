@@ -6,8 +6,10 @@ pipeline. The :class:`CompiledProgram` it returns holds the IR and can run it on
 simulated ranks on the CPU (:meth:`CompiledProgram.run_simulated`). Running on GPUs comes
 with the code generator and runtime (a later issue).
 
-``torch.compile(model, backend=pkc.backend(...))`` uses the same capture and import for
-every graph dynamo hands over; for now the graph then runs eagerly through torch.
+``torch.compile(model, backend=pkc.backend(...))`` uses the same capture, import and
+pipeline for every graph dynamo hands over; the result runs as one torch program per
+rank compiled by Inductor, with pkc's kernels as calls inside it
+(:mod:`pkc.runtime.inductor`).
 """
 
 from __future__ import annotations
@@ -493,10 +495,15 @@ class PkcBackend:
 
     Each graph dynamo hands over is captured (aot_autograd, core-aten decompositions) and
     imported into pk IR; the :class:`CompiledProgram` is appended to :attr:`programs`.
-    The graph then runs as pkc's program: on the GPU (one rank, or one rank per process
-    under torchrun with a NCCL group and symmetric memory), on the reference interpreter
-    for one rank without a GPU, and through torch (saying so once) for several ranks
-    without GPUs. Backward graphs (training) run through torch and are not imported.
+    The graph then runs as pkc's program, translated into one torch program per rank that
+    Inductor compiles (``inductor=True``, the default; everything outside pkc's kernels is
+    Inductor's, and at W = 1 collectives are the identity): pkc's kernels on the GPU (one
+    rank, or one rank per process under torchrun with a NCCL group and symmetric memory)
+    or on the reference interpreter for one rank without a GPU; through torch (saying so
+    once) for several ranks without GPUs. ``inductor=False`` runs the graph op by op
+    (pkc.runtime.executable) instead. :attr:`compile_times` records, per graph, pkc's and
+    Inductor's compile seconds and whether the IR came from the disk cache. Backward
+    graphs (training) run through torch and are not imported.
 
     Notes: pkc compiles static shapes; pass ``dynamic=False`` to ``torch.compile`` so that a
     new input shape recompiles instead of producing a symbolic graph (which pkc rejects).
