@@ -5,14 +5,13 @@ It is the oracle for the frontend (interp(imported IR) == eager torch), for ever
 """
 
 from pkc.interp.api import interpret, random_inputs
-from pkc.interp.equivalence import EquivalenceError, check_equivalent, check_transform
+from pkc.interp.equivalence import EquivalenceError, check_equivalent
 from pkc.interp.values import InterpError
 
 __all__ = [
     "interpret",
     "random_inputs",
     "check_equivalent",
-    "check_transform",
     "EquivalenceError",
     "InterpError",
 ]

@@ -1,13 +1,14 @@
 """Checks that two modules compute the same thing, on random inputs, over world sizes.
 
-Every pass test uses this: interp(IR before) must equal interp(IR after). Data movement
+Every pass test uses this (through :func:`pkc.testing.check_transform`, which runs the
+pass): interp(IR before) must equal interp(IR after). Data movement
 must match exactly (``exact=True``); when a rewrite reorders floating-point sums, results
 must agree within a tolerance stated per element type (DEFAULT_TOLERANCE, overridable).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from xdsl.dialects.builtin import ModuleOp
@@ -92,32 +93,3 @@ def _first(nonzero: torch.Tensor) -> tuple[int, ...]:
 def _clone(inputs):
     return [[x.clone() for x in rank] for rank in inputs]
 
-
-def check_transform(
-    make_module: Callable[[int], ModuleOp],
-    transform: Callable[[ModuleOp], object] | str,
-    world_sizes: Sequence[int] = WORLD_SIZES,
-    seeds: Sequence[int] = (0, 1),
-    exact: bool = False,
-    tolerance: dict | None = None,
-    func: str = "main",
-) -> None:
-    """For each world size W: builds ``make_module(W)``, applies ``transform`` (a callable
-    that rewrites a module in place, or a pass pipeline string) to a copy, verifies the
-    copy and checks that it computes what the original computes."""
-    for w in world_sizes:
-        before = make_module(w)
-        before.verify()
-        after = before.clone()
-        _apply(transform, after)
-        after.verify()
-        check_equivalent(before, after, w, seeds, func, exact, tolerance)
-
-
-def _apply(transform, module: ModuleOp) -> None:
-    if isinstance(transform, str):
-        from pkc.passes.registry import run_pipeline
-
-        run_pipeline(transform, module)
-    else:
-        transform(module)

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 
 from pkc.dialects import kernel as k
-from pkc.interp import check_transform
 from pkc.ir import parse_module
 from pkc.passes.buffer_elision import BufferElision
 from pkc.passes.remarks import plan_of, remarks_of
 from pkc.passes.sm_partition import SmPartition
+from pkc.testing import check_transform
 from tests.unit.kernels import all_reduce_ir
 from tests.unit.test_overlap import (
     CTX,

@@ -6,9 +6,9 @@ import warnings
 import pytest
 import torch
 
-from pkc.interp import check_transform
 from pkc.ir import parse_module
 from pkc.passes.registry import parse_pipeline
+from pkc.testing import check_transform
 
 WORLDS = (1, 2, 3, 4, 8)
 

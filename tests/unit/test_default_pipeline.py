@@ -4,10 +4,10 @@ fuses (forced here, as test shapes are tiny) or leaves the collective to be lowe
 
 import pytest
 
-from pkc.interp import check_transform
 from pkc.ir import parse_module
 from pkc.passes.pipelines import DEFAULT
 from pkc.passes.registry import parse_pipeline
+from pkc.testing import check_transform
 from tests.unit.test_overlap import ag_ir, ar_ir, moe_ir, rs_ir, tolerance
 
 WORLDS = (1, 2, 3, 4, 8)

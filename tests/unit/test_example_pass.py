@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from pkc.interp import check_transform
 from pkc.ir import parse_module
 from pkc.passes.registry import available_passes, parse_pipeline, unregister_pass
 from pkc.tools.pkc_opt import main as pkc_opt
+from pkc.testing import check_transform
 
 ROOT = Path(__file__).resolve().parents[2]
 PASS_FILE = ROOT / "examples" / "passes" / "fuse_allreduce_rmsnorm.py"

@@ -14,11 +14,11 @@ from xdsl.ir import Block, Region
 
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
-from pkc.interp import check_transform
 from pkc.ir import PkcDiagnostic, make_context, verify_module
 from pkc.passes.lower_collectives import TILE_ELEMENTS, LowerCollectives, layout_of
 from pkc.passes.registry import PipelineError, parse_pipeline
 from pkc.passes.remarks import plan_of, remarks_of
+from pkc.testing import check_transform
 
 WORLDS = (1, 2, 3, 4, 8)
 DTYPES = {"f32": f32, "bf16": bf16, "f16": f16}

@@ -18,12 +18,13 @@ from xdsl.dialects.builtin import ModuleOp
 
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
-from pkc.interp import InterpError, check_transform, interpret, random_inputs
+from pkc.interp import InterpError, interpret, random_inputs
 from pkc.interp.equivalence import DEFAULT_TOLERANCE
 from pkc.ir import make_context, parse_module
 from pkc.passes.overlap import Overlap
 from pkc.passes.remarks import plan_of, remarks_of
 from pkc.target import plan_fusion
+from pkc.testing import check_transform
 
 WORLDS = (1, 2, 3, 4, 8)
 CTX = make_context()

@@ -6,11 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pkc.dialects import kernel as k
-from pkc.interp import check_transform
 from pkc.ir import PkcDiagnostic, make_context, parse_module, verify_module
 from pkc.passes.registry import parse_pipeline
 from pkc.passes.remarks import plan_of, remarks_of
 from pkc.target import get_target
+from pkc.testing import check_transform
 
 KERNEL = """
 func.func @main(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {{
