@@ -16,8 +16,8 @@ The accumulator (9.7.15.5.1.1, m64nN f32): thread t of the warpgroup (warp w = t
 lane l) holds register ``4j + 2r + c`` = row ``16w + l/4 + 8r``, column
 ``8j + 2(l % 4) + c``, from the op's ``first`` register of the block.
 
-MMAs are computed when issued (products exact, summed in f64, rounded once to f32; the
-tensor core's order and internal precision differ in the last bits) but their
+MMAs are computed when issued, with the H200's arithmetic (:func:`accumulate_h200`:
+products aligned to the largest exponent and truncated, the sum truncated to f32), but their
 accumulator is *in flight* until ``wgmma.wait_group`` retires its group: reading it
 before is an error, as is issuing an MMA on shared memory that generic stores wrote
 without ``fence.proxy.async`` or that a TMA load has not completed.
@@ -143,6 +143,41 @@ def _read_operand(m, ins, g, i, cta: int, addrs: np.ndarray, dtype: str) -> np.n
     return bf16_to_f32(bits) if dtype == "bf16" else bits.view(np.float16).astype(np.float32)
 
 
+def accumulate_exact(A: np.ndarray, B: np.ndarray, C: np.ndarray | None) -> np.ndarray:
+    """One k16 step, IEEE style: exact products summed with C, rounded once to nearest
+    f32. Not what the H200 does (22 of 305,408 bf16 outputs differed in five GEMMs)."""
+    D = A @ B
+    return (D if C is None else D + C).astype(np.float32)
+
+
+ALIGN_BITS = 26
+
+
+def accumulate_h200(A: np.ndarray, B: np.ndarray, C: np.ndarray | None) -> np.ndarray:
+    """One k16 step as the H200's tensor core does it (fitted to, and bitwise equal on,
+    the H200's outputs of five IR-built GEMMs, docs/emulator.md): the 16 products (exact)
+    and the accumulator are aligned to the largest exponent among them, each truncated
+    toward zero to ``ALIGN_BITS`` bits below it (frexp exponent), summed exactly, and the
+    sum truncated toward zero to f32."""
+    P = A[:, None, :] * B.T[None, :, :]                       # rows x n x 16, exact
+    T = P if C is None else np.concatenate([P, C[:, :, None]], axis=2)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        _, ex = np.frexp(T)
+        emax = np.where(T == 0, -100000, ex).max(axis=2, keepdims=True)
+        ulp = np.ldexp(1.0, np.maximum(emax - ALIGN_BITS, -1074))
+        s = (np.trunc(T / ulp) * ulp).sum(axis=2)
+        s = np.where(np.isfinite(T).all(axis=2), s, T.sum(axis=2))   # inf / NaN as IEEE
+        f = s.astype(np.float32)
+        away = np.abs(f.astype(np.float64)) > np.abs(s)
+        return np.where(away & np.isfinite(s), np.nextafter(f, np.float32(0)), f
+                        ).astype(np.float32)
+
+
+# The k16 step's arithmetic (a name, so that other models can be tried against the
+# hardware's outputs: tests/gpu/emu_vs_gpu.py).
+ACCUMULATE = accumulate_h200
+
+
 @handles(ptx_sm90.WgmmaOp)
 def _wgmma(m, ins, g):
     """``wgmma.mma_async.sync.aligned.m64nNk16.f32.<t>.<t>`` (PTX ISA 9.7.15.5.2): the
@@ -168,13 +203,11 @@ def _wgmma(m, ins, g):
         b_addr, _ = _operand_addrs(int(db[w]), n, not trans_b)
         A = _read_operand(m, ins, g, i0, cta, a_addr, dtype).astype(np.float64)       # 64 x 16
         B = _read_operand(m, ins, g, i0, cta, b_addr, dtype).astype(np.float64).T     # 16 x n
-        D = A @ B
-        cur = acc[rows[w], first:first + n // 2]
+        C = None
         if scale is None or bool(scale[w]):
             C = np.zeros((64, n))
-            C[rr, cc] = cur
-            D = D + C
-        acc[rows[w], first:first + n // 2] = D[rr, cc].astype(np.float32)
+            C[rr, cc] = acc[rows[w], first:first + n // 2]
+        acc[rows[w], first:first + n // 2] = ACCUMULATE(A, B, C)[rr, cc]
         wgid = int(rows[w, 0]) // WG
         _inflight(m).setdefault(frag, {}).setdefault(wgid, 0)
         _inflight(m)[frag][wgid] += 1
