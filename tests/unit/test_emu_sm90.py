@@ -140,3 +140,17 @@ def test_tma_box_swizzle_and_out_of_bounds_fill(swz):
     assert torch.equal(raw, want)
     if swz == 128:   # the pattern itself: row 1's first 16-byte chunk lands in chunk 1
         assert int(swizzle(np.array([128]), 128)[0]) == 128 + 16
+
+
+def test_wgmma_step_truncates_as_the_h200():
+    """1 + 1.5 * 2^-24: rounding to nearest gives 1 + 2^-23, the H200's truncating sum
+    1.0 (the model the device run fitted and then confirmed bitwise on fresh inputs)."""
+    from pkc.emu.ops_sm90 import accumulate_exact, accumulate_h200
+
+    A, B, C = np.zeros((64, 16)), np.zeros((16, 8)), np.zeros((64, 8))
+    A[0, 0], B[0, 0], C[0, 0] = 1.5, 2.0 ** -24, 1.0
+    assert accumulate_h200(A, B, C)[0, 0] == np.float32(1.0)
+    assert accumulate_exact(A, B, C)[0, 0] == np.float32(1 + 2 ** -23)
+    # small terms far below the largest are truncated away before the sum
+    A[0, 1], B[1, 0] = 1.0, 2.0 ** -30
+    assert accumulate_h200(A, B, C)[0, 0] == np.float32(1.0)
