@@ -41,10 +41,10 @@ def _load_sm90_handlers() -> None:
     """Handlers of the Hopper ops, where pkc.codegen.ptx_sm90 exists."""
     import importlib.util
 
-    if importlib.util.find_spec("pkc.codegen.ptx_sm90") is None:
-        return  # the dialect module is not in this tree yet
-    if importlib.util.find_spec("pkc.emu.ops_sm90") is not None:
-        importlib.import_module("pkc.emu.ops_sm90")
+    for dialect, handlers in (("pkc.codegen.ptx_sm90", "pkc.emu.ops_sm90"),
+                              ("pkc.codegen.ptx_comm", "pkc.emu.ops_comm")):
+        if importlib.util.find_spec(dialect) is not None:
+            importlib.import_module(handlers)
 
 
 def run_entry(entry: ptx.EntryOp, gmem: GlobalMemory, params: list[list[int]], *,
@@ -173,14 +173,12 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
     from pkc.interp.values import torch_dtype
 
     meta = ck.meta
-    if meta.comm is not None:
-        raise EmuUnsupported(f"kernel @{meta.name}: scheduled collectives (CommLaunch "
-                             "parameters) are not bound by the emulator yet")
     if kop is None:
         raise ValueError("emulate: a scheduled kernel needs its pk.kernel op (kop=)")
     W = len(inputs)
     types = [a.type for a in kop.block.args]
     n_in = len(kop.inputs)
+    comm = meta.comm
     gm = GlobalMemory()
     addrs = [[0] * len(types) for _ in range(W)]
     host: list[tuple[int, torch.Tensor]] = []
@@ -195,6 +193,9 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
             host.append((addrs[r][i], x))
     maps = [[gm.alloc(RECORD_BYTES, f"tmap{j}", r) for j in range(len(meta.tmaps))]
             for r in range(W)]
+    named: list[dict] = [{} for _ in range(W)]    # comm parameters by ABI name
+    if comm is not None:
+        _comm_buffers(gm, comm, types, addrs, host, named, W)
     gm.finalize()
     for a, x in host:
         gm.write_tensor(a, x)
@@ -210,17 +211,79 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
             rec = TensorMap(addrs[r][tm.buffer], es, list(reversed(shape)), strides,
                             list(tm.box), tm.swizzle, element=tm.element)
             gm.heap[maps[r][j] - gm_base(): maps[r][j] - gm_base() + RECORD_BYTES] = rec.encode()
+    if comm is not None:
+        sl, grid, threads = comm.launch(max(1, comm.ctas_per_sm) * sms, meta.threads)
+        params = []
+        for r in range(W):
+            named[r].update(vecs=comm.vecs, chunk=comm.chunk_vecs, slice=sl, rank=r,
+                            timeout=10**9, mbox=0, trap=0)
+            ps = maps[r] + addrs[r]
+            for name, _ in comm.params():
+                if name not in named[r]:
+                    raise EmuUnsupported(f"kernel @{meta.name}: the emulator does not bind "
+                                         f"parameter '{name}'")
+                ps.append(named[r][name])
+            params.append(ps)
+        run_entry(ck.entry_op, gm, params, world=W, ctas=grid, threads=threads,
+                  smem_bytes=meta.smem_bytes, cluster=meta.cluster, target=ck.target,
+                  check_races=check_races, max_steps=max_steps)
+        _comm_errors(meta, gm, named, W)
+        return _outputs(gm, addrs, types, n_in, W, named, comm)
     grid = meta.grid(max(sms, meta.cluster))
     params = [maps[r] + addrs[r] for r in range(W)]
     run_entry(ck.entry_op, gm, params, world=W, ctas=grid, threads=meta.threads,
               smem_bytes=meta.smem_bytes, cluster=meta.cluster, target=ck.target,
               check_races=check_races, max_steps=max_steps)
-    outs = []
+    return _outputs(gm, addrs, types, n_in, W, named, None)
+
+
+def _comm_buffers(gm, comm, types, addrs, host, named, W) -> None:
+    """A scheduled collective's own buffers (:class:`~pkc.codegen.abi.CommLaunch`): each
+    symmetric one W times (``<name>_p<d>`` for every rank, ``<name>_own``), each local one
+    per rank, zeroed; a symmetric output (``out<i>``) W times; the error record."""
+    from pkc.runtime.world import dtype_of
+
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+           "i32": torch.int32}
+    for b in comm.buffers:
+        dt = tdt.get(b.dtype) or dtype_of(b.dtype)
+        per = []
+        for r in range(W):
+            x = torch.zeros(b.elements, dtype=dt)
+            a = gm.alloc(x.numel() * x.element_size(), b.name, r)
+            host.append((a, x))
+            per.append(a)
+        for r in range(W):
+            if b.symmetric:
+                for d in range(W):
+                    named[r][f"{b.name}_p{d}"] = per[d]
+                named[r][f"{b.name}_own"] = per[r]
+            else:
+                named[r][b.name] = per[r]
+    for i in comm.sym_outputs:
+        for r in range(W):
+            for d in range(W):
+                named[r][f"out{i}_p{d}"] = addrs[d][i]
     for r in range(W):
-        outs.append([gm.read_tensor(addrs[r][i], list(types[i].get_shape()),
-                                    torch_dtype(types[i].element_type))
-                     for i in range(n_in, len(types))])
-    return outs
+        named[r]["err"] = gm.alloc(32, "error record", r)
+
+
+def _comm_errors(meta, gm, named, W) -> None:
+    from pkc.emu.errors import EmuTimeoutRecord
+
+    for r in range(W):
+        rec = gm.read_words(named[r]["err"], 8, np.uint32).tolist()
+        if rec[0]:
+            raise EmuTimeoutRecord(f"kernel @{meta.name}: rank {r} recorded an expired wait "
+                                   f"{rec}")
+
+
+def _outputs(gm, addrs, types, n_in, W, named, comm) -> list[list[torch.Tensor]]:
+    from pkc.interp.values import torch_dtype
+
+    return [[gm.read_tensor(addrs[r][i], list(types[i].get_shape()),
+                            torch_dtype(types[i].element_type))
+             for i in range(n_in, len(types))] for r in range(W)]
 
 
 def gm_base() -> int:

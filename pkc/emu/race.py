@@ -26,7 +26,7 @@ class Clocks:
     def __init__(self, world: int):
         self.vc = np.eye(world, dtype=np.int64)
         self.published: dict[int, np.ndarray] = {}
-        self.fenced: set[int] = set()             # threads whose last fence awaits a write
+        self.fenced: dict[int, np.ndarray] = {}   # thread -> its clock at its last fence
         self.seen: dict[int, np.ndarray] = {}     # thread -> clock seen by a relaxed read
 
     def release(self, ranks: np.ndarray, offs: np.ndarray) -> None:
@@ -43,26 +43,30 @@ class Clocks:
 
     def fence(self, threads: np.ndarray, ranks: np.ndarray) -> None:
         """A fence.acq_rel / sc: completes pending relaxed-read acquires, and makes the
-        thread's next relaxed write a release."""
+        thread's later relaxed writes releases of what came before the fence (the clock
+        is snapshot here and the rank's epoch advances)."""
         for t, r in zip(threads.tolist(), ranks.tolist()):
             pub = self.seen.pop(t, None)
             if pub is not None:
                 np.maximum(self.vc[r], pub, out=self.vc[r])
-            self.fenced.add(t)
+            self.fenced[t] = self.vc[r].copy()
+            self.vc[r, r] += 1
 
     def relaxed_write(self, threads: np.ndarray, ranks: np.ndarray, offs: np.ndarray) -> None:
         if not self.fenced:
             return
-        hit = np.array([t in self.fenced for t in threads.tolist()], dtype=bool)
-        if hit.any():
-            self.release(ranks[hit], offs[hit])
-            self.fenced.difference_update(threads[hit].tolist())
+        for t, off in zip(threads.tolist(), offs.tolist()):
+            snap = self.fenced.get(t)
+            if snap is not None:
+                cur = self.published.get(off)
+                self.published[off] = snap.copy() if cur is None else np.maximum(cur, snap)
 
     def relaxed_read(self, threads: np.ndarray, offs: np.ndarray) -> None:
         for t, off in zip(threads.tolist(), offs.tolist()):
             pub = self.published.get(off)
             if pub is not None:
-                self.seen[t] = pub
+                cur = self.seen.get(t)
+                self.seen[t] = pub.copy() if cur is None else np.maximum(cur, pub)
 
 
 def clocks(m) -> Clocks:
