@@ -179,6 +179,7 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
     types = [a.type for a in kop.block.args]
     n_in = len(kop.inputs)
     comm = meta.comm
+    extra = comm if comm is not None else getattr(meta, "fused", None)
     gm = GlobalMemory()
     addrs = [[0] * len(types) for _ in range(W)]
     host: list[tuple[int, torch.Tensor]] = []
@@ -194,8 +195,8 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
     maps = [[gm.alloc(RECORD_BYTES, f"tmap{j}", r) for j in range(len(meta.tmaps))]
             for r in range(W)]
     named: list[dict] = [{} for _ in range(W)]    # comm parameters by ABI name
-    if comm is not None:
-        _comm_buffers(gm, comm, types, addrs, host, named, W)
+    if extra is not None:
+        _comm_buffers(gm, extra, types, addrs, host, named, W)
     gm.finalize()
     for a, x in host:
         gm.write_tensor(a, x)
@@ -208,17 +209,21 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
             for d in reversed(shape):
                 strides.append(acc)
                 acc *= d
-            rec = TensorMap(addrs[r][tm.buffer], es, list(reversed(shape)), strides,
+            owner = r if getattr(tm, "peer", -1) < 0 else tm.peer   # a peer's copy
+            rec = TensorMap(addrs[owner][tm.buffer], es, list(reversed(shape)), strides,
                             list(tm.box), tm.swizzle, element=tm.element)
             gm.heap[maps[r][j] - gm_base(): maps[r][j] - gm_base() + RECORD_BYTES] = rec.encode()
-    if comm is not None:
-        sl, grid, threads = comm.launch(max(1, comm.ctas_per_sm) * sms, meta.threads)
+    if extra is not None:
+        if comm is not None:
+            sl, grid, threads = comm.launch(max(1, comm.ctas_per_sm) * sms, meta.threads)
+            scalars = dict(vecs=comm.vecs, chunk=comm.chunk_vecs, slice=sl)
+        else:
+            grid, threads, scalars = meta.grid(max(sms, meta.cluster)), meta.threads, {}
         params = []
         for r in range(W):
-            named[r].update(vecs=comm.vecs, chunk=comm.chunk_vecs, slice=sl, rank=r,
-                            timeout=10**9, mbox=0, trap=0)
+            named[r].update(scalars, rank=r, timeout=10**9, mbox=0, trap=0)
             ps = maps[r] + addrs[r]
-            for name, _ in comm.params():
+            for name, _ in extra.params():
                 if name not in named[r]:
                     raise EmuUnsupported(f"kernel @{meta.name}: the emulator does not bind "
                                          f"parameter '{name}'")
@@ -228,7 +233,7 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
                   smem_bytes=meta.smem_bytes, cluster=meta.cluster, target=ck.target,
                   check_races=check_races, max_steps=max_steps)
         _comm_errors(meta, gm, named, W)
-        return _outputs(gm, addrs, types, n_in, W, named, comm)
+        return _outputs(gm, addrs, types, n_in, W, named, extra)
     grid = meta.grid(max(sms, meta.cluster))
     params = [maps[r] + addrs[r] for r in range(W)]
     run_entry(ck.entry_op, gm, params, world=W, ctas=grid, threads=meta.threads,
@@ -238,7 +243,8 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
 
 
 def _comm_buffers(gm, comm, types, addrs, host, named, W) -> None:
-    """A scheduled collective's own buffers (:class:`~pkc.codegen.abi.CommLaunch`): each
+    """A scheduled collective's or fused kernel's own buffers
+    (:class:`~pkc.codegen.abi.CommLaunch`, ``FusedLaunch``): each
     symmetric one W times (``<name>_p<d>`` for every rank, ``<name>_own``), each local one
     per rank, zeroed; a symmetric output (``out<i>``) W times; the error record."""
     from pkc.runtime.world import dtype_of
