@@ -48,6 +48,7 @@ def bench_shape(label, kinds, M, N, K, iters) -> dict:
 
     from pkc.codegen.hopper.fused import FusedConfig, FusedWorld
     from pkc.codegen.hopper.launch import choose_config, get_gemm
+    from pkc.runtime.peers import VirtualPeers
 
     cfg = choose_config(M, N, K)
     gm = get_gemm(cfg)
@@ -72,7 +73,7 @@ def bench_shape(label, kinds, M, N, K, iters) -> dict:
             variants = {"ag": {}}
         for name, kw in variants.items():
             f = FusedConfig(kind=kind, world=1, gemm=cfg, **kw)
-            w = FusedWorld(f, M, N, K)
+            w = FusedWorld(f, M, N, K, peers=VirtualPeers(1, green=False))   # W = 1: torch's stream
             worlds[name] = w
             impls[name] = [lambda s=s, w=w: w.run([s["a"]], [s["b"]]) for s in sets]
     # correctness on set 0: every fused output against the GEMM's

@@ -52,13 +52,13 @@ class Mailbox:
     def __init__(self) -> None:
         import ctypes
 
-        from pkc.codegen.hopper.launch import _check, _cu
+        from pkc.runtime.driver import call, cu
 
-        cu = _cu()
-        flags = cu.CU_MEMHOSTALLOC_DEVICEMAP | cu.CU_MEMHOSTALLOC_PORTABLE
+        d = cu()
+        flags = d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE
         nbytes = self.SLOTS * 32
-        self.host = int(_check(cu.cuMemHostAlloc(nbytes, flags), "cuMemHostAlloc"))
-        self.dev = int(_check(cu.cuMemHostGetDevicePointer(self.host, 0), "cuMemHostGetDevicePointer"))
+        self.host = int(call("cuMemHostAlloc", nbytes, flags))
+        self.dev = int(call("cuMemHostGetDevicePointer", self.host, 0))
         self.words = (ctypes.c_uint32 * (self.SLOTS * 8)).from_address(self.host)
         ctypes.memset(self.host, 0, nbytes)
         import numpy as np
@@ -112,9 +112,9 @@ class Peers:
     trap: bool = False
 
     def __init__(self) -> None:
-        from pkc.codegen.hopper.launch import _ensure_context
+        from pkc.codegen.hopper.launch import ensure_context
 
-        _ensure_context(self.device)     # driver calls below need the primary context
+        ensure_context(self.device)     # driver calls below need the primary context
         self.mailbox = Mailbox()
         _ALL_PEERS.append(self)
         self._sym: dict[object, Symmetric] = {}

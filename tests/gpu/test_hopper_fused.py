@@ -147,12 +147,15 @@ def fcfg_of(c: dict) -> FusedConfig:
 
 def run_case(c: dict, seed: int = 0) -> dict:
     from pkc.codegen.hopper.fused import FusedWorld, SignalTimeout
+    from pkc.runtime.peers import VirtualPeers
 
     f = fcfg_of(c)
     W = c["W"]
     Mc, N, K = c["shape"]
     tdt = torch.bfloat16 if c["dtype"] == "bf16" else torch.float16
-    world = FusedWorld(f, Mc, N, K, green=c.get("green", True),
+    # W = 1 launches on torch's stream (no rank waits for another): no green lane
+    peers = VirtualPeers(W, green=c.get("green", True) and W > 1)
+    world = FusedWorld(f, Mc, N, K, peers=peers,
                        sig_timeout_ns=50_000_000 if c.get("sabotage") else 1_000_000_000)
     g = torch.Generator(device="cuda").manual_seed(seed * 7919 + Mc * 31 + N * 17 + K + W)
     rows = W * Mc if f.kind in ("rs", "ar", "arf") else Mc

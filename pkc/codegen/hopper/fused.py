@@ -1668,12 +1668,12 @@ class FusedWorld:
     a :class:`~pkc.runtime.peers.Peers` group (its symmetric allocations are the kernel's
     peer buffers and signal pads).
 
-    ``peers=None``: a virtual world of ``W`` ranks on ``device`` (:class:`VirtualPeers`;
-    rank r launches on lane r's stream, a green context of its own when ``green``, so
-    that all ranks are resident at once). Under torch.distributed pass
-    :class:`DistributedPeers`: this process drives its one rank and calls
-    :meth:`run_rank` (``device`` and ``green`` only shape the default virtual world). The
-    kernel sees only device arrays of peer base addresses either way.
+    ``peers``: a virtual world of ``W`` ranks on one GPU (``VirtualPeers``; rank r
+    launches on lane r's stream, a green context of its own when W > 1, so that all
+    ranks are resident at once), or under torch.distributed ``DistributedPeers``: this
+    process drives its one rank and calls :meth:`run_rank`. The kernel sees only device
+    arrays of peer base addresses either way. The caller makes the peers (they are the
+    runtime's: pkc/codegen does not import pkc/runtime).
 
     rs: rank r's ``A_r [W*Mc, K]`` and ``B_r`` -> ``[Mc, N]`` (sum over ranks of the row
     chunk r). ar: the same operands -> ``[W*Mc, N]``, the sum over ranks of A_r @ B_r. ag: ``A_r [Mc, K]`` and ``B_r`` -> ``[W*Mc, N]`` = gather(A) @ B_r. ``B_r`` is
@@ -1688,9 +1688,9 @@ class FusedWorld:
     (every CTA must be resident: a waiting CTA must not keep one it waits for from starting).
     """
 
-    def __init__(self, fcfg: FusedConfig, Mc: int, N: int, K: int, device=None,
+    def __init__(self, fcfg: FusedConfig, Mc: int, N: int, K: int, *, peers,
                  sms_per_rank: int | None = None, sig_timeout_ns: int = 2_000_000_000,
-                 peers=None, green: bool = True, owner=None):
+                 owner=None):
         import torch
 
         from pkc.codegen.hopper.launch import load_kernel
@@ -1698,12 +1698,7 @@ class FusedWorld:
         fcfg.validate()
         if K % 8 or N % 8:
             raise ValueError(f"K ({K}) and N ({N}) must be multiples of 8")
-        if peers is None:
-            from pkc.runtime.peers import VirtualPeers
-
-            # W = 1 launches on torch's stream (no rank waits for another): no green lane
-            peers = VirtualPeers(fcfg.world, device, green=green and fcfg.world > 1)
-        elif peers.world != fcfg.world:
+        if peers.world != fcfg.world:
             raise ValueError(f"kernel for {fcfg.world} ranks, peers of {peers.world}")
         self.peers, self.ranks, self.device = peers, list(peers.ranks), peers.device
         self.fcfg, self.cfg = fcfg, fcfg.gemm_cfg()

@@ -53,8 +53,11 @@ def _check(result, what: str):
     return None
 
 
-def _ensure_context(device: torch.device) -> None:
-    """Makes torch's primary context current on this thread (torch creates it lazily)."""
+def ensure_context(device: torch.device) -> None:
+    """Makes torch's primary context current on this thread (torch creates it lazily).
+    Public for the runtime's peers, whose driver calls need it; it stays here with the
+    module loading below while the hand kernels' host code in pkc/codegen/hopper uses it
+    (that code cannot import pkc/runtime)."""
     cu = _cu()
     torch.cuda.init()
     with torch.cuda.device(device):
@@ -73,7 +76,7 @@ class LoadedKernel:
     def __init__(self, ptx: str | None, name: str, smem_bytes: int, device: torch.device,
                  cubin: bytes | None = None):
         cu = _cu()
-        _ensure_context(device)
+        ensure_context(device)
         image = cubin if cubin is not None else ptx.encode() + b"\0"
         self.module = _check(cu.cuModuleLoadData(image), "cuModuleLoadData")
         self.func = _check(cu.cuModuleGetFunction(self.module, name.encode()),
