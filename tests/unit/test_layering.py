@@ -87,7 +87,7 @@ def _imports_of(path: Path, root: Path = ROOT) -> list[Import]:
 
 
 def _all_imports() -> list[Import]:
-    return [i for p in sorted(PKG.rglob("*.py")) for i in _imports_of(p)]
+    return [i for p in sorted(PKG.rglob("*.py")) for i in _imports_of(p, ROOT)]
 
 
 def _units() -> set[str]:
