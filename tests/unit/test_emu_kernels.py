@@ -59,7 +59,7 @@ GRAPHS = {
 CASES = [("mm_rs", 2, "sm_90a", {"matmul_reduce_scatter"}),
          ("mm_ar", 4, "sm_90a", {"matmul_all_reduce"}),
          ("ag_mm", 2, "sm_100a", {"all_gather_matmul"}),
-         ("ar_f32", 1, "sm_90a", {"all_reduce_one_shot"}),
+         ("ag_rs", 4, "sm_90a", {"all_gather_direct", "reduce_scatter_direct"}),
          ("ar_f32", 4, "sm_80", {"all_reduce_one_shot"}),
          ("ag_rs", 2, "sm_90a", {"all_gather_ring", "reduce_scatter_ring"}),
          ("a2a_mm", 4, "sm_90a", {"all_to_all_matmul_all_to_all"}),

@@ -112,7 +112,7 @@ def test_tma_box_swizzle_and_out_of_bounds_fill(swz):
     with b.if_(b.setp("eq", "u32", tid, 0)):
         b.add(ptx.MbarrierOp("init", base, b.u32(1)))
         dst = b.add32(base, 1024)
-        c0, c1 = b.u32(cols - box[0] // 2), b.u32(rows - 4)     # straddles both edges
+        c0, c1 = b.u32((cols - box[0] // 2) & 0xFFFFFFFF), b.u32(rows - 4)  # past both edges
         b.add(ptx_sm90.TmaLoadOp(dst, tmap, [c0, c1], base))
         b.add(ptx_sm90.MbarrierArriveOp(base, b.u32(box[0] * box[1] * 2)))
         b.add(ptx_sm90.MbarrierWaitParityOp(base, b.u32(0)))
@@ -136,7 +136,7 @@ def test_tma_box_swizzle_and_out_of_bounds_fill(swz):
         for c in range(box[0]):
             gr, gc = rows - 4 + r, cols - box[0] // 2 + c
             phys = int(swizzle(np.array([1024 + 2 * (r * box[0] + c)]), swz)[0]) - 1024
-            want[phys // 2] = data[gr, gc] if gr < rows and gc < cols else 0
+            want[phys // 2] = data[gr, gc] if 0 <= gr < rows and 0 <= gc < cols else 0
     assert torch.equal(raw, want)
     if swz == 128:   # the pattern itself: row 1's first 16-byte chunk lands in chunk 1
         assert int(swizzle(np.array([128]), 128)[0]) == 128 + 16
