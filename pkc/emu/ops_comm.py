@@ -16,7 +16,7 @@ from pkc.codegen import ptx_comm
 from pkc.emu import race
 from pkc.emu.machine import EXPLAIN
 from pkc.emu.memory import GLOBAL_BASE
-from pkc.emu.ops_memory import _slots, active_of, global_offsets
+from pkc.emu.ops_memory import active_of, global_offsets
 from pkc.emu.registry import handles
 
 
@@ -134,4 +134,3 @@ def _explain_ll(m, ins, g):
 
 EXPLAIN[ptx_comm.LlPollOp] = _explain_ll
 
-__all__ = ["_slots"]

@@ -3,16 +3,18 @@
 Each rank has a clock (a vector over ranks; its own entry starts at 1). A release
 (``red``/``st``/``atom`` with ``.release`` or ``.acq_rel``, or a relaxed one after a
 ``fence.acq_rel``/``fence.sc`` of the same thread, PTX ISA 8.8 release patterns)
-publishes the rank's clock at the address and then advances the rank's own entry; an
+publishes the rank's clock (for a fence: its clock at the fence) at the address and then
+advances the rank's own entry; an
 acquire (``ld.acquire``, the bounded spin, ``atom.acquire``, or a relaxed read followed by
 a fence) joins the published clock into the reader's.
 
 Every heap byte remembers the rank and epoch of its last writer and whether the write was
 atomic. A weak (plain) access by rank r to a byte that rank p != r wrote at epoch e is a
 race unless r has acquired p's clock at e or later (PTX ISA 8.9.3: conflicting accesses
-not ordered by causality); atomic writes do not race with each other. A byte also remembers its last weak reader (rank and epoch): a write by another rank that
-has not acquired the reader's clock at that epoch is a race too (the reader read before the
-data arrived, or the writer overwrote data still in use). Not modelled: races between CTAs
+not ordered by causality); atomic writes do not race with each other. A byte also
+remembers its last weak reader (rank and epoch): a write by another rank that has not
+acquired the reader's clock at that epoch is a race too (the reader read before the data
+arrived, or the writer overwrote data still in use). Not modelled: races between CTAs
 of one rank, and reads before the last one (one reader is remembered per byte)."""
 
 from __future__ import annotations
