@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr, TensorType
 
-from pkc.dialects.kernel import KernelOp
+from pkc.dialects.kernel import KernelOp, TileMapOp
 
 _DTYPES = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
 _ESIZE = {"bf16": 2, "f16": 2, "f32": 4}
@@ -196,6 +196,11 @@ def plan_fast(op: KernelOp, target: str = "sm_90a") -> FastPlan | str:
     dtype = dts.pop()
     plan, fusion = _dict(op, "pk.plan"), _dict(op, "pk.fusion")
     if "collective" in plan:
+        # the fast collectives sum; the reduction of a lowered collective is in its body
+        combine = {o.fn.data for o in op.walk() if isinstance(o, TileMapOp)} - {"cast", "add"}
+        if combine:
+            return (f"{plan['collective']} reducing with {', '.join(sorted(combine))}: "
+                    "the fast kernels only sum")
         return _plan_collective(plan, ins, outs, W, dtype)
     if fusion.get("pattern"):
         return _plan_fused(fusion, ins, outs, W, dtype)
