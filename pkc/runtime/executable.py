@@ -135,7 +135,7 @@ class Executable:
         from pkc.runtime.fastpath import FastStep, plan_fast
 
         name = op.kernel_name.data
-        if op.schedule() is not None and op.world_size == 1:
+        if op.schedule() is not None:
             self.fast_report.append(f"@{name}: scheduled kernel (built from schedule-level IR)")
             return self._scheduled_step(op)
         plan = plan_fast(op, self.target) if self.fast else "fast path off (PKC_FAST=0)"
@@ -166,6 +166,12 @@ class Executable:
         from pkc.runtime.scheduled import ScheduledKernel
 
         ck = compile_kernel(op, self.target)
+        if getattr(ck.meta, "comm", None) is not None:
+            return self._scheduled_collective_step(op, ck)
+        if op.world_size != 1:
+            raise NotImplementedError(
+                f"kernel @{op.kernel_name.data}: a scheduled kernel over {op.world_size} ranks "
+                "without a communication launch description cannot run yet")
         kernel = ScheduledKernel(ck.ptx, ck.meta, self.peers.device)
         outs = [(tuple(r.type.get_shape()), torch_dtype(r.type.element_type)) for r in op.results]
 
@@ -176,6 +182,27 @@ class Executable:
                 kernel([t.contiguous() for t in ins] + ys)
                 res[r] = ys
             return res
+        return run
+
+    def _scheduled_collective_step(self, op: KernelOp, ck) -> Step:
+        """A collective that schedule-collectives built: the compiler's PTX, parameters and
+        grid rule (``meta.comm``), its buffers allocated once; bounded waits that ran out
+        raise an error naming kernel, rank and peer."""
+        from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
+
+        from pkc.runtime.scheduled_comm import ScheduledCollective
+
+        x, y = op.inputs[0].type, op.results[0].type
+        dtype = {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32"}[type(x.element_type)]
+        coll = ScheduledCollective(ck.ptx, ck.meta, self.peers, x.get_shape(), y.get_shape(), dtype)
+        if not coll.fresh_output:      # the result lives in a persistent symmetric buffer
+            self.aliased.add(op.results[0])
+
+        def run(vals):
+            outs = coll.run({r: v[0].contiguous() for r, v in vals.items()},
+                            ranks=list(vals))
+            coll.check()
+            return {r: [o] for r, o in outs.items()}
         return run
 
     # ---- running -------------------------------------------------------------------
