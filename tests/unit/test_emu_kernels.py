@@ -6,6 +6,7 @@ collectives) for W in 1, 2, 4, the repository's example and lit inputs through
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -152,3 +153,13 @@ def test_rounding_helpers():
     c = np.array([-1.0], dtype=np.float32)
     exact = (1 + 2 ** -12) ** 2 - 1
     assert fma_f32(a, a, c)[0] == np.float32(exact)
+
+
+def test_cli_runs_the_ir_built_gemm(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gemm_ir import module_text
+
+    f = tmp_path / "gemm.mlir"
+    f.write_text(module_text(128, 128, 64, "nk"))
+    assert emu_main([str(f), "-p", "schedule-matmul"]) == 0, capsys.readouterr().err
+    assert "ok   @matmul: 1 rank(s), sm_90a" in capsys.readouterr().out
