@@ -18,31 +18,44 @@ Every error a user can cause (bad syntax, unknown op, failed verifier) surfaces 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+import math
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from io import StringIO
 
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, scf
 from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
     FileLineColLoc,
+    FloatAttr,
     IntAttr,
+    IntegerAttr,
     ModuleOp,
     StringAttr,
     UnknownLoc,
     UnregisteredOp,
 )
-from xdsl.ir import Dialect, Operation
+from xdsl.ir import Attribute, Dialect, Operation
 from xdsl.parser import Parser
+from xdsl.parser.core import ForwardDeclaredValue
 from xdsl.printer import Printer
 from xdsl.traits import NoTerminator
 from xdsl.utils.exceptions import MultipleSpansParseError, ParseError, VerifyException
 from xdsl.utils.lexer import Span
-from xdsl.utils.mlir_lexer import MLIRTokenKind
+from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
+
+from pkc.dominance import DominanceChecker
 
 __all__ = [
     "PkcDiagnostic",
     "PkcParser",
+    "check_nesting",
+    "deep_recursion",
     "diagnostic_at",
     "load_pk_dialect",
     "make_context",
@@ -206,6 +219,14 @@ def make_context(
 # --------------------------------------------------------------------------------------
 
 
+# xDSL's string-literal pattern nests quantifiers ('"(?:[^"\\...]+|\\...)*"'): on a string
+# with no closing quote the regex engine tries every way of splitting it into runs, which
+# is exponential in its length (a 30-character unterminated string hung pkc-opt). The
+# same language with possessive quantifiers (Python >= 3.11) never backtracks into a run.
+_STRING_LITERAL = re.compile(r'"(?:[^"\\\n\v\f]++|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*+"')
+MLIRLexer._unescaped_characters_regex = _STRING_LITERAL
+
+
 class PkcParser(Parser):
     """xDSL's parser, plus: every op gets a ``FileLineColLoc`` of where it starts.
 
@@ -230,7 +251,16 @@ class PkcParser(Parser):
         if self._current_token.kind == MLIRTokenKind.EOF:
             # MLIR accepts an empty input (only comments/whitespace) as an empty module.
             return ModuleOp([])
-        return super().parse_module(allow_implicit_module)
+        start = self._current_token.span
+        module = super().parse_module(allow_implicit_module)
+        if isinstance(module.location, UnknownLoc):
+            # An implicit module starts where its first op does: errors about the module
+            # as a whole (a symbol defined twice, no kernel to emit) then have a place.
+            loc = start.get_location()
+            module.location = FileLineColLoc(
+                StringAttr(self.filename), IntAttr(loc.line), IntAttr(loc.col)
+            )
+        return module
 
     def parse_operation(self) -> Operation:
         start = self._current_token.span
@@ -240,12 +270,48 @@ class PkcParser(Parser):
             # An attribute or type built while parsing this op failed its verifier:
             # report it at the op (the innermost op being parsed catches it first).
             self.raise_error(_one_line(str(err)), start)
+        except (ParseError, RecursionError):
+            raise
+        except Exception as err:  # noqa: BLE001 - see below
+            # xDSL's parsers assume well-formed values in places (an f80 constant cannot
+            # even be printed in an error message): whatever they raise on bad input is
+            # reported at the op being parsed, never as pkc-opt's internal error.
+            detail = _one_line(str(err))
+            detail = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
+            self.raise_error(f"cannot parse this operation ({detail})", start)
         if isinstance(op.location, UnknownLoc):
             loc = start.get_location()
             op.location = FileLineColLoc(
                 StringAttr(self.filename), IntAttr(loc.line), IntAttr(loc.col)
             )
         return op
+
+    def parse_optional_builtin_int_or_float_attr(self):  # type: ignore[override]
+        start = self._current_token.span.start
+        try:
+            attr = super().parse_optional_builtin_int_or_float_attr()
+        except (OverflowError, ValueError) as err:
+            # xDSL packs a float constant into its type to round it, and that fails for
+            # a value beyond the type's range (1.0e39 : f32): say so at the constant.
+            text = self.lexer.input.content[start : self.pos].strip()
+            self.raise_error(f"constant '{text}' is out of the range of its type ({err})",
+                             start, self.pos)
+        if isinstance(attr, FloatAttr) and not _printable_float_type(attr.type):
+            # xDSL can hold an f80 / f128 constant but neither print nor pack it.
+            text = self.lexer.input.content[start : self.pos].strip()
+            self.raise_error(f"constant '{text}': {attr.type} constants are not supported",
+                             start, self.pos)
+        if isinstance(attr, FloatAttr) and math.isinf(attr.value.data):
+            # bf16 rounds without an error: a finite literal that became infinite overflowed.
+            text = self.lexer.input.content[start : self.pos].strip()
+            literal = text.split(":")[0].strip()
+            try:
+                finite = not literal.lower().startswith(("0x", "-0x")) and math.isfinite(float(literal))
+            except ValueError:
+                finite = False
+            if finite:
+                self.raise_error(f"constant '{text}' is out of the range of its type", start, self.pos)
+        return attr
 
     def _get_op_by_name(self, name: str):  # type: ignore[override]
         op_type = self.ctx.get_optional_op(name, dialect_stack=self._parser_state.dialect_stack)
@@ -269,6 +335,16 @@ class PkcParser(Parser):
         self.raise_error(msg, self._last_consumed)
 
 
+def _printable_float_type(t: Attribute) -> bool:
+    try:
+        t.format  # type: ignore[attr-defined]  # f80/f128: NotImplementedError
+    except NotImplementedError:
+        return False
+    except AttributeError:
+        pass
+    return True
+
+
 def _parse_error_to_diagnostic(err: ParseError, filename: str) -> PkcDiagnostic:
     span = err.span
     loc = span.get_location()
@@ -288,6 +364,47 @@ def _parse_error_to_diagnostic(err: ParseError, filename: str) -> PkcDiagnostic:
     return PkcDiagnostic(filename, loc.line, loc.col, _one_line(err.msg), snippet=snippet)
 
 
+# Regions nested deeper than this are refused before parsing, with a located error.
+# xDSL's parser, verifier and printer recurse about 7-20 Python frames per level; pkc-opt
+# runs under a recursion limit of RECURSION_LIMIT (see :func:`deep_recursion`), so every
+# nesting up to MAX_NESTING works (mlir-opt handles about 400).
+MAX_NESTING = 1000
+RECURSION_LIMIT = 40_000
+_NESTING_TOKEN = re.compile(r'"(?:[^"\\\n]++|\\.)*+"?|//[^\n]*+|[{(\[]|[})\]]')
+
+
+def check_nesting(text: str, filename: str) -> None:
+    """Raise a located :class:`PkcDiagnostic` where brackets nest deeper than MAX_NESTING."""
+    depth = 0
+    for m in _NESTING_TOKEN.finditer(text):
+        c = m.group()
+        if c in "{([":
+            depth += 1
+            if depth > MAX_NESTING:
+                line = text.count("\n", 0, m.start()) + 1
+                col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+                raise PkcDiagnostic(
+                    filename, line, col,
+                    f"regions and brackets nest more than {MAX_NESTING} levels deep here "
+                    "(pkc-opt's limit)",
+                    snippet=source_snippet(text, line, col),
+                )
+        elif c in "})]":
+            depth = max(0, depth - 1)
+
+
+@contextmanager
+def deep_recursion(limit: int = RECURSION_LIMIT):
+    """Raise Python's recursion limit for the duration (xDSL recurses once per nesting
+    level); the previous limit is restored after."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
 def parse_module(
     text: str,
     filename: str = "<stdin>",
@@ -303,16 +420,35 @@ def parse_module(
     if ctx is None:
         ctx = make_context()
     padded = "\n" * (first_line - 1) + text
-    parser = PkcParser(ctx, padded, filename)
+    check_nesting(padded, filename)
+    parser: PkcParser | None = None
     try:
-        return parser.parse_module()
+        # The constructor lexes the first token: a bad first character fails here.
+        parser = PkcParser(ctx, padded, filename)
+        module = parser.parse_module()
+        _check_forward_references(module, padded, filename)
+        return module
     except ParseError as err:
         raise _parse_error_to_diagnostic(err, filename) from None
     except VerifyException as err:
         # A verifier that ran outside any op (e.g. of a top-level alias definition):
         # point at where the parser stopped.
+        assert parser is not None  # the constructor verifies nothing
         span = parser._last_consumed or parser._current_token.span
         raise _parse_error_to_diagnostic(ParseError(span, str(err)), filename) from None
+
+
+def _check_forward_references(module: ModuleOp, text: str, filename: str) -> None:
+    """xDSL leaves a forward reference unresolved when the name is defined only inside a
+    nested region of a later op (``scf.for ... step %s { %s = ... }``): name it."""
+    for op in _preorder(module):
+        for i, value in enumerate(op.operands):
+            if isinstance(value, ForwardDeclaredValue):
+                name = f" (%{value.name_hint})" if value.name_hint else ""
+                raise diagnostic_at(
+                    op, f"operand #{i}{name} is not defined in any region that encloses "
+                    "this use", source=text, default_file=filename,
+                )
 
 
 # --------------------------------------------------------------------------------------
@@ -328,12 +464,43 @@ def verify_module(
     The message names the op (``'pk.matmul' op ...``) and the diagnostic carries the op's
     source position when it has one. ``source``/``filename`` add a snippet of the line.
     """
-    for op in module.walk():
+    dominance = DominanceChecker()
+    for op in _preorder(module):
         try:
             op.verify(verify_nested_ops=False)
             _verify_blocks_of(op)
+            _verify_upstream(op)
+            dominance.check(op)
         except VerifyException as err:
             raise diagnostic_at(op, str(err), source=source, default_file=filename) from None
+
+
+def _preorder(root: Operation) -> Iterator[Operation]:
+    """``root.walk()`` without nested generators: xDSL's walk resumes one generator per
+    nesting level for every op, quadratic in the depth of deeply nested IR."""
+    stack = [root]
+    while stack:
+        op = stack.pop()
+        yield op
+        children = [child for region in op.regions for block in region.blocks for child in block.ops]
+        stack.extend(reversed(children))
+
+
+def _verify_upstream(op: Operation) -> None:
+    """Checks MLIR makes on upstream ops that xDSL's verifiers do not."""
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, FloatAttr):
+        from pkc.dialects.types import float_fits
+
+        if not float_fits(op.value.value.data, op.value.type):
+            raise VerifyException(f"'arith.constant' value {op.value.value.data} is out of the "
+                                  f"range of {op.value.type}")
+    if isinstance(op, scf.ForOp):
+        step = op.step.owner
+        if isinstance(step, arith.ConstantOp) and isinstance(step.value, IntegerAttr):
+            if step.value.value.data <= 0:
+                raise VerifyException(
+                    f"'scf.for' constant step operand must be positive, got {step.value.value.data}"
+                )
 
 
 def _verify_blocks_of(op: Operation) -> None:
@@ -352,8 +519,30 @@ def _verify_blocks_of(op: Operation) -> None:
 # --------------------------------------------------------------------------------------
 
 
+def _sorted_attribute(attr: Attribute) -> Attribute:
+    if isinstance(attr, DictionaryAttr):
+        return DictionaryAttr({k: _sorted_attribute(attr.data[k]) for k in sorted(attr.data)})
+    if isinstance(attr, ArrayAttr):
+        return ArrayAttr([_sorted_attribute(a) for a in attr.data])
+    return attr
+
+
+def sort_attributes(root: Operation) -> None:
+    """Put every attribute dictionary (an op's attributes and properties, and nested
+    dictionaries) in MLIR's order, sorted by name, as mlir-opt prints them; xDSL keeps
+    insertion order."""
+    for op in _preorder(root):
+        op.attributes = {k: _sorted_attribute(op.attributes[k]) for k in sorted(op.attributes)}
+        op.properties = {k: _sorted_attribute(op.properties[k]) for k in sorted(op.properties)}
+
+
 def print_module(module: Operation, *, generic: bool = False) -> str:
-    """Print ``module`` (custom or generic form), without locations, ending in a newline."""
+    """Print ``module`` (custom or generic form), without locations, ending in a newline.
+
+    The generic form is what mlir-opt reads and writes, so its attribute dictionaries are
+    sorted as mlir-opt sorts them: a round trip through mlir-opt compares as text."""
+    if generic:
+        sort_attributes(module)
     out = StringIO()
     printer = Printer(stream=out, print_generic_format=generic)
     printer.print_op(module)

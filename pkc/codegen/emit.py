@@ -86,7 +86,11 @@ def compile_module(module: ModuleOp, target: str | CodegenTarget = DEFAULT_TARGE
         while key in out:
             key = f"{kop.kernel_name.data}_{n}"
             n += 1
-        out[key] = compile_kernel(kop, target, bulk=bulk, entry_name=_ident(key))
+        try:
+            out[key] = compile_kernel(kop, target, bulk=bulk, entry_name=_ident(key))
+        except CodegenError as err:
+            err.op = err.op or kop  # where the error is reported (pkc-opt: file:line:col)
+            raise
     return out
 
 

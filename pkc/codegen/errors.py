@@ -3,7 +3,12 @@ kernel whose tiles do not fit in shared memory) and ptxas failures."""
 
 
 class CodegenError(Exception):
-    """The kernel cannot be compiled for the target; the message names the op or kernel."""
+    """The kernel cannot be compiled for the target; the message names the op or kernel.
+
+    ``op`` is the pk.kernel being compiled (set by compile_module), so that tools can
+    report the error at its source line."""
+
+    op = None
 
 
 class PtxasError(CodegenError):

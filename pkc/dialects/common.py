@@ -19,7 +19,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute
 from xdsl.utils.exceptions import VerifyException
 
-from pkc.dialects.types import is_float, shape_str
+from pkc.dialects.types import float_fits, int_fits, is_float, shape_str
 
 # Elementwise functions: name -> number of operands.
 UNARY_FNS = (
@@ -36,6 +36,22 @@ MAP_ARITY = {
 }
 # Functions defined only on floating-point elements.
 FLOAT_ONLY_FNS = frozenset(UNARY_FNS) - {"neg", "abs", "relu", "cast"} | {"div", "pow"}
+
+# Sanity bounds, so that a typo (world = 2^40, sms = 100000) is an error naming the op
+# rather than a plan with billions of buffers or a grid that can never be resident.
+# The largest NVLink domain pkc plans for is 72 GPUs (NVL72) and the largest GPU it
+# targets has 148 SMs; the bounds leave room for bigger machines. Codegen checks a
+# kernel's SMs against its target's real count.
+MAX_WORLD = 1024
+MAX_SMS = 1024
+
+
+def verify_world(op_name: str, world: int) -> None:
+    if not 1 <= world <= MAX_WORLD:
+        raise VerifyException(
+            f"'{op_name}' world size must be between 1 and {MAX_WORLD}, got {world}"
+        )
+
 
 REDUCE_FNS = ("sum", "max", "min", "mean")
 COLLECTIVE_REDUCE_FNS = ("sum", "max", "min")
@@ -158,10 +174,13 @@ def scalar_attr(value: float | int | bool, element_type: Attribute) -> Attribute
 
 
 def verify_scalar(op_name: str, value: Attribute, element_type: Attribute) -> None:
+    """A splat value must be a float for float elements and an integer for integer ones
+    (as MLIR's constants: no implicit conversion), within the element type's range."""
     if is_float(element_type):
-        ok = isinstance(value, FloatAttr) or isinstance(value, IntegerAttr)
+        ok = isinstance(value, FloatAttr) and float_fits(value.value.data, element_type)
     else:
-        ok = isinstance(value, IntegerAttr)
+        ok = (isinstance(value, IntegerAttr) and isinstance(element_type, IntegerType)
+              and int_fits(value.value.data, element_type))
     if not ok:
         raise VerifyException(f"'{op_name}' value {value} does not fit element type {element_type}")
 

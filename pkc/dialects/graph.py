@@ -31,7 +31,7 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
-from xdsl.traits import Pure
+from xdsl.traits import OpTrait, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from pkc.dialects.common import (
@@ -43,8 +43,9 @@ from pkc.dialects.common import (
     verify_map,
     verify_reduce,
     verify_scalar,
+    verify_world,
 )
-from pkc.dialects.types import is_float, shape_str
+from pkc.dialects.types import SUPPORTED_ELEMENT_TYPES, is_float, is_supported_element, shape_str
 
 Value = SSAValue | Operation
 
@@ -68,6 +69,33 @@ def _type_of(v: Value) -> Attribute:
     return SSAValue.get(v).type
 
 
+class PkTensors(OpTrait):
+    """Every tensor operand and result holds a pk element type and is not empty.
+
+    The builtin tensor type admits any element (none, index, complex, f8) and size-0
+    dimensions; the passes and codegen handle neither (they divide by extents and map
+    element types to PTX), so the graph ops refuse them here, naming the value.
+    """
+
+    def verify(self, op: Operation) -> None:
+        values = [("operand", i, v) for i, v in enumerate(op.operands)]
+        values += [("result", i, v) for i, v in enumerate(op.results)]
+        for what, i, v in values:
+            t = v.type
+            if not isinstance(t, TensorType):
+                continue  # the op's own constraints name non-tensors
+            if not is_supported_element(t.element_type):
+                raise VerifyException(
+                    f"'{op.name}' {what} #{i} has element type {t.element_type}, which pk does not "
+                    f"support (expected one of {SUPPORTED_ELEMENT_TYPES})"
+                )
+            if any(d == 0 for d in t.get_shape()):
+                raise VerifyException(
+                    f"'{op.name}' {what} #{i} of type {t} is empty (a dimension of size 0); "
+                    "pk needs tensors with at least one element"
+                )
+
+
 @irdl_op_definition
 class MatmulOp(IRDLOperation):
     """``result = lhs @ rhs`` over the last two dims; leading (batch) dims must be equal.
@@ -80,7 +108,7 @@ class MatmulOp(IRDLOperation):
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), PkTensors())
     assembly_format = "$lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($result)"
 
     def __init__(self, lhs: Value, rhs: Value, result_type: Attribute | None = None):
@@ -129,7 +157,7 @@ class MapOp(IRDLOperation):
     fn = attr_def(StringAttr)
     inputs = var_operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), PkTensors())
     assembly_format = "$fn $inputs attr-dict `:` functional-type($inputs, $result)"
 
     def __init__(self, fn: str, inputs: Sequence[Value], result_type: Attribute):
@@ -149,7 +177,7 @@ class ConstantOp(IRDLOperation):
     name = "pk.constant"
     value = attr_def(FloatAttr | IntegerAttr)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), PkTensors())
     assembly_format = "attr-dict `:` type($result)"
 
     def __init__(self, value: float | int, result_type: TensorType):
@@ -173,7 +201,7 @@ class ReduceOp(IRDLOperation):
     keepdim = opt_attr_def(UnitAttr)
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), PkTensors())
     assembly_format = "$fn $input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, fn: str, input: Value, dims: Sequence[int], keepdim: bool,
@@ -199,7 +227,7 @@ class _OneTensorOp(IRDLOperation):
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), PkTensors())
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
 
@@ -321,7 +349,7 @@ class ConcatOp(IRDLOperation):
     dim = attr_def(IntegerAttr)
     inputs = var_operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), PkTensors())
     assembly_format = "$inputs attr-dict `:` functional-type($inputs, $result)"
 
     def __init__(self, inputs: Sequence[Value], dim: int, result_type: Attribute | None = None):
@@ -368,8 +396,7 @@ class _CollectiveOp(_OneTensorOp):
 
     def _check_world(self) -> int:
         w = self.world_size
-        if w < 1:
-            raise VerifyException(f"'{self.name}' world size must be >= 1, got {w}")
+        verify_world(self.name, w)
         return w
 
     def _check_reduce(self, reduce: StringAttr) -> None:

@@ -54,6 +54,7 @@ from xdsl.traits import HasAncestor, HasParent, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from pkc.dialects.common import (
+    MAX_SMS,
     int_array,
     int_list,
     reduced_shape,
@@ -61,6 +62,7 @@ from pkc.dialects.common import (
     verify_map,
     verify_reduce,
     verify_scalar,
+    verify_world,
 )
 from pkc.dialects import schedule
 from pkc.dialects.schedule_fused import PeerTmapOp
@@ -183,8 +185,7 @@ class KernelOp(IRDLOperation):
         return [op for op in self.block.ops if isinstance(op, WorkerOp)]
 
     def verify_(self) -> None:
-        if self.world_size < 1:
-            raise VerifyException(f"'pk.kernel' world size must be >= 1, got {self.world_size}")
+        verify_world(self.name, self.world_size)
         args = self.block.args
         n_in, n_out = len(self.inputs), len(self.outputs)
         if len(args) != n_in + n_out:
@@ -282,6 +283,10 @@ class WorkerOp(IRDLOperation):
             )
         if self.sm_count is not None and self.sm_count < 1:
             raise VerifyException(f"'pk.worker' needs at least one SM, got sms = {self.sm_count}")
+        if self.sm_count is not None and self.sm_count > MAX_SMS:
+            raise VerifyException(
+                f"'pk.worker' sms = {self.sm_count} is more than any GPU has (limit {MAX_SMS})"
+            )
         if self.body.blocks[0].args:
             raise VerifyException("'pk.worker' body takes no block arguments")
 

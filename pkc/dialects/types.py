@@ -15,6 +15,8 @@ Graph-level values are builtin ``tensor<...>`` types: one per-rank tensor each.
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import (
@@ -49,6 +51,30 @@ def is_supported_element(element_type: Attribute) -> bool:
     if is_float(element_type):
         return True
     return isinstance(element_type, IntegerType) and element_type.width.data in _INT_WIDTHS
+
+
+def float_fits(value: float, element_type: Attribute) -> bool:
+    """Whether ``value`` rounds to a finite number of the float type (infinities and NaN
+    fit: they are values of every float type; 1e39 does not fit f32)."""
+    if math.isinf(value) or math.isnan(value) or isinstance(element_type, Float64Type):
+        return True
+    try:
+        if isinstance(element_type, Float16Type):
+            struct.pack("<e", value)
+            return True
+        f32 = struct.unpack("<I", struct.pack("<f", value))[0]
+    except OverflowError:
+        return False
+    if isinstance(element_type, BFloat16Type):  # round to nearest even into bf16
+        return (((f32 + 0x7FFF + ((f32 >> 16) & 1)) >> 16) & 0x7F80) != 0x7F80
+    return True
+
+
+def int_fits(value: int, element_type: IntegerType) -> bool:
+    """Whether ``value`` is a ``width``-bit integer, signed or unsigned (MLIR's rule for
+    signless integers: -2^(w-1) <= value < 2^w)."""
+    width = element_type.width.data
+    return -(1 << (width - 1)) <= value < (1 << width)
 
 
 def shape_str(shape: Sequence[int]) -> str:

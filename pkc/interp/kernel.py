@@ -237,6 +237,8 @@ class KernelRun:
     def _exec_op(self, w: Worker, op: Operation, env: dict) -> Generator:
         if isinstance(op, scf.ForOp):
             lb, ub, step = env[op.lb], env[op.ub], env[op.step]
+            if step <= 0:  # scf.for's step must be positive (a computed one is known only here)
+                raise InterpError(f"{where(op)} has step {step} on rank {w.rank}; it must be positive")
             carried = [env[v] for v in op.iter_args]
             for i in range(lb, ub, step):
                 carried = yield from self._exec_block(w, op.body.blocks[0], env, [i, *carried])

@@ -28,10 +28,19 @@ from typing import NoReturn, TextIO
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
-from pkc.ir import PkcDiagnostic, make_context, parse_module, print_module, verify_module
+from pkc.ir import (
+    PkcDiagnostic,
+    deep_recursion,
+    op_position,
+    make_context,
+    parse_module,
+    print_module,
+    verify_module,
+)
 from pkc.passes.remarks import format_remarks as remarks_lines
 from pkc.passes.registry import (
     PipelineError,
@@ -90,10 +99,20 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help="passes to run, e.g. 'canonicalize,cse' or 'my-pass{opt=1 other=x}'",
     )
     p.add_argument(
-        "--print-ir-after-all", action="store_true", help="print the IR to stderr after every pass"
+        "--pass-pipeline",
+        default="",
+        metavar="PIPELINE",
+        help="mlir-opt's spelling: 'builtin.module(a,b{opt=1})' (the same as -p 'a,b{opt=1}')",
+    )
+    p.add_argument(
+        "--print-ir-after-all",
+        "--mlir-print-ir-after-all",
+        action="store_true",
+        help="print the IR to stderr after every pass",
     )
     p.add_argument(
         "--print-ir-after",
+        "--mlir-print-ir-after",
         action="append",
         default=[],
         metavar="NAME",
@@ -101,11 +120,15 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--timing",
+        "--mlir-timing",
         action="store_true",
-        help="print a time report (parse, verify, each pass, output) to stderr",
+        help="print a time report (start-up, parse, verify, each pass, output) to stderr",
     )
     p.add_argument(
-        "--print-op-generic", action="store_true", help="print operations in MLIR's generic form"
+        "--print-op-generic",
+        "--mlir-print-op-generic",
+        action="store_true",
+        help="print operations in MLIR's generic form",
     )
     p.add_argument(
         "--split-input-file",
@@ -190,7 +213,14 @@ def print_help(parser: argparse.ArgumentParser, out: TextIO) -> None:
 
 
 def load_pass_plugins(paths: Sequence[str]) -> None:
-    """Import each Python file (its @register_pass decorators register its passes)."""
+    """Import each Python file (its @register_pass decorators register its passes).
+
+    pkc's own passes register first, so that a plugin pass whose name is taken is the
+    plugin's error (exit 1), not a failure to import pkc's pass later."""
+    if paths:
+        from pkc.passes.registry import load_pass_modules
+
+        load_pass_modules()
     for i, path in enumerate(paths):
         if not Path(path).is_file():
             raise UserError(f"could not open pass plugin '{path}': no such file")
@@ -204,6 +234,30 @@ def load_pass_plugins(paths: Sequence[str]) -> None:
             raise UserError(
                 f"failed to load pass plugin '{path}': {type(err).__name__}: {err}"
             ) from err
+
+
+_ANCHOR = re.compile(r"^\s*(builtin\.module|any)\s*\((.*)\)\s*$", re.S)
+
+
+def pipeline_text(args: argparse.Namespace) -> str:
+    """The pass pipeline from -p, or from --pass-pipeline='builtin.module(...)'."""
+    if not args.pass_pipeline:
+        return args.passes
+    if args.passes:
+        raise UserError("give the passes with -p or with --pass-pipeline, not both")
+    m = _ANCHOR.match(args.pass_pipeline)
+    if m is None:
+        raise UserError(
+            f"--pass-pipeline '{args.pass_pipeline}': expected 'builtin.module(a,b{{opt=1}})' "
+            "(pkc's passes all run on the module)"
+        )
+    inner = m.group(2)
+    if re.search(r"[\w.]+\s*\(", re.sub(r"\{[^}]*\}", "", inner)):
+        raise UserError(
+            f"--pass-pipeline '{args.pass_pipeline}': nested pass managers (like "
+            "'func.func(...)') are not supported; every pkc pass runs on the whole module"
+        )
+    return inner
 
 
 def print_after_names(args: argparse.Namespace) -> set[str]:
@@ -266,13 +320,37 @@ def split_input(text: str, split: bool) -> list[Chunk]:
 # --------------------------------------------------------------------------------------
 
 
+def process_age() -> float:
+    """Seconds since this process started (interpreter start-up and imports included),
+    from /proc on Linux; elsewhere, since this module was imported."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - _IMPORTED
+
+
+_IMPORTED = time.perf_counter()
+
+
 @dataclass
 class Timer:
-    """Wall time per phase, in first-seen order (like mlir-opt's -mlir-timing)."""
+    """Wall time per phase, in first-seen order (like mlir-opt's -mlir-timing); the first
+    row is the start-up before the timer existed (Python, imports), so that the total is
+    what the user waited for."""
 
     enabled: bool = False
     start: float = field(default_factory=time.perf_counter)
     phases: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.enabled:
+            startup = process_age()
+            self.start -= startup
+            self.phases["Start-up (Python, imports)"] = startup
 
     def add(self, name: str, seconds: float) -> None:
         self.phases[name] = self.phases.get(name, 0.0) + seconds
@@ -363,7 +441,7 @@ def run_pipeline(
             except PkcDiagnostic:
                 raise
             except DiagnosticException as exc:
-                raise PkcDiagnostic(filename, None, None, f"pass '{name}' failed: {exc}") from None
+                raise module_diagnostic(module, filename, f"pass '{name}' failed: {exc}") from None
             except Exception as exc:
                 raise InternalError(f"pass '{name}' crashed: {type(exc).__name__}: {exc}") from exc
         try:
@@ -379,13 +457,20 @@ def run_pipeline(
             err.write(print_module(module, generic=opts.generic))
 
 
-def write_trace(module: ModuleOp, path: str) -> None:
+def write_trace(module: ModuleOp, path: str, err: TextIO | None = None) -> None:
     import json
 
     from pkc.tools.trace import module_trace
 
-    with open(path, "w") as f:
-        json.dump(module_trace(module), f, indent=1)
+    trace = module_trace(module)
+    if not trace["traceEvents"] and err is not None:
+        err.write(f"{PROG}: warning: --trace: the module has no fused kernel (made by the "
+                  f"overlap pass), so '{path}' holds no events\n")
+    try:
+        with open(path, "w") as f:
+            json.dump(trace, f, indent=1)
+    except OSError as e:
+        raise UserError(f"could not write trace file '{path}': {e}") from None
 
 
 def format_remarks(module: ModuleOp, filename: str) -> str:
@@ -403,7 +488,14 @@ def format_fast_path(module: ModuleOp, filename: str, target: str) -> str:
     return "".join(line + "\n" for line in lines) or f"{filename}: remark: no pk.kernel\n"
 
 
-def emit_output(module: ModuleOp, opts: Options) -> str:
+def module_diagnostic(op: Operation, filename: str, message: str) -> PkcDiagnostic:
+    """An error about ``op`` as a whole (a module, a kernel), at its position or, for an
+    op that has none (an empty input), at line 1."""
+    file, line, col = op_position(op)
+    return PkcDiagnostic(file or filename, line or 1, col or 1, message)
+
+
+def emit_output(module: ModuleOp, opts: Options, filename: str = "-") -> str:
     """The text written for one chunk: its IR, or the PTX of its kernels."""
     if opts.emit == "mlir" and not opts.dump_kernels:
         return print_module(module, generic=opts.generic)  # codegen not even imported
@@ -416,10 +508,12 @@ def emit_output(module: ModuleOp, opts: Options) -> str:
             return print_module(module, generic=opts.generic)
         kernels = emit_ptx(module, opts.target)
     except CodegenError as err:
-        raise PkcDiagnostic(None, None, None, f"codegen ({opts.target}): {err}") from None
+        # At the kernel that failed (compile_module records it), else at the module.
+        where = getattr(err, "op", None) or module
+        raise module_diagnostic(where, filename, f"codegen ({opts.target}): {err}") from None
     if not kernels:
-        raise PkcDiagnostic(None, None, None, "--emit=ptx: the module has no pk.kernel "
-                            "(run passes that make kernels, e.g. -p overlap,lower-collectives)")
+        raise module_diagnostic(module, filename, "--emit=ptx: the module has no pk.kernel "
+                                "(run passes that make kernels, e.g. -p overlap,lower-collectives)")
     return "".join(f"// pk.kernel @{name} ({opts.target})\n{ptx}\n" for name, ptx in kernels.items())
 
 
@@ -440,11 +534,18 @@ def process_chunk(
         if opts.fast_path:
             err.write(format_fast_path(module, filename, opts.target))
         if opts.trace:
-            write_trace(module, opts.trace)
+            write_trace(module, opts.trace, err)
         with _Clock(timer, "Output"):
-            return emit_output(module, opts), []
+            return emit_output(module, opts, filename), []
     except PkcDiagnostic as diag:
         return None, [diag]
+    except RecursionError:
+        # check_nesting refuses deep brackets before parsing; this catches what nests
+        # deeply some other way (a pass building deep IR, long chains of nested types).
+        return None, [PkcDiagnostic(
+            filename, chunk.first_line, 1,
+            "the IR is nested too deeply for pkc-opt (Python's recursion limit was reached)",
+        )]
 
 
 # --------------------------------------------------------------------------------------
@@ -566,7 +667,7 @@ def run(argv: Sequence[str] | None) -> int:
         print_help(parser, sys.stdout)
         return 0
     try:
-        pipeline = parse_pipeline(args.passes)
+        pipeline = parse_pipeline(pipeline_text(args))
     except PipelineError as err:
         raise UserError(str(err)) from None
     opts = Options(
@@ -615,7 +716,8 @@ def run(argv: Sequence[str] | None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``pkc-opt`` and ``python -m pkc.tools.pkc_opt``; returns the status."""
     try:
-        return run(argv)
+        with deep_recursion():
+            return run(argv)
     except UserError as err:
         sys.stderr.write(f"{PROG}: error: {err}\n")
         return 1

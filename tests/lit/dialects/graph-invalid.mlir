@@ -57,7 +57,7 @@ func.func @reduce_scatter_indivisible(%a: tensor<6x8xbf16>) -> tensor<1x8xbf16> 
 // -----
 
 func.func @all_reduce_bad_world(%a: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{'pk.all_reduce' world size must be >= 1, got 0}}
+  // expected-error @+1 {{'pk.all_reduce' world size must be between 1 and 1024, got 0}}
   %c = pk.all_reduce %a {reduce = "sum", world = 0 : i64} : tensor<4xf32> -> tensor<4xf32>
   func.return %c : tensor<4xf32>
 }

@@ -4,7 +4,7 @@
 // RUN: pkc-opt %s --print-op-generic | pkc-opt | FileCheck %s --check-prefix=BACK
 
 // CHECK:      "builtin.module"() ({
-// CHECK-NEXT:   "func.func"() <{sym_name = "f", function_type = (i32, i32) -> i32}> ({
+// CHECK-NEXT:   "func.func"() <{function_type = (i32, i32) -> i32, sym_name = "f"}> ({
 // CHECK-NEXT:   ^bb0(%a: i32, %b: i32):
 // CHECK-NEXT:     %c = "arith.addi"(%a, %b) <{overflowFlags = #arith.overflow<none>}> : (i32, i32) -> i32
 // CHECK-NEXT:     "func.return"(%c) : (i32) -> ()

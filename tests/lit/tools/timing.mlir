@@ -12,6 +12,7 @@
 // CHECK-NEXT:   Total Execution Time: {{[0-9]+\.[0-9]+}} seconds
 // CHECK-EMPTY:
 // CHECK-NEXT:   ----Wall Time----  ----Name----
+// CHECK-NEXT: {{[0-9]+\.[0-9]+}} ({{ *[0-9]+\.[0-9]}}%)  Start-up (Python, imports)
 // CHECK-NEXT: {{[0-9]+\.[0-9]+}} ({{ *[0-9]+\.[0-9]}}%)  Context (dialect loading)
 // CHECK-NEXT: {{[0-9]+\.[0-9]+}} ({{ *[0-9]+\.[0-9]}}%)  Parser
 // CHECK-NEXT: {{[0-9]+\.[0-9]+}} ({{ *[0-9]+\.[0-9]}}%)  Verifier
