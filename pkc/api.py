@@ -62,6 +62,7 @@ class CompiledProgram:
         self.outputs: list[GraphOutput] = captured.outputs
         self.not_compiled = not_compiled
         self.stages = stages
+        self.num_user_inputs: int | None = getattr(captured, "num_user_inputs", None)
         self.cache_hit = False                  # the IR came from the disk cache
         self.runtime_remarks: list[str] = []    # how the backend runs it (Inductor, kernels)
         self._cached_remarks: list[str] | None = None
@@ -134,6 +135,15 @@ class CompiledProgram:
             user = per_rank_inputs[r]
             if isinstance(user, torch.Tensor):
                 user = (user,)
+            n = self.num_user_inputs
+            if n is not None and len(user) > n:
+                # Extra inputs would be ignored silently: say so (a wrong argument order
+                # or a per-rank list passed where one rank's inputs were expected).
+                raise PkcFrontendError(
+                    f"rank {r}: got {len(user)} inputs, but the program was compiled with "
+                    f"{n} example input(s)",
+                    hint="per_rank_inputs[r] holds rank r's positional inputs, like example_inputs",
+                )
             args = []
             for i, spec in enumerate(self.inputs):
                 if spec.kind == "input":

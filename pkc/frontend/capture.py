@@ -92,6 +92,9 @@ class CapturedGraph:
     outputs: list[GraphOutput]
     world_size: int
     groups: dict[str, tuple[int, list[int] | None]] = field(default_factory=dict)
+    # How many positional example inputs the program was traced with (None: unknown, as
+    # under torch.compile): a call with more per-rank inputs than this is an error.
+    num_user_inputs: int | None = None
 
 
 def _group_info(gm: torch.fx.GraphModule) -> dict[str, tuple[int, list[int] | None]]:
@@ -324,6 +327,13 @@ def _graph_inputs(
     for node, arg in zip(tensor_nodes, dyn_args):
         val = node.meta["val"]
         shape = tuple(int(d) if not isinstance(d, torch.SymInt) else d for d in val.shape)
+        if 0 in shape:
+            raise PkcFrontendError(
+                f"{arg.kind} '{arg.name}' is empty (shape {list(shape)}); pkc compiles "
+                "tensors with at least one element",
+                hint="a dimension of size 0 (an empty batch, a shard of nothing) cannot be "
+                "tiled: skip the call, or pad the input",
+            )
         if shape != arg.local_shape:
             raise PkcFrontendError(
                 f"graph input '{node.name}' has shape {shape}, but its tensor '{arg.name}' "
@@ -471,13 +481,62 @@ _GOT = re.compile(r"got (\w+(?:Error|Exception)\(.*\))\s*$", re.M)
 _FX_CALL = re.compile(r"call_(?:function|method|module) (<[^>]+>|\S+?)\(")
 
 
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)$', re.M)
+
+
+def _user_frame_in_text(text: str) -> SourceLine | None:
+    """The user's frame in dynamo's "from user code:" listing (some of its errors carry
+    no stack object), the innermost one outside torch and pkc."""
+    frames = [SourceLine(f, int(n), name, line.strip()) for f, n, name, line in _FRAME.findall(text)]
+    user = [f for f in frames if not _is_library(f.file)]
+    return user[-1] if user else None
+
+
+_RAISED = re.compile(r"raised exception (\w+\(.*\))\s*$", re.M)
+_HOW_TO_GROUP = ("pkc compiles collectives over the whole world: pass dist.group.WORLD, "
+                 "a DeviceMesh, or a group made with dist.new_group")
+
+
+def _translate_group_error(text: str, source: SourceLine | None) -> PkcFrontendError | None:
+    """A collective whose group torch could not resolve (checked before the generic
+    translations, whose messages would be dynamo's or empty)."""
+    if not dist.is_initialized() and ("Unsupported group type" in text or "_resolve_group" in text
+                                      or "process group has not been initialized" in text):
+        return PkcFrontendError(
+            "the program runs a collective but no process group is initialized",
+            source=source,
+            hint="pass world_size=W to pkc.compile (it opens torch's fake process group for "
+            "the capture), or trace inside `with pkc.frontend.fake_process_group(W):` "
+            "(or under torchrun after dist.init_process_group)",
+        )
+    if "_resolve_group_name_by_ranks_and_tag" in text or "Unsupported group type" in text:
+        return PkcFrontendError(
+            "a collective's group is not a process group torch knows (a list of ranks is "
+            "looked up among the groups made with dist.new_group; a list that is not one "
+            f"of them, or of ranks outside the world of {dist.get_world_size()}, fails)",
+            source=source,
+            hint=_HOW_TO_GROUP,
+        )
+    return None
+
+
 def _translate_dynamo_error(err: BaseException) -> PkcFrontendError | None:
     """A user-facing error for a dynamo failure, or None if it is not the user's."""
     from torch._dynamo import exc as dexc
 
     source = _innermost_user_frame(getattr(err, "real_stack", None))
     text = str(err)
+    if source is None:
+        source = _user_frame_in_text(text)
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(err).__name__)
+    known = _rank_read_error(text, source) or _translate_group_error(text, source)
+    if known is not None:
+        return known
+    raised = _RAISED.search(text)
+    if raised and isinstance(err, dexc.Unsupported):
+        # The user's code raised while tracing: that exception is the message, not
+        # dynamo's "no exception handler" boilerplate.
+        return PkcFrontendError(f"the program raised {raised.group(1)} while tracing", source=source)
     if isinstance(err, dexc.TorchRuntimeError):
         got = _GOT.search(text)
         op = _FX_CALL.search(text)
@@ -551,6 +610,52 @@ def _rank_independent_dtensor_alltoall() -> Iterator[None]:
         placement_types.shard_dim_alltoall = original
 
 
+_RANK_READ = "_pkc_rank_read_while_tracing"
+
+
+@contextlib.contextmanager
+def _refuse_rank_reads() -> Iterator[None]:
+    """pkc traces rank 0 once and runs that program on every rank, so a rank read by
+    Python while tracing (``dist.get_rank()``, ``mesh.get_local_rank()``) would be baked
+    in as rank 0's constant: every rank would compute rank 0's arithmetic, silently. While
+    capturing, these functions are replaced by ``torch._dynamo.disable``d wrappers: a call
+    that dynamo traces (the user's program) stops the one-graph capture, and the error is
+    reported at the user's line (:func:`_translate_dynamo_error`); a call that runs
+    eagerly (torch's own DTensor code, model construction) returns the rank as before."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    patched = [(dist, "get_rank"), (DeviceMesh, "get_local_rank")]
+    saved = [(owner, name, getattr(owner, name)) for owner, name in patched]
+
+    def guard(original: Callable[..., Any]) -> Callable[..., Any]:
+        def _pkc_rank_read_while_tracing(*args: Any, **kwargs: Any) -> Any:
+            return original(*args, **kwargs)
+
+        return torch._dynamo.disable(_pkc_rank_read_while_tracing)
+
+    for owner, name, original in saved:
+        setattr(owner, name, guard(original))
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def _rank_read_error(text: str, source: SourceLine | None) -> PkcFrontendError | None:
+    if _RANK_READ not in text:
+        return None
+    return PkcFrontendError(
+        "the program reads its rank while tracing (dist.get_rank() or mesh.get_local_rank()): "
+        "pkc traces one rank and runs that program on every rank, so the value would be "
+        "rank 0's on all of them",
+        source=source,
+        hint="pass what depends on the rank as a per-rank input tensor (for example the "
+        "vocabulary offset of a vocab-parallel embedding, or a tensor holding the rank), "
+        "or express it with collectives / DTensor placements",
+    )
+
+
 def capture(
     fn: Callable[..., Any] | torch.nn.Module,
     example_inputs: Sequence[Any] | torch.Tensor,
@@ -591,11 +696,13 @@ def capture(
     target = (lambda *args: fn(*args)) if _has_hooks(fn) else fn
     compiled = torch.compile(target, backend=backend, fullgraph=True, dynamic=False)
     try:
-        with torch.no_grad(), _quiet_fake_tensor_logs(), _rank_independent_dtensor_alltoall():
+        with torch.no_grad(), _quiet_fake_tensor_logs(), _rank_independent_dtensor_alltoall(), \
+                _refuse_rank_reads():
             compiled(*example_inputs)
     except BackendCompilerFailed as err:
         inner = err.inner_exception
         if isinstance(inner, _CaptureDone):
+            inner.captured.num_user_inputs = len(example_inputs)
             return inner.captured
         if isinstance(inner, PkcFrontendError):
             raise inner.with_traceback(None) from None

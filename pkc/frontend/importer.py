@@ -1145,9 +1145,23 @@ def _matmul(im: _Importer, x: Value, y: Value, elem: Attribute) -> Value:
     return im.emit(g.MatmulOp(x, y, TensorType(elem, [*sx[:-1], sy[-1]]))).results[0]
 
 
+def _check_matmul_dtypes(im: _Importer, n: torch.fx.Node, x: Value, y: Value) -> None:
+    """torch's matmuls need one dtype; fake tensors do not check it while tracing, so an
+    int64 input to a float model would compile and fail only when run."""
+    ex, ey = im.elem(x), im.elem(y)
+    if ex != ey:
+        raise PkcFrontendError(
+            f"the example inputs do not fit the program: a matmul of {torch_dtype_of(ex)} by "
+            f"{torch_dtype_of(ey)} (torch needs one dtype)",
+            node=n,
+            hint="give the inputs the model's dtype (e.g. x.float() or x.to(torch.bfloat16))",
+        )
+
+
 @_handles(aten.mm, aten.bmm)
 def _mm(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
     t = im.out_type(n)
+    _check_matmul_dtypes(im, n, im.value(a["self"]), im.value(a["mat2"]))
     return im.finish(_matmul(im, im.value(a["self"]), im.value(a["mat2"]), t.element_type), t)
 
 
@@ -1157,6 +1171,7 @@ def _addmm(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
     rank = len(t.get_shape())
     elem = t.element_type
     names = ("mat1", "mat2") if n.target.overloadpacket is aten.addmm else ("batch1", "batch2")
+    _check_matmul_dtypes(im, n, im.value(a[names[0]]), im.value(a[names[1]]))
     r = _matmul(im, im.value(a[names[0]]), im.value(a[names[1]]), elem)
     alpha, beta = a.get("alpha", 1), a.get("beta", 1)
     if alpha != 1:
