@@ -12,6 +12,10 @@ the target's tuning table (:func:`pkc.target.gemm_tuning.choose_config`: waves o
 the SM count, each tile's measured efficiency) and written into ``pk.plan`` (``bm``, ``bn``,
 ``stages``, ``consumers``, ``cluster``, ``epilogue``, ``b_layout``), with a remark.
 
+The kernel has ``world = 1``: it is rank-local (every rank of a W-rank program runs its own
+copy on its own operands, with no communication), which is how the interpreter and the
+runtime run it.
+
 Why: this is how pkc's fast GEMM is produced from IR: every later decision (a pass that
 adds a stage, a lowering per target) sees and changes this body, and ``--emit=ptx`` prints
 exactly what runs. A matmul that does not match stays a graph-level op and says why in a
