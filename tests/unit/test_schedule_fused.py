@@ -168,3 +168,13 @@ def test_compile_kernel_refuses_another_target():
     (kop,) = _kernels(scheduled_module(2, 199, 136, 72, "nk"))
     with pytest.raises(CodegenError, match="scheduled fused kernels lower to sm_90a only"):
         compile_kernel(kop, "sm_100a")
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+def test_f16_kernel_assembles_without_spills():
+    from pkc.codegen.hopper.tools import assemble
+
+    ck, kop = compile_ir(3, 101, 200, 136, "nk", dt="f16")
+    assert ck.meta.fused.dtype == "f16" and all(t.element == "f16" for t in ck.meta.tmaps)
+    res = assemble(ck.ptx)
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
