@@ -36,7 +36,14 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'pkc' has no attribute {name!r}")
+        # ``pkc.api``, ``pkc.frontend`` ...: a submodule, imported on first use (as the
+        # eager imports made them reachable before).
+        try:
+            return importlib.import_module(f"pkc.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"pkc.{name}":
+                raise
+            raise AttributeError(f"module 'pkc' has no attribute {name!r}") from None
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function
     return value

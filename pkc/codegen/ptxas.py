@@ -1,9 +1,10 @@
 """Runs ``ptxas`` on emitted PTX: the check that every kernel assembles, and its resource
 report (registers, shared memory, spills, stack) kept for inspection.
 
-ptxas is looked up as ``$PKC_PTXAS``, then ``ptxas`` on PATH, then the copy that the
-``nvidia-cuda-nvcc`` wheel ships; :func:`find_ptxas` returns None where none exists (the
-runtime then hands PTX to the driver, which compiles it itself).
+ptxas is looked up as ``$PKC_PTXAS``, then the copy that the ``nvidia-cuda-nvcc`` wheel
+ships (a declared dependency of pkc, pinned in pyproject.toml: the same ptxas on every
+machine), then ``ptxas`` on PATH and in /usr/local/cuda; :func:`find_ptxas` returns None
+where none exists (the runtime then hands PTX to the driver, which compiles it itself).
 """
 
 from __future__ import annotations
@@ -19,25 +20,34 @@ from pathlib import Path
 from pkc.codegen.errors import PtxasError
 
 
+# Where the nvidia-cuda-nvcc wheel puts ptxas under site-packages: CUDA 13 wheels in
+# nvidia/cu13/bin, CUDA 12 wheels in nvidia/cuda_nvcc/bin.
+WHEEL_LAYOUTS = ("nvidia/cu13/bin/ptxas", "nvidia/cuda_nvcc/bin/ptxas", "nvidia/cu12/bin/ptxas")
+
+
+def wheel_ptxas(search_path: list[str] | None = None) -> str | None:
+    """The ptxas of the nvidia-cuda-nvcc wheel, looked for in every ``sys.path`` entry
+    (without importing the ``nvidia`` namespace package)."""
+    import sys
+
+    for entry in search_path if search_path is not None else sys.path:
+        for layout in WHEEL_LAYOUTS:
+            p = Path(entry or ".") / layout
+            if p.is_file() and os.access(p, os.X_OK):
+                return str(p)
+    return None
+
+
 def find_ptxas() -> str | None:
     env = os.environ.get("PKC_PTXAS")
     if env and Path(env).exists():
         return env
-    found = shutil.which("ptxas")
+    found = wheel_ptxas() or shutil.which("ptxas")
     if found:
         return found
     for cand in ("/usr/local/cuda/bin/ptxas",):
         if Path(cand).exists():
             return cand
-    try:  # the nvidia-cuda-nvcc wheel
-        import nvidia.cuda_nvcc as nv  # type: ignore
-
-        for root in nv.__path__:
-            p = Path(root) / "bin" / "ptxas"
-            if p.exists():
-                return str(p)
-    except ImportError:
-        pass
     return None
 
 

@@ -91,7 +91,7 @@ from xdsl.pattern_rewriter import (
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects.types import SYMMETRIC, LOCAL, BufferType, TileType
-from pkc.ir import diagnostic_at
+from pkc.ir import diagnostic_at, op_position
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, remarks_of, set_plan
 from pkc.target import cost
@@ -126,6 +126,9 @@ class LowerCollectives(ModulePass):
     reduce_scatter: str = "auto"
     tile_rows: int = 0
     tile_cols: int = 0
+    # A collective over one rank is the identity: it is removed (with a remark) unless
+    # this is set (tests of the kernels themselves lower W = 1 too).
+    keep_single_rank: bool = False
 
     def __post_init__(self):
         get_target(self.target)  # ValueError naming the known targets
@@ -147,6 +150,21 @@ class LowerCollectives(ModulePass):
                              apply_recursively=False).rewrite_module(op)
 
 
+def _remove_single_rank(op: Operation, rewriter: PatternRewriter) -> None:
+    """Over one rank every collective returns its input (the verifier makes the types
+    equal), so no kernel is launched for it. The remark goes to the op that defined the
+    input (or the function, for an argument), naming the removed collective's line."""
+    holder = op.input.owner if isinstance(op.input.owner, Operation) else op.parent_op()
+    file, line, col = op_position(op)
+    where = f" at {file}:{line}:{col}" if line is not None else ""
+    if holder is not None:
+        for text in remarks_of(op):  # earlier passes' word on it survives
+            add_remark(holder, f"{op.name}{where}: {text}")
+        add_remark(holder, f"removed {op.name}{where}: over 1 rank it is the identity "
+                           "(no kernel launched)")
+    rewriter.replace(op, [], [op.input])
+
+
 def _normalize(name: str) -> str:
     return name.strip().lower().replace("-", "_")
 
@@ -159,6 +177,9 @@ class _LowerPattern(RewritePattern):
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if not isinstance(op, g.COLLECTIVE_OPS):
+            return
+        if op.world_size == 1 and not self.options.keep_single_rank:
+            _remove_single_rank(op, rewriter)
             return
         lay = layout_of(op)
         choice = self._choose(op, lay)

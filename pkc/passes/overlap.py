@@ -117,6 +117,11 @@ class Overlap(ModulePass):
                 m = match(candidate)
                 if m is not None:
                     self._rewrite(m)
+                elif isinstance(candidate, g.AllToAllOp):
+                    why = moe_near_miss(candidate)
+                    if why is not None:
+                        _remark_once(candidate, f"left unfused: "
+                                     f"{PATTERNS['all_to_all_mm_all_to_all']}: {why}")
 
     def _rewrite(self, m: Match) -> None:
         if m.problem is not None:
@@ -342,6 +347,35 @@ def _match_moe(a2: g.AllToAllOp) -> Match | None:
               experts=E, capacity=C)
     m.problem = _operand_problem(mm)
     return m
+
+
+_VIEWS = (g.ReshapeOp, g.TransposeOp)
+
+
+def moe_near_miss(a2: g.AllToAllOp) -> str | None:
+    """Why an all_to_all that combines expert outputs was not matched, when elementwise
+    ops sit between the expert matmul and it (``a2a -> matmul -> gelu -> a2a``): the fused
+    kernel sends each matmul tile as it is produced and has no epilogue for them."""
+    maps: list[str] = []
+    v = a2.input
+    while True:
+        op = v.owner
+        if isinstance(op, g.MapOp) and len(op.inputs) == 1:
+            maps.append(op.fn.data)
+        elif not isinstance(op, _VIEWS):
+            break
+        v = op.operands[0]
+    if not maps or not isinstance(v.owner, g.MatmulOp):
+        return None
+    lhs = v.owner.lhs
+    while isinstance(lhs.owner, _VIEWS):
+        lhs = lhs.owner.input
+    if not isinstance(lhs.owner, g.AllToAllOp):
+        return None
+    fns = ", ".join(f'"{f}"' for f in reversed(maps))
+    return (f"the expert matmul's output goes through {fns} before the combining all_to_all; "
+            "the fused kernel sends matmul tiles as they are produced and has no epilogue "
+            "to apply it (move the activation after the all_to_all to fuse)")
 
 
 def _a2a(v: SSAValue, rank: int, split: int, concat: int, world: int) -> g.AllToAllOp | None:

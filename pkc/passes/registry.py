@@ -267,6 +267,32 @@ def _expand_named_pipelines(specs: list, passes: dict) -> list:
     return out
 
 
+_TRUE = {1, "1", "true", "on", "yes"}
+_FALSE = {0, "0", "false", "off", "no"}
+
+
+def _booleans(spec: Any, cls: type[ModulePass]) -> Any:
+    """MLIR spells a bool option ``opt=1`` / ``opt=0`` / ``opt=true`` / ``opt=false``;
+    xDSL takes only true / false: convert the others for the pass's bool options."""
+    try:
+        hints = get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - unresolvable hints: leave the values to xDSL
+        return spec
+    params = dict(spec.parameters)
+    for key, values in spec.parameters.items():
+        if hints.get(key.replace("-", "_")) not in (bool, bool | None) or len(values) != 1:
+            continue
+        v = values[0]
+        v = v.lower() if isinstance(v, str) else v
+        if v is True or v is False:
+            continue
+        if v in _TRUE:
+            params[key] = (True,)
+        elif v in _FALSE:
+            params[key] = (False,)
+    return type(spec)(spec.name, params)
+
+
 def parse_pipeline(text: str) -> list[ModulePass]:
     """Parse ``a,b{opt=1 other=x}`` into pass instances; raise :class:`PipelineError`."""
     if not text.strip():
@@ -281,6 +307,7 @@ def parse_pipeline(text: str) -> list[ModulePass]:
         if spec.name not in passes:
             raise PipelineError(_unknown_pass_message(spec.name, passes))
         cls = passes[spec.name]()
+        spec = _booleans(spec, cls)
         try:
             result.append(cls.from_pass_spec(spec))
         except (ValueError, TypeError) as err:

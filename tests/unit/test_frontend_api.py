@@ -210,7 +210,9 @@ def test_tp_mlp_example_runs(capsys) -> None:
 
     path = Path(__file__).resolve().parents[2] / "examples" / "tp_mlp.py"
     main = runpy.run_path(str(path))["main"]
-    assert main(["--world", "2"]) == 0
+    # The example runs the default pipeline (which leaves its small shapes unfused, see
+    # tests/unit/test_everyday_use.py); forced, fc2's matmul and the all_reduce fuse.
+    assert main(["--world", "2", "--pipeline", "default{force=true}"]) == 0
     out = capsys.readouterr().out
     assert '{pk.name = "x"}' in out and 'pk.kernel "matmul_all_reduce"' in out and "world = 2" in out
     assert "remark: [pk.kernel] fused mm+all_reduce" in out

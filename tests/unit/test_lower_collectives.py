@@ -53,6 +53,7 @@ def lowering(options: str, tiles: tuple[int, int]):
     at most a x b tiles per chunk (tile = ceil(rows / a) x ceil(cols / b)), 0 = default."""
     def transform(module: ModuleOp) -> None:
         opts = [options] if options else []
+        opts.append("keep-single-rank=true")  # W = 1 lowers too (the default removes it)
         if tiles != (0, 0):
             op = next(o for o in module.walk() if isinstance(o, g.COLLECTIVE_OPS))
             lay = layout_of(op)

@@ -174,12 +174,13 @@ def test_few_tiles_need_few_sms_but_the_grid_minimum_holds():
 
 
 def test_one_rank_has_no_peer_traffic():
-    _, kern = _lowered("lower-collectives,sm-partition", world=1)
+    _, kern = _lowered("lower-collectives{keep-single-rank=true},sm-partition", world=1)
     assert sms(kern) == {"communicate": [8]}
     assert remarks_of(kern)[-1].endswith("no peer traffic (one rank)")
 
 
 def test_sm_partition_keeps_meaning():
-    check_transform(lambda W: _lowered("lower-collectives{all_reduce=two_shot}", (6, 10), W)[0],
+    check_transform(lambda W: _lowered("lower-collectives{all_reduce=two_shot keep-single-rank=true}",
+                                       (6, 10), W)[0],
                     lambda m: parse_pipeline("sm-partition")[0].apply(make_context(), m),
                     (1, 2, 4), exact=True)
