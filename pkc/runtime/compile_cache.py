@@ -10,7 +10,8 @@ kernels have their own image cache (:mod:`pkc.runtime.cache`) and the torch prog
 Inductor's (its FX graph cache).
 
 Folder: ``$PKC_COMPILE_CACHE_DIR``, else ``$PKC_CACHE_DIR/graphs``, else
-``~/.cache/pkc/graphs``. ``PKC_COMPILE_CACHE=0`` turns it off.
+``~/.cache/pkc/graphs``. ``PKC_COMPILE_CACHE=0`` turns it off; ``PKC_COMPILE_CACHE_VERSION``
+pins the sources part of the key.
 """
 
 from __future__ import annotations
@@ -46,7 +47,12 @@ def cache_root() -> Path:
 
 
 def _sources_digest() -> str:
-    """pkc's Python sources, hashed once per process (a few ms)."""
+    """pkc's Python sources, hashed once per process (a few ms); ``$PKC_COMPILE_CACHE_VERSION``
+    replaces the hash by a fixed string (an install whose sources never change; tests in a
+    tree that others edit meanwhile)."""
+    pinned = os.environ.get("PKC_COMPILE_CACHE_VERSION")
+    if pinned:
+        return f"pinned:{pinned}"
     if not _SOURCES_DIGEST:
         h = hashlib.sha256()
         base = Path(__file__).resolve().parent.parent   # the pkc package (not imported: no cycle)
