@@ -46,7 +46,7 @@ from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.fused_tuning import fused_gemm_config, rs_into_output
-from pkc.target.gemm_tuning import VARIANTS
+from pkc.target.gemm_tuning import VARIANTS, check_variant
 from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
@@ -97,9 +97,7 @@ class ScheduleFused(ModulePass):
 
     def __post_init__(self):
         get_target(self.target)
-        if self.variant and self.variant not in VARIANTS:
-            raise ValueError(f"schedule-fused: unknown variant {self.variant!r}; known: "
-                             f"{', '.join(VARIANTS)}")
+        check_variant("schedule-fused", self.variant)
 
     def apply(self, ctx, module: ModuleOp) -> None:
         for kop in [o for o in module.walk() if isinstance(o, k.KernelOp)]:

@@ -37,7 +37,7 @@ from pkc.dialects.types import BufferType
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, set_plan
-from pkc.target.gemm_tuning import VARIANTS, choose_config
+from pkc.target.gemm_tuning import VARIANTS, check_variant, choose_config
 from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
@@ -75,9 +75,7 @@ class ScheduleMatmul(ModulePass):
 
     def __post_init__(self):
         get_target(self.target)
-        if self.variant and self.variant not in VARIANTS:
-            raise ValueError(f"schedule-matmul: unknown variant {self.variant!r}; known: "
-                             f"{', '.join(VARIANTS)}")
+        check_variant("schedule-matmul", self.variant)
 
     def apply(self, ctx, module: ModuleOp) -> None:
         num_sms = get_target(self.target).num_sms

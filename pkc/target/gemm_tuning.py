@@ -217,3 +217,10 @@ def choose_config(M: int, N: int, K: int, dtype: str = "bf16", b_layout: str = "
         if best_cost is None or cost < best_cost * 0.98:
             best, best_cost = c, cost
     return best.with_(dtype=dtype, b_layout=b_layout)
+
+
+def check_variant(owner: str, variant: str) -> None:
+    """``variant`` is empty (let the tuning table choose) or a name of :data:`VARIANTS`;
+    otherwise a ValueError naming ``owner`` (the pass) and the known names."""
+    if variant and variant not in VARIANTS:
+        raise ValueError(f"{owner}: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
