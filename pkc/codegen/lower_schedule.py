@@ -171,6 +171,21 @@ def _tiles(sched: s.ScheduleOp) -> int:
     return 1 << 30
 
 
+def select_b64(L: Lowering, values: list[SSAValue], index: SSAValue, what: str) -> SSAValue:
+    """``values[index]`` for a rank / map index: the value itself when ``index`` is a
+    constant (an error naming ``what`` when out of range), else a chain of ``selp``."""
+    k = _const(index)
+    if k is not None:
+        if not 0 <= k < len(values):
+            raise CodegenError(f"{what}: index {k} of {len(values)}")
+        return values[k]
+    b, i = L.b, L.v(index)
+    sel = values[0]
+    for j in range(1, len(values)):
+        sel = b.selp("b64", values[j], sel, b.setp("eq", "u32", i, j))
+    return sel
+
+
 def _const(v: SSAValue) -> int | None:
     op = v.owner
     if isinstance(op, arith.ConstantOp):

@@ -36,7 +36,7 @@ from pkc.codegen import ptx, ptx_sm90
 from pkc.codegen.abi import CommBufferArg, CommLaunch, ScheduledKernelMeta, _ident
 from pkc.codegen.builder import Builder
 from pkc.codegen.errors import CodegenError
-from pkc.codegen.lower_schedule import EXTRA_LOWERINGS, KERNEL_LOWERINGS, Lowering, _block
+from pkc.codegen.lower_schedule import EXTRA_LOWERINGS, KERNEL_LOWERINGS, Lowering, _block, select_b64
 from pkc.codegen.ptx_comm import EpochWaitOp, LdV4Op, LlPollOp, StV4Op, Unpack16x2Op
 from pkc.dialects import schedule_comm as c
 from pkc.dialects.kernel import AllocOp, KernelOp
@@ -168,23 +168,12 @@ def _const(v: SSAValue) -> int | None:
 
 
 def _ptr(L: Lowering, op: c.BufferPtrOp) -> None:
-    st, b = _comm(L), L.b
+    st = _comm(L)
     buf = op.buffer
     if op.peer is None:
         L.vals[op.result] = st.own[buf] if buf in st.own else L.buffers[buf]
         return
-    peers = st.peers[buf]
-    k = _const(op.peer)
-    if k is not None:
-        if not 0 <= k < len(peers):
-            raise CodegenError(f"'pks.ptr': rank {k} of a {len(peers)}-rank world")
-        L.vals[op.result] = peers[k]
-        return
-    d = L.v(op.peer)
-    base = peers[0]
-    for i in range(1, len(peers)):
-        base = b.selp("b64", peers[i], base, b.setp("eq", "u32", d, i))
-    L.vals[op.result] = base
+    L.vals[op.result] = select_b64(L, st.peers[buf], op.peer, "'pks.ptr' peer rank")
 
 
 def _vec_addr(L: Lowering, ptr: SSAValue, index: SSAValue, offset: SSAValue | None) -> SSAValue:

@@ -25,7 +25,7 @@ from pkc.codegen import ptx, ptx_sm90
 from pkc.codegen.abi import CommBufferArg, FusedLaunch, ScheduledKernelMeta, TmapArg
 from pkc.codegen.errors import CodegenError
 from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, TMAP_ARGS, Lowering,
-                                        lower_tile_loop, lower_tma_kernel)
+                                        lower_tile_loop, lower_tma_kernel, select_b64)
 from pkc.codegen.lower_schedule_comm import CommState
 from pkc.dialects import schedule_fused as f
 from pkc.dialects.kernel import AllocOp, KernelOp
@@ -110,19 +110,7 @@ def _peer_tmap_arg(op: f.PeerTmapOp, args) -> TmapArg:
 
 
 def _tmap_select(L: Lowering, op: f.TmapSelectOp) -> None:
-    b = L.b
-    maps = [L.v(m) for m in op.tmaps]
-    k = _const(op.index)
-    if k is not None:
-        if not 0 <= k < len(maps):
-            raise CodegenError(f"'pks.tmap_select': index {k} of {len(maps)} maps")
-        L.vals[op.result] = maps[k]
-        return
-    idx = L.v(op.index)
-    sel = maps[0]
-    for i in range(1, len(maps)):
-        sel = b.selp("b64", maps[i], sel, b.setp("eq", "u32", idx, i))
-    L.vals[op.result] = sel
+    L.vals[op.result] = select_b64(L, [L.v(m) for m in op.tmaps], op.index, "'pks.tmap_select'")
 
 
 def _chunk_tile_loop(L: Lowering, op: f.ChunkTileLoopOp) -> None:
