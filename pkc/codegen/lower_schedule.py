@@ -63,6 +63,7 @@ class Lowering:
     bar_base: dict[SSAValue, SSAValue] = field(default_factory=dict)
     geo: dict[str, SSAValue] = field(default_factory=dict)
     roles_seen: int = 0         # warpgroups taken by the roles lowered so far (in order)
+    target: str = "sm_90a"
 
     def v(self, x: SSAValue) -> SSAValue:
         try:
@@ -103,6 +104,13 @@ EXTRA_LOWERINGS: dict = {}
 KERNEL_LOWERINGS: list = []
 
 
+# Per-target lowerings (pkc.codegen.lower_schedule_tcgen05 registers "sm_100a"): an object
+# with ``ops`` ({op class: fn(L, op)}, consulted before the common table), ``check(sched)``
+# (refuses a schedule the target cannot run), ``setup(L, smem_bytes) -> smem_bytes`` (after
+# the mbarriers are initialized) and ``finish(L)`` (after the roles)
+TARGET_LOWERINGS: dict = {}
+
+
 # Top-level ops that make a by-value tensor map parameter: {op class: fn(op, kernel block
 # arguments) -> TmapArg} (pkc.codegen.lower_schedule_fused adds the peers' maps)
 TMAP_ARGS: dict = {
@@ -125,11 +133,16 @@ def lower_tma_kernel(kop: KernelOp, target: str, entry_name: str, extend=None
     """A kernel of tensor maps, buffers and a ``pks.schedule`` (the GEMM's shape of entry).
     ``extend`` (a fused kernel's): ``extend.meta(meta)`` adds to the metadata before the
     entry is made, ``extend.bind(L, params)`` takes the parameters after the buffers."""
-    if target not in ("sm_90a",):
+    hooks = TARGET_LOWERINGS.get(target)
+    if target != "sm_90a" and hooks is None:
         raise CodegenError(f"kernel @{kop.kernel_name.data}: the schedule level lowers to sm_90a "
-                           f"only so far (asked for {target})")
+                           f"and sm_100a (asked for {target})")
     sched = kop.schedule()
     assert sched is not None
+    if hooks is not None:
+        hooks.check(kop, sched)
+    else:
+        _check_sm90(kop, sched)
     args = list(kop.block.args)
     tmap_ops = [op for op in kop.block.ops if type(op) in TMAP_ARGS]
     meta = ScheduledKernelMeta(
@@ -142,7 +155,7 @@ def lower_tma_kernel(kop: KernelOp, target: str, entry_name: str, extend=None
                         cluster=sched.cluster.data if sched.cluster.data > 1 else None,
                         minnctapersm=1, smem_align=SMEM_ALIGN)
     params = list(entry.block.args)
-    L = Lowering(Builder(entry.block), sched)
+    L = Lowering(Builder(entry.block), sched, target=target)
     for t, reg in zip(tmap_ops, params[:len(tmap_ops)]):
         L.tmaps[t.result] = reg
         L.vals[t.result] = reg
@@ -152,13 +165,27 @@ def lower_tma_kernel(kop: KernelOp, target: str, entry_name: str, extend=None
     if extend is not None:
         extend.bind(L, params[len(tmap_ops) + len(args):])
     meta.smem_bytes = _setup(L)
+    if hooks is not None:
+        meta.smem_bytes = hooks.setup(L, meta.smem_bytes)
     entry.attributes["smem_bytes"] = entry.smem_bytes.__class__(meta.smem_bytes)
     _block(L, sched.block)
+    if hooks is not None:
+        hooks.finish(L)
     if sched.cluster.data > 1:
         # peers may still arrive on our barriers / multicast into our smem: leave together
         L.b.add(ptx_sm90.ClusterBarrierOp())
     entry.block.add_op(ptx.YieldOp())
     return entry, meta
+
+
+def _check_sm90(kop: KernelOp, sched: s.ScheduleOp) -> None:
+    """wgmma accumulates in each warpgroup's registers: no CTA accumulator."""
+    for op in sched.block.ops:
+        if isinstance(op, s.AccAllocOp):
+            raise CodegenError(f"kernel @{kop.kernel_name.data}: a CTA accumulator (pks.acc_alloc "
+                               "at the top of the schedule: tensor memory) needs sm_100a; sm_90a's "
+                               "wgmma accumulates in a role's registers (schedule-matmul with an "
+                               "sm_90a target builds that form)")
 
 
 def _tiles(sched: s.ScheduleOp) -> int:
@@ -274,9 +301,11 @@ def _roles(L: Lowering, roles: list[s.RoleOp]) -> None:
 
 
 def _op(L: Lowering, op: Operation) -> None:
-    fn = _LOWERINGS.get(type(op)) or EXTRA_LOWERINGS.get(type(op))
+    hooks = TARGET_LOWERINGS.get(L.target)
+    fn = hooks.ops.get(type(op)) if hooks is not None else None
+    fn = fn or _LOWERINGS.get(type(op)) or EXTRA_LOWERINGS.get(type(op))
     if fn is None:
-        raise CodegenError(f"lower-schedule: no sm_90a lowering for '{op.name}'")
+        raise CodegenError(f"lower-schedule: no {L.target} lowering for '{op.name}'")
     fn(L, op)
 
 
@@ -315,6 +344,8 @@ def _thread_values(L: Lowering, scope: Operation) -> None:
     b = L.b
     L.geo["lane_in_wg"] = b.bin("and", "b32", L.tid, 127)
     L.geo["lead"] = b.setp("eq", "u32", L.geo["lane_in_wg"], 0)
+    if L.target != "sm_90a":
+        return              # wgmma's fragment geometry; tensor memory has its own
     widths = {o.width.data for o in scope.walk() if isinstance(o, s.AccStoreSmemOp)}
     if widths or any(isinstance(o, s.AccStoreGlobalOp) for o in scope.walk()):
         thread_geometry(L, widths)
@@ -374,8 +405,8 @@ def lower_tile_loop(L: Lowering, op, chunks: int = 1) -> None:
         m0, n0, *args = op.block.args
         L.vals[m0] = b.mul32(mb, bm)
         L.vals[n0] = b.mul32(nb, bn)
-        if chunks > 1:
-            L.vals[args[0]] = chunk
+        if hasattr(op, "chunks"):       # pks.chunk_tile_loop: the chunk (0 of 1 chunk)
+            L.vals[args[0]] = chunk if chunks > 1 else b.u32(0)
             args = args[1:]
         for a, c in zip(args, carried):
             L.vals[a] = c
@@ -539,3 +570,6 @@ _LOWERINGS = {
 
 from pkc.codegen import lower_schedule_comm  # noqa: E402,F401  (registers its lowerings)
 from pkc.codegen import lower_schedule_fused  # noqa: E402,F401  (registers its lowerings)
+from pkc.codegen import lower_schedule_tcgen05  # noqa: E402,F401  (registers sm_100a)
+from pkc.codegen import lower_schedule_ag  # noqa: E402,F401  (registers its lowerings)
+from pkc.codegen import lower_schedule_moe  # noqa: E402,F401  (registers its lowerings)

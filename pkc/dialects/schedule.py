@@ -63,6 +63,8 @@ MAX_SMEM = 232448            # dynamic shared memory per CTA on sm_90 / sm_100 (
 class RoleKind(Enum):
     PRODUCER = "producer"
     CONSUMER = "consumer"
+    MMA = "mma"              # issues the MMAs of an accumulator the epilogue role reads
+    EPILOGUE = "epilogue"    # reads a shared (tensor-memory) accumulator and stores it
 
 
 class BMajor(Enum):
@@ -223,6 +225,11 @@ class AccType(ParametrizedAttribute, TypeAttribute):
             raise VerifyException(f"!pks.acc<{r}x{c}>: rows must be 64 or 128 per warpgroup")
         if c % 8 or not 8 <= c <= 256:
             raise VerifyException(f"!pks.acc<{r}x{c}>: cols must be a multiple of 8 in 8..256")
+
+    def check_registers(self) -> None:
+        """A warpgroup's accumulator in registers (an ``acc_alloc`` inside a role) holds
+        ``rows / 64 * cols / 2`` f32 registers per thread: at most 128."""
+        r, c = self.rows.data, self.cols.data
         if r // 64 * c // 2 > 128:
             raise VerifyException(f"!pks.acc<{r}x{c}>: {r // 64 * c // 2} f32 registers per "
                                   "thread (at most 128)")
@@ -608,15 +615,63 @@ class BulkWaitOp(IRDLOperation):
 # Compute
 
 
+TMEM_COLUMNS = 512          # tensor memory per CTA on sm_100: 128 lanes x 512 32-bit columns
+
+
 @irdl_op_definition
 class AccAllocOp(IRDLOperation):
-    """This warpgroup's accumulator (registers; contents undefined until an MMA writes)."""
+    """An accumulator; contents undefined until an MMA writes. Inside a ``pks.role``: the
+    warpgroup's own (registers, wgmma on sm_90a). At the top of a ``pks.schedule``: one
+    accumulator of the CTA, which one role's MMAs write and another role reads (tensor
+    memory on sm_100a: ``rows`` lanes x ``cols`` 32-bit columns, allocated before the roles
+    start and freed after they end); all of them together at most 512 columns."""
 
     name = "pks.acc_alloc"
     result = result_def(AccType)
 
     def __init__(self, rows: int, cols: int):
         super().__init__(result_types=[AccType(rows, cols)])
+
+    def verify_(self) -> None:
+        parent = self.parent_op()
+        if isinstance(parent, ScheduleOp):
+            if self.result.type.rows.data != 128:
+                _fail(self.name, f"a CTA accumulator has 128 rows (tensor-memory lanes), got "
+                      f"{self.result.type.rows.data}")
+            cols = sum(o.result.type.cols.data for o in parent.block.ops
+                       if isinstance(o, AccAllocOp))
+            if cols > TMEM_COLUMNS:
+                _fail(self.name, f"the CTA accumulators take {cols} columns of tensor memory "
+                      f"(at most {TMEM_COLUMNS})")
+        else:
+            try:
+                self.result.type.check_registers()
+            except VerifyException as e:
+                _fail(self.name, str(e))
+
+
+@irdl_op_definition
+class AccSelectOp(IRDLOperation):
+    """Accumulator ``index`` of ``accs`` (CTA accumulators of one type: a ring the MMA role
+    fills while the epilogue role drains another)."""
+
+    name = "pks.acc_select"
+    index = operand_def(i32)
+    accs = var_operand_def(AccType)
+    result = result_def(AccType)
+
+    def __init__(self, index: SSAValue, accs: Sequence[SSAValue]):
+        super().__init__(operands=[index, list(accs)], result_types=[accs[0].type])
+
+    def verify_(self) -> None:
+        if not self.accs:
+            _fail(self.name, "needs at least one accumulator")
+        for a in self.accs:
+            if a.type != self.result.type:
+                _fail(self.name, f"accumulators of different types ({a.type} vs {self.result.type})")
+            if not isinstance(a.owner, AccAllocOp) or not isinstance(a.owner.parent_op(), ScheduleOp):
+                _fail(self.name, "selects among CTA accumulators (pks.acc_alloc at the top of "
+                      "the pks.schedule)")
 
 
 @irdl_op_definition
@@ -666,6 +721,21 @@ class MmaCommitOp(IRDLOperation):
 
     def __init__(self):
         super().__init__()
+
+
+@irdl_op_definition
+class MmaCommitArriveOp(IRDLOperation):
+    """Close the group of MMAs this thread issued since the last commit and arrive once on
+    mbarrier ``index`` of ``bars`` when all of them have completed (their shared-memory
+    operands may then be overwritten, their accumulator read). Lowered to
+    ``tcgen05.commit`` (sm_100a)."""
+
+    name = "pks.mma_commit_arrive"
+    bars = operand_def(MbarriersType)
+    index = operand_def(i32)
+
+    def __init__(self, bars: SSAValue, index: SSAValue):
+        super().__init__(operands=[bars, index])
 
 
 @irdl_op_definition
@@ -737,7 +807,7 @@ SCHEDULE_OPS = [
     YieldOp, ScheduleOp, RoleOp, WarpgroupIndexOp, ClusterRankOp, TileLoopOp, TmapOp, SmemAllocOp,
     MbarrierAllocOp, MbarrierWaitOp, MbarrierArriveOp, WarpgroupBarrierOp, FenceAsyncSharedOp,
     ClusterSyncOp, TmaLoadOp, TmaPrefetchOp, TmaStoreOp, BulkCommitOp, BulkWaitOp, AccAllocOp, MmaAsyncOp,
-    MmaCommitOp, MmaWaitOp, AccStoreSmemOp, AccStoreGlobalOp,
+    MmaCommitOp, MmaWaitOp, AccStoreSmemOp, AccStoreGlobalOp, AccSelectOp, MmaCommitArriveOp,
 ]
 SCHEDULE_TYPES = [TmapType, SmemType, MbarriersType, AccType]
 

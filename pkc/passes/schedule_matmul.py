@@ -35,9 +35,11 @@ from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects.types import BufferType
 from pkc.passes.gemm_schedule import build_gemm
+from pkc.passes.gemm_schedule_tmem import build_gemm_tmem
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, set_plan
 from pkc.target.gemm_tuning import VARIANTS, check_variant, choose_config
+from pkc.target.gemm_tuning_sm100 import choose_tmem_config
 from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
@@ -78,13 +80,24 @@ class ScheduleMatmul(ModulePass):
         check_variant("schedule-matmul", self.variant)
 
     def apply(self, ctx, module: ModuleOp) -> None:
-        num_sms = get_target(self.target).num_sms
+        target = get_target(self.target)
+        num_sms = target.num_sms
+        # a target whose MMA accumulates in tensor memory (sm_100a) gets the GEMM whose
+        # MMA and epilogue roles share CTA accumulators (gemm_schedule_tmem)
+        tmem = target.sm_arch == "sm_100a"
+        if tmem and self.variant:
+            raise ValueError(f"schedule-matmul: variant={self.variant} names a wgmma tile; "
+                             f"target {self.target} ({target.sm_arch}) builds the tensor-memory "
+                             "GEMM, whose tile is chosen by gemm_tuning_sm100")
         for op in [o for o in module.walk() if isinstance(o, g.MatmulOp)]:
             reason = why_not(op)
             if reason:
                 add_remark(op, f"matmul left to the graph level: {reason}")
                 continue
-            _schedule(op, num_sms, self.variant)
+            if tmem:
+                _schedule_tmem(op, num_sms)
+            else:
+                _schedule(op, num_sms, self.variant)
 
 
 def _schedule(op: g.MatmulOp, num_sms: int, variant: str) -> None:
@@ -118,4 +131,35 @@ def _schedule(op: g.MatmulOp, num_sms: int, variant: str) -> None:
                f"({tiles} tiles over {num_sms} SMs, B read as "
                f"{'[N, K]' if layout == 'nk' else '[K, N]'})")
     kop.location = op.location      # remarks and errors point at the user's matmul
+    Rewriter.replace_op(op, kop)
+
+
+def _operands(op: g.MatmulOp):
+    """(A, B as the kernel reads it, its layout, M, N, K, dtype)."""
+    a, rhs = op.lhs, op.rhs
+    M, K = a.type.get_shape()
+    N = rhs.type.get_shape()[1]
+    src = rhs.owner
+    if isinstance(src, g.TransposeOp) and len(src.input.type.get_shape()) == 2:
+        return a, src.input, "nk", M, N, K, _dtype(a.type)
+    return a, rhs, "kn", M, N, K, _dtype(a.type)
+
+
+def _schedule_tmem(op: g.MatmulOp, num_sms: int) -> None:
+    a, b_val, layout, M, N, K, dt = _operands(op)
+    cfg = choose_tmem_config(M, N, K, dt, layout, num_sms)
+    arg_types = [BufferType(t.get_shape(), t.element_type) for t in (a.type, b_val.type, op.result.type)]
+    block = Block(arg_types=arg_types)
+    A, B, C = block.args
+    build_gemm_tmem(block, A, B, C, M, N, K, cfg)
+    block.add_op(k.YieldOp())
+    kop = k.KernelOp("matmul", 1, [a, b_val], [op.result.type], Region(block))
+    set_plan(kop, pattern="gemm", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages, consumers=1,
+             cluster=1, epilogue="global", b_layout=layout, group_m=cfg.group_m,
+             acc="tmem", acc_bufs=cfg.acc_bufs)
+    tiles = -(-M // cfg.bm) * -(-N // cfg.bn)
+    add_remark(kop, f"scheduled GEMM {M}x{N}x{K} {dt}: {cfg.tag()} ({tiles} tiles over "
+               f"{num_sms} SMs, accumulators in tensor memory, MMA and epilogue roles "
+               f"overlapping; B read as {'[N, K]' if layout == 'nk' else '[K, N]'})")
+    kop.location = op.location
     Rewriter.replace_op(op, kop)

@@ -39,8 +39,11 @@ def test_types_reject_bad_boxes_swizzles_and_accumulators():
         s.TmapType("bf16", [64, 512], 128).verify()
     with pytest.raises(VerifyException, match="rows must be 64 or 128"):
         s.AccType(96, 64).verify()
+    role = s.RoleOp(s.RoleKind.CONSUMER, 1, 1, 0)    # a warpgroup's register accumulator
+    acc = s.AccAllocOp(128, 256)
+    role.block.add_ops([acc, s.YieldOp()])
     with pytest.raises(VerifyException, match="registers per thread"):
-        s.AccType(128, 256).verify()
+        acc.verify()
 
 
 def test_role_and_schedule_verifiers_name_the_op():

@@ -1,0 +1,282 @@
+"""The schedule level's MMA and accumulator ops on sm_100a: ``tcgen05`` with the
+accumulators in tensor memory (the ops: :mod:`pkc.codegen.ptx_sm100`).
+
+Registered as the ``sm_100a`` entry of
+:data:`pkc.codegen.lower_schedule.TARGET_LOWERINGS`; every other op lowers as for sm_90a
+(TMA, mbarriers, roles, the tile loop are the same instructions on both).
+
+* CTA accumulators (``pks.acc_alloc`` at the top of the schedule): after the mbarriers are
+  initialized, warp 0 allocates their columns (the sum rounded up to a power of two, at
+  least 32: PTX ISA 9.7.16.7.1) and gives the allocation permit back; the address goes
+  through shared memory to every thread (fence / ``bar.sync`` / fence, 9.7.16.6.4).
+  Accumulator i starts at column ``sum of the earlier ones' columns``. After the roles,
+  every thread meets again and warp 0 frees the columns.
+* ``pks.acc_select``: the address of accumulator ``index`` (they follow each other).
+* ``pks.mma_async``: one 64-deep k-block as 4 ``tcgen05.mma.cta_group::1.kind::f16`` of
+  K = 16, M = 128 (the accumulator's lanes), N = its columns; the shared-memory
+  descriptors advance 32 bytes along K inside the 128-byte swizzle row (K-major) or 16
+  rows of 128 bytes (MN-major B), as for wgmma. Only a ``single_thread`` role issues it.
+* ``pks.mma_commit_arrive``: ``tcgen05.commit`` on the mbarrier.
+* ``pks.acc_store_global``: thread t of the warpgroup owns row t (tensor-memory lane t;
+  warp w of a warpgroup reaches lanes 32w..32w+31), 32 columns at a time
+  (``tcgen05.ld.32x32b.x32``, ``tcgen05.wait::ld``), rounded in pairs and stored 16 bytes
+  at a time, clipped at M and N (N is a multiple of 8).
+* Waits and arrivals in a role that touches tensor memory get the tcgen05 fences that order
+  its MMAs / loads against the thread synchronization (after a wait, before an arrival).
+
+Not lowered here (a clear error): the per-warpgroup (wgmma-form) accumulator, ``pks.mma_wait``
+(tcgen05 completes through mbarriers), ``pks.acc_store_smem`` (the TMA epilogue), clusters.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pkc.codegen import ptx, ptx_comm, ptx_sm90
+from pkc.codegen import ptx_sm100 as t5
+from pkc.codegen.errors import CodegenError
+from pkc.dialects import schedule as s
+
+if TYPE_CHECKING:
+    from pkc.codegen.lower_schedule import Lowering
+
+BK = 64
+ROW_BYTES = 128
+LD_COLUMNS = 32                 # columns per tcgen05.ld in the epilogue
+
+
+def _tmem_accs(sched: s.ScheduleOp) -> list[s.AccAllocOp]:
+    return [op for op in sched.block.ops if isinstance(op, s.AccAllocOp)]
+
+
+def alloc_columns(cols: int) -> int:
+    """Columns to allocate for ``cols``: a power of two, at least 32."""
+    n = 32
+    while n < cols:
+        n *= 2
+    return n
+
+
+class Tcgen05Lowering:
+    """The sm_100a hooks of :func:`pkc.codegen.lower_schedule.lower_tma_kernel`."""
+
+    def check(self, kop, sched: s.ScheduleOp) -> None:
+        name = f"kernel @{kop.kernel_name.data}"
+        if sched.cluster.data > 1:
+            raise CodegenError(f"{name}: clusters (cta_group::2, multicast) are not lowered to "
+                               "sm_100a yet")
+        for op in sched.walk():
+            if isinstance(op, s.AccAllocOp) and not isinstance(op.parent_op(), s.ScheduleOp):
+                raise CodegenError(f"{name}: a warpgroup's register accumulator (pks.acc_alloc "
+                                   "inside a pks.role, the wgmma form) has no sm_100a lowering; "
+                                   "build the schedule for an sm_100a target (schedule-matmul"
+                                   "{target=b200}), whose accumulators live in tensor memory")
+        cols = sum(a.result.type.cols.data for a in _tmem_accs(sched))
+        if cols > t5.TMEM_COLUMNS:
+            raise CodegenError(f"{name}: accumulators of {cols} columns (tensor memory has "
+                               f"{t5.TMEM_COLUMNS})")
+
+    def setup(self, L: "Lowering", smem_bytes: int) -> int:
+        accs = _tmem_accs(L.sched)
+        if not accs:
+            return smem_bytes
+        b = L.b
+        cols = sum(a.result.type.cols.data for a in accs)
+        ncols = alloc_columns(cols)
+        slot = b.add32(L.sbase, smem_bytes - 1024)     # after the mbarriers (16 bytes)
+        warp = b.bin("shr", "u32", L.tid, 5)
+        with b.if_(b.setp("eq", "u32", warp, 0)):
+            b.add(t5.Tcgen05AllocOp(slot, ncols))
+            b.add(t5.Tcgen05RelinquishOp())
+        b.add(t5.Tcgen05FenceOp("before"))
+        b.bar()
+        b.add(t5.Tcgen05FenceOp("after"))
+        # the address is read from shared memory where it is used, not kept in a register
+        # across the roles (a producer that gave its registers back would spill it)
+        L.geo["tmem_slot"] = smem_bytes - 1024
+        L.geo["tmem_ncols"] = ncols
+        col = 0
+        for a in accs:
+            L.geo[f"tmem_col_{id(a.result)}"] = col
+            col += a.result.type.cols.data
+        return smem_bytes + 16
+
+    def finish(self, L: "Lowering") -> None:
+        if "tmem_slot" not in L.geo:
+            return
+        b = L.b
+        # every role is done with tensor memory (the epilogue waited for the last MMAs)
+        b.add(t5.Tcgen05FenceOp("before"))
+        b.bar()
+        b.add(t5.Tcgen05FenceOp("after"))
+        warp = b.bin("shr", "u32", L.tid, 5)
+        with b.if_(b.setp("eq", "u32", warp, 0)):
+            base = b.ld("shared", "b32", b.add32(L.sbase, L.geo["tmem_slot"]))
+            b.add(t5.Tcgen05DeallocOp(base, L.geo["tmem_ncols"]))
+
+    @property
+    def ops(self) -> dict:
+        return _OPS
+
+
+def _uses_tmem(L: "Lowering") -> bool:
+    role = L.role
+    if role is None:
+        return False
+    key = ("uses_tmem", id(role))
+    if key not in L.geo:
+        L.geo[key] = any(isinstance(o, (s.MmaAsyncOp, s.AccStoreGlobalOp, s.MmaCommitArriveOp))
+                         for o in role.walk())
+    return L.geo[key]
+
+
+def _tmem(L: "Lowering", acc) -> object:
+    """The tensor-memory address of an accumulator value (a CTA accumulator: its
+    allocation's base, read from shared memory, plus its first column)."""
+    if acc in L.vals:
+        return L.vals[acc]
+    key = f"tmem_col_{id(acc)}"
+    if key not in L.geo:
+        raise CodegenError(f"lower-schedule: accumulator {acc} is not a CTA accumulator")
+    b = L.b
+    base = b.ld("shared", "b32", b.add32(L.sbase, L.geo["tmem_slot"]))
+    col = L.geo[key]
+    return b.add32(base, col) if col else base
+
+
+def _acc_alloc(L: "Lowering", op: s.AccAllocOp) -> None:
+    """Placed by :meth:`Tcgen05Lowering.setup` (the check refused any other kind)."""
+
+
+def _acc_select(L: "Lowering", op: s.AccSelectOp) -> None:
+    b = L.b
+    accs = list(op.accs)
+    cols = op.result.type.cols.data
+    first = L.geo[f"tmem_col_{id(accs[0])}"]
+    consecutive = all(L.geo[f"tmem_col_{id(a)}"] == first + i * cols for i, a in enumerate(accs))
+    if consecutive:
+        L.vals[op.result] = b.r(ptx.FmaOp(L.v(op.index), b.u32(cols), _tmem(L, accs[0]), "u32",
+                                          "mad.lo"))
+        return
+    sel = _tmem(L, accs[0])
+    for j in range(1, len(accs)):
+        sel = b.selp("b32", _tmem(L, accs[j]), sel, b.setp("eq", "u32", L.v(op.index), j))
+    L.vals[op.result] = sel
+
+
+def _desc(L: "Lowering", addr, hi: int):
+    b = L.b
+    d = b.cvt("u64", "u32", addr)
+    d = b.bin("shr", "u64", d, b.imm(4, "u32"))
+    return b.bin("or", "b64", d, b.imm(hi, "b64"))
+
+
+def _single_thread(L: "Lowering", op) -> None:
+    if L.role is None or L.role.single_thread is None:
+        raise CodegenError(f"{op.name}: tcgen05 MMAs are issued by one thread; put it in a "
+                           "pks.role with single_thread (sm_100a)")
+
+
+def _mma(L: "Lowering", op: s.MmaAsyncOp) -> None:
+    _single_thread(L, op)
+    b = L.b
+    acc = op.acc.type
+    m, n = acc.rows.data, acc.cols.data
+    n_major = op.b_major.data == "n"
+    try:
+        idesc_val = t5.instr_desc_f16(op.dtype.data, m, n, False, n_major)
+    except ValueError as e:
+        raise CodegenError(f"{op.name} on !pks.acc<{m}x{n}>: {e}") from None
+    d = _tmem(L, op.acc)
+    a_addr = L.slot_addr(op.a, op.a_slot, b.mul32(L.v(op.a_row), ROW_BYTES))
+    b_addr = L.slot_addr(op.b, op.b_slot)
+    da = _desc(L, a_addr, t5.DESC_KMAJOR)
+    db = _desc(L, b_addr, t5.DESC_MNMAJOR if n_major else t5.DESC_KMAJOR)
+    idesc = b.u32(idesc_val)
+    always = b.setp("eq", "u32", idesc, idesc)
+    for k in range(BK // 16):
+        boff = k * 16 * ROW_BYTES if n_major else k * 32
+        dak = b.bin("add", "s64", da, (k * 32) >> 4) if k else da
+        dbk = b.bin("add", "s64", db, boff >> 4) if boff else db
+        b.add(t5.Tcgen05MmaOp(d, dak, dbk, idesc, L.v(op.accumulate) if k == 0 else always))
+
+
+def _commit_arrive(L: "Lowering", op: s.MmaCommitArriveOp) -> None:
+    _single_thread(L, op)
+    L.b.add(t5.Tcgen05CommitOp(L.bar_addr(op.bars, op.index)))
+
+
+def _no_wait(L: "Lowering", op) -> None:
+    raise CodegenError(f"{op.name}: tcgen05 MMAs complete through mbarriers on sm_100a; use "
+                       "pks.mma_commit_arrive and a pks.mbarrier_wait")
+
+
+def _no_smem_epilogue(L: "Lowering", op) -> None:
+    raise CodegenError(f"{op.name}: the shared-memory (TMA) epilogue from tensor memory is not "
+                       "lowered to sm_100a yet; the tensor-memory GEMM stores with "
+                       "pks.acc_store_global")
+
+
+def _acc_store_global(L: "Lowering", op: s.AccStoreGlobalOp) -> None:
+    b = L.b
+    acc = op.acc.type
+    n = acc.cols.data
+    if acc.rows.data != 128 or L.role is None or L.role.warpgroups.data != 1:
+        raise CodegenError(f"{op.name}: one warpgroup reads a 128-lane accumulator (got "
+                           f"!pks.acc<{acc.rows.data}x{n}> in a role of "
+                           f"{L.role.warpgroups.data if L.role else 0} warpgroups)")
+    t = L.lane_in_wg()                                   # row of the tile = TMEM lane
+    warp = b.bin("shr", "u32", t, 5)
+    taddr = b.add32(_tmem(L, op.acc), b.bin("shl", "b32", warp, 21))     # lane 32w in bits 16+
+    row = b.add32(L.v(op.row), t)
+    rows, cols = L.v(op.rows), L.v(op.cols)
+    prow = b.setp("lt", "u32", row, rows)
+    off = b.bin("mul.wide", "u32", row, cols, "b64")
+    off = b.add64(off, b.cvt("u64", "u32", L.v(op.col)))
+    addr = b.add64(L.v(op.buffer), b.bin("shl", "b64", off, b.imm(1, "u32")))
+    crem = b.bin("sub", "s32", cols, L.v(op.col))        # columns left from the tile's first
+    c = 0
+    while c < n:
+        num = min(LD_COLUMNS, n - c)
+        num = max(x for x in t5.LD_32X32B_NUM if x <= num)
+        vals = list(b.add(t5.Tcgen05LdOp(b.add32(taddr, c) if c else taddr, num)).res)
+        b.add(t5.Tcgen05WaitOp("ld"))
+        packed = [b.r(ptx_sm90.CvtPackOp(op.dtype.data, vals[2 * i], vals[2 * i + 1]))
+                  for i in range(num // 2)]
+        for q in range(0, num // 8):
+            guard = b.pand(b.setp("gt", "s32", crem, c + 8 * q), prow)
+            b.add(ptx_comm.StV4Op(addr, packed[4 * q:4 * q + 4], guard=guard,
+                                  offset=2 * (c + 8 * q)))
+        c += num
+    # the loads are complete (wait::ld): order them before the warpgroup's barrier / arrival
+    b.add(t5.Tcgen05FenceOp("before"))
+
+
+def _mbarrier_wait(L: "Lowering", op: s.MbarrierWaitOp) -> None:
+    from pkc.codegen.lower_schedule import _mbarrier_wait as common
+    common(L, op)
+    if _uses_tmem(L):
+        L.b.add(t5.Tcgen05FenceOp("after"))
+
+
+def _mbarrier_arrive(L: "Lowering", op: s.MbarrierArriveOp) -> None:
+    from pkc.codegen.lower_schedule import _mbarrier_arrive as common
+    if _uses_tmem(L):
+        L.b.add(t5.Tcgen05FenceOp("before"))
+    common(L, op)
+
+
+_OPS = {
+    s.AccAllocOp: _acc_alloc, s.AccSelectOp: _acc_select, s.MmaAsyncOp: _mma,
+    s.MmaCommitArriveOp: _commit_arrive, s.MmaCommitOp: _no_wait, s.MmaWaitOp: _no_wait,
+    s.AccStoreSmemOp: _no_smem_epilogue, s.AccStoreGlobalOp: _acc_store_global,
+    s.MbarrierWaitOp: _mbarrier_wait, s.MbarrierArriveOp: _mbarrier_arrive,
+}
+
+
+def _register() -> None:
+    from pkc.codegen.lower_schedule import TARGET_LOWERINGS
+    TARGET_LOWERINGS["sm_100a"] = Tcgen05Lowering()
+
+
+_register()

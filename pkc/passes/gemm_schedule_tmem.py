@@ -1,0 +1,130 @@
+"""Builds the schedule-level (``pks``) program of a persistent GEMM whose accumulators are
+CTA-shared (tensor memory on sm_100a), so that the MMAs and the epilogue run in different
+roles and overlap across tiles.
+
+    C[M, N] = A[M, K] @ B        (bf16 / f16 in, f32 accumulate, bf16 / f16 out)
+
+The same target-neutral ops as :mod:`pkc.passes.gemm_schedule`, arranged as Blackwell
+GEMMs are (one CTA per SM, three warpgroups):
+
+* producer (warpgroup 0, one thread): the TMA loads of every tile's k-blocks into the
+  ``stages``-deep ring (the same code as the wgmma GEMM's producer);
+* mma (warpgroup 1, one thread): per tile, wait until accumulator ``a`` (of
+  ``acc_bufs``) is drained (``acc_empty[a]``), then per k-block wait on ``full[s]``,
+  issue the MMA and ``pks.mma_commit_arrive`` on ``empty[s]`` (the stage is released when
+  the MMAs reading it completed, with no wait in the issuing thread); after the tile,
+  commit-arrive on ``acc_full[a]``;
+* epilogue (warpgroup 2): per tile, wait on ``acc_full[a]``, store the accumulator
+  (``pks.acc_store_global``: rounded to the output type, clipped at M and N), then the
+  warpgroup meets and one thread arrives on ``acc_empty[a]``.
+
+With two accumulators the epilogue of tile t runs while the MMAs of tile t + 1 fill the
+other one. The accumulators are ``pks.acc_alloc`` at the top of the schedule (one of the
+CTA, not of a warpgroup), picked per tile with ``pks.acc_select``.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, scf
+from xdsl.ir import Block, SSAValue
+
+from pkc.dialects import schedule as s
+from pkc.passes.gemm_schedule import GemmParts, _for, _Ops, _producer
+from pkc.target.gemm_tuning import BK
+from pkc.target.gemm_tuning_sm100 import TmemGemmConfig
+
+
+class _ProducerView:
+    """The fields of a GemmConfig that the shared producer reads, for a TmemGemmConfig."""
+
+    cluster_m = 1
+
+    def __init__(self, cfg: TmemGemmConfig):
+        self.cfg = cfg
+
+    def __getattr__(self, name):
+        return getattr(self.cfg, name)
+
+
+def tmem_tmap_types(cfg: TmemGemmConfig) -> tuple[s.TmapType, s.TmapType]:
+    """The A and B tensor maps (128-byte swizzle, 64 elements of K per box row)."""
+    a = s.TmapType(cfg.dtype, [BK, cfg.bm], 128)
+    b = (s.TmapType(cfg.dtype, [BK, cfg.bn], 128) if cfg.b_layout == "nk"
+         else s.TmapType(cfg.dtype, [64, BK], 128))
+    return a, b
+
+
+def build_gemm_tmem(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int, K: int,
+                    cfg: TmemGemmConfig) -> s.ScheduleOp:
+    """Appends the tensor maps and the ``pks.schedule`` of ``cfg`` for the given shape to
+    ``body`` (a ``pk.kernel`` block whose arguments include A, B and C)."""
+    cfg.validate()
+    ta_t, tb_t = tmem_tmap_types(cfg)
+    top = _Ops(body)
+    tA = top.add(s.TmapOp(A, ta_t)).result
+    tB = top.add(s.TmapOp(B, tb_t)).result
+    sched = top.add(s.ScheduleOp(cfg.threads, 1, cfg.timeout_ns))
+    o = _Ops(sched.block)
+    S, nb = cfg.stages, cfg.acc_bufs
+    a_st = o.add(s.SmemAllocOp(S, cfg.a_stage_bytes)).result
+    b_st = o.add(s.SmemAllocOp(S, cfg.b_stage_bytes)).result
+    full = o.add(s.MbarrierAllocOp(S, 1)).result
+    empty = o.add(s.MbarrierAllocOp(S, 1)).result         # one arrival: the MMA commit
+    acc_full = o.add(s.MbarrierAllocOp(nb, 1)).result
+    acc_empty = o.add(s.MbarrierAllocOp(nb, 1)).result
+    accs = [o.add(s.AccAllocOp(cfg.bm, cfg.bn)).result for _ in range(nb)]
+    dims = (M, N, K)
+    parts = GemmParts()
+    _producer(o, _ProducerView(cfg), dims, tA, tB, a_st, b_st, full, empty, parts)
+    _mma(o, cfg, dims, a_st, b_st, full, empty, acc_full, acc_empty, accs, parts)
+    _epilogue(o, cfg, dims, C, acc_full, acc_empty, accs, parts)
+    return sched
+
+
+def _mma(o: _Ops, cfg: TmemGemmConfig, dims, a_st, b_st, full, empty, acc_full, acc_empty,
+         accs, parts: GemmParts) -> None:
+    role = o.add(s.RoleOp(s.RoleKind.MMA, 1, 1, 0, single_thread=True))
+    r = _Ops(role.block)
+    M, N = r.c(dims[0]), r.c(dims[1])
+    zero, one = r.c(0), r.c(1)
+    num_kb = r.c(-(-dims[2] // BK))
+    loop, _coords, (stage, phase, ab, aph) = parts.tile_loop(r, M, N, [zero] * 4,
+                                                             _ProducerView(cfg))
+    t = _Ops(loop.block)
+    # the epilogue drained accumulator ab (the first pass over the ring finds it free)
+    t.add(s.MbarrierWaitOp(acc_empty, ab, t.bin(arith.XOrIOp, aph, 1)))
+    acc = t.add(s.AccSelectOp(ab, accs)).result
+    row = t.c(0)
+    major = s.BMajor.K if cfg.b_layout == "nk" else s.BMajor.N
+    kloop, k, kb, (ks, kph) = _for(t, zero, num_kb, one, [stage, phase])
+    k.add(s.MbarrierWaitOp(full, ks, kph))
+    k.add(s.MmaAsyncOp(acc, a_st, ks, row, b_st, ks, k.cmp("ne", kb, 0), cfg.dtype, major))
+    k.add(s.MmaCommitArriveOp(empty, ks))      # the stage is free once these MMAs are done
+    k.add(scf.YieldOp(*k.advance(ks, kph, cfg.stages)))
+    stage2, phase2 = kloop.results
+    t.add(s.MmaCommitArriveOp(acc_full, ab))    # the tile's accumulator is complete
+    nab, naph = t.advance(ab, aph, cfg.acc_bufs)
+    t.add(s.YieldOp([stage2, phase2, nab, naph]))
+    r.add(s.YieldOp())
+
+
+def _epilogue(o: _Ops, cfg: TmemGemmConfig, dims, C, acc_full, acc_empty, accs,
+              parts: GemmParts) -> None:
+    role = o.add(s.RoleOp(s.RoleKind.EPILOGUE, 2, 1, 0))
+    r = _Ops(role.block)
+    M, N = r.c(dims[0]), r.c(dims[1])
+    zero = r.c(0)
+    loop, (m0, n0), (ab, aph) = parts.tile_loop(r, M, N, [zero, zero], _ProducerView(cfg))
+    t = _Ops(loop.block)
+    t.add(s.MbarrierWaitOp(acc_full, ab, aph))
+    acc = t.add(s.AccSelectOp(ab, accs)).result
+    t.add(s.AccStoreGlobalOp(acc, C, m0, n0, M, N, cfg.dtype))
+    # every thread's reads of the accumulator are done before it is handed back
+    t.add(s.WarpgroupBarrierOp())
+    t.add(s.MbarrierArriveOp(acc_empty, ab))
+    nab, naph = t.advance(ab, aph, cfg.acc_bufs)
+    t.add(s.YieldOp([nab, naph]))
+    r.add(s.YieldOp())
+
+
+__all__ = ["build_gemm_tmem", "tmem_tmap_types"]

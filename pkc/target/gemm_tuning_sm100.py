@@ -1,0 +1,104 @@
+"""The GEMM's tile configuration for a CTA-shared (tensor-memory) accumulator, as on
+Blackwell (sm_100a): what it is and the rule that picks one for a shape.
+
+Nothing here was measured: no Blackwell GPU has run these kernels. The rule is the
+structure the sm_100 GEMMs of CUTLASS, DeepGEMM and ThunderKittens use (one 128-row MMA
+tile per CTA, N up to 256, two accumulators in tensor memory so the epilogue of one tile
+overlaps the MMAs of the next, as many operand stages as shared memory holds), with the
+tile width chosen by waves of tiles over the SMs (fewer partial waves first, then the wider
+tile, which reads A fewer times).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pkc.target.gemm_tuning import BK, ROW_BYTES, SMEM_LIMIT
+
+TMEM_COLUMNS = 512
+MAX_STAGES = 8
+
+
+@dataclass(frozen=True)
+class TmemGemmConfig:
+    """One variant: ``bm`` = 128 rows (tensor-memory lanes) x ``bn`` columns (a multiple of
+    16 up to 256; of 64 for ``b_layout="kn"``), ``stages`` operand stages, ``acc_bufs``
+    accumulators of ``bn`` columns each in tensor memory. Warpgroups: 0 the TMA producer
+    (one thread), 1 the MMA issuer (one thread), 2 the epilogue."""
+
+    bn: int = 256
+    stages: int = 4
+    dtype: str = "bf16"
+    b_layout: str = "nk"
+    group_m: int = 8
+    acc_bufs: int = 2
+    producer_regs: int = 40
+    timeout_ns: int = 20_000_000_000
+    bm: int = 128
+
+    threads = 384
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.bm * ROW_BYTES
+
+    @property
+    def b_stage_bytes(self) -> int:
+        return self.bn * ROW_BYTES
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def tmem_columns(self) -> int:
+        return self.acc_bufs * self.bn
+
+    def with_(self, **kw) -> "TmemGemmConfig":
+        return replace(self, **kw)
+
+    def tag(self) -> str:
+        return f"{self.bm}x{self.bn}_s{self.stages}_tmem{self.acc_bufs}"
+
+    def validate(self) -> None:
+        step = 64 if self.b_layout == "kn" else 16
+        if self.bm != 128 or self.bn % step or not step <= self.bn <= 256:
+            raise ValueError(f"tmem GEMM {self.tag()}: bm = 128 and bn a multiple of {step} "
+                             f"up to 256 ({self.b_layout} B)")
+        if self.tmem_columns > TMEM_COLUMNS:
+            raise ValueError(f"tmem GEMM {self.tag()}: {self.tmem_columns} tensor-memory columns "
+                             f"(at most {TMEM_COLUMNS})")
+        need = self.stages * self.stage_bytes + 1024 + 8 * (2 * self.stages + 2 * self.acc_bufs)
+        if need > SMEM_LIMIT:
+            raise ValueError(f"tmem GEMM {self.tag()}: {need} bytes of shared memory "
+                             f"(limit {SMEM_LIMIT})")
+
+
+def stages_for(bn: int) -> int:
+    """As many stages as fit (barriers and alignment slack aside)."""
+    per = (128 + bn) * ROW_BYTES
+    return max(2, min(MAX_STAGES, (SMEM_LIMIT - 2048) // per))
+
+
+def choose_tmem_config(M: int, N: int, K: int, dtype: str, b_layout: str,
+                       num_sms: int) -> TmemGemmConfig:
+    """The tile for ``M x N x K`` on ``num_sms`` SMs: fewest waves of tiles, then the widest
+    tile (BK = 64 elements of K per stage)."""
+    del K  # every K works: the last stage's box is zero-filled by TMA
+    step = 64 if b_layout == "kn" else 16
+    best = None
+    for bn in (256, 128, 64):
+        if bn % step:
+            continue
+        tiles = -(-M // 128) * -(-N // bn)
+        waves = -(-tiles // num_sms)
+        key = (waves * bn, -bn)       # work per SM in column units, then wider
+        if best is None or key < best[0]:
+            best = (key, bn)
+    bn = best[1]
+    cfg = TmemGemmConfig(bn=bn, stages=stages_for(bn), dtype=dtype, b_layout=b_layout)
+    cfg.validate()
+    return cfg
+
+
+__all__ = ["TmemGemmConfig", "choose_tmem_config", "stages_for", "BK"]
