@@ -571,6 +571,5 @@ _LOWERINGS = {
 from pkc.codegen import lower_schedule_comm  # noqa: E402,F401  (registers its lowerings)
 from pkc.codegen import lower_schedule_fused  # noqa: E402,F401  (registers its lowerings)
 from pkc.codegen import lower_schedule_tcgen05  # noqa: E402,F401  (registers sm_100a)
-from pkc.codegen import lower_schedule_ag  # noqa: E402,F401  (registers its lowerings)
 from pkc.codegen import lower_schedule_moe  # noqa: E402,F401  (registers its lowerings)
 from pkc.codegen import lower_schedule_moe  # noqa: E402,F401  (registers its lowerings)
