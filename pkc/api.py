@@ -66,6 +66,7 @@ class CompiledProgram:
         self.cache_hit = False                  # the IR came from the disk cache
         self.runtime_remarks: list[str] = []    # how the backend runs it (Inductor, kernels)
         self._cached_remarks: list[str] | None = None
+        self._kernel_module: ModuleOp | None = None
 
     # ------------------------------------------------------------------ IR
 
@@ -75,11 +76,30 @@ class CompiledProgram:
 
         return print_module(self.module, generic=generic)
 
+    @property
+    def kernel_module(self) -> ModuleOp:
+        """The program the GPU runs: :attr:`module` with its kernels taken to the schedule
+        level for :attr:`target` (the ``schedule`` pipeline, run once on a copy, on first
+        use; :attr:`module` stays the interpreter's reference). Its stage is appended to
+        :attr:`stages`."""
+        if self._kernel_module is None:
+            from pkc.ir import print_module
+            from pkc.passes.pipelines import schedule_for_target
+
+            self._kernel_module, ran = schedule_for_target(self.module, self.target)
+            if ran:
+                self.stages.append((f"{len(self.stages):02d}-schedule", print_module(self._kernel_module)))
+        return self._kernel_module
+
     def remarks(self) -> list[str]:
         """The decisions the passes recorded, one line each: ``file:line: [op] text``."""
         from pkc.passes.remarks import format_remarks
 
         passes = self._cached_remarks if self._cached_remarks is not None else format_remarks(self.module)
+        seen = set(passes)
+        # the schedule stage's decisions (tiles, kernel kinds), once the GPU program exists
+        if self._kernel_module is not None:
+            passes = list(passes) + [r for r in format_remarks(self._kernel_module) if r not in seen]
         return list(passes) + self.runtime_remarks
 
     def fast_path(self) -> list[str]:
@@ -116,7 +136,7 @@ class CompiledProgram:
         from pkc.runtime import run_kernel_module
 
         args = self.arguments(per_rank_inputs, params)
-        results = run_kernel_module(self.module, args, self.world_size, device)
+        results = run_kernel_module(self.kernel_module, args, self.world_size, device)
         return self._user_outputs(results)
 
     def arguments(self, per_rank_inputs: Sequence[Any], params: Params | None = None
@@ -400,11 +420,12 @@ def _finish_uncached(captured: CapturedGraph, *, target: str, pipeline: str | No
     stages = [("00-imported", print_module(module))]
     if pipeline:
         stages += _run_pipeline(module, pipeline, target)
+    program = CompiledProgram(module, captured, target=target, not_compiled=imported.not_compiled,
+                              extra_args=imported.extra_args, stages=stages,
+                              inputs=[captured.inputs[i] for i in order])
     if dump_dir is not None:
-        _dump(dump_dir, stages, module, target)
-    return CompiledProgram(module, captured, target=target, not_compiled=imported.not_compiled,
-                           extra_args=imported.extra_args, stages=stages,
-                           inputs=[captured.inputs[i] for i in order])
+        _dump(dump_dir, program)
+    return program
 
 
 _KIND_ORDER = {"input": 0, "parameter": 1, "buffer": 2, "constant": 3}
@@ -439,13 +460,15 @@ def _run_pipeline(module: ModuleOp, pipeline: str, target: str) -> list[tuple[st
     return stages
 
 
-def _dump(dump_dir, stages, module: ModuleOp, target: str) -> None:
-    """The IR after every stage and, for every kernel, its PTX and ptxas report."""
+def _dump(dump_dir, program: CompiledProgram) -> None:
+    """The IR after every stage (the ``schedule`` stage included: the program the GPU
+    runs) and, for every kernel of that program, its PTX and ptxas report."""
     from pkc.codegen import dump_kernels
     from pkc.target import get_target
 
+    module, target = program.kernel_module, program.target
     os.makedirs(dump_dir, exist_ok=True)
-    for name, text in stages:
+    for name, text in program.stages:
         with open(os.path.join(dump_dir, f"{name}.mlir"), "w") as f:
             f.write(text)
     if any(op.name == "pk.kernel" for op in module.walk()):
@@ -604,12 +627,13 @@ def _graph_runner(program: CompiledProgram, captured: CapturedGraph) -> Callable
         from pkc.runtime.execute import run_kernel_module, run_kernel_module_distributed
 
         if program.world_size == 1:
-            return tuple(run_kernel_module(program.module, [main_args], 1)[0])
+            return tuple(run_kernel_module(program.kernel_module, [main_args], 1)[0])
         if not runner:  # one runner per compiled graph: buffers and rendezvous are reused
             from pkc.runtime.symm import DistributedRunner
 
             runner.append(DistributedRunner())
-        return tuple(run_kernel_module_distributed(program.module, main_args, runner=runner[0]))
+        return tuple(run_kernel_module_distributed(program.kernel_module, main_args,
+                                                   runner=runner[0]))
 
     return run
 
@@ -636,7 +660,7 @@ def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: st
         from pkc.runtime.execute import target_for
 
         target = target_for(torch.cuda.get_device_capability(device))
-    tp = torch_program(program.module, world=program.world_size,
+    tp = torch_program(program.kernel_module if gpu else program.module, world=program.world_size,
                        kind=RunKind.GPU if gpu else RunKind.INTERP, arg_map=arg_map,
                        n_inputs=len(phs), device=device, target=target,
                        distributed=program.world_size > 1)

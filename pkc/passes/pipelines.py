@@ -12,6 +12,16 @@
                        (one-shot / two-shot all-reduce, direct / ring gather and scatter)
     sm-partition       every worker gets its SM count from the cost model and the target
 
+``schedule`` takes the kernels of ``default`` to the schedule level for a Hopper-class target
+(the kernels that run on the GPU; :func:`schedule_for_target` runs it on a copy):
+
+    schedule-fused        fused GEMM + collective kernels -> persistent warp-specialized
+                          kernels whose epilogue moves tiles to their owners
+    schedule-collectives  lowered collectives -> LL / one-shot / two-shot / direct kernels
+
+A kernel neither pass can schedule keeps its kernel-level body (the portable path runs
+it) and a remark says why.
+
 A pipeline name can stand in a pipeline string like a pass: ``-p default``, or with options
 ``-p 'default{target=b200 force=true}'``; each option goes to the passes that have it.
 """
@@ -20,4 +30,32 @@ DEFAULT = (
     "collective-views", "dce", "overlap", "buffer-elision", "lower-collectives", "sm-partition",
 )
 
-PIPELINES: dict[str, tuple[str, ...]] = {"default": DEFAULT}
+SCHEDULE = ("schedule-fused", "schedule-collectives")
+
+PIPELINES: dict[str, tuple[str, ...]] = {"default": DEFAULT, "schedule": SCHEDULE}
+
+# the GPU architectures the schedule level lowers to (pkc/codegen/lower_schedule*.py)
+SCHEDULED_ARCHS = ("sm_90a",)
+
+
+def schedule_for_target(module, target: str):
+    """A copy of ``module`` (kernel-level IR, e.g. after ``default``) with its kernels taken
+    to the schedule level for ``target`` (a GPU name: ``h200``): the program the GPU
+    runtime loads. ``module`` itself is left as it is (the interpreter's reference).
+    Returns ``(scheduled module, the pass names that ran)``; for a target whose architecture
+    has no schedule-level lowering, the copy is unchanged and no pass runs."""
+    from pkc.ir import make_context, verify_module
+    from pkc.passes.registry import parse_pipeline
+    from pkc.target.targets import get_target
+
+    copy = module.clone()
+    if get_target(target).sm_arch not in SCHEDULED_ARCHS or \
+            not any(op.name == "pk.kernel" for op in copy.walk()):
+        return copy, []
+    ctx = make_context()
+    names = []
+    for p in parse_pipeline(f"schedule{{target={target}}}"):
+        p.apply(ctx, copy)
+        verify_module(copy)
+        names.append(p.name)
+    return copy, names

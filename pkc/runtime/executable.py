@@ -159,51 +159,13 @@ class Executable:
         return run_virtual
 
     def _scheduled_step(self, op: KernelOp) -> Step:
-        """A kernel the compiler scheduled (no peers): the PTX and launch metadata the
-        codegen produced, launched per rank on fresh outputs; nothing is chosen here."""
-        from pkc.codegen import compile_kernel
-        from pkc.interp.values import torch_dtype
-        from pkc.runtime.scheduled import ScheduledKernel
+        """A kernel the compiler scheduled: its PTX and launch metadata, run by the launcher
+        the metadata names (:mod:`pkc.runtime.scheduled_step`); nothing is chosen here."""
+        from pkc.runtime.scheduled_step import scheduled_step
 
-        ck = compile_kernel(op, self.target)
-        if getattr(ck.meta, "comm", None) is not None:
-            return self._scheduled_collective_step(op, ck)
-        if op.world_size != 1:
-            raise NotImplementedError(
-                f"kernel @{op.kernel_name.data}: a scheduled kernel over {op.world_size} ranks "
-                "without a communication launch description cannot run yet")
-        kernel = ScheduledKernel(ck.ptx, ck.meta, self.peers.device)
-        outs = [(tuple(r.type.get_shape()), torch_dtype(r.type.element_type)) for r in op.results]
-
-        def run(vals):
-            res = {}
-            for r, ins in vals.items():
-                ys = [torch.empty(shape, dtype=dt, device=self.peers.device) for shape, dt in outs]
-                kernel([t.contiguous() for t in ins] + ys)
-                res[r] = ys
-            return res
-        return run
-
-    def _scheduled_collective_step(self, op: KernelOp, ck) -> Step:
-        """A collective that schedule-collectives built: the compiler's PTX, parameters and
-        grid rule (``meta.comm``), its buffers allocated once; bounded waits that ran out
-        raise an error naming kernel, rank and peer."""
-        from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
-
-        from pkc.runtime.scheduled_comm import ScheduledCollective
-
-        x, y = op.inputs[0].type, op.results[0].type
-        dtype = {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32"}[type(x.element_type)]
-        coll = ScheduledCollective(ck.ptx, ck.meta, self.peers, x.get_shape(), y.get_shape(), dtype)
-        if not coll.fresh_output:      # the result lives in a persistent symmetric buffer
-            self.aliased.add(op.results[0])
-
-        def run(vals):
-            outs = coll.run({r: v[0].contiguous() for r, v in vals.items()},
-                            ranks=list(vals))
-            coll.check()
-            return {r: [o] for r, o in outs.items()}
-        return run
+        step = scheduled_step(op, self.peers, self.target, self.timeout_s)
+        self.aliased.update(v for v, keep in zip(op.results, step.persistent) if keep)
+        return step.run
 
     # ---- running -------------------------------------------------------------------
     def run(self, inputs: dict) -> dict:

@@ -4,8 +4,8 @@ compiles (see :mod:`pkc.runtime.inductor`).
 The op takes the kernel's operands and an integer key; the key names an entry of a
 per-process registry that holds the kernel's result types and how to run it here:
 
-* ``GPU``: the hand-tuned fast kernel (:mod:`pkc.runtime.fastpath`) or the general
-  codegen path, for this process's rank(s) (a 1-rank virtual world, or one rank of a
+* ``GPU``: the kernel the compiler scheduled (:mod:`pkc.runtime.scheduled_step`), else
+  the hand-tuned fast kernel (:mod:`pkc.runtime.fastpath`) or the general codegen path, for this process's rank(s) (a 1-rank virtual world, or one rank of a
   torch.distributed group with symmetric memory);
 * ``INTERP``: one rank on the CPU through the reference interpreter;
 * ``SIMULATED``: W ranks as W threads of one process, each running the same compiled
@@ -155,6 +155,15 @@ def _gpu_runner(e: KernelEntry):
                                f"{e.world} ranks in this process")
         general = _distributed_runner()
         peers, rank = general.peers, general.rank
+    if getattr(e.op, "schedule", None) is not None and e.op.schedule() is not None:
+        from pkc.runtime.scheduled_step import scheduled_step
+
+        sstep = scheduled_step(e.op, peers, e.target, DEFAULT_TIMEOUT_S)
+
+        def run_scheduled(inputs):
+            outs = sstep.run({rank: inputs})[rank]
+            return [o.clone() if keep else o for o, keep in zip(outs, sstep.persistent)]
+        return run_scheduled
     plan = plan_fast(e.op, e.target)
     if not isinstance(plan, str):
         step = FastStep(plan, peers, e.shapes, timeout_s=DEFAULT_TIMEOUT_S)
