@@ -136,6 +136,11 @@ class TmapArg:
     box: list[int]
     swizzle: int
     peer: int = -1      # >= 0: over rank ``peer``'s copy of the (symmetric) buffer
+    # ``[first, count, cols]``: the map covers rows [first, first + count) of the row-major
+    # ``[*, cols]`` buffer (a chunk's rows: a box never spills into the next chunk); empty:
+    # the whole buffer with its shape
+    rows: list[int] = field(default_factory=list)
+    alloc: bool = False  # ``buffer`` indexes the kernel's pk.allocs (FusedLaunch.buffers)
 
 
 @dataclass
@@ -226,6 +231,8 @@ class FusedLaunch:
     shapes: list[list[int]]     # every kernel buffer's shape (inputs, then outputs)
     dtype: str                  # their element type
     kind: str = "rs"
+    inputs: int = -1            # kernel inputs (-1: every buffer not a symmetric output);
+    #                             outputs that are not symmetric are fresh per launch
 
     def params(self) -> list[tuple[str, str]]:
         W = self.world

@@ -62,7 +62,8 @@ class _Extend:
         meta.fused = FusedLaunch(world=self.W, buffers=bufs,
                                  sym_outputs=[i for i, a in enumerate(self.args) if a.type.symmetric],
                                  shapes=[list(a.type.get_shape()) for a in self.args],
-                                 dtype=str(self.args[0].type.element_type))
+                                 dtype=str(self.args[0].type.element_type),
+                                 inputs=len(self.kop.inputs))
         if self.loop is not None:
             m, n = (_const(v) for v in (self.loop.m, self.loop.n))
             if m is None or n is None:
@@ -147,3 +148,5 @@ EXTRA_LOWERINGS.update({
 })
 # before the collectives' entry (a fused kernel holds communication ops too)
 KERNEL_LOWERINGS.insert(0, (is_fused_kernel, lower_fused_kernel))
+
+from pkc.codegen import lower_schedule_fused_ar  # noqa: E402,F401  (registers its lowerings)

@@ -211,7 +211,85 @@ class SignalAddOp(IRDLOperation):
             _fail(self.name, f"sem {self.sem.data!r}: relaxed or release")
 
 
+# ---- GEMM + all-reduce and the fresh-output variants (pkc.passes.fused_ar_schedule) -----
+
+
+@irdl_op_definition
+class RowsTmapOp(IRDLOperation):
+    """A TMA tensor map of rows ``[first, first + rows)`` of a 2-D kernel buffer or
+    ``pk.alloc``: this rank's (``peer`` = -1: a local buffer, the own copy of a symmetric
+    one) or rank ``peer``'s copy of a symmetric one. A chunk's map: a box that starts in
+    the chunk is clipped at its last row, so a tile never spills into the next chunk (the
+    chunks of an all-reduce need not be equal). Encoded by the runtime, passed by value."""
+
+    name = "pks.rows_tmap"
+    buffer = operand_def(BufferType)
+    peer = attr_def(IntAttr)
+    first = attr_def(IntAttr)
+    rows = attr_def(IntAttr)
+    result = result_def()
+
+    def __init__(self, buffer: SSAValue, peer: int, first: int, rows: int, t: Attribute):
+        super().__init__(operands=[buffer], result_types=[t],
+                         attributes={"peer": IntAttr(peer), "first": IntAttr(first),
+                                     "rows": IntAttr(rows)})
+
+    def verify_(self) -> None:
+        bt = self.buffer.type
+        shape = bt.get_shape()
+        if len(shape) != 2:
+            _fail(self.name, f"rows of a 2-D buffer, got {bt}")
+        p, a, n = self.peer.data, self.first.data, self.rows.data
+        if p >= 0 and not bt.symmetric:
+            _fail(self.name, f"a peer's copy of {bt}: only symmetric buffers have copies on "
+                  "the peers")
+        if not -1 <= p < MAX_CHUNKS:
+            _fail(self.name, f"peer {p}: -1 (this rank) or 0..{MAX_CHUNKS - 1}")
+        if a < 0 or n < 1 or a + n > shape[0]:
+            _fail(self.name, f"rows {a}..{a + n} outside the {shape[0]} rows of {bt}")
+        if not _is(self.result.type, "pks.tmap") or len(self.result.type.box_dims) != 2:
+            _fail(self.name, f"result must be a rank-2 !pks.tmap, got {self.result.type}")
+
+
+@irdl_op_definition
+class AccAddSmemOp(IRDLOperation):
+    """Slot ``slot`` of ``dst`` holds a 64 x ``width`` piece in the swizzled layout that
+    ``pks.acc_store_smem`` writes (a partial TMA-loaded there): add ``acc``'s columns
+    ``col .. col + width`` of row slice ``slice`` in f32, round once to ``dtype`` and write
+    the sum back in place (each thread reads exactly the elements it writes)."""
+
+    name = "pks.acc_add_smem"
+    acc = operand_def()
+    dst = operand_def()
+    slot = operand_def(i32)
+    slice = attr_def(IntAttr)
+    col = attr_def(IntAttr)
+    width = attr_def(IntAttr)
+    dtype = attr_def(StringAttr)
+
+    def __init__(self, acc: SSAValue, dst: SSAValue, slot: SSAValue, slice: int, col: int,
+                 width: int, dtype: str):
+        super().__init__(operands=[acc, dst, slot],
+                         attributes={"slice": IntAttr(slice), "col": IntAttr(col),
+                                     "width": IntAttr(width), "dtype": StringAttr(dtype)})
+
+    def verify_(self) -> None:
+        a, d = self.acc.type, self.dst.type
+        if not _is(a, "pks.acc") or not _is(d, "pks.smem"):
+            _fail(self.name, f"adds a !pks.acc into a !pks.smem slot, got {a}, {d}")
+        w, c = self.width.data, self.col.data
+        if w not in (16, 32, 64):
+            _fail(self.name, f"width {w}: 16, 32 or 64 columns (one swizzle span)")
+        if c % w or c + w > a.cols.data or self.slice.data >= a.rows.data // 64:
+            _fail(self.name, f"slice {self.slice.data} columns {c}..{c + w} outside !pks.acc<"
+                  f"{a.rows.data}x{a.cols.data}>")
+        if self.dtype.data not in ("bf16", "f16"):
+            _fail(self.name, f"dtype {self.dtype.data!r}: bf16 or f16 (16-bit pieces)")
+        if 64 * w * 2 > d.bytes.data:
+            _fail(self.name, f"a 64x{w} piece does not fit a {d.bytes.data}-byte slot")
+
+
 FUSED_OPS = [PeerTmapOp, TmapSelectOp, ChunkTileLoopOp, TmaStoreOrAddOp, FenceAsyncGlobalOp,
-             SignalAddOp]
+             SignalAddOp, RowsTmapOp, AccAddSmemOp]
 
 __all__ = ["FUSED_OPS", "MAX_CHUNKS", *[c.__name__ for c in FUSED_OPS]]

@@ -203,14 +203,13 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
     esize = {"bf16": 2, "f16": 2, "f32": 4}
     for r in range(W):
         for j, tm in enumerate(meta.tmaps):
-            shape = list(types[tm.buffer].get_shape())
             es = esize[tm.element]
+            base, shape = _map_view(tm, types, addrs, named, extra, r, es)
             strides, acc = [], es
             for d in reversed(shape):
                 strides.append(acc)
                 acc *= d
-            owner = r if getattr(tm, "peer", -1) < 0 else tm.peer   # a peer's copy
-            rec = TensorMap(addrs[owner][tm.buffer], es, list(reversed(shape)), strides,
+            rec = TensorMap(base, es, list(reversed(shape)), strides,
                             list(tm.box), tm.swizzle, element=tm.element)
             gm.heap[maps[r][j] - gm_base(): maps[r][j] - gm_base() + RECORD_BYTES] = rec.encode()
     if extra is not None:
@@ -240,6 +239,24 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
               smem_bytes=meta.smem_bytes, cluster=meta.cluster, target=ck.target,
               check_races=check_races, max_steps=max_steps)
     return _outputs(gm, addrs, types, n_in, W, named, None)
+
+
+def _map_view(tm, types, addrs, named, extra, r: int, es: int) -> tuple[int, list[int]]:
+    """(base address, shape) a tensor map of rank ``r`` covers: a kernel buffer's or a
+    ``pk.alloc``'s (``tm.alloc``), this rank's or ``tm.peer``'s copy, the whole buffer or
+    a window of its rows (``tm.rows`` = [first, count, cols])."""
+    owner = r if getattr(tm, "peer", -1) < 0 else tm.peer   # a peer's copy
+    if getattr(tm, "alloc", False):
+        b = extra.buffers[tm.buffer]
+        base = named[r][f"{b.name}_p{owner}"] if b.symmetric else named[r][b.name]
+        shape = [b.elements]
+    else:
+        base, shape = addrs[owner][tm.buffer], list(types[tm.buffer].get_shape())
+    rows = getattr(tm, "rows", None)
+    if rows:
+        first, count, cols = rows
+        return base + first * cols * es, [count, cols]
+    return base, shape
 
 
 def _comm_buffers(gm, comm, types, addrs, host, named, W) -> None:

@@ -41,6 +41,7 @@ from xdsl.rewriter import Rewriter
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
+from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
 from pkc.passes.fused_schedule import RsParts
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.registry import register_pass
@@ -50,7 +51,7 @@ from pkc.target.gemm_tuning import VARIANTS, check_variant
 from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
-SCHEDULED_PATTERNS = ("mm_reduce_scatter",)
+SCHEDULED_PATTERNS = ("mm_reduce_scatter", "mm_all_reduce")
 
 
 def _dtype(t) -> str | None:
@@ -67,6 +68,8 @@ def why_not(kop: k.KernelOp) -> str | None:
     pattern = _fusion(kop).get("pattern")
     if pattern not in SCHEDULED_PATTERNS:
         return f"pattern {pattern}: not scheduled yet (the hand kernel runs it)"
+    if pattern == "mm_all_reduce":
+        return why_not_ar(kop, _dtype)
     if len(kop.inputs) != 2 or len(kop.outputs) != 1:
         return f"{pattern} with {len(kop.inputs)} inputs and {len(kop.outputs)} outputs"
     a, b, y = kop.inputs[0].type, kop.inputs[1].type, kop.outputs[0].type
@@ -107,7 +110,12 @@ class ScheduleFused(ModulePass):
             if reason:
                 add_remark(kop, f"fused kernel left unscheduled: {reason}")
                 continue
-            _schedule_rs(kop, self.target, self.variant)
+            if _fusion(kop)["pattern"] == "mm_all_reduce":
+                schedule_ar(kop, self.target, self.variant, _dtype(kop.inputs[0].type))
+            elif rs_into_output(kop.world_size):
+                schedule_rs_out(kop, self.target, self.variant, _dtype(kop.inputs[0].type))
+            else:
+                _schedule_rs(kop, self.target, self.variant)
 
 
 def _schedule_rs(kop: k.KernelOp, target: str, variant: str) -> None:
@@ -157,8 +165,7 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str) -> None:
     if planned == "inter" and comm_sms:
         why_intra += (f"; sm-partition's inter-SM plan ({comm_sms} communicate SMs) is not "
                       "followed: the TMA engine, not SMs, moves the tiles, as in the hand kernel")
-    fresh = ("; the tuning table prefers the fresh-output variant at W = 2, not scheduled yet"
-             if rs_into_output(W) else "")
+    fresh = ""      # the W = 2 fresh-output variant: pkc.passes.fused_ar_build
     add_remark(new, f"scheduled GEMM + reduce-scatter W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, "
                f"{W} chunks of {parts.tiles_per_chunk} tiles, own chunk first; {why_intra}; "
                f"result in the symmetric output (persistent){fresh}")

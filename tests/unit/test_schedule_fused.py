@@ -60,26 +60,29 @@ def test_pass_writes_the_fused_kernel_with_its_decisions_and_remark():
     assert not any(isinstance(op, s.TmaStoreOp) for op in kop.walk())
 
 
-def test_fresh_output_note_at_w2_and_kn_layout():
+def test_w2_is_the_fresh_output_variant_and_kn_layout():
     (kop,) = _kernels(scheduled_module(2, 199, 136, 72, "kn"))
-    assert plan_of(kop)["b_layout"] == "kn"
-    assert "fresh-output variant at W = 2, not scheduled yet" in remarks_of(kop)[-1]
+    plan = plan_of(kop)
+    assert plan["b_layout"] == "kn" and plan["fresh_output"] is True     # RS_INTO_OUTPUT
+    assert "result in a fresh output" in remarks_of(kop)[-1]
+    assert not kop.block.args[2].type.symmetric
 
 
 def test_patterns_not_scheduled_keep_their_kernel_with_a_remark():
     from pkc.ir import make_context, parse_module
     from pkc.passes.registry import parse_pipeline
 
-    text = ("func.func @mm_ar(%x: tensor<256x64xbf16>, %w: tensor<64x128xbf16>) -> tensor<256x128xbf16> {\n"
-            "  %c = pk.matmul %x, %w : (tensor<256x64xbf16>, tensor<64x128xbf16>) -> tensor<256x128xbf16>\n"
-            "  %o = pk.all_reduce %c {reduce = \"sum\", world = 2 : i64} : tensor<256x128xbf16> -> tensor<256x128xbf16>\n"
-            "  func.return %o : tensor<256x128xbf16>\n}\n")
+    text = ("func.func @mm_ar(%x: tensor<256x64xf32>, %w: tensor<64x128xf32>) -> tensor<256x128xf32> {\n"
+            "  %c = pk.matmul %x, %w : (tensor<256x64xf32>, tensor<64x128xf32>) -> tensor<256x128xf32>\n"
+            "  %o = pk.all_reduce %c {reduce = \"sum\", world = 2 : i64} : tensor<256x128xf32> -> tensor<256x128xf32>\n"
+            "  func.return %o : tensor<256x128xf32>\n}\n")
     m = parse_module(text, "t.mlir")
     for p in parse_pipeline("default{force=true},schedule-fused"):
         p.apply(make_context(), m)
     (kop,) = [k for k in _kernels(m) if "pk.fusion" in k.attributes]
     assert kop.schedule() is None
-    assert any("fused kernel left unscheduled: pattern mm_all_reduce" in r for r in remarks_of(kop))
+    assert any("fused kernel left unscheduled: mm_all_reduce: operands and result must all be "
+               "bf16 or f16" in r for r in remarks_of(kop))
 
 
 def test_unaligned_n_is_left_with_a_remark():
@@ -142,12 +145,15 @@ def test_assembles_without_spills_and_keeps_the_fused_pipeline(case):
     W = case[0]
     ck, kop = compile_ir(*case)
     ptx = ck.ptx
-    assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group" in ptx
+    if W == 2:      # the fresh-output variant: stores into the peer's staging, no adds
+        assert "cp.reduce.async" not in ptx and "add.rn.f32" in ptx
+    else:
+        assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group" in ptx
     assert "red.release.sys.global.add.u32" in ptx and "ld.acquire.sys.global.u32" in ptx
     res = assemble(ptx)
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
     if find_tool("cuobjdump"):
-        fcfg = FusedConfig(kind="rs", world=W, gemm=gemm_config_of(kop))
+        fcfg = FusedConfig(kind="rs", world=W, gemm=gemm_config_of(kop), out=W == 2)
         assert check_fused_pipeline(fcfg, sass(res.cubin)) == []
 
 

@@ -1,0 +1,188 @@
+"""The kernels of ``schedule-fused`` (:mod:`pkc.passes.schedule_fused`) for the fused GEMM +
+all-reduce at W <= 2 and the fresh-output GEMM + reduce-scatter at W = 2: the decisions,
+the new ``pk.kernel`` (the GEMM of :func:`pkc.passes.gemm_schedule.build_gemm` with the
+parts of :mod:`pkc.passes.fused_ar_schedule`), its ``pk.plan`` and its remark.
+
+Decisions, from the kernel's plan and :mod:`pkc.target.fused_tuning`:
+
+* the variant: at W = 2 the result goes into a fresh output (``AR_INTO_OUTPUT``,
+  ``RS_INTO_OUTPUT``: measured faster end to end than the persistent result and a copy of
+  it) - nothing persistent is returned, the output is new per call; else (W = 1, or the
+  table says no) the persistent symmetric output the runtime keeps;
+* the tile: the GEMM's table for the whole product, 128 x 128 where the link bounds the
+  kernel at W <= 2 (``fused_gemm_config``; the ratio link / GEMM time is in the plan);
+* intra-SM: the partials travel by TMA from the consumers' epilogue (as in the hand
+  kernels); an inter-SM plan of sm-partition is not followed, and the remark says so.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import IntegerType
+from xdsl.ir import Block, Region
+from xdsl.rewriter import Rewriter
+
+from pkc.dialects import graph as g
+from pkc.dialects import kernel as k
+from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
+from pkc.passes.fused_ar_schedule import ArOutParts, ArParts, RsOutParts, chunk_rows
+from pkc.passes.gemm_schedule import build_gemm
+from pkc.passes.remarks import add_remark, plan_of, set_plan
+from pkc.target import fused_tuning as ft
+from pkc.target.gemm_tuning import VARIANTS
+from pkc.target.targets import get_target
+
+MAX_AR_WORLD = 2        # above, GEMM + reduce-scatter and an all-gather (not built here)
+
+
+def ar_into_output(world: int) -> bool:
+    """GEMM + all-reduce into a fresh output (the W = 2 variant) or the persistent one."""
+    return world == 2 and ft.AR_INTO_OUTPUT
+
+
+def why_not_ar(kop: k.KernelOp, dtype_of) -> str | None:
+    """Why a fused GEMM + all-reduce cannot be scheduled here (None: it can)."""
+    W = kop.world_size
+    if W > MAX_AR_WORLD:
+        return (f"mm_all_reduce at W = {W}: one kernel only at W <= {MAX_AR_WORLD} (above, "
+                "GEMM + reduce-scatter and an all-gather)")
+    if len(kop.inputs) != 2 or len(kop.outputs) != 1:
+        return f"mm_all_reduce with {len(kop.inputs)} inputs and {len(kop.outputs)} outputs"
+    a, b, y = kop.inputs[0].type, kop.inputs[1].type, kop.outputs[0].type
+    if any(len(t.get_shape()) != 2 for t in (a, b, y)):
+        return f"mm_all_reduce: operands are not 2-D ({a}, {b} -> {y})"
+    dt = dtype_of(a)
+    if dt is None or dtype_of(b) != dt or dtype_of(y) != dt:
+        return f"mm_all_reduce: operands and result must all be bf16 or f16 ({a}, {b} -> {y})"
+    (M, K), (K2, N) = a.get_shape(), b.get_shape()
+    if K != K2 or tuple(y.get_shape()) != (M, N):
+        return f"mm_all_reduce: A {a} x B {b} -> {y} is not an all-reduce of the product"
+    if K % 8 or N % 8:
+        return f"mm_all_reduce: N = {N} and K = {K} must be multiples of 8 (TMA row strides)"
+    if M < W or min(M, N, K) == 0:
+        return f"mm_all_reduce: {M} rows cannot be split into {W} chunks"
+    return None
+
+
+def _operands(kop: k.KernelOp):
+    """(A, B as read, B's layout): a ``pk.transpose``d [N, K] weight is read in place."""
+    a, b = kop.inputs
+    src = b.owner
+    if isinstance(src, g.TransposeOp) and len(src.input.type.get_shape()) == 2:
+        return a, src.input, "nk"
+    return a, b, "kn"
+
+
+def _config(kind: str, M: int, N: int, K: int, W: int, dt: str, layout: str, target: str,
+            variant: str, fresh: bool):
+    sms = get_target(target).num_sms
+    if variant:
+        cfg = VARIANTS[variant].with_(dtype=dt, b_layout=layout)
+    else:
+        cfg = ft.fused_gemm_config(kind, M, N, K, W, dt, layout, sms, target)
+    if layout == "kn" and cfg.bn % 64:
+        cfg = cfg.with_(bn=128)         # B [K, N] is loaded in 64-column boxes
+    cfg = cfg.with_(cluster_m=1, epilogue="tma")      # the fused epilogue's requirements
+    if fresh:
+        cfg = cfg.with_(epi_bufs=2)     # the summed epilogue loads ahead into the other slot
+    cfg.validate()
+    return cfg
+
+
+def schedule_ar(kop: k.KernelOp, target: str, variant: str, dt: str) -> None:
+    """Replace the fused ``mm_all_reduce`` kernel ``kop`` (W <= 2) by its scheduled kernel."""
+    W = kop.world_size
+    a, b_val, layout = _operands(kop)
+    M, K = a.type.get_shape()
+    N = kop.inputs[1].type.get_shape()[1]
+    fresh = ar_into_output(W)
+    cfg = _config("ar", M, N, K, W, dt, layout, target, variant, fresh)
+    y = kop.outputs[0].type
+    block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
+                             BufferType(b_val.type.get_shape(), b_val.type.element_type),
+                             BufferType(y.get_shape(), y.element_type,
+                                        LOCAL if fresh else SYMMETRIC)])
+    A, B, C = block.args
+    i32 = IntegerType(32)
+    pad = k.AllocOp(BufferType([W * W], i32, SYMMETRIC), zero=True)
+    ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
+    for op in (pad, ctl):
+        block.add_op(op)
+    if fresh:
+        acc = k.AllocOp(BufferType([M, N], y.element_type, SYMMETRIC))
+        block.add_op(acc)
+        parts = ArOutParts(W, M, N, cfg, pad.result, ctl.result, acc.result)
+    else:
+        parts = ArParts(W, M, N, cfg, pad.result, ctl.result)
+    build_gemm(block, A, B, C, parts.mc, N, K, cfg, parts)
+    block.add_op(k.YieldOp())
+    mc, rows = chunk_rows(M, W)
+    where = ("a fresh output (the peer's chunk summed in the epilogue, the own chunk copied "
+             "from the accumulator after the final wait; nothing persistent returned)"
+             if fresh else "the symmetric output (persistent, overwritten by the next launch)")
+    _replace(kop, "matmul_all_reduce", a, b_val, block, cfg, layout, "ar", fresh, parts,
+             f"scheduled GEMM + all-reduce W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, {W} chunks of "
+             f"{parts.tiles_per_chunk} tiles (rows {'/'.join(map(str, rows))}), own chunk "
+             f"first, every tile to every rank (broadcast); result in {where}",
+             chunk_rows=mc, M=M, N=N, K=K)
+
+
+def schedule_rs_out(kop: k.KernelOp, target: str, variant: str, dt: str) -> None:
+    """Replace the fused ``mm_reduce_scatter`` kernel ``kop`` (W = 2) by its fresh-output
+    scheduled kernel."""
+    W = kop.world_size
+    a, b_val, layout = _operands(kop)
+    M, K = a.type.get_shape()
+    N = kop.inputs[1].type.get_shape()[1]
+    Mc = M // W
+    cfg = _config("rs", M, N, K, W, dt, layout, target, variant, True)
+    y = kop.outputs[0].type
+    block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
+                             BufferType(b_val.type.get_shape(), b_val.type.element_type),
+                             BufferType(y.get_shape(), y.element_type, LOCAL)])
+    A, B, C = block.args
+    i32 = IntegerType(32)
+    pad = k.AllocOp(BufferType([W], i32, SYMMETRIC), zero=True)
+    ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
+    stage = k.AllocOp(BufferType([2 * Mc, N], y.element_type, SYMMETRIC))
+    for op in (pad, ctl, stage):
+        block.add_op(op)
+    parts = RsOutParts(W, Mc, N, cfg, pad.result, ctl.result, stage.result)
+    build_gemm(block, A, B, C, Mc, N, K, cfg, parts)
+    block.add_op(k.YieldOp())
+    _replace(kop, "matmul_reduce_scatter", a, b_val, block, cfg, layout, "rs", True, parts,
+             f"scheduled GEMM + reduce-scatter W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, {W} chunks "
+             f"of {parts.tiles_per_chunk} tiles, the peer's chunk first (its partial stored "
+             "into the peer's staging, the half of the epoch's parity), the own chunk summed "
+             "in the epilogue; result in a fresh output (the tuning table's W = 2 variant)",
+             chunk_rows=Mc, M=M, N=N, K=K)
+
+
+def _replace(kop, name, a, b_val, block, cfg, layout, kind, fresh, parts, text, *, chunk_rows,
+             M, N, K) -> None:
+    W = kop.world_size
+    y = kop.outputs[0].type
+    attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
+    new = k.KernelOp(name, W, [a, b_val], [y], Region(block), attributes=attrs)
+    plan = plan_of(kop)
+    comm_sms = plan.get("comm_sms", 0) or 0
+    ratio = ft.link_over_gemm(kind, M, N, K, W) if W > 1 else 0.0
+    link_bound = W <= 2 and W > 1 and ratio >= ft.LINK_BOUND
+    set_plan(new, schedule="fused", fused_kind=kind, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
+             consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
+             chunk_rows=chunk_rows, tiles_per_chunk=parts.tiles_per_chunk,
+             scheduled_overlap="intra", comm_ctas=0, fresh_output=fresh,
+             link_over_gemm=round(ratio, 3), link_bound_tile=link_bound)
+    why = ("tiles move by TMA from the consumers' epilogue while the SM computes the next "
+           "tile (intra-SM, no communicate CTAs)")
+    if plan.get("overlap") == "inter" and comm_sms:
+        why += (f"; sm-partition's inter-SM plan ({comm_sms} communicate SMs) is not followed: "
+                "the TMA engine, not SMs, moves the tiles, as in the hand kernel")
+    if link_bound:
+        why += (f"; link-bound (link / GEMM time {ratio:.2f} >= {ft.LINK_BOUND}): "
+                f"{cfg.bm}x{cfg.bn} tiles, the partials travel in finer steps")
+    add_remark(new, f"{text}; {why}")
+    new.location = kop.location
+    Rewriter.replace_op(kop, new)
+
+
+__all__ = ["schedule_ar", "schedule_rs_out", "why_not_ar", "ar_into_output", "MAX_AR_WORLD"]
