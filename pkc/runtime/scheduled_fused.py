@@ -10,8 +10,11 @@ symmetric output), binds the parameters in the ABI's order and launches every dr
 on its stream. Epochs make the persistent buffers reusable: a launch needs no allocation,
 no barrier and no host synchronization.
 
-The result of a GEMM + reduce-scatter is each rank's reduced chunk in the symmetric output
-(persistent: the next launch overwrites it; copy it to keep it).
+The result is where the metadata says: a symmetric output (``sym_outputs``: persistent, the
+next launch overwrites it; copy it to keep it), or a fresh output (an output that is not
+symmetric: a new tensor per call, or the caller's ``out``). Row-window maps (``rows``) and
+maps over the kernel's own allocations (``alloc``: a broadcast's accumulator, a staging
+buffer) are encoded over the addresses this module allocated.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from pkc.codegen.hopper.launch import KernelArgs, launch, load_kernel
 
 _TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32}
 ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
-WAIT_SITES = {1: "the owner's own chunk stored (before adding into it)",
+WAIT_SITES = {1: "the peer's data here (its own chunk stored before adding into it; a fresh "
+                 "output's staged partial)",
               2: "every peer's contributions to this rank's chunk (exit)"}
 
 
@@ -53,27 +57,49 @@ class ScheduledFused:
         self.grid = meta.grid(sms)
         key = ("scheduled-fused", meta.name, tuple(map(tuple, fz.shapes)), owner)
         self.syms, self.locals = [], []
+        self.alloc_ptrs: list[dict[int, int]] = []       # per pk.alloc: rank -> address
         for i, b in enumerate(fz.buffers):
             if b.symmetric:
-                self.syms.append(peers.symmetric(key + (i,), [b.elements], _TORCH[b.dtype], zero=b.zero))
+                sym = peers.symmetric(key + (i,), [b.elements], _TORCH[b.dtype], zero=b.zero)
+                self.syms.append(sym)
+                self.alloc_ptrs.append(dict(enumerate(sym.ptrs)))
             else:
-                self.locals.append(peers.local(key + (i,), [b.elements], _TORCH[b.dtype], zero=b.zero))
+                loc = peers.local(key + (i,), [b.elements], _TORCH[b.dtype], zero=b.zero)
+                self.locals.append(loc)
+                self.alloc_ptrs.append({r: t.data_ptr() for r, t in loc.items()})
         self.sym_out = {i: peers.symmetric(key + ("out", i), fz.shapes[i], self.tdt)
                         for i in fz.sym_outputs}
-        self.n_in = len(fz.shapes) - len(fz.sym_outputs)
+        self.n_in = fz.inputs if fz.inputs >= 0 else len(fz.shapes) - len(fz.sym_outputs)
+        outs = range(self.n_in, len(fz.shapes))
+        # per kernel output: persistent (a symmetric output) or fresh per call
+        self.persistent = [i in self.sym_out for i in outs]
+        self.fresh = [i for i in outs if i not in self.sym_out]
         self.err = peers.local(key + ("err",), [8], torch.int32, zero=True)
         self.mbox = {r: peers.mailbox.slot(meta.name, r, WAIT_SITES) for r in peers.ranks}
         self.timeout_ns = int(timeout_ns)
         self._args: dict = {}
 
     def _map(self, tm, ptr: int) -> bytes:
-        shape = self.fz.shapes[tm.buffer]
-        es = self.tdt.itemsize
-        rows, cols = shape
+        es = _TORCH[tm.element].itemsize
+        if getattr(tm, "rows", None):           # a window of rows: [first, count, cols]
+            first, rows, cols = tm.rows
+            ptr += first * cols * es
+        else:
+            rows, cols = self.fz.shapes[tm.buffer]
         return encode_tmap(ptr, tm.element, [cols, rows], [cols * es], tm.box, tm.swizzle)
 
-    def _bind(self, rank: int, inputs: list[torch.Tensor]) -> KernelArgs:
-        key = (rank, *(t.data_ptr() for t in inputs))
+    def _map_ptr(self, tm, rank: int, ptrs: list[int]) -> int:
+        """The address a map covers: a kernel buffer's (the symmetric output's copy of rank
+        ``tm.peer``) or a pk.alloc's (``tm.alloc``: this rank's or ``tm.peer``'s copy)."""
+        owner = rank if tm.peer < 0 else tm.peer
+        if getattr(tm, "alloc", False):
+            return self.alloc_ptrs[tm.buffer][owner]
+        if tm.peer >= 0:
+            return self.sym_out[tm.buffer].ptrs[tm.peer]
+        return ptrs[tm.buffer]
+
+    def _bind(self, rank: int, inputs: list[torch.Tensor], fresh: list[torch.Tensor]) -> KernelArgs:
+        key = (rank, *(t.data_ptr() for t in inputs), *(t.data_ptr() for t in fresh))
         hit = self._args.get(key)
         if hit is not None:
             return hit
@@ -84,13 +110,11 @@ class ScheduledFused:
                 raise ValueError(f"{self.meta.name}: rank {rank}'s input {i} must be a contiguous, "
                                  f"16-byte aligned {self.tdt} tensor {list(want)} on "
                                  f"{self.peers.device}, got {list(t.shape)} {t.dtype}")
-        ptrs = [t.data_ptr() for t in inputs] + [self.sym_out[i].ptrs[rank] for i in self.fz.sym_outputs]
-        vals: list = []
-        for tm in self.meta.tmaps:
-            if tm.peer >= 0:
-                vals.append(self._map(tm, self.sym_out[tm.buffer].ptrs[tm.peer]))
-            else:
-                vals.append(self._map(tm, ptrs[tm.buffer]))
+        fresh_of = dict(zip(self.fresh, fresh))
+        ptrs = [t.data_ptr() for t in inputs] + [
+            self.sym_out[i].ptrs[rank] if i in self.sym_out else fresh_of[i].data_ptr()
+            for i in range(self.n_in, len(self.fz.shapes))]
+        vals: list = [self._map(tm, self._map_ptr(tm, rank, ptrs)) for tm in self.meta.tmaps]
         u32, u64 = ctypes.c_uint32, ctypes.c_uint64
         vals += [u64(p) for p in ptrs]
         vals += [u64(p) for s in self.syms for p in s.ptrs]
@@ -103,20 +127,40 @@ class ScheduledFused:
         hit = self._args[key] = KernelArgs(vals)
         return hit
 
-    def run(self, *inputs, ranks=None) -> dict:
+    def _fresh(self, rank: int, out) -> list[torch.Tensor]:
+        """The fresh outputs of one launch: the caller's ``out`` (checked), else new."""
+        if out is None:
+            return [torch.empty(self.fz.shapes[i], dtype=self.tdt, device=self.peers.device)
+                    for i in self.fresh]
+        if len(self.fresh) != 1:
+            raise ValueError(f"{self.meta.name}: out= is given for a kernel with "
+                             f"{len(self.fresh)} fresh outputs (one is supported)")
+        want = tuple(self.fz.shapes[self.fresh[0]])
+        if tuple(out.shape) != want or out.dtype != self.tdt or not out.is_contiguous() \
+                or out.data_ptr() % 16 or out.device != self.peers.device:
+            raise ValueError(f"{self.meta.name}: rank {rank}'s out must be a contiguous, "
+                             f"16-byte aligned {self.tdt} tensor {list(want)} on "
+                             f"{self.peers.device}, got {list(out.shape)} {out.dtype}")
+        return [out]
+
+    def run(self, *inputs, ranks=None, out=None) -> dict:
         """Launch every driven rank (``ranks``: only these, to test a missing peer) on its
         inputs (each argument per rank: a dict by rank or a list indexed by rank). Returns
-        ``{rank: output}`` (the symmetric output's tensor of the rank)."""
+        ``{rank: output}``: the symmetric output's tensor of the rank (persistent), or a
+        fresh output (new per call, or ``out[rank]`` where the caller gives one)."""
         if len(inputs) != self.n_in:
             raise ValueError(f"{self.meta.name} takes {self.n_in} inputs per rank, got {len(inputs)}")
         todo = list(self.peers.ranks if ranks is None else ranks)
-        bound = [(r, self._bind(r, [x[r] for x in inputs])) for r in todo]
+        fresh = {r: self._fresh(r, None if out is None else out[r]) for r in todo}
+        bound = [(r, self._bind(r, [x[r] for x in inputs], fresh[r])) for r in todo]
         self.peers.begin()
         for r, args in bound:
             launch(self.kernel, self.grid, self.meta.threads, args, self.peers.stream(r))
         self.peers.end()
-        out = self.sym_out[self.fz.sym_outputs[0]]
-        return {r: out.tensors[r] for r in todo}
+        first = self.n_in
+        if first in self.sym_out:
+            return {r: self.sym_out[first].tensors[r] for r in todo}
+        return {r: fresh[r][0] for r in todo}
 
     def check(self) -> None:
         """Raise :class:`ScheduledFusedTimeout` if a rank recorded an expired wait."""
