@@ -20,6 +20,16 @@ holds logical tiles (boxes row-major, no swizzle); a warpgroup moves in lockstep
 stores and ``pks.acc_store_global`` are clipped. Global memory is written when a store is
 issued, without race checks.
 
+Communication (:mod:`pkc.interp.schedule_comm`, :mod:`pkc.interp.schedule_fused`): the
+W ranks' CTAs run together; a warpgroup's threads run in lockstep as lanes (values derived
+from the thread index are per-lane tensors, ``pks.when`` masks lanes); global memory
+(:mod:`pkc.interp.schedule_world`) checks that every cross-rank read, store and reduce-add
+is ordered by signals, waits or LL flags. A kernel may be launched several times in a row
+(:func:`run_schedule_launches`): its ``pk.alloc`` buffers (signal pads, the epoch word)
+persist, rank r's launch k + 1 starts when its launch k ended, and other ranks may still
+be in launch k (as on separate GPUs). Op rules are registered in
+:mod:`pkc.interp.schedule_rules`.
+
 Protocol bugs raise :class:`~pkc.interp.values.InterpError` naming the op, rank, CTA and
 role warpgroup: a deadlock (every actor blocked: what each waits for), an arrival over a
 barrier's count, a wait whose phase was already overtaken, a read of shared memory that no
@@ -37,10 +47,16 @@ from xdsl.dialects import arith, scf
 from xdsl.ir import Block, Operation, SSAValue
 
 from pkc.dialects import schedule as s
-from pkc.dialects.kernel import KernelOp
+from pkc.dialects import schedule_fused as sf
+from pkc.dialects.kernel import AllocOp, KernelOp
+from pkc.interp import schedule_comm as comm
+from pkc.interp import schedule_fused as _fused_rules  # noqa: F401  (registers its rules)
 from pkc.interp.kernel import _ARITH, _cmpi, _constant
-from pkc.interp.schedule_ops import SIMPLE, Tmap
+from pkc.interp.schedule_ops import SIMPLE, Tmap, grouped_tile
+from pkc.interp.schedule_rules import (BLOCKED, BLOCKING_RULES, KERNEL_RULES, SIMPLE_RULES,
+                                       SWITCH, blocking, kernel_level, simple)
 from pkc.interp.schedule_state import Actor, Mbarrier, Smem, TmaLoad, join
+from pkc.interp.schedule_world import GlobalBuf, World
 from pkc.interp.values import InterpError, poison, torch_dtype, where
 
 PerRank = list[torch.Tensor]
@@ -58,41 +74,62 @@ _BITS = {
 }
 
 
-class Blocked:
-    """Yielded by an actor whose wait is not satisfied."""
-
-
-class Switch:
-    """Yielded after an op other actors may observe: a point where another actor may run."""
-
-
-BLOCKED, SWITCH = Blocked(), Switch()
-
-
 class ScheduleRun:
-    def __init__(self, op: KernelOp, inputs: list[PerRank], world: int, seed: int,
+    def __init__(self, op: KernelOp, launches: list[list[PerRank]], world: int, seed: int,
                  ctas: int | None):
-        # The schedule level has no cross-rank op yet: a kernel written for one rank (what
-        # schedule-matmul writes) runs on every rank on its own.
+        # A kernel written for one rank (what schedule-matmul writes) runs on every rank on
+        # its own; one written for W ranks (a collective, a fused kernel) needs W.
         if op.world_size not in (1, world):
             raise InterpError(f"{where(op)} @{op.kernel_name.data} is written for a world of "
                               f"{op.world_size} ranks, but the interpreter runs {world}")
         self.op, self.world, self.sched = op, world, op.schedule()
         self.cluster = self.sched.cluster.data
-        self.wgs = self.sched.threads.data // 128
+        self.threads = self.sched.threads.data
         self.rng = random.Random(seed) if seed else None
-        self.ctas = self._grid(ctas)
+        self.lanes_mode = any(type(o).__module__.endswith(("schedule_comm", "schedule_fused"))
+                              for o in self.sched.walk())
+        self.comm = comm.CommGrid.of(op, ctas)       # a scheduled collective's launch rule
+        if self.comm is not None:
+            self.ctas, self.threads = self.comm.grid, self.comm.threads
+        else:
+            self.ctas = self._grid(ctas)
+        self.wgs = -(-self.threads // 128)
         self.version = 0
         self.steps = 0
         self._compiled: dict[int, list[tuple]] = {}
         self.loads: list[TmaLoad] = []
-        n_in = len(op.inputs)
+        self.launches = launches
+        self.memory = World()
+        self.gbufs: dict[tuple[SSAValue, int], GlobalBuf] = {}
         self.data: dict[SSAValue, PerRank] = {}
-        for i, arg in enumerate(op.block.args):
-            t = arg.type
-            self.data[arg] = ([inputs[i][r].clone() for r in range(world)] if i < n_in else
-                              [poison(t.get_shape(), torch_dtype(t.element_type))
-                               for _ in range(world)])
+        for op_ in self.op.block.ops:       # persistent across launches (pads, epoch word)
+            if isinstance(op_, AllocOp):
+                t = op_.result.type
+                dt = torch_dtype(t.element_type)
+                self.data[op_.result] = [torch.zeros(t.get_shape(), dtype=dt) if op_.zero
+                                         is not None else poison(t.get_shape(), dt)
+                                         for _ in range(world)]
+        n_in = len(op.inputs)
+        for i, arg in enumerate(op.block.args[n_in:]):
+            t = arg.type         # outputs: a symmetric one persists, a local one is fresh
+            self.data[arg] = [poison(t.get_shape(), torch_dtype(t.element_type))
+                              for _ in range(world)]
+        for arg in op.block.args[:n_in]:
+            self.data[arg] = [None] * world
+
+    def gbuf(self, buf: SSAValue, rank: int) -> GlobalBuf:
+        """Rank ``rank``'s copy of kernel buffer ``buf`` with its access records."""
+        g = self.gbufs.get((buf, rank))
+        if g is None:
+            owner = buf.owner
+            written = (isinstance(owner, AllocOp) and owner.zero is not None) or (
+                buf in self.op.block.args[:len(self.op.inputs)])
+            name = f"%{buf.name_hint}" if buf.name_hint else (
+                f"kernel buffer #{buf.index}" if not isinstance(owner, AllocOp) else
+                f"pk.alloc {buf.type}")
+            g = self.gbufs[buf, rank] = GlobalBuf(self.memory, f"{name} of rank {rank}",
+                                                 self.data[buf][rank], written)
+        return g
 
     def _grid(self, ctas: int | None) -> int:
         cl = self.cluster
@@ -103,41 +140,85 @@ class ScheduleRun:
             return ctas
         tiles = 1
         for op in self.sched.walk():
-            if isinstance(op, s.TileLoopOp):
+            if isinstance(op, (s.TileLoopOp, sf.ChunkTileLoopOp)):
                 m, n = op.m.owner, op.n.owner
                 if isinstance(m, arith.ConstantOp) and isinstance(n, arith.ConstantOp):
                     num_m = -(-_constant(m) // op.bm.data)
                     tiles = -(-num_m // cl) * -(-_constant(n) // op.bn.data)
+                    if isinstance(op, sf.ChunkTileLoopOp):
+                        tiles *= op.chunks.data
                 break
         return max(1, min(max(1, DEFAULT_CTAS // cl), tiles)) * cl
 
     # -- setup and scheduling ------------------------------------------------------------
 
-    def run(self) -> list[PerRank]:
+    def run(self) -> list[list[PerRank]]:
+        """Every launch in turn on each rank; returns ``outputs[launch][i][rank]``."""
         env: dict = {}
         for op in self.op.block.ops:
-            if isinstance(op, s.TmapOp):
-                env[op.result] = Tmap(op, op.buffer.type)
+            rule = KERNEL_RULES.get(type(op))
+            if rule is not None:
+                rule(self, op, env)
             elif isinstance(op, arith.ConstantOp):
                 env[op.result] = _constant(op)
+            elif isinstance(op, AllocOp):
+                env[op.result] = op.result
         for a in self.op.block.args:
             env[a] = a
+        self.env = env
         self.cta_objs: dict[tuple[int, int], dict] = {}
         self.syncs: dict[tuple[int, int], dict] = {}
-        actors: list[Actor] = []
+        self.actors: list[Actor] = []
+        self.live: list[Actor] = []
+        self.left: dict[tuple[int, int], list] = {}     # (rank, launch) -> [actors left, clock]
+        n_out = len(self.op.block.args) - len(self.op.inputs)
+        self.results = [[[None] * self.world for _ in range(n_out)] for _ in self.launches]
         for rank in range(self.world):
-            for cta in range(self.ctas):
-                self.cta_objs[rank, cta] = self._allocate(rank, cta)
-                for wg in range(self.wgs):
-                    a = Actor(len(actors), rank, cta, wg, {len(actors): 1})
-                    a.gen = self._actor(a, dict(env))
-                    actors.append(a)
-        self.actors = actors
-        self._schedule(actors)
-        outs = self.op.block.args[len(self.op.inputs):]
-        return [self.data[v] for v in outs]
+            self._spawn(rank, 0, {})
+        self._schedule()
+        return self.results
 
-    def _allocate(self, rank: int, cta: int) -> dict:
+    def _spawn(self, rank: int, launch: int, clock: dict) -> None:
+        """Rank ``rank``'s launch ``launch``: its inputs and fresh outputs bound, its CTAs'
+        actors started with ``clock`` (what the rank's earlier launches did)."""
+        n_in = len(self.op.inputs)
+        for i, arg in enumerate(self.op.block.args):
+            if i < n_in:
+                self.data[arg][rank] = self.launches[launch][i][rank].clone()
+            elif launch and not arg.type.symmetric:
+                t = arg.type
+                self.data[arg][rank] = poison(t.get_shape(), torch_dtype(t.element_type))
+            else:
+                continue
+            self.gbufs.pop((arg, rank), None)
+        self.left[rank, launch] = [self.ctas * self.wgs, dict(clock)]
+        for cta in range(self.ctas):
+            self.cta_objs[rank, cta] = self._allocate(rank, cta, launch)
+            for wg in range(self.wgs):
+                aid = len(self.actors)
+                a = Actor(aid, rank, cta, wg, {**clock, aid: 1}, launch=launch,
+                          lanes=min(128, self.threads - 128 * wg))
+                a.gen = self._actor(a, dict(self.env))
+                self.actors.append(a)
+                self.live.append(a)
+
+    def _launch_ended(self, rank: int, launch: int) -> None:
+        """The host reads the rank's outputs: complete, and ordered before its next launch."""
+        clock = self.left[rank, launch][1]
+        n_in = len(self.op.inputs)
+        host = self.memory.kid(("host", rank, launch), f"the host of rank {rank} reading the "
+                               f"outputs of launch {launch + 1}")
+        for i, arg in enumerate(self.op.block.args[n_in:]):
+            g = self.gbufs.get((arg, rank))
+            if g is not None:
+                g.check_final(clock, f"kernel @{self.op.kernel_name.data} output {i} on rank "
+                              f"{rank} (launch {launch + 1})")
+                g.host_read(host)
+            self.results[launch][i][rank] = self.data[arg][rank].clone()
+        if launch + 1 < len(self.launches):
+            self._spawn(rank, launch + 1, {**clock, ("host", rank, launch): 1})
+
+    def _allocate(self, rank: int, cta: int, launch: int = 0) -> dict:
         """This CTA's shared memory and mbarriers, named for messages by their SSA name
         when the IR has one (else by their order among the allocations of their kind)."""
         objs: dict = {}
@@ -151,14 +232,15 @@ class ScheduleRun:
                 n_smem += 1
             elif isinstance(op, s.MbarrierAllocOp):
                 name = f"%{hint}" if hint else f"mbarriers #{n_bars}"
-                objs[op.result] = [Mbarrier((rank, cta, n_bars, i), f"{name}[{i}] {t} of CTA "
+                objs[op.result] = [Mbarrier((rank, cta, n_bars, i, launch),
+                                            f"{name}[{i}] {t} of CTA "
                                             f"{cta}", t.arrivals.data)
                                    for i in range(t.count.data)]
                 n_bars += 1
         return objs
 
-    def _schedule(self, actors: list[Actor]) -> None:
-        live = list(actors)
+    def _schedule(self) -> None:
+        live = self.live
         while live or self.loads:
             order: list = list(live) + ["engine"]
             if self.rng is not None:
@@ -170,7 +252,7 @@ class ScheduleRun:
                     continue
                 if a.blocked is not None and a.seen_version == self.version:
                     continue   # nothing changed since it last looked
-                a.seen_version = self.version
+                a.seen_version = before = self.version
                 try:
                     event = next(a.gen)
                 except StopIteration:
@@ -178,7 +260,8 @@ class ScheduleRun:
                     self._finished(a)
                     progressed = True
                     continue
-                if event is not BLOCKED:
+                # a step that changed what others observe progressed, even if it then blocked
+                if event is not BLOCKED or self.version != before:
                     progressed = True
                 self._count()
             if not progressed and not self._engine(all_blocked=True):
@@ -220,6 +303,11 @@ class ScheduleRun:
         self.version += 1
         for key in list(self.syncs):
             self._try_release_sync(key)
+        left = self.left[a.rank, a.launch]
+        left[0] -= 1
+        join(left[1], a.clock)
+        if not left[0]:
+            self._launch_ended(a.rank, a.launch)
 
     def _drained(self, a: Actor) -> None:
         """A warpgroup leaving its role (or ending) has no MMA or TMA store in flight."""
@@ -282,17 +370,18 @@ class ScheduleRun:
             elif kind is _END:
                 return [env[v] for v in operands]
             else:
-                why = (" (the communication ops of pkc.dialects.schedule_comm are not modelled "
-                       "yet)" if type(op).__module__.endswith("schedule_comm") else "")
-                raise InterpError(f"{a.at(op)}: cannot be interpreted at the schedule level{why}")
+                raise InterpError(f"{a.at(op)}: cannot be interpreted at the schedule level "
+                                  "(no rule in pkc.interp.schedule_rules for this op)")
         return []
+
+    run_block = _block          # for rules of ops with regions (pkc.interp.schedule_rules)
 
     def _steps(self, block: Block) -> list[tuple]:
         """The block's ops, each with its handler and operands looked up once (reading
         xDSL's operand properties per execution is most of an interpreter's time)."""
         steps = self._compiled.get(id(block))
         if steps is None:
-            steps = [_step(op) for op in block.ops]
+            steps = [_step(op, self.lanes_mode) for op in block.ops]
             self._compiled[id(block)] = steps
         return steps
 
@@ -312,16 +401,12 @@ class ScheduleRun:
         cl, bm, bn, gm = self.cluster, op.bm.data, op.bn.data, op.group_m.data
         num_m, num_n = -(-env[op.m] // bm), -(-env[op.n] // bn)
         num_mc = -(-num_m // cl)
-        group = num_n * gm
         carried = [env[v] for v in op.inits]
         for tile in range(a.cta // cl, num_mc * num_n, self.ctas // cl):
-            g = tile // group
-            first = g * gm
-            gsz = min(num_mc - first, gm)
-            r = tile - g * group
-            mb = (first + r % gsz) * cl + a.cta % cl
+            mc, nb = grouped_tile(tile, num_mc, num_n, gm)
+            mb = mc * cl + a.cta % cl
             self._count()
-            carried = yield from self._block(a, op.block, env, [mb * bm, r // gsz * bn, *carried])
+            carried = yield from self._block(a, op.block, env, [mb * bm, nb * bn, *carried])
         for res, v in zip(op.res, carried):
             env[res] = v
 
@@ -385,7 +470,7 @@ class ScheduleRun:
 
 # ----------------------------------------------------------------------------------------
 _END, _PURE, _CONST, _SIMPLE_OP, _GEN, _UNKNOWN = range(6)
-_GENERATORS = {
+for _t, _fn in {
     scf.ForOp: ScheduleRun._for,
     s.TileLoopOp: ScheduleRun._tile_loop,
     s.MbarrierWaitOp: ScheduleRun._wait,
@@ -393,20 +478,29 @@ _GENERATORS = {
     s.RoleOp: ScheduleRun._role,
     s.SmemAllocOp: ScheduleRun._alloc,
     s.MbarrierAllocOp: ScheduleRun._alloc,
-}
+}.items():
+    blocking(_t)(_fn)
+for _t, _fn in SIMPLE.items():
+    simple(_t)(_fn)
+kernel_level(s.TmapOp)(lambda R, op, env: env.__setitem__(op.result, Tmap(op, op.buffer.type)))
 
 
-def _step(op: Operation) -> tuple:
-    """(kind, op, handler or value, operands, result) of one op."""
+def _step(op: Operation, lanes: bool = False) -> tuple:
+    """(kind, op, handler or value, operands, result) of one op. ``lanes``: values may be
+    per-lane tensors (a kernel with communication ops)."""
     t = type(op)
     if t in (s.YieldOp, scf.YieldOp):
         return (_END, op, None, tuple(op.operands), None)
-    if t in _GENERATORS:
-        return (_GEN, op, _GENERATORS[t], None, None)
-    if t in SIMPLE:
-        return (_SIMPLE_OP, op, SIMPLE[t], None, None)
+    if t in BLOCKING_RULES:
+        return (_GEN, op, BLOCKING_RULES[t], None, None)
+    if t in SIMPLE_RULES:
+        return (_SIMPLE_OP, op, SIMPLE_RULES[t], None, None)
     if t is arith.ConstantOp:
         return (_CONST, op, _constant(op), None, op.result)
+    if lanes:
+        fn = comm.lane_arith(op)
+        if fn is not None:
+            return (_PURE, op, fn, tuple(op.operands), op.results[0])
     if t is arith.CmpiOp:
         pred = op.predicate.value.data
         return (_PURE, op, lambda x, y: _cmpi(pred, x, y), tuple(op.operands), op.results[0])
@@ -416,16 +510,24 @@ def _step(op: Operation) -> tuple:
     return (_UNKNOWN, op, None, None, None)
 
 
-def run_schedule(op: KernelOp, inputs: list[PerRank], world: int, seed: int = 0,
-                 ctas: int | None = None) -> list[PerRank]:
-    """Runs the scheduled kernel ``op`` on ``world`` ranks; ``inputs[i][r]`` is rank r's
-    i-th operand; returns ``outputs[i][r]``. ``seed`` 0 interleaves the warpgroups
-    round-robin, another seed in a random order drawn from it; ``ctas``: CTAs per rank."""
+def run_schedule_launches(op: KernelOp, launches: list[list[PerRank]], world: int,
+                          seed: int = 0, ctas: int | None = None) -> list[list[PerRank]]:
+    """Runs the scheduled kernel ``op`` ``len(launches)`` times in a row on ``world`` ranks;
+    ``launches[k][i][r]`` is rank r's i-th operand of launch k; returns
+    ``outputs[k][i][r]``. ``seed`` 0 interleaves the warpgroups round-robin, another seed
+    in a random order drawn from it; ``ctas``: CTAs per rank (a collective: at most that
+    many, its slice by the launch's grid rule)."""
     # The MMAs are small: torch's intra-op threads only contend for the cores (on a busy
     # 2-core machine, 5x slower), so the run uses one and gives the setting back.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return ScheduleRun(op, inputs, world, seed, ctas).run()
+        return ScheduleRun(op, launches, world, seed, ctas).run()
     finally:
         torch.set_num_threads(threads)
+
+
+def run_schedule(op: KernelOp, inputs: list[PerRank], world: int, seed: int = 0,
+                 ctas: int | None = None) -> list[PerRank]:
+    """One launch of ``op`` (see :func:`run_schedule_launches`): ``outputs[i][r]``."""
+    return run_schedule_launches(op, [inputs], world, seed, ctas)[0]

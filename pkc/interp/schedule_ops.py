@@ -49,6 +49,17 @@ class Tmap:
         return tuple(bs), tuple(ts)
 
 
+def grouped_tile(tile: int, num_mc: int, num_n: int, group_m: int) -> tuple[int, int]:
+    """(row block of clusters, column block) of tile ``tile`` in grouped order
+    (``pks.tile_loop``'s doc): ``group_m`` row blocks share a column sweep."""
+    group = num_n * group_m
+    g = tile // group
+    first = g * group_m
+    gsz = min(num_mc - first, group_m)
+    r = tile - g * group
+    return first + r % gsz, r // gsz
+
+
 def _arrive(R, a: Actor, op: s.MbarrierArriveOp, env) -> bool:
     if op.pred is not None and not env[op.pred]:
         return False

@@ -54,6 +54,14 @@ class Actor:
     bulk_open: list = field(default_factory=list)             # TMA stores since the last commit
     bulk_groups: list[list] = field(default_factory=list)
     unfenced: list = field(default_factory=list)              # generic smem writes, no fence yet
+    # threads (pkc.interp.schedule_comm): the warpgroup's threads run in lockstep; values
+    # derived from the thread index are per-lane tensors, ``mask`` the lanes that run now
+    lanes: int = 128
+    mask: Any = None             # None: every lane; else a bool tensor of ``lanes``
+    launch: int = 0              # which launch of the kernel (pkc.interp.schedule_world)
+    fenced: Clock | None = None  # the clock a relaxed signal publishes (last pks.fence_sys)
+    bulk_issued: int = 0         # TMA writes to global memory issued / completed (bulk_wait)
+    bulk_done: int = 0
 
     @property
     def epoch(self) -> int:
@@ -62,7 +70,8 @@ class Actor:
     def describe(self) -> str:
         who = (f"{self.role} warpgroup {self.role_wg}" if self.role is not None
                else f"warpgroup {self.wg} (outside any role)")
-        return f"rank {self.rank}, CTA {self.cta}, {who}"
+        launch = f", launch {self.launch + 1}" if self.launch else ""
+        return f"rank {self.rank}, CTA {self.cta}, {who}{launch}"
 
     def at(self, op: Operation) -> str:
         return f"{where(op)} on {self.describe()}"
