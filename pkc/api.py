@@ -136,7 +136,8 @@ class CompiledProgram:
         from pkc.runtime import run_kernel_module
 
         args = self.arguments(per_rank_inputs, params)
-        results = run_kernel_module(self.kernel_module, args, self.world_size, device)
+        results = run_kernel_module(self.kernel_module, args, self.world_size, device,
+                                    target=self.target)
         return self._user_outputs(results)
 
     def arguments(self, per_rank_inputs: Sequence[Any], params: Params | None = None
@@ -627,13 +628,14 @@ def _graph_runner(program: CompiledProgram, captured: CapturedGraph) -> Callable
         from pkc.runtime.execute import run_kernel_module, run_kernel_module_distributed
 
         if program.world_size == 1:
-            return tuple(run_kernel_module(program.kernel_module, [main_args], 1)[0])
+            return tuple(run_kernel_module(program.kernel_module, [main_args], 1,
+                                           target=program.target)[0])
         if not runner:  # one runner per compiled graph: buffers and rendezvous are reused
             from pkc.runtime.symm import DistributedRunner
 
             runner.append(DistributedRunner())
         return tuple(run_kernel_module_distributed(program.kernel_module, main_args,
-                                                   runner=runner[0]))
+                                                   runner=runner[0], target=program.target))
 
     return run
 
@@ -659,7 +661,7 @@ def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: st
     if gpu:
         from pkc.runtime.execute import target_for
 
-        target = target_for(torch.cuda.get_device_capability(device))
+        target = target_for(torch.cuda.get_device_capability(device), program.target)
     tp = torch_program(program.kernel_module if gpu else program.module, world=program.world_size,
                        kind=RunKind.GPU if gpu else RunKind.INTERP, arg_map=arg_map,
                        n_inputs=len(phs), device=device, target=target,

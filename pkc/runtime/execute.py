@@ -18,13 +18,37 @@ _DEFAULT_RUNNER = None
 _COMPILED: dict[tuple[str, str, bool | None], CompiledKernel] = {}
 
 
-def target_for(capability: tuple[int, int]) -> str:
-    """``$PKC_TARGET``, else the GPU's own: sm_90a (Hopper), sm_100a (Blackwell), else
-    the portable sm_80 path."""
-    env = os.environ.get("PKC_TARGET")
-    if env:
-        return env
-    return {(9, 0): "sm_90a", (10, 0): "sm_100a"}.get(tuple(capability), "sm_80")
+_ARCH_OF_CAPABILITY = {(9, 0): "sm_90a", (10, 0): "sm_100a"}
+
+
+def target_for(capability: tuple[int, int], target=None) -> str:
+    """The architecture the kernels are compiled for. ``target``: what the program was
+    compiled for (a GPU name such as ``"h200"``, a :class:`~pkc.target.targets.Target`, or
+    an architecture such as ``"sm_90a"``): its architecture, which this GPU must run (an
+    error names both otherwise). Without one: ``$PKC_TARGET``, else the GPU's own (sm_90a
+    on Hopper, sm_100a on Blackwell, else the portable sm_80 path)."""
+    if target is None:
+        env = os.environ.get("PKC_TARGET")
+        if env:
+            return env
+        return _ARCH_OF_CAPABILITY.get(tuple(capability), "sm_80")
+    arch = getattr(target, "sm_arch", None)
+    name = getattr(target, "name", target)
+    if arch is None and not str(target).startswith("sm_"):
+        from pkc.target.targets import get_target
+
+        arch = get_target(str(target)).sm_arch
+    arch = arch or str(target)
+    own = _ARCH_OF_CAPABILITY.get(tuple(capability))
+    if arch in _ARCH_OF_CAPABILITY.values() and arch != own:
+        from pkc.runtime.errors import RuntimeUnavailable
+
+        raise RuntimeUnavailable(
+            f"pkc: the program was compiled for {name} ({arch}) but this GPU is compute "
+            f"capability {capability[0]}.{capability[1]}"
+            + (f" ({own})" if own else "") + ": compile it with the target of this GPU "
+            "(e.g. target='h200' on Hopper)")
+    return arch
 
 
 def compiled(kop: KernelOp, target: str, bulk: bool | None = None) -> CompiledKernel:
@@ -40,7 +64,8 @@ def run_kernel_module(module: ModuleOp, per_rank_inputs: list[list[torch.Tensor]
                       timeout_s: float = DEFAULT_TIMEOUT_S, green: bool = True,
                       runner: VirtualWorld | None = None, fast: bool | None = None) -> list[list[torch.Tensor]]:
     """Runs ``@func_name`` for ``world`` ranks on one GPU; returns ``outputs[r]`` (CUDA
-    tensors). ``target``/``bulk`` choose the codegen path (default: the GPU's own);
+    tensors). ``target``: what the program was compiled for (a GPU name or an architecture;
+    default: the GPU's own, see :func:`target_for`); ``bulk`` chooses the codegen path;
     ``fast`` the hand-tuned sm_90a kernels where they apply (default: on, ``PKC_FAST=0``
     turns it off). Prepared once per (module, world, options): see
     :mod:`pkc.runtime.executable`."""
@@ -50,7 +75,7 @@ def run_kernel_module(module: ModuleOp, per_rank_inputs: list[list[torch.Tensor]
     def make():
         general = runner or VirtualWorld(world, device, green)
         peers = VirtualPeers(world, general.device, green)
-        return Executable(module, peers, general, target=target or target_for(general.capability),
+        return Executable(module, peers, general, target=target_for(general.capability, target),
                           func_name=func_name, timeout_s=timeout_s, fast=fast, bulk=bulk)
     ex = executable_for(module, ("virtual", world, str(device), func_name, target, bulk,
                                  timeout_s, green, id(runner), fast), make)
@@ -73,7 +98,7 @@ def run_kernel_module_distributed(module: ModuleOp, inputs: list[torch.Tensor], 
         runner = _DEFAULT_RUNNER
 
     def make():
-        return Executable(module, runner.peers, runner, target=target or target_for(runner.capability),
+        return Executable(module, runner.peers, runner, target=target_for(runner.capability, target),
                           func_name=func_name, timeout_s=timeout_s, fast=fast, distributed=True)
     ex = executable_for(module, ("dist", func_name, target, timeout_s, id(runner), fast), make)
     return ex.run({runner.rank: inputs})[runner.rank]

@@ -85,3 +85,20 @@ def test_pkc_opt_emit_ptx_prints_the_scheduled_kernel(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "// pk.kernel @matmul_reduce_scatter (sm_90a)" in out.stdout
     assert "wgmma.mma_async" in out.stdout
+
+
+def test_runtime_target_is_the_compiled_one():
+    from pkc.runtime.errors import RuntimeUnavailable
+    from pkc.runtime.execute import target_for
+    from pkc.target.targets import get_target
+
+    assert target_for((9, 0), "h200") == "sm_90a"
+    assert target_for((9, 0), get_target("h100")) == "sm_90a"
+    assert target_for((9, 0), "sm_80") == "sm_80"          # the portable path runs anywhere
+    assert target_for((9, 0)) in ("sm_90a", os.environ.get("PKC_TARGET"))
+    try:
+        target_for((9, 0), "b200")
+    except RuntimeUnavailable as err:
+        assert "compiled for b200 (sm_100a)" in str(err) and "9.0 (sm_90a)" in str(err)
+    else:
+        raise AssertionError("an sm_100a program was accepted on an sm_90a GPU")
