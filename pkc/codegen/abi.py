@@ -136,6 +136,10 @@ class TmapArg:
     box: list[int]
     swizzle: int
     peer: int = -1      # >= 0: over rank ``peer``'s copy of the (symmetric) buffer
+    # the map's dimensions (outermost first) as a row-major view of the buffer (the same
+    # elements, e.g. [W, Mc, K] of a [W * Mc, K] buffer: a box never spills into the next
+    # shard); empty: the buffer's shape
+    dims: list[int] = field(default_factory=list)
     # ``[first, count, cols]``: the map covers rows [first, first + count) of the row-major
     # ``[*, cols]`` buffer (a chunk's rows: a box never spills into the next chunk); empty:
     # the whole buffer with its shape
@@ -217,7 +221,8 @@ class FusedLaunch:
     (``ScheduledKernelMeta.fused``; the GEMM's grid rule: ``tiles`` counts every chunk's).
 
     Parameters after the kernel buffers: W peer pointers (ranks 0..W-1) per symmetric
-    entry of ``buffers`` (its ``pk.alloc``s: the signal pad), the own pointer of each, one
+    entry of ``buffers`` (its ``pk.alloc``s: the signal pad) then per ``peer_outputs`` entry
+    (``out<i>_p<d>``: a symmetric output peers write into), the own pointer of each alloc, one
     pointer per local entry (the epoch control word); then ``rank`` (u32), ``err`` (u64: 8
     u32, zeroed once: flag, kind, rank, peer, seen, wanted, cta, epoch), ``timeout`` (u64
     ns), ``mbox`` (u64: a host-mapped copy of the record, or 0), ``trap`` (u32). Its tensor
@@ -233,10 +238,16 @@ class FusedLaunch:
     kind: str = "rs"
     inputs: int = -1            # kernel inputs (-1: every buffer not a symmetric output);
     #                             outputs that are not symmetric are fresh per launch
+    side_ctas: int = 0          # the grid's last CTAs that run a side role (the grid rule)
+    peer_outputs: list[int] = field(default_factory=list)   # symmetric outputs whose W
+    #                             peer pointers are passed (``out<i>_p<d>``, after the allocs')
+    inputs: int = -1            # kernel inputs (-1: every buffer not a symmetric output);
+    #                             outputs that are not symmetric are fresh per launch
 
     def params(self) -> list[tuple[str, str]]:
         W = self.world
         ps = [(f"{b.name}_p{d}", "u64") for b in self.buffers if b.symmetric for d in range(W)]
+        ps += [(f"out{i}_p{d}", "u64") for i in self.peer_outputs for d in range(W)]
         ps += [(f"{b.name}_own", "u64") for b in self.buffers if b.symmetric]
         ps += [(b.name, "u64") for b in self.buffers if not b.symmetric]
         ps += [("rank", "u32"), ("err", "u64"), ("timeout", "u64"), ("mbox", "u64"),
@@ -273,6 +284,9 @@ class ScheduledKernelMeta:
         return [(_ident(n), t) for n, t in ps]
 
     def grid(self, num_sms: int) -> int:
+        side = self.fused.side_ctas if self.fused is not None else 0
+        if side:        # the GEMM's CTAs on the SMs the side CTAs leave, then the side's
+            return max(1, min(num_sms - side, self.tiles)) + side
         ctas = min(num_sms, -(-self.tiles // self.cluster) * self.cluster)
         return max(self.cluster, ctas // self.cluster * self.cluster)
 

@@ -382,7 +382,10 @@ def lower_tile_loop(L: Lowering, op, chunks: int = 1) -> None:
         tile0, stride = b.sreg("%clusterid.x"), b.sreg("%nclusterid.x")
         rank = b.sreg("%cluster_ctarank")
     else:
-        tile0, stride, rank = b.sreg("%ctaid.x"), b.sreg("%nctaid.x"), None
+        # inside a pks.cta_partition's main region: the CTAs its side role leaves
+        main = getattr(L, "tile_ctas", None)
+        tile0, rank = b.sreg("%ctaid.x"), None
+        stride = main if main is not None else b.sreg("%nctaid.x")
     total = b.mul32(num_tiles, chunks) if chunks > 1 else num_tiles
     loop, body = b.for_carried(tile0, total, stride, [L.v(x) for x in op.inits], "u32")
     tile, *carried = body.args
@@ -571,5 +574,5 @@ _LOWERINGS = {
 from pkc.codegen import lower_schedule_comm  # noqa: E402,F401  (registers its lowerings)
 from pkc.codegen import lower_schedule_fused  # noqa: E402,F401  (registers its lowerings)
 from pkc.codegen import lower_schedule_tcgen05  # noqa: E402,F401  (registers sm_100a)
-from pkc.codegen import lower_schedule_moe  # noqa: E402,F401  (registers its lowerings)
+from pkc.codegen import lower_schedule_ag  # noqa: E402,F401  (registers its lowerings)
 from pkc.codegen import lower_schedule_moe  # noqa: E402,F401  (registers its lowerings)

@@ -65,6 +65,7 @@ from pkc.dialects.common import (
     verify_world,
 )
 from pkc.dialects import schedule
+from pkc.dialects.schedule_ag import TmapViewOp
 from pkc.dialects.schedule_fused import PeerTmapOp, RowsTmapOp
 from pkc.dialects.types import BufferType, SignalsType, TileType, is_float, shape_str
 
@@ -198,7 +199,7 @@ class KernelOp(IRDLOperation):
         for i, (r, a) in enumerate(zip(self.outputs, args[n_in:])):
             _check_buffer_matches(self, f"output {i}", r.type, a.type, allow_symmetric=True)
         allowed = (AllocOp, AllocSignalsOp, WorkerOp, YieldOp, arith.ConstantOp,
-                   schedule.TmapOp, PeerTmapOp, RowsTmapOp, schedule.ScheduleOp)
+                   schedule.TmapOp, PeerTmapOp, RowsTmapOp, TmapViewOp, schedule.ScheduleOp)
         for op in self.block.ops:
             if not isinstance(op, allowed):
                 raise VerifyException(

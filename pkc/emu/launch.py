@@ -252,6 +252,9 @@ def _map_view(tm, types, addrs, named, extra, r: int, es: int) -> tuple[int, lis
         shape = [b.elements]
     else:
         base, shape = addrs[owner][tm.buffer], list(types[tm.buffer].get_shape())
+    dims = getattr(tm, "dims", None)
+    if dims:                        # a row-major view of the buffer (pks.tmap_view)
+        return base, list(dims)
     rows = getattr(tm, "rows", None)
     if rows:
         first, count, cols = rows

@@ -122,6 +122,25 @@ class GemmParts:
     def producer_row(self, t: _Ops, coords: list[SSAValue]) -> SSAValue:
         return coords[0]
 
+    def a_map(self, top: _Ops, A: SSAValue, ta_t) -> SSAValue:
+        """A's tensor map (top level), the one the producer prefetches."""
+        return top.add(s.TmapOp(A, ta_t)).result
+
+    def role_block(self, o: _Ops, cfg: GemmConfig, a_st: SSAValue) -> _Ops:
+        """Where the roles go (the schedule block; a fused kernel with a side role by CTA
+        index puts them in its main region)."""
+        return o
+
+    def producer_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
+        """Extra carried values of the producer's tile loop (their initial values)."""
+        return []
+
+    def producer_tile(self, t: _Ops, coords: list[SSAValue], tA: SSAValue,
+                      extra: list[SSAValue]):
+        """(A's map, row, outer coordinates after [k, row], carried values) of a tile's
+        A loads: the plain GEMM's ``tA`` at ``producer_row``."""
+        return tA, self.producer_row(t, coords), [], extra
+
     def epilogue_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
         return []
 
@@ -157,7 +176,7 @@ def build_gemm(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: in
     parts = parts or GemmParts()
     ta_t, tb_t, tc_t = tmap_types(cfg)
     top = _Ops(body)
-    tA = top.add(s.TmapOp(A, ta_t)).result
+    tA = parts.a_map(top, A, ta_t)
     tB = top.add(s.TmapOp(B, tb_t)).result
     tC = parts.c_map(top, C, tc_t)
     sched = top.add(s.ScheduleOp(cfg.threads, cfg.cluster_m, cfg.timeout_ns))
@@ -172,8 +191,9 @@ def build_gemm(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: in
     empty = o.add(s.MbarrierAllocOp(S, cfg.consumers * cfg.cluster_m)).result
     dims = (M, N, K)
 
-    _producer(o, cfg, dims, tA, tB, a_st, b_st, full, empty, parts)
-    _consumer(o, cfg, dims, C, tC, a_st, b_st, epi, full, empty, parts)
+    roles = parts.role_block(o, cfg, a_st)
+    _producer(roles, cfg, dims, tA, tB, a_st, b_st, full, empty, parts)
+    _consumer(roles, cfg, dims, C, tC, a_st, b_st, epi, full, empty, parts)
     parts.end(o)
     return sched
 
@@ -188,10 +208,11 @@ def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty,
     rank = r.add(s.ClusterRankOp()).result
     zero, one = r.c(0), r.c(1)
     num_kb = r.c(-(-dims[2] // BK))
-    loop, coords, (stage, phase) = parts.tile_loop(r, M, N, [zero, zero], cfg)
+    pinit = parts.producer_setup(r, cfg)
+    loop, coords, (stage, phase, *pextra) = parts.tile_loop(r, M, N, [zero, zero, *pinit], cfg)
     t = _Ops(loop.block)
     n0 = coords[1]
-    m0 = parts.producer_row(t, coords)
+    tA_tile, m0, outer, pextra = parts.producer_tile(t, coords, tA, pextra)
     mc = cfg.cluster_m if cfg.cluster_m > 1 else 0
     # where this CTA's part of the B tile goes and comes from (loop-invariant over k)
     if cfg.b_layout == "nk":
@@ -210,12 +231,12 @@ def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty,
     k.add(s.MbarrierWaitOp(empty, ks, parity))
     k.add(s.MbarrierArriveOp(full, ks, tx_bytes=cfg.stage_bytes))
     kc = k.bin(arith.MuliOp, kb, BK)
-    k.add(s.TmaLoadOp(tA, [kc, m0], a_st, ks, k.c(0), full, ks))
+    k.add(s.TmaLoadOp(tA_tile, [kc, m0, *outer], a_st, ks, k.c(0), full, ks))
     for off, n in b_parts:
         coords = [kc, n] if cfg.b_layout == "nk" else [n, kc]
         k.add(s.TmaLoadOp(tB, coords, b_st, ks, off, full, ks, multicast=mc))
     k.add(scf.YieldOp(*k.advance(ks, kph, cfg.stages)))
-    t.add(s.YieldOp(list(kloop.results)))
+    t.add(s.YieldOp([*kloop.results, *pextra]))
     r.add(s.YieldOp())
 
 

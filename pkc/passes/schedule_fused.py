@@ -42,6 +42,7 @@ from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
+from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
 from pkc.passes.fused_schedule import RsParts
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.registry import register_pass
@@ -105,6 +106,9 @@ class ScheduleFused(ModulePass):
     def apply(self, ctx, module: ModuleOp) -> None:
         for kop in [o for o in module.walk() if isinstance(o, k.KernelOp)]:
             if not _fusion(kop).get("pattern") or kop.schedule() is not None:
+                continue
+            if _fusion(kop).get("pattern") == "all_gather_mm":     # its own builder
+                schedule_all_gather_mm(kop, self.target, self.variant)
                 continue
             reason = why_not(kop)
             if reason:

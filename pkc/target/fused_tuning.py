@@ -89,3 +89,29 @@ def rs_into_output(world: int) -> bool:
     """GEMM + reduce-scatter into a fresh output (the W = 2 variant) or reduce-adds into
     the persistent accumulator."""
     return world == 2 and RS_INTO_OUTPUT
+
+
+# All-gather + GEMM's put side: bulk copies of PUT_PIECE bytes through a PUT_RING-deep
+# ring in each put CTA's shared memory (the GEMM's stage memory, which a put CTA does not
+# use), half of the ring's pieces' stores in flight: the hand kernel's measured defaults.
+PUT_PIECE = 32768
+PUT_RING = 4
+
+
+def ag_put_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> tuple[int, str]:
+    """(put CTAs, why) for an all-gather + GEMM with gathered A ``[M, K]``: enough to
+    deliver the remote rows at 1.25x the rate the GEMM consumes them (the (W-1)/W remote
+    part of A over the whole GEMM's predicted time), a multiple of 4 in [4, 16]. Every CTA
+    more is an SM less for the GEMM: compute-bound shapes (Llama up+gate) want few;
+    measured on 2 and 4 H200s (hand kernels), 16 won where A's bytes outrun the GEMM (8
+    lost 8-17% there), 8 won over 12 and 16 on N = 32768 at W = 4 (by 7%), 4 over 8 on
+    up+gate at W = 2. The rule of ``pkc.runtime.fastpath.ag_put_ctas``."""
+    from pkc.target.cost import gemm_time
+
+    remote = (world - 1) / world * M * K * 2
+    t = gemm_time(target, M, N, K)
+    n = side_ctas_for(remote / t)
+    why = (f"{n} put CTAs: the remote rows of A ({remote / 1e6:.3g} MB) over the GEMM's "
+           f"predicted {t * 1e6:.3g} us need {remote / t / 1e9:.3g} GB/s; at 1.25x headroom "
+           f"and ~{PUT_CTA_BW / 1e9:.0f} GB/s per put CTA, a multiple of 4 in [4, 16]")
+    return n, why

@@ -1,0 +1,232 @@
+"""The IR-built fused all-gather + GEMM (graph pk.all_gather -> pk.matmul -> the default
+pipeline (overlap forced) -> schedule-fused -> sm_90a lowering -> PTX) against the
+hand-written kernel it replaces (``AgGemmKernel``, the same tile and put CTAs), in the
+virtual world on one H200 (W ranks on W green-context lanes of one GPU), and at W = 1
+against the IR-built GEMM alone (schedule-matmul, the same tile).
+
+    python benchmarks/fused_ag_ir.py --out DIR     # on the GPU machine (xdsl carried as wheels)
+    python benchmarks/fused_ag_ir.py --list        # the cases, no GPU
+
+Per case: random bf16 shards per rank and a weight per rank; the IR kernel's C against
+torch (the gathered A times B in f32, rounded once: within a bf16 step of the scale) and
+bitwise against the hand kernel; the gathered A (where the IR asks for it) bitwise against
+the concatenated shards; then the two kernels launched in alternation, ``rounds`` rounds,
+each behind a ``torch.cuda._sleep``, the order rotated every round (as
+benchmarks/gemm_ir.py); medians and the paired ratio hand / IR (and GEMM / AG at W = 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# (name, W, Mc, N, K, layout, gathered): odd shapes (Mc, N, K not multiples of 16 or of W;
+# N, K multiples of 8 for TMA) and larger ones (PK's AG + GEMM N x N/8 x N shapes per rank)
+CASES = [
+    ("odd W=1", 1, 999, 776, 520, "nk", False),
+    ("odd W=2", 2, 999, 776, 520, "nk", False),
+    ("odd W=3 G", 3, 1001, 584, 392, "kn", True),
+    ("odd W=4", 4, 517, 1048, 712, "nk", False),
+    ("8192 W=1", 1, 8192, 8192, 8192, "nk", False),
+    ("4096x1024 W=2", 2, 2048, 1024, 4096, "nk", False),
+    ("8192x1024 W=4", 4, 2048, 1024, 8192, "nk", False),
+    ("8192 W=2", 2, 4096, 8192, 8192, "nk", False),
+    ("8192 W=4 G", 4, 2048, 8192, 8192, "nk", True),
+]
+
+
+def module_text(W: int, Mc: int, N: int, K: int, layout: str, gathered: bool = False,
+                dt: str = "bf16") -> str:
+    """pk.all_gather of a [Mc, K] shard, a matmul by B ([N, K] transposed, or [K, N]);
+    with ``gathered`` the gathered tensor is a result too (its negation: the IR needs it)."""
+    M = W * Mc
+    ret = f"tensor<{M}x{N}x{dt}>"
+    head = "func.func @ag_mm(%x: tensor<{}x{}x{}>, %w: tensor<{}x{}x{}>) -> ({}{}) {{\n"
+    wshape = (N, K) if layout == "nk" else (K, N)
+    text = head.format(Mc, K, dt, *wshape, dt, ret, f", tensor<{M}x{K}x{dt}>" if gathered else "")
+    text += (f"  %g = pk.all_gather %x {{dim = 0 : i64, world = {W} : i64}} : "
+             f"tensor<{Mc}x{K}x{dt}> -> tensor<{M}x{K}x{dt}>\n")
+    b = "%w"
+    if layout == "nk":
+        text += (f"  %wt = pk.transpose %w {{perm = [1, 0]}} : tensor<{N}x{K}x{dt}> -> "
+                 f"tensor<{K}x{N}x{dt}>\n")
+        b = "%wt"
+    text += (f"  %c = pk.matmul %g, {b} : (tensor<{M}x{K}x{dt}>, tensor<{K}x{N}x{dt}>) -> "
+             f"{ret}\n")
+    if gathered:
+        text += (f"  %n = pk.map \"neg\" %g : (tensor<{M}x{K}x{dt}>) -> tensor<{M}x{K}x{dt}>\n"
+                 f"  func.return %c, %n : {ret}, tensor<{M}x{K}x{dt}>\n}}\n")
+    else:
+        text += f"  func.return %c : {ret}\n}}\n"
+    return text
+
+
+def scheduled_module(W: int, Mc: int, N: int, K: int, layout: str, gathered: bool = False,
+                     dt: str = "bf16", variant: str = ""):
+    """The module after ``default{force=true, keep-single-rank}`` (W = 1: the all-gather of
+    one rank kept, so that a kernel is made), ``schedule-fused``, ``dce``."""
+    from pkc.ir import make_context, parse_module, verify_module
+    from pkc.passes.registry import parse_pipeline
+
+    m = parse_module(module_text(W, Mc, N, K, layout, gathered, dt), "fused_ag_ir.mlir")
+    opt = f"{{variant={variant}}}" if variant else ""
+    ctx = make_context()
+    pipe = "default{force=true keep-single-rank=true}" if W == 1 else "default{force=true}"
+    for p in parse_pipeline(f"{pipe},schedule-fused{opt},dce"):
+        p.apply(ctx, m)
+    verify_module(m)
+    return m
+
+
+def compile_ir(W: int, Mc: int, N: int, K: int, layout: str, gathered: bool = False,
+               dt: str = "bf16", variant: str = ""):
+    """(compiled kernel, its pk.kernel) of the IR path for one case."""
+    from pkc.codegen import compile_kernel
+    from pkc.codegen.emit import kernels_of
+
+    kops = [k for k in kernels_of(scheduled_module(W, Mc, N, K, layout, gathered, dt, variant))
+            if k.schedule() is not None]
+    (kop,) = kops
+    return compile_kernel(kop, "sm_90a"), kop
+
+
+def hand_config(kop):
+    """The hand kernel's FusedConfig of the IR kernel's decisions (tile, put CTAs, ring)."""
+    from fused_ir import gemm_config_of
+
+    from pkc.codegen.hopper.fused import FusedConfig
+    from pkc.passes.remarks import plan_of
+
+    p = plan_of(kop)
+    return FusedConfig(kind="ag", world=kop.world_size, gemm=gemm_config_of(kop),
+                       comm_ctas=p["comm_ctas"], put_piece=p["put_piece"],
+                       put_ring=p["put_ring"], put_lag=p["put_lag"])
+
+
+def _time(fns, rounds: int) -> list[list[float]]:
+    from gemm_ir import _time as t
+    return t(fns, rounds)
+
+
+def run_case(name, W, Mc, N, K, layout, gathered, rounds: int, peers) -> dict:
+    import torch
+
+    from pkc.codegen.hopper.fused import FusedWorld
+    from pkc.runtime.scheduled_ag import ScheduledAgGemm
+
+    ck, kop = compile_ir(W, Mc, N, K, layout, gathered)
+    fcfg = hand_config(kop)
+    ir = ScheduledAgGemm(ck.ptx, ck.meta, peers, owner=("bench-ag", name), timeout_ns=500_000_000)
+    hand = FusedWorld(fcfg, Mc, N, K, peers=peers, owner=("bench-ag-hand", name),
+                      sig_timeout_ns=500_000_000)
+    torch.manual_seed(0)
+    a = [torch.randn(Mc, K, device="cuda", dtype=torch.bfloat16) for _ in range(W)]
+    w = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5 for _ in range(W)]
+    b = [wi if layout == "nk" else wi.t().contiguous() for wi in w]
+    res = ir.run(a, b)
+    houts = hand.run(a, b)
+    torch.cuda.synchronize()
+    ir.check()
+    hand.check()
+    full = torch.cat(a).float()
+    errs, hand_eq, gath_ok, nan = [], True, True, False
+    for r in range(W):
+        ref = full @ w[r].float().t()
+        got = res[r][0].float()
+        nan = nan or bool(torch.isnan(got).any())
+        errs.append(float((got - ref).abs().max() / ref.abs().max()))
+        hand_eq = hand_eq and bool(torch.equal(res[r][0], houts[r]))
+        if gathered:
+            gath_ok = gath_ok and bool(torch.equal(res[r][1], torch.cat(a)))
+    tol = 2 ** -7
+    row = {"case": name, "W": W, "Mc": Mc, "N": N, "K": K, "layout": layout,
+           "gathered": gathered, "tile": f"{fcfg.gemm.bm}x{fcfg.gemm.bn}_s{fcfg.gemm.stages}",
+           "put_ctas": fcfg.n_comm, "max_rel_err": max(errs), "tol": tol,
+           "correct": max(errs) <= tol and not nan and gath_ok, "gathered_exact": gath_ok,
+           "nan": nan, "bitwise_equal_hand": hand_eq, "grid": ir.grid, "hand_grid": hand.grid,
+           "registers": ir.kernel.num_regs}
+    if not row["correct"]:
+        return row
+    fresh = [torch.empty(W * Mc, N, device="cuda", dtype=torch.bfloat16) for _ in range(W)]
+    fns = [lambda: ir.run(a, b, outs=fresh), lambda: hand.run(a, b, outs=fresh)]
+    gemm = None
+    if W == 1:
+        gemm = _ir_gemm(Mc, N, K, layout, fcfg.gemm, a[0], b[0], fresh[0])
+        fns.append(gemm)
+    for _ in range(3):
+        for fn in fns:
+            fn()
+    times = _time(fns, rounds)
+    torch.cuda.synchronize()
+    ir.check()
+    hand.check()
+    med = [statistics.median(t) for t in times]
+    row.update({"us_ir": med[0] * 1e6, "us_hand": med[1] * 1e6,
+                "hand_over_ir": statistics.median(h / i for i, h in zip(times[0], times[1]))})
+    if gemm is not None:
+        row.update({"us_gemm": med[2] * 1e6,
+                    "ir_over_gemm": statistics.median(i / g for i, g in zip(times[0], times[2]))})
+    res = ir.run(a, b)
+    torch.cuda.synchronize()
+    row["correct_after_timing"] = all(
+        float((res[r][0].float() - full @ w[r].float().t()).abs().max()
+              / (full @ w[r].float().t()).abs().max()) <= tol for r in range(W))
+    return row
+
+
+def _ir_gemm(M, N, K, layout, cfg, a, b, out):
+    """A launcher of the IR-built GEMM alone (schedule-matmul with the same tile)."""
+    from gemm_ir import ir_kernel
+
+    return ir_kernel(M, N, K, layout, cfg, a, b, out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="out/fused_ag_ir")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--rounds", type=int, default=30)
+    args = ap.parse_args()
+    if args.list:
+        for c in CASES:
+            print(*c)
+        return
+    from pkc.runtime.peers import VirtualPeers
+
+    os.makedirs(args.out, exist_ok=True)
+    rows, worlds = [], {}
+    for c in CASES:
+        try:
+            W = c[1]
+            peers = worlds.get(W) or worlds.setdefault(W, VirtualPeers(W))
+            row = run_case(*c, rounds=args.rounds, peers=peers)
+        except Exception as e:      # one failing case must not hide the others
+            import traceback
+            row = {"case": c[0], "error": f"{type(e).__name__}: {e}",
+                   "trace": traceback.format_exc()[-2000:]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    with open(os.path.join(args.out, "fused_ag_ir.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print(f"\n{'case':14} {'W':>2} {'Mc x N x K':18} {'tile':10} {'put':>3} {'ok':5} {'=hand':5} "
+          f"{'IR us':>8} {'hand us':>8} {'hand/IR':>7} {'IR/GEMM':>7}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['case']:14} ERROR {r['error'][:100]}")
+            continue
+        print(f"{r['case']:14} {r['W']:2} {str(r['Mc']) + 'x' + str(r['N']) + 'x' + str(r['K']):18} "
+              f"{r['tile']:10} {r['put_ctas']:3} "
+              f"{str(r['correct'] and r.get('correct_after_timing', False)):5} "
+              f"{str(r['bitwise_equal_hand']):5} {r.get('us_ir', 0):8.1f} {r.get('us_hand', 0):8.1f} "
+              f"{r.get('hand_over_ir', 0):7.3f} {r.get('ir_over_gemm', 0):7.3f}")
+
+
+if __name__ == "__main__":
+    main()

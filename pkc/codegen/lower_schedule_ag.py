@@ -1,0 +1,134 @@
+"""Lowers the schedule-level ops of :mod:`pkc.dialects.schedule_ag` (a side role by CTA
+index, shared-memory overlays, tensor-map views, plain bulk copies) for sm_90a, and the
+entry of a scheduled all-gather + GEMM (``pk.plan.fused_kind = "ag"``).
+
+* ``pks.cta_partition``: ``if (ctaid >= nctaid - side) {side} else {main}``; inside
+  ``main`` the tile loops stride over ``nctaid - side`` CTAs (``Lowering.tile_ctas``);
+  the side region's argument is ``ctaid - (nctaid - side)``.
+* ``pks.smem_overlay``: the base's arena offset (no code).
+* ``pks.tmap_view``: a by-value tensor map parameter whose ``TmapArg.dims`` is the view.
+* ``pks.bulk_load``: ``mbarrier.arrive.expect_tx`` + ``cp.async.bulk.shared::cluster.global``;
+  ``pks.bulk_store``: ``cp.async.bulk.global.shared::cta.bulk_group`` (the u32 byte offset
+  widened and added to the 64-bit pointer).
+
+The entry is the fused GEMM's (:func:`pkc.codegen.lower_schedule_fused.lower_fused_kernel`)
+with two more things in its :class:`~pkc.codegen.abi.FusedLaunch`: ``side_ctas`` (the
+grid rule: the partition's side CTAs after the GEMM's) and ``peer_outputs`` (the gathered
+operand, a symmetric output the peers put into: its W peer pointers). Nothing is decided
+here.
+"""
+
+from __future__ import annotations
+
+from pkc.codegen import ptx, ptx_sm90
+from pkc.codegen.abi import ScheduledKernelMeta, TmapArg
+from pkc.codegen.errors import CodegenError
+from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, TMAP_ARGS, Lowering,
+                                        _block, lower_tma_kernel)
+from pkc.codegen.lower_schedule_fused import _Extend, is_fused_kernel
+from pkc.dialects import schedule_ag as ag
+from pkc.dialects.kernel import KernelOp
+
+
+def is_ag_kernel(kop: KernelOp) -> bool:
+    if not is_fused_kernel(kop):
+        return False
+    kind = kop.attributes["pk.plan"].data.get("fused_kind")
+    return kind is not None and kind.data == "ag"
+
+
+class _AgExtend(_Extend):
+    """The fused kernel's parameters, plus the gathered operand's peer pointers and the
+    side CTAs of the grid rule."""
+
+    def __init__(self, kop: KernelOp):
+        super().__init__(kop)
+        parts = [op for op in kop.walk() if isinstance(op, ag.CtaPartitionOp)]
+        self.side = parts[0].side.data if parts else 0
+        self.peer_outputs = [i for i, a in enumerate(self.args) if a.type.symmetric]
+
+    def meta(self, meta: ScheduledKernelMeta) -> None:
+        super().meta(meta)
+        meta.fused.kind = "ag"
+        meta.fused.inputs = len(self.kop.inputs)
+        meta.fused.side_ctas = self.side
+        meta.fused.peer_outputs = list(self.peer_outputs)
+
+    def bind(self, L: Lowering, params: list) -> None:
+        # the allocs' peer pointers, then the outputs', then the rest (FusedLaunch.params)
+        syms = [a for a in self.allocs if a.result.type.symmetric]
+        n_alloc_peers = len(syms) * self.W
+        n_out_peers = len(self.peer_outputs) * self.W
+        out_regs = params[n_alloc_peers:n_alloc_peers + n_out_peers]
+        rest = params[:n_alloc_peers] + params[n_alloc_peers + n_out_peers:]
+        super().bind(L, rest)
+        st = L.comm
+        regs = iter(out_regs)
+        for i in self.peer_outputs:
+            arg = self.args[i]
+            st.peers[arg] = [next(regs) for _ in range(self.W)]
+            st.own[arg] = L.buffers[arg]
+
+
+def lower_ag_kernel(kop: KernelOp, target: str, entry_name: str):
+    if target != "sm_90a":
+        raise CodegenError(f"kernel @{kop.kernel_name.data}: scheduled fused kernels lower to "
+                           f"sm_90a only so far (asked for {target})")
+    return lower_tma_kernel(kop, target, entry_name, _AgExtend(kop))
+
+
+def _cta_partition(L: Lowering, op: ag.CtaPartitionOp) -> None:
+    b = L.b
+    cta, ctas = b.sreg("%ctaid.x"), b.sreg("%nctaid.x")
+    main_ctas = b.bin("sub", "u32", ctas, op.side.data)
+    then, other = b.if_else(b.setp("ge", "u32", cta, main_ctas))
+    with b.at(then):
+        L.vals[op.side_block.args[0]] = b.bin("sub", "u32", cta, main_ctas)
+        _block(L, op.side_block)
+        b.add(ptx.YieldOp())
+    with b.at(other):
+        outer = getattr(L, "tile_ctas", None)
+        L.tile_ctas = main_ctas
+        _block(L, op.main)
+        L.tile_ctas = outer
+        b.add(ptx.YieldOp())
+
+
+def _smem_overlay(L: Lowering, op: ag.SmemOverlayOp) -> None:
+    L.smem_offset[op.result] = L.smem_offset[op.base]
+    L.smem_base[op.result] = L.smem_base[op.base]
+
+
+def _global_addr(L: Lowering, ptr, offset) -> object:
+    b = L.b
+    return b.add64(b.u32_to_u64(L.v(offset)), L.v(ptr))
+
+
+def _bulk_load(L: Lowering, op: ag.BulkLoadOp) -> None:
+    b = L.b
+    bar = L.bar_addr(op.bars, op.bar)
+    n = L.v(op.nbytes)
+    b.add(ptx_sm90.MbarrierArriveOp(bar, tx_bytes=n))
+    b.add(ptx.CpAsyncBulkLoadOp(L.slot_addr(op.dst, op.slot), _global_addr(L, op.src, op.offset),
+                                n, bar))
+
+
+def _bulk_store(L: Lowering, op: ag.BulkStoreOp) -> None:
+    L.b.add(ptx.CpAsyncBulkStoreOp(_global_addr(L, op.dst, op.offset),
+                                   L.slot_addr(op.src, op.slot), L.v(op.nbytes)))
+
+
+def _tmap_view_arg(op: ag.TmapViewOp, args) -> TmapArg:
+    t = op.result.type
+    return TmapArg(args.index(op.buffer), t.element.data, t.box_dims, t.swizzle.data,
+                   dims=op.dim_list)
+
+
+TMAP_ARGS[ag.TmapViewOp] = _tmap_view_arg
+EXTRA_LOWERINGS.update({
+    ag.TmapViewOp: lambda L, op: None,      # a parameter (bound with the tensor maps)
+    ag.CtaPartitionOp: _cta_partition, ag.SmemOverlayOp: _smem_overlay,
+    ag.BulkLoadOp: _bulk_load, ag.BulkStoreOp: _bulk_store,
+})
+# before the fused GEMM + collective's entry (an all-gather + GEMM is one, with more)
+KERNEL_LOWERINGS.insert(0, (is_ag_kernel, lower_ag_kernel))

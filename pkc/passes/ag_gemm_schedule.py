@@ -1,0 +1,363 @@
+"""The parts of the scheduled GEMM that a fused all-gather + GEMM replaces
+(:class:`AgParts`, given to :func:`pkc.passes.gemm_schedule.build_gemm`), and the rewrite
+of an ``all_gather_mm`` kernel with one matmul into that scheduled kernel
+(:func:`schedule_all_gather_mm`, called by ``schedule-fused``).
+
+    rank r: A_r [Mc, K] (its shard); G [W*Mc, K] = the gathered A (symmetric: peers put
+    their shards into it); C [W*Mc, N] = G @ B_r.
+
+The protocol (that of the hand kernel ``AgGemmKernel``):
+
+* Grid: the last ``side`` CTAs are the put side (``pks.cta_partition``); the GEMM's tile
+  loop strides over the others. With nothing to put (W = 1 and G not asked for) there is
+  no put side: the kernel is the GEMM.
+* Tile space: W shards of the ``[Mc, N]`` tiles (``pks.chunk_tile_loop``), slot s is shard
+  ``(rank + s) mod W``: the own shard first (no wait), then rank + 1, ... The producer
+  loads the own shard from A's map, a remote one from G's 3-D map ``[W, Mc, K]`` (both
+  ``pks.tmap_view``s of one type, ``pks.tmap_select``ed by the tile's shard: rows past a
+  shard read zeros), after waiting once per row block (a raster group of ``group_m x bm``
+  rows) until every put CTA of the owner signalled it (``epoch x side`` on the own pad's
+  slot ``shard x G + block``). C is stored through a 3-D map ``[W, Mc, N]``: a tile never
+  spills into the next shard's rows.
+* Put side (one thread per put CTA): announce to every peer that this launch started
+  (slot ``W x G + rank`` of its pad: it finished reading the previous launch's G), wait
+  for every peer's announcement, then serve the peers in the order d = rank-1, rank-2, ...
+  (peer d consumes this shard in its slot W-k: first the shard it needs first; at every
+  step the ranks' destinations form a permutation), row block by row block: the CTA's
+  pieces (``piece`` bytes, every ``side``-th) go global -> shared (``pks.bulk_load`` on a
+  ring mbarrier) -> d's ``G[rank]`` (``pks.bulk_store``) through a ``ring``-deep ring over
+  the GEMM's stage memory (``pks.smem_overlay``), ``lag`` pieces' stores in flight; then
+  it waits for its writes, fences the async proxy and adds 1 to slot ``rank x G + block``
+  of d's pad (release). Where the IR asks for G, the last destination is the rank itself
+  (its own shard into its own G; no signal: the kernel's completion orders it).
+* Epochs as in :mod:`pkc.passes.fused_schedule`: pads zeroed once, never reset.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, IntegerType, TensorType
+from xdsl.ir import Block, Region, SSAValue
+from xdsl.rewriter import Rewriter
+
+from pkc.dialects import graph as g
+from pkc.dialects import kernel as k
+from pkc.dialects import schedule as s
+from pkc.dialects import schedule_ag as ag
+from pkc.dialects import schedule_comm as c
+from pkc.dialects import schedule_fused as f
+from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
+from pkc.passes.gemm_schedule import Epi, GemmParts, _for, _Ops, _tma_epilogue, build_gemm
+from pkc.passes.remarks import add_remark, plan_of, set_plan
+from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, ag_put_ctas, fused_gemm_config
+from pkc.target.gemm_tuning import BK, VARIANTS, GemmConfig
+from pkc.target.targets import get_target
+
+_DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
+MAX_BYTES = 1 << 31          # byte offsets of the put side are u32 (s32 loops)
+
+
+def row_blocks(mc: int, cfg: GemmConfig) -> int:
+    """G: the row blocks of a shard signalled one by one (raster groups of m-tiles)."""
+    return -(-(-(-mc // cfg.bm)) // cfg.group_m)
+
+
+class AgParts(GemmParts):
+    """All-gather + GEMM (see the module doc). ``gath``: G (a symmetric kernel output),
+    ``pad``: the symmetric signal pad (W x G + W u32 slots, zeroed once), ``ctl``: the
+    rank's ``[epoch, ctas_done]``; ``side`` put CTAs (0: none), ``self_copy``: the own
+    shard into the own G as well."""
+
+    def __init__(self, world: int, mc: int, n: int, kdim: int, cfg: GemmConfig,
+                 A: SSAValue, gath: SSAValue, pad: SSAValue | None, ctl: SSAValue | None,
+                 side: int, ring: int, piece: int, self_copy: bool):
+        self.W, self.mc, self.n, self.k, self.cfg = world, mc, n, kdim, cfg
+        self.A, self.gath, self.pad, self.ctl = A, gath, pad, ctl
+        self.side, self.ring, self.piece, self.self_copy = side, ring, piece, self_copy
+        self.lag = max(1, ring // 2)
+        self.G = row_blocks(mc, cfg)
+        self.tiles_per_chunk = -(-mc // cfg.bm) * -(-n // cfg.bn)
+
+    # ---- maps and the launch's scalars ---------------------------------------------
+    def a_map(self, top: _Ops, A: SSAValue, ta_t) -> SSAValue:
+        if self.W == 1:
+            return super().a_map(top, A, ta_t)
+        t3 = s.TmapType(self.cfg.dtype, [*ta_t.box_dims, 1], ta_t.swizzle.data)
+        self.tA = top.add(ag.TmapViewOp(A, [1, self.mc, self.k], t3)).result
+        self.tG = top.add(ag.TmapViewOp(self.gath, [self.W, self.mc, self.k], t3)).result
+        return self.tA
+
+    def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
+        if self.W == 1:
+            return super().c_map(top, C, tc_t)
+        t3 = s.TmapType(self.cfg.dtype, [*tc_t.box_dims, 1], tc_t.swizzle.data)
+        return top.add(ag.TmapViewOp(C, [self.W, self.mc, self.n], t3)).result
+
+    def prologue(self, o: _Ops) -> None:
+        self.rank = o.add(c.LaunchParamOp(c.CommParam.RANK)).result
+        if self.W > 1:
+            self.epoch = o.add(c.EpochOp(self.ctl)).result
+            o.add(s.ClusterSyncOp())    # every thread read the epoch: see pks.epoch
+
+    def end(self, o: _Ops) -> None:
+        if self.W > 1:
+            o.add(c.EpochPublishOp(self.ctl, self.epoch))
+
+    def tile_loop(self, r: _Ops, M, N, inits, cfg):
+        if self.W == 1:
+            return super().tile_loop(r, M, N, inits, cfg)
+        loop = r.add(f.ChunkTileLoopOp(M, N, self.rank, inits, cfg.bm, cfg.bn, cfg.group_m,
+                                       self.W))
+        m0, n0, chunk, *carried = loop.block.args
+        return loop, [m0, n0, chunk], carried
+
+    # ---- the producer: wait once per remote row block, load from the shard's map ---
+    def producer_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
+        if self.W == 1:
+            return []
+        r.add(s.TmaPrefetchOp(self.tG))
+        self.want = r.bin(arith.MuliOp, self.epoch, self.side)
+        return [r.c(-1)]                # the row block waited for last (none)
+
+    def producer_tile(self, t: _Ops, coords, tA, extra):
+        if self.W == 1:
+            return super().producer_tile(t, coords, tA, extra)
+        m0, _, chunk = coords
+        (last,) = extra
+        own = t.cmp("eq", chunk, self.rank)
+        key = t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.G),
+                    t.bin(arith.DivUIOp, m0, self.cfg.bm * self.cfg.group_m))
+        remote = _when(t, t.cmp("ne", chunk, self.rank))
+        new = _when(remote, remote.cmp("ne", key, last))
+        pad = new.add(c.BufferPtrOp(self.pad)).result
+        new.add(c.SignalWaitOp(pad, key, self.want, chunk, c.WaitSite.ARRIVAL, "sys", 64))
+        new.add(f.FenceAsyncGlobalOp())   # the puts (async proxy) before our TMA loads
+        last = t.select(own, last, key)
+        tm = t.add(f.TmapSelectOp(t.select(own, t.c(0), t.c(1)), [self.tA, self.tG])).result
+        return tm, m0, [t.select(own, t.c(0), chunk)], [last]
+
+    # ---- the consumers: C through the 3-D map -------------------------------------
+    def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: Epi, coords, row0, ebuf, extra):
+        if self.W == 1:
+            return super().epilogue_tile(t, cfg, e, coords, row0, ebuf, extra)
+        _, n0, chunk = coords
+        ebuf = _tma_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, n0, ebuf,
+                             lambda slot, col, row: t.add(s.TmaStoreOp(e.epi, slot, e.tC,
+                                                                       [col, row, chunk])))
+        return ebuf, extra
+
+    # ---- the put side ----------------------------------------------------------------
+    def role_block(self, o: _Ops, cfg: GemmConfig, a_st: SSAValue) -> _Ops:
+        if not self.side:
+            return o
+        ring = o.add(ag.SmemOverlayOp(a_st, self.ring, self.piece,
+                                      s.SmemType(self.ring, self.piece))).result
+        bars = o.add(s.MbarrierAllocOp(self.ring, 1)).result
+        part = o.add(ag.CtaPartitionOp(self.side))
+        self._put_side(_Ops(part.side_block), part.side_block.args[0], ring, bars)
+        return _Ops(part.main)
+
+    def _put_side(self, o: _Ops, j: SSAValue, ring: SSAValue, bars: SSAValue) -> None:
+        W, G = self.W, self.G
+        tid = o.add(c.GridValueOp(c.GridValue.TID)).result
+        p = _when(o, o.cmp("eq", tid, 0))
+        rank = self.rank
+        if W > 1:
+            # announce this launch to every peer (once per rank: put CTA 0), then wait
+            # until every peer announced it: it finished reading the last launch's G
+            first = _when(p, p.cmp("eq", j, 0))
+            for kk in range(1, W):
+                d = _peer(first, rank, kk, W)
+                pad = first.add(c.BufferPtrOp(self.pad, d)).result
+                first.add(f.SignalAddOp(pad, first.bin(arith.AddiOp, rank, W * G), first.c(1),
+                                        "sys", "release"))
+            own_pad = p.add(c.BufferPtrOp(self.pad)).result
+            for kk in range(1, W):
+                d = _peer(p, rank, kk, W)
+                p.add(c.SignalWaitOp(own_pad, p.bin(arith.AddiOp, d, W * G), self.epoch, d,
+                                     c.WaitSite.ARRIVAL, "sys", 64))
+            p.add(f.FenceAsyncGlobalOp())
+        src = p.add(c.BufferPtrOp(self.A)).result
+        total = self.mc * self.k * 2
+        blk = self.k * 2 * self.cfg.bm * self.cfg.group_m
+        dests = W - 1 + (1 if self.self_copy else 0)
+        base = p.bin(arith.MuliOp, rank, total)       # G[rank]'s byte offset
+        zero = p.c(0)
+        dl, dk, kk, (ds, dph) = _for(p, p.c(1), p.c(dests + 1), p.c(1), [zero, zero])
+        d = _peer(dk, rank, kk, W)
+        dst = dk.add(c.BufferPtrOp(self.gath, d)).result
+        bl, bk, b, (bs, bph) = _for(dk, dk.c(0), dk.c(G), dk.c(1), [ds, dph])
+        off = bk.bin(arith.MuliOp, b, blk)
+        nb = bk.bin(arith.MinUIOp, bk.bin(arith.SubiOp, bk.c(total), off), bk.c(blk))
+        bs2, bph2 = self._copy_block(bk, j, src, dst, bk.bin(arith.AddiOp, base, off), off, nb,
+                                     ring, bars, bs, bph)
+        bk.add(s.BulkWaitOp(0))
+        bk.add(f.FenceAsyncGlobalOp())        # the bulk writes before the signal
+        if W > 1:       # (the own copy needs no signal: nothing waits for it)
+            sig = _when(bk, bk.cmp("ne", d, rank))
+            pad = sig.add(c.BufferPtrOp(self.pad, d)).result
+            sig.add(f.SignalAddOp(pad, sig.bin(arith.AddiOp, sig.bin(arith.MuliOp, rank, G), b),
+                                  sig.c(1), "sys", "release"))
+        bk.add(scf.YieldOp(bs2, bph2))
+        dk.add(scf.YieldOp(*bl.results))
+
+    def _copy_block(self, o: _Ops, j, src, dst, dst_off, src_off, nb, ring, bars, st, ph):
+        """This CTA's pieces ``j, j + side, ...`` of the ``nb`` bytes at ``src + src_off``
+        to ``dst + dst_off`` through the ring (slot ``st``, phase ``ph`` carried from the
+        last block: its stores were drained). Returns the ring's (slot, phase)."""
+        piece, side, R, lag = self.piece, self.side, self.ring, self.lag
+        npieces = o.bin(arith.DivUIOp, o.bin(arith.AddiOp, nb, piece - 1), piece)
+        has = o.cmp("ult", j, npieces)
+        mine_n = o.bin(arith.DivUIOp, o.bin(arith.AddiOp, o.bin(arith.SubiOp, npieces, j),
+                                            side - 1), side)
+        mine = o.select(has, mine_n, o.c(0))
+        lim = o.bin(arith.MinUIOp, o.c(R - lag), mine)
+
+        def geometry(b: _Ops, l: SSAValue):
+            poff = b.bin(arith.MuliOp, b.bin(arith.AddiOp, j, b.bin(arith.MuliOp, l, side)), piece)
+            size = b.bin(arith.MinUIOp, b.bin(arith.SubiOp, nb, poff), b.c(piece))
+            return poff, size
+
+        def issue(b: _Ops, l: SSAValue, slot: SSAValue) -> None:
+            poff, size = geometry(b, l)
+            b.add(ag.BulkLoadOp(src, b.bin(arith.AddiOp, src_off, poff), size, ring, slot, bars,
+                                slot))
+
+        # the first lim pieces into the slots after the carried one
+        _, pre, l0, _ = _for(o, o.c(0), lim, o.c(1), [])
+        issue(pre, l0, pre.bin(arith.RemUIOp, pre.bin(arith.AddiOp, st, l0), R))
+        pre.add(scf.YieldOp())
+        loop, m, l, (ms, mph) = _for(o, o.c(0), mine, o.c(1), [st, ph])
+        # the next load: piece l + lim into the slot of piece l - lag, once that piece's
+        # stores read it (fresh slots while l < lag)
+        nxt = m.bin(arith.AddiOp, l, lim)
+        more = _when(m, m.cmp("ult", nxt, mine))
+        late = _when(more, more.cmp("uge", l, lag))
+        late.add(s.BulkWaitOp(lag - 1, read=True))
+        issue(more, nxt, more.bin(arith.RemUIOp, more.bin(arith.AddiOp, ms, lim), R))
+        m.add(s.MbarrierWaitOp(bars, ms, mph))
+        poff, size = geometry(m, l)
+        m.add(ag.BulkStoreOp(dst, m.bin(arith.AddiOp, dst_off, poff), size, ring, ms))
+        m.add(s.BulkCommitOp())
+        m.add(scf.YieldOp(*m.advance(ms, mph, R)))
+        return loop.results[0], loop.results[1]
+
+
+def _when(o: _Ops, cond: SSAValue) -> _Ops:
+    return _Ops(o.add(c.WhenOp(cond)).block)
+
+
+def _peer(o: _Ops, rank: SSAValue, kk, W: int) -> SSAValue:
+    """(rank + W - kk) mod W: the k-th peer served (rank - 1, rank - 2, ...)."""
+    kk = o.c(kk) if isinstance(kk, int) else kk
+    return o.bin(arith.RemUIOp, o.bin(arith.SubiOp, o.bin(arith.AddiOp, rank, W), kk), W)
+
+
+def _dtype(t) -> str | None:
+    return _DTYPE.get(type(t.element_type)) if isinstance(t, (TensorType, BufferType)) else None
+
+
+def why_not_ag(kop: k.KernelOp) -> str | None:
+    """Why an ``all_gather_mm`` kernel cannot be scheduled (None: it can)."""
+    if len(kop.inputs) != 2:
+        return (f"all_gather_mm with {len(kop.inputs) - 1} matmuls: only one is scheduled "
+                "(the hand kernel's all-gather then the GEMMs run it)")
+    a, b = kop.inputs[0].type, kop.inputs[1].type
+    outs = [o.type for o in kop.outputs]
+    if any(len(t.get_shape()) != 2 for t in (a, b, *outs)):
+        return f"all_gather_mm: operands are not 2-D ({a}, {b})"
+    dt = _dtype(a)
+    if dt is None or any(_dtype(t) != dt for t in (b, *outs)):
+        return f"all_gather_mm: operands and results must all be bf16 or f16 ({a}, {b})"
+    W = kop.world_size
+    (Mc, K), (K2, N) = a.get_shape(), b.get_shape()
+    if K != K2 or tuple(outs[0].get_shape()) != (W * Mc, N) or (
+            len(outs) > 1 and tuple(outs[1].get_shape()) != (W * Mc, K)):
+        return f"all_gather_mm: shard {a} x B {b} -> {outs[0]} is not a gather of {W} shards"
+    if K % 8 or N % 8:
+        return f"all_gather_mm: N = {N} and K = {K} must be multiples of 8 (TMA row strides)"
+    if min(Mc, N, K) == 0:
+        return "all_gather_mm: empty product"
+    if W * Mc * K * 2 >= MAX_BYTES:
+        return f"all_gather_mm: the gathered A ({W * Mc * K * 2} bytes) needs 64-bit offsets"
+    return None
+
+
+def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
+    """Rewrite ``kop`` (pattern ``all_gather_mm``) into the scheduled kernel, or leave it
+    with a remark saying why not."""
+    reason = why_not_ag(kop)
+    if reason:
+        add_remark(kop, f"fused kernel left unscheduled: {reason}")
+        return
+    W = kop.world_size
+    a, b = kop.inputs
+    Mc, K = a.type.get_shape()
+    N = b.type.get_shape()[1]
+    dt, asked = _dtype(a.type), len(kop.outputs) == 2
+    src = b.owner
+    if isinstance(src, g.TransposeOp) and len(src.input.type.get_shape()) == 2:
+        b_val, layout = src.input, "nk"
+    else:
+        b_val, layout = b, "kn"
+    sms = get_target(target).num_sms
+    if variant:
+        cfg = VARIANTS[variant].with_(dtype=dt, b_layout=layout)
+    else:
+        cfg = fused_gemm_config("ag", W * Mc, N, K, W, dt, layout, sms, target)
+    if layout == "kn" and cfg.bn % 64:
+        cfg = cfg.with_(bn=128)         # B [K, N] is loaded in 64-column boxes
+    cfg = cfg.with_(cluster_m=1, epilogue="tma")      # the fused epilogue's requirements
+    cfg.validate()
+    plan = plan_of(kop)
+    # the put CTAs: sm-partition's plan (from the GEMM's predicted time), else the rule
+    side, why_side = 0, "W = 1: nothing to put"
+    if W > 1 or asked:
+        planned = plan.get("put_ctas")
+        if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0:
+            side, why_side = planned, f"{planned} put CTAs from sm-partition's plan"
+        else:
+            side, why_side = ag_put_ctas(W * Mc, N, K, W, target)
+    arena = cfg.stages * (cfg.a_stage_bytes + cfg.b_stage_bytes)
+    ring = min(PUT_RING, arena // PUT_PIECE)
+    y = kop.outputs[0].type
+    i32 = IntegerType(32)
+    block = Block(arg_types=[BufferType([Mc, K], a.type.element_type),
+                             BufferType(b_val.type.get_shape(), b_val.type.element_type),
+                             BufferType(y.get_shape(), y.element_type, LOCAL),
+                             BufferType([W * Mc, K], a.type.element_type, SYMMETRIC)])
+    A, B, C, Gb = block.args
+    pad = ctl = None
+    if W > 1:
+        pad = k.AllocOp(BufferType([W * row_blocks(Mc, cfg) + W], i32, SYMMETRIC), zero=True)
+        ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
+        block.add_op(pad)
+        block.add_op(ctl)
+        pad, ctl = pad.result, ctl.result
+    parts = AgParts(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, PUT_PIECE, asked)
+    build_gemm(block, A, B, C, Mc, N, K, cfg, parts)
+    block.add_op(k.YieldOp())
+    attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
+    gtype = TensorType(a.type.element_type, [W * Mc, K])
+    new = k.KernelOp("all_gather_matmul", W, [a, b_val], [y, gtype], Region(block),
+                     attributes=attrs)
+    comm_sms = plan.get("comm_sms", 0) or 0
+    set_plan(new, schedule="fused", fused_kind="ag", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
+             consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout, chunk_rows=Mc,
+             tiles_per_chunk=parts.tiles_per_chunk, row_blocks=parts.G,
+             scheduled_overlap="inter" if side else "none", comm_ctas=side,
+             put_piece=PUT_PIECE, put_ring=ring, put_lag=parts.lag, gathered_output=asked)
+    followed = ""
+    if comm_sms and comm_sms != side:
+        followed = (f"; the kernel-level plan's {comm_sms} communicate SMs are for a "
+                    "green-context split, the put CTAs here share the grid with the GEMM")
+    add_remark(new, f"scheduled all-gather + GEMM W={W} {W * Mc}x{N}x{K} {dt}: {cfg.tag()}, "
+               f"{W} shards of {parts.tiles_per_chunk} tiles (own shard first), "
+               f"{parts.G} row blocks per shard signalled one by one; {why_side}{followed}; "
+               f"puts by cp.async.bulk through a {ring} x {PUT_PIECE // 1024} KiB ring; "
+               + ("the gathered A is returned" if asked else "the gathered A stays in the kernel"))
+    new.location = kop.location
+    Rewriter.replace_op(kop, new, new_results=list(new.results[:len(kop.outputs)]))
+
+
+__all__ = ["AgParts", "schedule_all_gather_mm", "why_not_ag", "row_blocks", "BK"]
