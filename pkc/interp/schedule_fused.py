@@ -17,26 +17,50 @@ import torch
 
 from pkc.dialects import schedule_fused as f
 from pkc.interp.schedule_comm import signal_add
-from pkc.interp.schedule_ops import Tmap, grouped_tile
+from pkc.interp.schedule_ops import Tmap, acc_value, bulk_write, grouped_tile
 from pkc.interp.schedule_rules import blocking, kernel_level, simple
-from pkc.interp.schedule_state import Actor, Read, Smem
+from pkc.interp.schedule_state import Actor, Read, Smem, Write
 from pkc.interp.schedule_world import uniform
-from pkc.interp.values import InterpError
+from pkc.interp.values import InterpError, where
 
 
-class PeerTmap(Tmap):
-    """A tensor map over rank ``peer``'s copy of a symmetric kernel buffer."""
-
-    def __init__(self, op: f.PeerTmapOp):
-        super().__init__(op, op.buffer.type)
-        self.peer = op.peer.data
-
-
-@kernel_level(f.PeerTmapOp)
-def _peer_tmap(R, op: f.PeerTmapOp, env) -> None:
+@kernel_level(f.PeerTmapOp, f.RowsTmapOp)
+def _peer_tmap(R, op, env) -> None:
+    """A map over rank ``peer``'s copy (-1: this rank's) of a buffer, or (rows_tmap) over
+    its rows ``first .. first + rows``: coordinates start at ``first``, boxes are clipped
+    at its last row."""
+    shape = op.buffer.type.get_shape()
     if op.peer.data >= R.world:
-        raise InterpError(f"{op.name} of rank {op.peer.data} in a world of {R.world} ranks")
-    env[op.result] = PeerTmap(op)
+        raise InterpError(f"{where(op)} of rank {op.peer.data} in a world of {R.world} ranks")
+    tm = Tmap(op, op.buffer.type)
+    tm.peer = op.peer.data
+    if isinstance(op, f.RowsTmapOp):
+        a, n = op.first.data, op.rows.data
+        if a < 0 or a + n > shape[0]:
+            raise InterpError(f"{where(op)}: rows {a}..{a + n} outside {op.buffer.type}")
+        tm.rows = slice(a, a + n)
+    env[op.result] = tm
+
+
+@simple(f.AccAddSmemOp)
+def _acc_add_smem(R, a: Actor, op: f.AccAddSmemOp, env) -> bool:
+    """The 64 x width piece in the slot += the accumulator's piece, in f32, rounded once."""
+    acc = env[op.acc]
+    sl, col, w = op.slice.data, op.col.data, op.width.data
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16}[op.dtype.data]
+    dst: Smem = env[op.dst]
+    slot, at = env[op.slot], a.at(op)
+    n = 64 * w * dt.itemsize
+    dst.check_range(at, slot, 0, n)
+    dst.check_read(a, at, slot, 0, n, async_proxy=False)
+    dst.check_write(a, at, slot, 0, n)
+    old = dst.bytes(slot, 0, n).view(dt).view(64, w).float()
+    piece = acc_value(a, op, acc)[64 * sl:64 * (sl + 1), col:col + w]
+    payload = (old + piece).to(dt).contiguous().view(-1).view(torch.uint8)
+    rec = Write(0, n, op, at, actor=a.aid, epoch=a.epoch, fenced=False)
+    dst.finish_write(slot, rec, payload)
+    a.unfenced.append(rec)
+    return True
 
 
 @simple(f.TmapSelectOp)
@@ -68,22 +92,6 @@ def _chunk_tile_loop(R, a: Actor, op: f.ChunkTileLoopOp, env) -> Generator:
         env[res] = v
 
 
-class _BulkDone:
-    """A marker in the warpgroup's bulk group: ``pks.bulk_wait`` completing the group
-    (it sets ``epoch``) completes the global write ``seq``."""
-
-    def __init__(self, a: Actor, seq: int):
-        self.a, self.seq = a, seq
-
-    @property
-    def epoch(self):
-        return None
-
-    @epoch.setter
-    def epoch(self, _value) -> None:
-        self.a.bulk_done = max(self.a.bulk_done, self.seq)
-
-
 @simple(f.TmaStoreOrAddOp)
 def _tma_store_or_add(R, a: Actor, op: f.TmaStoreOrAddOp, env) -> bool:
     tm: Tmap = env[op.tmap]
@@ -94,23 +102,7 @@ def _tma_store_or_add(R, a: Actor, op: f.TmaStoreOrAddOp, env) -> bool:
     src.check_range(at, slot, 0, tm.box_bytes)
     src.check_read(a, at, slot, 0, tm.box_bytes, async_proxy=True)
     box = src.bytes(slot, 0, tm.box_bytes).view(tm.dtype).view(tm.box)
-    rank = getattr(tm, "peer", a.rank)
-    dst = R.data[tm.buffer][rank]
-    bs, ts = tm.window(coords, dst.shape)
-    elems = torch.arange(dst.numel()).view(dst.shape)[bs].reshape(-1)
-    if elems.numel():
-        g = R.gbuf(tm.buffer, rank)
-        words = torch.unique(elems * dst.element_size() // 4)
-        a.bulk_issued += 1
-        key = R.memory.kid(("bulk", a.aid), f"the TMA writes of {a.describe()}")
-        if add:
-            g.note_add(a, at, words, key, a.bulk_issued)
-            dst[bs] = (dst[bs].float() + box[ts].float()).to(dst.dtype)
-        else:
-            g.write(a, at, words, g.words[words].clone(), key, a.bulk_issued)
-            dst[bs] = box[ts]
-        a.bulk_open.append(_BulkDone(a, a.bulk_issued))
-        R.version += 1
+    bulk_write(R, a, at, tm, coords, box, add)
     rec = Read(0, tm.box_bytes, op, at, a.aid, "TMA store")
     src.add_read(slot, rec)
     a.bulk_open.append(rec)
@@ -129,4 +121,4 @@ def _signal_add(R, a: Actor, op: f.SignalAddOp, env) -> bool:
     return signal_add(R, a, op, env[op.pad], env[op.slot], env[op.value], op.sem.data)
 
 
-__all__ = ["PeerTmap"]
+__all__: list[str] = []

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from pkc.dialects import schedule as s
+from pkc.dialects.kernel import AllocOp
 from pkc.dialects.types import BufferType
 from pkc.interp.schedule_state import Acc, Actor, Mma, Read, Smem, TmaLoad, Write
 from pkc.interp.values import InterpError, torch_dtype, where
@@ -36,6 +37,27 @@ class Tmap:
         if len(shape) > 1 and inner % 16:
             raise InterpError(f"{where(op)}: rows of {buf_type} are {inner} bytes; TMA needs "
                               "global strides that are multiples of 16 bytes")
+
+    peer = -1            # >= 0: over rank ``peer``'s copy (pks.peer_tmap, pks.rows_tmap)
+    rows: slice | None = None    # a window of the buffer's rows (pks.rows_tmap)
+
+    def target(self, R, a: Actor) -> tuple[int, torch.Tensor, torch.Tensor]:
+        """(rank, its whole copy of the buffer, the part the map describes)."""
+        rank = self.peer if self.peer >= 0 else a.rank
+        full = R.data[self.buffer][rank]
+        return rank, full, (full[self.rows] if self.rows is not None else full)
+
+    def tracked(self) -> bool:
+        """Whether accesses are checked for ordering (memory other ranks or launches write:
+        symmetric buffers and pk.allocs; a GEMM's own inputs and outputs are not)."""
+        return self.buffer.type.symmetric or isinstance(self.buffer.owner, AllocOp)
+
+    def words(self, full: torch.Tensor, bs) -> torch.Tensor:
+        """The 32-bit words of ``full`` that the in-bounds box ``bs`` covers."""
+        elems = torch.arange(full.numel()).view(full.shape)
+        if self.rows is not None:
+            elems = elems[self.rows]
+        return torch.unique(elems[bs].reshape(-1) * full.element_size() // 4)
 
     def window(self, coords: Sequence[int], shape: Sequence[int]):
         """(buffer slices, box slices) of the in-bounds part of the box at ``coords``
@@ -95,7 +117,12 @@ def _tma_load(R, a: Actor, op: s.TmaLoadOp, env) -> bool:
         rec = Write(off, off + tm.box_bytes, op, f"{at} at coordinates {coords}", pending=True)
         smem.begin_write(slot, rec)
         targets.append((smem, slot, rec, bar))
-    src = R.data[tm.buffer][a.rank]
+    rank, full, src = tm.target(R, a)
+    if tm.tracked():             # what another rank or launch wrote: ordered before the load
+        bs, _ = tm.window(coords, src.shape)
+        words = tm.words(full, bs)
+        if words.numel():
+            R.gbuf(tm.buffer, rank).read(a, at, words)
 
     def box() -> torch.Tensor:
         out = torch.zeros(tm.box, dtype=tm.dtype)
@@ -158,7 +185,7 @@ def _mma_wait(R, a: Actor, op: s.MmaWaitOp, env) -> bool:
     return True
 
 
-def _acc_value(a: Actor, op, acc: Acc) -> torch.Tensor:
+def acc_value(a: Actor, op, acc: Acc) -> torch.Tensor:
     if acc.data is None:
         raise InterpError(f"{a.at(op)}: reads an accumulator that no MMA wrote")
     if acc.in_flight:
@@ -170,7 +197,7 @@ def _acc_value(a: Actor, op, acc: Acc) -> torch.Tensor:
 def _acc_store_smem(R, a: Actor, op: s.AccStoreSmemOp, env) -> bool:
     acc: Acc = env[op.acc]
     sl, c, w = op.slice.data, op.col.data, op.width.data
-    piece = _acc_value(a, op, acc)[64 * sl:64 * (sl + 1), c:c + w].to(_DTYPES[op.dtype.data])
+    piece = acc_value(a, op, acc)[64 * sl:64 * (sl + 1), c:c + w].to(_DTYPES[op.dtype.data])
     payload = piece.contiguous().view(-1).view(torch.uint8)
     dst: Smem = env[op.dst]
     slot, at = env[op.slot], a.at(op)
@@ -197,16 +224,51 @@ def _tma_store(R, a: Actor, op: s.TmaStoreOp, env) -> bool:
     src.check_range(at, slot, 0, tm.box_bytes)
     src.check_read(a, at, slot, 0, tm.box_bytes, async_proxy=True)
     box = src.bytes(slot, 0, tm.box_bytes).view(tm.dtype).view(tm.box)
-    dst = R.data[tm.buffer][a.rank]
-    bs, ts = tm.window(coords, dst.shape)
-    if op.reduce is not None:
-        dst[bs] = (dst[bs].float() + box[ts].float()).to(dst.dtype)
-    else:
-        dst[bs] = box[ts]
+    bulk_write(R, a, at, tm, coords, box, op.reduce is not None)
     rec = Read(0, tm.box_bytes, op, at, a.aid, "TMA store")
     src.add_read(slot, rec)
     a.bulk_open.append(rec)
     return True
+
+
+class BulkDone:
+    """A marker in the warpgroup's bulk group: ``pks.bulk_wait`` completing the group (it
+    sets ``epoch``) completes the warpgroup's global TMA write number ``seq``."""
+
+    def __init__(self, a: Actor, seq: int):
+        self.a, self.seq = a, seq
+
+    @property
+    def epoch(self):
+        return None
+
+    @epoch.setter
+    def epoch(self, _value) -> None:
+        self.a.bulk_done = max(self.a.bulk_done, self.seq)
+
+
+def bulk_write(R, a: Actor, at: str, tm: Tmap, coords, box: torch.Tensor, add: bool) -> None:
+    """A TMA store (or reduce-add) of ``box`` at ``coords``, clipped to the map. On tracked
+    memory it is recorded under the warpgroup's bulk key: ordered before another rank's
+    access once a bulk_wait completed it and a fence_async_global and a release followed."""
+    rank, full, dst = tm.target(R, a)
+    bs, ts = tm.window(coords, dst.shape)
+    if tm.tracked():
+        words = tm.words(full, bs)
+        if words.numel():
+            g = R.gbuf(tm.buffer, rank)
+            a.bulk_issued += 1
+            key = R.memory.kid(("bulk", a.aid), f"the TMA writes of {a.describe()}")
+            if add:
+                g.note_add(a, at, words, key, a.bulk_issued)
+            else:
+                g.write(a, at, words, g.words[words].clone(), key, a.bulk_issued)
+            a.bulk_open.append(BulkDone(a, a.bulk_issued))
+            R.version += 1
+    if add:
+        dst[bs] = (dst[bs].float() + box[ts].float()).to(dst.dtype)
+    else:
+        dst[bs] = box[ts]
 
 
 def _bulk_commit(R, a: Actor, op, env) -> bool:
@@ -224,7 +286,7 @@ def _bulk_wait(R, a: Actor, op: s.BulkWaitOp, env) -> bool:
 
 def _acc_store_global(R, a: Actor, op: s.AccStoreGlobalOp, env) -> bool:
     acc: Acc = env[op.acc]
-    val = _acc_value(a, op, acc)
+    val = acc_value(a, op, acc)
     dst = R.data[op.buffer][a.rank]
     if dst.dim() != 2:
         raise InterpError(f"{a.at(op)}: stores to a rank-{dst.dim()} buffer (needs a matrix)")
