@@ -44,6 +44,7 @@ from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
 from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
 from pkc.passes.fused_schedule import RsParts
+from pkc.passes.gather_many import is_gather_many, split_gather_many
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
@@ -106,6 +107,9 @@ class ScheduleFused(ModulePass):
     def apply(self, ctx, module: ModuleOp) -> None:
         for kop in [o for o in module.walk() if isinstance(o, k.KernelOp)]:
             if not _fusion(kop).get("pattern") or kop.schedule() is not None:
+                continue
+            if is_gather_many(kop, _fusion(kop).get("pattern")):    # gather, then the GEMMs
+                split_gather_many(kop, self.target)
                 continue
             if _fusion(kop).get("pattern") == "all_gather_mm":     # its own builder
                 schedule_all_gather_mm(kop, self.target, self.variant)
