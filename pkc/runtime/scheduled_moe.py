@@ -53,8 +53,9 @@ class ScheduledMoe:
         self.meta, self.fz, self.peers = meta, fz, peers
         self.tdt = _TORCH[fz.dtype]
         self.kernel = load_kernel(ptx, meta.name, meta.smem_bytes, peers.device)
-        sms = peers.sms if fz.world == 1 else min(peers.sms_of(r) for r in peers.ranks)
-        self.grid = meta.grid(sms)
+        # the SMs of the ranks' partitions (a green context may hold fewer than the GPU):
+        # the kernel's CTAs wait on each other's dispatch, so all of them must be resident
+        self.grid = meta.grid(min(peers.sms_of(r) for r in peers.ranks))
         key = ("scheduled-moe", meta.name, tuple(map(tuple, fz.shapes)), owner)
         self.syms, self.locals = [], []
         for i, b in enumerate(fz.buffers):
