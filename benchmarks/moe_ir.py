@@ -163,8 +163,9 @@ def _time_case(name, E, C, N, K, rows, rounds) -> dict:
     run = ScheduledMoe(ck.ptx, ck.meta, peers, owner=("moe-time", name), timeout_ns=2_000_000_000)
     gen = torch.Generator().manual_seed(1)
     counts = skewed_counts(E, C, rows, gen)
-    X = (torch.randn(E * C, K, generator=gen)).to(torch.bfloat16).cuda()
-    w = (torch.randn(E, N, K, generator=gen) / K ** 0.5).to(torch.bfloat16).cuda()
+    torch.manual_seed(1)
+    X = torch.randn(E * C, K, device="cuda").to(torch.bfloat16)
+    w = (torch.randn(E, N, K, device="cuda") / K ** 0.5).to(torch.bfloat16)
     Wt = w.reshape(E * N, K)
     cnt = counts.cuda()
     # torch: packed tokens, a2a, grouped mm, a2a
