@@ -143,4 +143,20 @@ class ScheduledMoe:
                     f"wanted {d['wanted']}")
 
 
-__all__ = ["ScheduledMoe", "ScheduledMoeTimeout"]
+def moe_step(op, ck, peers, timeout_ns: int):
+    """The executable's step (:class:`pkc.runtime.scheduled_step.ScheduledStep`) of a
+    compiled MoE kernel ``ck`` of ``op``: inputs (tokens, weights, counts) per rank ->
+    (the result, the expert operand), both in the kernel's persistent symmetric buffers."""
+    from pkc.runtime.scheduled_step import ScheduledStep
+
+    moe = ScheduledMoe(ck.ptx, ck.meta, peers, owner=id(op), timeout_ns=timeout_ns)
+    operand = moe.fz.sym_outputs[1]
+
+    def run(vals):
+        outs = moe.run(*[{r: v[i].contiguous() for r, v in vals.items()} for i in range(moe.n_in)],
+                       ranks=list(vals))
+        return {r: [outs[r], moe.sym_out[operand].tensors[r]] for r in outs}
+    return ScheduledStep(run, [True, True], "moe")
+
+
+__all__ = ["ScheduledMoe", "ScheduledMoeTimeout", "moe_step"]
