@@ -25,6 +25,8 @@ for g in $GROUPS_; do
     passes) file=tests/gpu/test_gpu_passes.py; k=""; t=140;;
     dist) file=tests/gpu/test_gpu_distributed.py; k=""; t=50;;
     sched) file=tests/gpu/test_scheduled_gemm.py; k=""; t=240;;
+    schedcomm) file=tests/gpu/test_scheduled_collectives.py; k=""; t=200;;
+    program) file=tests/gpu/test_gpu_scheduled_program.py; k=""; t=300;;
     *) echo "unknown group $g"; continue;;
   esac
   echo "=== $g"

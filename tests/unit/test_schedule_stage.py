@@ -102,3 +102,17 @@ def test_runtime_target_is_the_compiled_one():
         assert "compiled for b200 (sm_100a)" in str(err) and "9.0 (sm_90a)" in str(err)
     else:
         raise AssertionError("an sm_100a program was accepted on an sm_90a GPU")
+
+
+def test_every_kernel_of_a_tp_program_is_scheduled():
+    """The programs tests/gpu/test_gpu_scheduled_program.py runs on the GPU: after
+    ``default{force=true}`` and ``schedule`` no kernel is left for the portable path."""
+    from tests.gpu.test_gpu_scheduled_program import _prepare, layer, mm_coll
+
+    cases = [mm_coll(3, "bf16", 37, 200, 136, coll) for coll in ("rs", "ar", "ag")]
+    cases += [mm_coll(2, "f16", 517, 264, 392, "ar", nk=False), layer(2, "bf16")]
+    for ir in cases:
+        _, module = _prepare(ir)
+        ks = _kernels(module)
+        assert ks and all(k.schedule() is not None for k in ks), \
+            [(k.kernel_name.data, k.attributes.get("pk.remarks")) for k in ks if k.schedule() is None]
