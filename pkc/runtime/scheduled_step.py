@@ -50,6 +50,9 @@ def scheduled_step(op, peers, target: str, timeout_s: float) -> ScheduledStep:
     timeout_ns = int(timeout_s * 1e9)
     if getattr(ck.meta, "comm", None) is not None:
         return _collective(op, ck, peers, timeout_ns)
+    if getattr(ck.meta, "fused", None) is not None and ck.meta.fused.kind == "moe":
+        from pkc.runtime.scheduled_moe import moe_step      # the MoE kernel's launcher
+        return moe_step(op, ck, peers, timeout_ns)
     if getattr(ck.meta, "fused", None) is not None:
         return _fused(op, ck, peers, timeout_ns)
     return _local(op, ck, peers)
