@@ -97,13 +97,15 @@ def _time(fns, rounds: int) -> list[list[float]]:
 def run_case(name, W, Mc, N, K, layout, rounds: int, peers) -> dict:
     import torch
     from pkc.codegen.hopper.fused import FusedConfig, FusedWorld
+    from pkc.passes.remarks import plan_of
     from pkc.runtime.scheduled_fused import ScheduledFused
 
     ck, kop = compile_ir(W, Mc, N, K, layout)
     cfg = gemm_config_of(kop)
     ir = ScheduledFused(ck.ptx, ck.meta, peers, owner=("bench", name), timeout_ns=500_000_000)
-    hand = FusedWorld(FusedConfig(kind="rs", world=W, gemm=cfg), Mc, N, K, peers=peers,
-                      owner=("bench-hand", name), sig_timeout_ns=500_000_000)
+    fresh = bool(plan_of(kop).get("fresh_output"))     # W = 2: GemmRsOutKernel's variant
+    hand = FusedWorld(FusedConfig(kind="rs", world=W, gemm=cfg, out=fresh), Mc, N, K,
+                      peers=peers, owner=("bench-hand", name), sig_timeout_ns=500_000_000)
     torch.manual_seed(0)
     M = W * Mc
     a = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(W)]

@@ -43,8 +43,10 @@ follow our reads of e.
 The summed epilogue (both ``Out`` parts): the epilogue buffers' slots (two per consumer
 warpgroup) get one load mbarrier each; the phase of each is carried through the tile
 loop (bit b of ``ph``). Piece k is loaded by the warpgroup's first thread into its slot
-once the store that last read the slot is done (``pks.bulk_wait`` read), piece k + 1 is
-issued after piece k's stores, so a load is in flight while the warpgroup adds.
+once the store that last read the slot is done (``pks.bulk_wait`` read): piece 0 before
+the tile's main loop (``consumer_tile_start``, after the chunk-change signal and the
+wait for the partial, which the epilogue then finds done), piece k + 1 after piece k's
+stores, so a load is in flight while the MMAs run or the warpgroup adds.
 """
 
 from __future__ import annotations
@@ -100,32 +102,38 @@ class ArParts(RsParts):
             pad = w.add(c.BufferPtrOp(self.pad, w.c(d))).result
             w.add(f.SignalAddOp(pad, slot, count, "sys", "release"))
 
-    def _wait_owner(self, t: _Ops, chunk: SSAValue, ready: SSAValue) -> SSAValue:
-        """Leader, once per owner (a bitmask): the owner's stores of its chunk landed in
-        every rank (slot ``chunk*W + chunk`` of every pad); returns the new mask."""
+    def _wait_owner(self, t: _Ops, chunk: SSAValue, ready: SSAValue,
+                    gate: SSAValue | None = None) -> SSAValue:
+        """Leader, once per owner (a bitmask; only where ``gate`` is 1, if given): the
+        owner's stores of its chunk landed in every rank (slot ``chunk*W + chunk`` of
+        every pad); returns the new mask."""
         bit = t.bin(arith.ShLIOp, t.c(1), chunk)
-        unknown = t.cmp("eq", t.bin(arith.AndIOp, ready, bit), 0)
-        w = self._when(self._when(t, unknown), self.lead)
+        unknown = _flag(t, t.cmp("eq", t.bin(arith.AndIOp, ready, bit), 0), gate)
+        w = self._when(self._when(t, t.cmp("ne", unknown, 0)), self.lead)
         slot = w.bin(arith.AddiOp, w.bin(arith.MuliOp, chunk, self.W), chunk)
         for d in range(self.W):
             pad = w.add(c.BufferPtrOp(self.pad, w.c(d))).result
             w.add(c.SignalWaitOp(pad, slot, self.want, chunk, c.WaitSite.ARRIVAL, "sys", 64))
         w.add(f.FenceAsyncGlobalOp())
-        return t.bin(arith.OrIOp, ready, bit)
+        return t.bin(arith.OrIOp, ready, t.bin(arith.MuliOp, unknown, bit))
 
-    def _enter(self, t: _Ops, chunk: SSAValue, extra) -> tuple[SSAValue, SSAValue, SSAValue]:
-        """Signal the previous chunk when the chunk changes; wait for the owner (W > 1)."""
+    def _enter(self, t: _Ops, chunk: SSAValue, extra, gate: SSAValue | None = None
+               ) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """Signal the previous chunk when the chunk changes; wait for the owner (W > 1).
+        With ``gate`` (i32 0 / 1), only where it is 1 (a tile start); a second call for
+        the same tile then does nothing. Returns (cur, pend, ready)."""
         cur, pend, ready = extra[:3]
-        changed = t.cmp("ne", chunk, cur)
+        changed = t.cmp("ne", _flag(t, t.cmp("ne", chunk, cur), gate), 0)
         self._signal(t, cur, t.select(changed, pend, t.c(0)))
         pend = t.select(changed, t.c(0), pend)
+        cur = t.select(changed, chunk, cur)
         if self.W > 1:
-            ready = self._wait_owner(t, chunk, ready)
-        return pend, ready, changed
+            ready = self._wait_owner(t, chunk, ready, gate)
+        return cur, pend, ready
 
     def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: Epi, coords, row0, ebuf, extra):
         m0, n0, chunk = coords
-        pend, ready, _ = self._enter(t, chunk, extra)
+        _, pend, ready = self._enter(t, chunk, extra)
         idx = [t.bin(arith.AddiOp, t.c(d * self.W), chunk) for d in range(self.W)]
         tms = [t.add(f.TmapSelectOp(i, self.maps)).result for i in idx]
         add = t.cmp("ne", chunk, self.rank)
@@ -159,6 +167,13 @@ def _tma_epilogue(t: _Ops, cfg: GemmConfig, e: Epi, row0, n0, ebuf, store) -> SS
     return gemm_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, n0, ebuf, store)
 
 
+def _flag(t: _Ops, cond: SSAValue, gate: SSAValue | None = None) -> SSAValue:
+    """``cond`` (i1) as an i32 0 / 1, and-ed with ``gate`` (i32 0 / 1) if given (the
+    schedule level's arithmetic is on i32)."""
+    v = t.select(cond, t.c(1), t.c(0))
+    return t.bin(arith.AndIOp, v, gate) if gate is not None else v
+
+
 class _Summed:
     """The epilogue that sums a partial another rank stored here (see the module doc):
     ``_load_bars`` in the prologue, ``_two_epilogues`` per tile."""
@@ -166,6 +181,24 @@ class _Summed:
     def _load_bars(self, o: _Ops, cfg: GemmConfig) -> None:
         # one per epilogue slot (consumer warpgroup x 2), one arrival: the leader's
         self.lbars = o.add(s.MbarrierAllocOp(cfg.consumers * cfg.epi_bufs, 1)).result
+
+    def _load(self, o: _Ops, cfg: GemmConfig, epi, load_map, slot, col, row) -> None:
+        """Leader: once the store that last read ``slot`` is done, TMA-load the piece at
+        (col, row) of ``load_map`` into it, completing on the slot's load barrier."""
+        o.add(s.BulkWaitOp(cfg.epi_bufs - 1, read=True))
+        lw = self._when(o, self.lead)
+        lw.add(s.MbarrierArriveOp(self.lbars, slot, tx_bytes=cfg.epi_buf_bytes))
+        lw.add(s.TmaLoadOp(load_map, [col, row], epi, slot, lw.c(0), self.lbars, slot))
+
+    def _first_load(self, t: _Ops, cfg: GemmConfig, coords, wg, epi, ebuf, load_map,
+                    summed: SSAValue) -> None:
+        """A summed tile's first piece, loaded before the main loop (the hand kernels'
+        tile prologue): its latency hides under the MMAs."""
+        m0, n0 = coords[:2]
+        w = self._when(t, summed)
+        slot = w.bin(arith.AddiOp, w.bin(arith.MuliOp, wg, cfg.epi_bufs), ebuf)
+        row = w.bin(arith.AddiOp, m0, w.bin(arith.MuliOp, wg, cfg.wg_m))
+        self._load(w, cfg, epi, load_map, slot, n0, row)
 
     def _two_epilogues(self, t: _Ops, cfg: GemmConfig, e: Epi, row0, n0, ebuf, ph,
                        summed: SSAValue, plain_store, load_map, sum_store):
@@ -199,11 +232,8 @@ class _Summed:
 
         def load(k: int) -> None:
             slot, col, row, _ = geo[k]
-            sm.add(s.BulkWaitOp(cfg.epi_bufs - 1, read=True))   # the slot's last store read it
-            lw = self._when(sm, self.lead)
-            lw.add(s.MbarrierArriveOp(self.lbars, slot, tx_bytes=cfg.epi_buf_bytes))
-            lw.add(s.TmaLoadOp(load_map, [col, row], e.epi, slot, lw.c(0), self.lbars, slot))
-        load(0)
+            self._load(sm, cfg, e.epi, load_map, slot, col, row)
+        # piece 0 was loaded at the tile's start (consumer_tile_start)
         for k, ((mi, ch), (slot, col, row, parity)) in enumerate(zip(pieces, geo)):
             sm.add(s.MbarrierWaitOp(self.lbars, slot, parity))
             sm.add(f.AccAddSmemOp(e.acc, e.epi, slot, mi, ch * w, w, cfg.dtype))
@@ -241,11 +271,25 @@ class ArOutParts(_Summed, ArParts):
     def epilogue_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
         return [*super().epilogue_setup(r, cfg), r.c(0)]           # + the load phases
 
+    def _mine(self, t: _Ops, chunk: SSAValue) -> SSAValue:
+        """The map of this rank's accumulator over ``chunk``'s rows."""
+        idx = t.bin(arith.AddiOp, t.bin(arith.MuliOp, self.rank, 2), chunk)
+        return t.add(f.TmapSelectOp(idx, self.maps)).result
+
+    def consumer_tile_start(self, t, cfg, coords, wg, epi, ebuf, extra):
+        # the peer's chunk: signal the chunk left (the peer waits for those signals before
+        # it sends what we wait for), wait for the owner's partial, load the first piece
+        chunk = coords[2]
+        summed = _flag(t, t.cmp("ne", chunk, self.rank))
+        cur, pend, ready = self._enter(t, chunk, extra, summed)
+        self._first_load(t, cfg, coords, wg, epi, ebuf, self._mine(t, chunk),
+                         t.cmp("ne", summed, 0))
+        return [cur, pend, ready, *extra[3:]]
+
     def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: Epi, coords, row0, ebuf, extra):
         m0, n0, chunk = coords
-        pend, ready, _ = self._enter(t, chunk, extra)
-        mine = t.add(f.TmapSelectOp(t.bin(arith.AddiOp, t.bin(arith.MuliOp, self.rank, 2), chunk),
-                                    self.maps)).result
+        _, pend, ready = self._enter(t, chunk, extra)
+        mine = self._mine(t, chunk)
         theirs = t.add(f.TmapSelectOp(t.bin(arith.AddiOp, t.bin(arith.MuliOp, self.other, 2),
                                             chunk), self.maps)).result
         out = t.add(f.TmapSelectOp(chunk, self.out_maps)).result
@@ -322,24 +366,44 @@ class RsOutParts(_Summed, RsParts):
         cur, pend, _ = super().epilogue_setup(r, cfg)
         return [cur, pend, r.c(0), r.c(0)]     # + staged (the peer's partial seen), phases
 
-    def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: Epi, coords, row0, ebuf, extra):
-        m0, n0, chunk = coords
-        cur, pend, staged, ph = extra
-        changed = t.cmp("ne", chunk, cur)
+    def _stage_map(self, t: _Ops, rank: SSAValue) -> SSAValue:
+        """The map of ``rank``'s staging half of this epoch."""
+        idx = t.bin(arith.AddiOp, t.bin(arith.MuliOp, rank, 2), self.half)
+        return t.add(f.TmapSelectOp(idx, self.maps)).result
+
+    def _enter_own(self, t: _Ops, chunk: SSAValue, extra, gate: SSAValue | None = None):
+        """Signal the chunk left when the chunk changes; before the first own tile, wait
+        once for the peer's partial. With ``gate`` (i32 0 / 1) only where it is 1."""
+        cur, pend, staged = extra[:3]
+        changed = t.cmp("ne", _flag(t, t.cmp("ne", chunk, cur), gate), 0)
         self._signal(t, cur, t.select(changed, pend, t.c(0)))
         pend = t.select(changed, t.c(0), pend)
-        own = t.cmp("eq", chunk, self.rank)
+        cur = t.select(changed, chunk, cur)
         # once, before the first own tile's pieces: the peer's partial is staged here
-        first = t.bin(arith.AndIOp, t.select(own, t.c(1), t.c(0)),
+        first = t.bin(arith.AndIOp, _flag(t, t.cmp("eq", chunk, self.rank), gate),
                       t.bin(arith.XOrIOp, staged, 1))
         w = self._when(self._when(t, t.cmp("ne", first, 0)), self.lead)
         pad = w.add(c.BufferPtrOp(self.pad)).result
         w.add(c.SignalWaitOp(pad, self.other, self.want, self.other, c.WaitSite.ARRIVAL, "sys", 64))
         w.add(f.FenceAsyncGlobalOp())
-        staged = t.bin(arith.OrIOp, staged, first)
-        idx = lambda d: t.bin(arith.AddiOp, t.bin(arith.MuliOp, d, 2), self.half)  # noqa: E731
-        theirs = t.add(f.TmapSelectOp(idx(self.other), self.maps)).result
-        mine = t.add(f.TmapSelectOp(idx(self.rank), self.maps)).result
+        return cur, pend, t.bin(arith.OrIOp, staged, first)
+
+    def consumer_tile_start(self, t, cfg, coords, wg, epi, ebuf, extra):
+        # the own chunk: signal the peer's chunk first (the peer waits for it), then wait
+        # once for the peer's partial; load the first piece
+        own = _flag(t, t.cmp("eq", coords[2], self.rank))
+        cur, pend, staged = self._enter_own(t, coords[2], extra, own)
+        self._first_load(t, cfg, coords, wg, epi, ebuf, self._stage_map(t, self.rank),
+                         t.cmp("ne", own, 0))
+        return [cur, pend, staged, extra[3]]
+
+    def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: Epi, coords, row0, ebuf, extra):
+        m0, n0, chunk = coords
+        ph = extra[3]
+        _, pend, staged = self._enter_own(t, chunk, extra)
+        own = t.cmp("eq", chunk, self.rank)
+        theirs = self._stage_map(t, self.other)
+        mine = self._stage_map(t, self.rank)
 
         def plain(o, slot, col, row):          # the peer's chunk: into its staging
             o.add(s.TmaStoreOp(e.epi, slot, theirs, [col, row]))

@@ -158,6 +158,13 @@ class GemmParts:
     def epilogue_finish(self, r: _Ops, cfg: GemmConfig, extra: list[SSAValue]) -> None:
         pass
 
+    def consumer_tile_start(self, t: _Ops, cfg: GemmConfig, coords: list[SSAValue],
+                            wg: SSAValue, epi: SSAValue | None, ebuf: SSAValue,
+                            extra: list[SSAValue]) -> list[SSAValue]:
+        """Before a tile's main loop (consumers): work that then overlaps the MMAs (a
+        fused epilogue's first load); returns the carried values."""
+        return extra
+
 
 class Epi:
     """What the consumer's epilogue works with: its accumulator, the epilogue buffers, C
@@ -257,6 +264,7 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
         r, M, N, [zero, zero, zero, *extra], cfg)
     t = _Ops(loop.block)
     m0 = coords[0]
+    extra = parts.consumer_tile_start(t, cfg, coords, wg, epi, ebuf, extra)
     kloop, k, kb, (ks, kph, _prev) = _for(t, zero, num_kb, one, [stage, phase, zero])
     k.add(s.MbarrierWaitOp(full, ks, kph))
     not_first = k.cmp("ne", kb, 0)

@@ -153,10 +153,17 @@ class ScheduledFused:
         todo = list(self.peers.ranks if ranks is None else ranks)
         fresh = {r: self._fresh(r, None if out is None else out[r]) for r in todo}
         bound = [(r, self._bind(r, [x[r] for x in inputs], fresh[r])) for r in todo]
-        self.peers.begin()
-        for r, args in bound:
-            launch(self.kernel, self.grid, self.meta.threads, args, self.peers.stream(r))
-        self.peers.end()
+        if self.fz.world == 1:
+            # one rank: torch's stream over the whole GPU (the grid is sized for it; a
+            # virtual world's lane is a green context of fewer SMs), as FusedWorld does
+            st = torch.cuda.current_stream(self.peers.device).cuda_stream
+            for r, args in bound:
+                launch(self.kernel, self.grid, self.meta.threads, args, st)
+        else:
+            self.peers.begin()
+            for r, args in bound:
+                launch(self.kernel, self.grid, self.meta.threads, args, self.peers.stream(r))
+            self.peers.end()
         first = self.n_in
         if first in self.sym_out:
             return {r: self.sym_out[first].tensors[r] for r in todo}
