@@ -123,15 +123,18 @@ def test_tma_reduce_add_adds_into_the_output():
     assert torch.equal(got, (exact.float() * 2).to(torch.bfloat16))
 
 
-def test_communication_ops_are_named_as_not_modelled():
-    from pkc.dialects.schedule_comm import FenceSysOp
+def test_an_op_without_a_rule_is_named():
+    from xdsl.dialects import arith
+    from xdsl.dialects.builtin import FloatAttr, f32
 
     cfg = VARIANTS["128x256_s4_global"]
     m = gemm_module(200, 136, 72, cfg)
     wait = _ops(_role(m, s.RoleKind.CONSUMER), s.MbarrierWaitOp)[0]
-    wait.parent_block().insert_op_before(FenceSysOp(), wait)
-    with pytest.raises(InterpError, match=r"'pks.fence_sys' on rank 0, CTA 0, consumer warpgroup 0: "
-                       "cannot be interpreted .* not modelled yet"):
+    one = arith.ConstantOp(FloatAttr(1.0, f32))
+    wait.parent_block().insert_op_before(one, wait)
+    wait.parent_block().insert_op_before(arith.NegfOp(one.result), wait)
+    with pytest.raises(InterpError, match=r"'arith.negf' on rank 0, CTA 0, consumer warpgroup 0: "
+                       r"cannot be interpreted at the schedule level \(no rule in pkc.interp.schedule_rules"):
         _run(m, cfg, 200, 136, 72)
 
 

@@ -1,0 +1,304 @@
+"""The schedule-level interpreter on communication: scheduled collectives (every kind
+schedule-collectives writes, W = 1..8) and fused GEMM + reduce-scatter kernels (W = 1..4)
+compute what the kernel-level IR computes (check_transform: bitwise for the collectives,
+whose sums are in rank order; a stated tolerance for the fused kernel, whose reduce-adds
+land in any order); three launches in a row reuse the persistent pads and staging halves
+by epoch; and broken protocols (a wait for the wrong count, a missing signal or fence, a
+read of a peer's buffer before its signal, an add before the owner's store, a missing
+epoch publish) are errors naming the op, rank, CTA and warpgroup."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import IntegerAttr, i32
+
+from pkc.codegen.emit import kernels_of
+from pkc.dialects import schedule_comm as c
+from pkc.dialects import schedule_fused as f
+from pkc.interp import InterpError, interpret, random_inputs
+from pkc.interp.equivalence import compare_outputs
+from pkc.interp.schedule import run_schedule, run_schedule_launches
+from pkc.ir import make_context, parse_module
+from pkc.passes.registry import parse_pipeline, run_pipeline
+from pkc.passes.remarks import plan_of
+from pkc.target import comm_tuning as t
+from pkc.testing import check_transform
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from collectives_ir import module_text  # noqa: E402
+from fused_ir import module_text as fused_text  # noqa: E402
+
+ESIZE = {"bf16": 2, "f16": 2, "f32": 4}
+PER = 37        # vectors per rank's chunk: odd, so slices and LL groups do not line up
+
+# kind -> (collective, algorithm, tuning thresholds forced to reach it at a small size)
+KINDS = {
+    "ll": ("all_reduce", "one_shot", {}),
+    "llag": ("all_gather", "direct", {}),
+    "llrs": ("reduce_scatter", "direct", {}),
+    "ar1": ("all_reduce", "one_shot", {"LL_MAX_BYTES": 0}),
+    "ar2": ("all_reduce", "two_shot", {}),
+    "ar2-pull-groups": ("all_reduce", "two_shot", {"AR2_PULL_MIN_BYTES": 0,
+                                                   "AR2_GROUPS_MIN_BYTES": 0}),
+    "ag": ("all_gather", "direct", {"LL_GATHER_MAX_BYTES": 0}),
+    "rs": ("reduce_scatter", "direct", {"LL_GATHER_MAX_BYTES": 0}),
+}
+
+
+@pytest.fixture
+def force(monkeypatch):
+    def apply(kind):
+        for name, v in KINDS[kind][2].items():
+            monkeypatch.setattr(t, name, v)
+    return apply
+
+
+def lowered(kind: str, W: int, dt: str = "bf16"):
+    """The graph of one collective after lower-collectives (a kernel even at W = 1)."""
+    coll, algo, _ = KINDS[kind]
+    full = (16 // ESIZE[dt]) * PER * W
+    text, _, _ = module_text(coll, W, full * ESIZE[dt], dt)
+    m = parse_module(text, "t.mlir")
+    run_pipeline(f"lower-collectives{{{coll}={algo} keep-single-rank=true}}", m)
+    return m
+
+
+def scheduled(kind: str, W: int, dt: str = "bf16"):
+    m = lowered(kind, W, dt)
+    run_pipeline("schedule-collectives", m)
+    (kop,) = kernels_of(m)
+    want = kind.split("-")[0]
+    assert plan_of(kop).get("comm_kind") == want, plan_of(kop)
+    return m, kop
+
+
+# ---- check_transform: interp(before) == interp(after) ------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_schedule_collectives_bitwise_w1_to_8(kind, force):
+    force(kind)
+    scheduled(kind, 8)      # the kind is the one named (the tuning table's thresholds forced)
+    worlds = range(1, 9) if kind in ("ll", "ar1", "rs") else (1, 2, 3, 5, 8)
+    check_transform(lambda W: lowered(kind, W), "schedule-collectives", world_sizes=worlds,
+                    seeds=(1,), exact=True, func="f")
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16"])
+def test_schedule_collectives_other_dtypes(dt, force):
+    force("ar1")
+    check_transform(lambda W: lowered("ar1", W, dt), "schedule-collectives", world_sizes=(4,),
+                    seeds=(2,), exact=True, func="f")
+    check_transform(lambda W: lowered("llrs", W, dt), "schedule-collectives", world_sizes=(3,),
+                    seeds=(2,), exact=True, func="f")
+
+
+def fused_module(W: int, Mc: int, N: int, K: int, layout: str):
+    """The GEMM + reduce-scatter kernel as overlap fused it (kernel level)."""
+    m = parse_module(fused_text(W, Mc, N, K, layout), "fused.mlir")
+    for p in parse_pipeline("default{force=true}"):
+        p.apply(make_context(), m)
+    return m
+
+
+# odd chunk rows; N, K multiples of 8 (TMA row strides)
+FUSED = {1: (37, 40, 24, "nk"), 2: (45, 40, 24, "kn"), 3: (29, 72, 40, "nk"),
+         4: (19, 48, 24, "kn")}
+
+
+def test_schedule_fused_gemm_reduce_scatter_w1_to_4():
+    # Each rank's partial is rounded to bf16 before it is summed (once more than the
+    # kernel-level reduction, in any order): half an ulp of a partial (|p| < 16 here) per
+    # rank, so an absolute tolerance of 2^-4 per rank on top of the relative one.
+    for W, (Mc, N, K, layout) in FUSED.items():
+        check_transform(lambda w: fused_module(w, Mc, N, K, layout), "schedule-fused,dce",
+                        world_sizes=(W,), seeds=(W,), func="mm_rs",
+                        tolerance={torch.bfloat16: (2e-2, W / 16)})
+
+
+# ---- launches in a row (epochs), grids of several CTAs ------------------------------------
+
+
+def _launch_inputs(m, kop, W, launches):
+    """Per launch, the kernel's operands (the graph inputs as the kernel's views)."""
+    shape = kop.inputs[0].type.get_shape()
+    return [[[x[0].reshape(shape) for x in random_inputs(m, W, 10 + k, "f")]]
+            for k in range(launches)]
+
+
+@pytest.mark.parametrize("kind", ["ll", "llag", "llrs", "ar1", "ar2", "ar2-pull-groups", "ag",
+                                  "rs"])
+def test_three_launches_reuse_pads_and_halves(kind, force):
+    """Launch k + 1 of a rank may start while a peer is still in launch k; the epoch word,
+    pads and (by parity) staging halves persist. Every launch's output equals the
+    kernel-level result of its inputs; a grid of up to 3 CTAs per rank."""
+    force(kind)
+    W = 3
+    before = lowered(kind, W)
+    m, kop = scheduled(kind, W)
+    launches = _launch_inputs(m, kop, W, 3)
+    outs = run_schedule_launches(kop, launches, W, seed=7, ctas=3)
+    out_t = kop.outputs[0].type.get_shape()
+    for k, ins in enumerate(launches):
+        graph_in = [[ins[0][r].reshape(-1)] for r in range(W)]
+        want = interpret(before, graph_in, W, "f")
+        got = [[outs[k][0][r].reshape(want[r][0].shape)] for r in range(W)]
+        compare_outputs(want, got, exact=True, context=f"{kind} launch {k + 1}")
+        assert tuple(outs[k][0][0].shape) == tuple(out_t)
+
+
+def test_epoch_word_counts_launches_and_ctas(force):
+    force("ar1")
+    m, kop = scheduled("ar1", 2)
+    launches = _launch_inputs(m, kop, 2, 2)
+    from pkc.interp.schedule import ScheduleRun
+    R = ScheduleRun(kop, launches, 2, 0, 3)
+    R.run()
+    assert R.ctas == 3
+    ctl = next(op.result for op in kop.block.ops if op.name == "pk.alloc"
+               and op.result.type.get_shape() == (2,))
+    for r in range(2):
+        assert R.data[ctl][r].tolist() == [2, 0]        # epoch 2 stored, count reset
+
+
+# ---- broken protocols ------------------------------------------------------------------
+
+
+def _ops(kop, cls):
+    return [op for op in kop.walk() if isinstance(op, cls)]
+
+
+def _run(m, W, **kw):
+    return interpret(m, random_inputs(m, W, 0, "f"), W, "f", **kw)
+
+
+def test_wait_for_the_wrong_count_is_a_deadlock_naming_op_rank_cta(force):
+    force("ar1")
+    m, kop = scheduled("ar1", 2)
+    wait = _ops(kop, c.SignalWaitOp)[0]
+    one = arith.ConstantOp(IntegerAttr(1, i32))
+    more = arith.AddiOp(wait.epoch, one.result)
+    wait.parent_block().insert_op_before(one, wait)
+    wait.parent_block().insert_op_before(more, wait)
+    wait.operands[2] = more.result
+    with pytest.raises(InterpError, match=r"deadlock in kernel @all_reduce_ar1(.|\n)*"
+                       r"'pks.signal_wait' on rank 0, CTA 0, warpgroup 0 \(outside any role\): "
+                       r"waits for u32 slot \d+ of .* of rank 0 to reach 2 \(it holds 1; "
+                       r"ARRIVAL wait on peer \d"):
+        _run(m, 2)
+
+
+def test_missing_signal_is_a_deadlock_naming_the_waiting_rank(force):
+    force("rs")
+    m, kop = scheduled("rs", 3)
+    sig = _ops(kop, c.SignalOp)[1]          # the phase-1 signal to rank 1
+    sig.detach()
+    sig.erase()
+    with pytest.raises(InterpError, match=r"deadlock(.|\n)*'pks.signal_wait' on rank 1, CTA 0, "
+                       r"warpgroup 0 \(outside any role\): waits for u32 slot .* to reach 1 "
+                       r"\(it holds 0"):
+        _run(m, 3)
+
+
+def test_read_of_a_peers_data_before_its_signal(force):
+    force("ar1")
+    m, kop = scheduled("ar1", 2)
+    wait = _ops(kop, c.SignalWaitOp)[0]
+    wait.detach()
+    wait.erase()
+    with pytest.raises(InterpError, match=r"'pks.vec_load' on rank \d, CTA 0, warpgroup \d "
+                       r"\(outside any role\): reads word \d+ .* of .* of rank \d"):
+        _run(m, 2)
+
+
+def test_signal_without_fence_orders_nothing(force):
+    force("ag")
+    m, kop = scheduled("ag", 2)
+    for fence in _ops(kop, c.FenceSysOp)[1:]:       # the fence before the leave signals
+        fence.detach()
+        fence.erase()
+    with pytest.raises(InterpError, match=r"output 0 on rank \d \(launch 1\): .* is read by the "
+                       r"host after the kernel, but the store 'pks.vec_store' on rank \d, CTA 0, "
+                       r"warpgroup \d .* wrote it, with nothing ordering that before"):
+        _run(m, 2)
+
+
+def test_ll_flags_of_the_wrong_epoch_never_satisfy_the_poll(force):
+    m, kop = scheduled("ll", 2)
+    st = _ops(kop, c.LlStoreOp)[0]
+    two = arith.ConstantOp(IntegerAttr(7, i32))
+    st.parent_block().insert_op_before(two, st)
+    st.operands[2] = two.result
+    with pytest.raises(InterpError, match=r"deadlock(.|\n)*'pks.ll_wait' on rank 0, CTA \d, "
+                       r"warpgroup 0 \(outside any role\): waits for the LL line of slot 1 .* "
+                       r"to carry epoch 1 in its flags \(they hold \[7, 7, 7, 7\]\)"):
+        _run(m, 2)
+
+
+def test_missing_epoch_publish_breaks_the_second_launch(force):
+    force("ar1")
+    m, kop = scheduled("ar1", 2)
+    pub = _ops(kop, c.EpochPublishOp)[0]
+    pub.detach()
+    pub.erase()
+    launches = _launch_inputs(m, kop, 2, 2)
+    with pytest.raises(InterpError, match=r"launch 2"):
+        run_schedule_launches(kop, launches, 2)
+
+
+def _fused_scheduled(W, Mc, N, K, layout):
+    m = fused_module(W, Mc, N, K, layout)
+    for p in parse_pipeline("schedule-fused,dce"):
+        p.apply(make_context(), m)
+    (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
+    return m, kop
+
+
+def test_fused_add_before_the_owners_store(force):
+    W, (Mc, N, K, layout) = 3, FUSED[3]
+    m, kop = _fused_scheduled(W, Mc, N, K, layout)
+    waits = [w for w in _ops(kop, c.SignalWaitOp)
+             if c.WaitSite(w.site.data) is c.WaitSite.ARRIVAL]
+    assert waits
+    for w in waits:
+        w.detach()
+        w.erase()
+    with pytest.raises(InterpError, match=r"'pks.tma_store_or_add' on rank \d, CTA \d, consumer "
+                       r"warpgroup \d: reduce-adds into word \d+ of .* of rank \d"):
+        interpret(m, random_inputs(m, W, 0, "mm_rs"), W, "mm_rs")
+
+
+def test_fused_owner_that_does_not_wait_for_the_peers(force):
+    W, (Mc, N, K, layout) = 3, FUSED[3]
+    m, kop = _fused_scheduled(W, Mc, N, K, layout)
+    for w in _ops(kop, c.SignalWaitOp):
+        if c.WaitSite(w.site.data) is c.WaitSite.EXIT:
+            w.detach()
+            w.erase()
+    with pytest.raises(InterpError, match=r"is read by the host after the kernel, but the "
+                       r"reduce-add 'pks.tma_store_or_add' on rank \d"):
+        interpret(m, random_inputs(m, W, 0, "mm_rs"), W, "mm_rs")
+
+
+def test_fused_kernel_ops_have_rules():
+    from pkc.interp.schedule_rules import BLOCKING_RULES, KERNEL_RULES, SIMPLE_RULES
+
+    rules = {**SIMPLE_RULES, **BLOCKING_RULES, **KERNEL_RULES}
+    missing = [op.name for op in c.COMM_OPS if op not in rules]
+    assert not missing, missing
+    for op in (f.PeerTmapOp, f.TmapSelectOp, f.ChunkTileLoopOp, f.TmaStoreOrAddOp,
+               f.FenceAsyncGlobalOp, f.SignalAddOp):
+        assert op in rules, op.name
+
+
+def test_single_launch_api_still_returns_outputs(force):
+    force("rs")
+    m, kop = scheduled("rs", 2)
+    (ins,) = _launch_inputs(m, kop, 2, 1)
+    out = run_schedule(kop, ins, 2)
+    assert len(out) == 1 and len(out[0]) == 2
