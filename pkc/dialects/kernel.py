@@ -195,7 +195,8 @@ class KernelOp(IRDLOperation):
                 f"({n_in} inputs + {n_out} outputs), got {len(args)}"
             )
         for i, (v, a) in enumerate(zip(self.inputs, args[:n_in])):
-            _check_buffer_matches(self, f"input {i}", v.type, a.type, allow_symmetric=False)
+            _check_buffer_matches(self, f"input {i}", v.type, a.type,
+                                  allow_symmetric=_symmetric_result(v))
         for i, (r, a) in enumerate(zip(self.outputs, args[n_in:])):
             _check_buffer_matches(self, f"output {i}", r.type, a.type, allow_symmetric=True)
         allowed = (AllocOp, AllocSignalsOp, WorkerOp, YieldOp, arith.ConstantOp,
@@ -216,13 +217,28 @@ class KernelOp(IRDLOperation):
             raise VerifyException(f"'pk.kernel' @{self.kernel_name.data} has no pk.worker")
 
 
+def _symmetric_result(v: SSAValue) -> bool:
+    """Whether ``v`` is (a ``pk.reshape`` view of) a ``pk.kernel`` result that lives in
+    symmetric memory: only such a value may be a symmetric input (a kernel that reads the
+    peers' copies, e.g. the pull all-gather after a fused GEMM + reduce-scatter)."""
+    while isinstance(v.owner, Operation) and v.owner.name == "pk.reshape":
+        v = v.owner.operands[0]
+    kop = v.owner
+    if not isinstance(kop, KernelOp):
+        return False
+    i = list(kop.results).index(v)
+    buf = kop.block.args[len(kop.inputs) + i].type
+    return isinstance(buf, BufferType) and buf.symmetric
+
+
 def _check_buffer_matches(op, what, tensor: Attribute, buf: Attribute, allow_symmetric: bool):
     if not isinstance(buf, BufferType) or not isinstance(tensor, TensorType):
         raise VerifyException(f"'pk.kernel' {what}: block argument must be a !pk.buffer, got {buf}")
     if buf.get_shape() != tuple(tensor.get_shape()) or buf.element_type != tensor.element_type:
         raise VerifyException(f"'pk.kernel' {what}: buffer {buf} does not match tensor {tensor}")
     if buf.symmetric and not allow_symmetric:
-        raise VerifyException(f"'pk.kernel' {what}: input buffers are local, got {buf}")
+        raise VerifyException(f"'pk.kernel' {what}: input buffers are local unless the value is "
+                              f"a pk.kernel's symmetric output, got {buf}")
 
 
 @irdl_op_definition

@@ -22,6 +22,13 @@ every peer's kernel of epoch e read it):
 * ``ag``: arrive (every peer's kernel of this epoch started: its readers of the last
   result are done); push the input into slot ``rank`` of every rank's output (symmetric);
   leave (signal, wait: every rank's slot of this CTA's slice has landed).
+* ``agp``: the input is already symmetric (``sym``: each rank's chunk, e.g. a fused
+  GEMM + reduce-scatter's result): arrive (every rank's chunk is final: the kernel that
+  wrote it completed on that rank's stream); pull chunk q of every rank q, own first, into
+  ``out[q * n:]`` (a fresh output); leave (no rank's next kernel overwrites its chunk
+  while a peer still reads it).
+* ``a2a``: arrive (as ``ag``); chunk d of the input into slot ``rank`` of rank d's output
+  (symmetric); leave.
 * ``ar2`` (two-shot, into a fresh output): see :meth:`CommBuilder.ar2`; ``groups`` CTA
   groups take turns on the exchange (a group's copy-out overlaps the next one's traffic).
 
@@ -227,7 +234,7 @@ class CommBuilder:
             return
         self.publish()
         {CommKind.AR1: self.ar1, CommKind.RS: self.rs, CommKind.AG: self.ag,
-         CommKind.AR2: self.ar2}[kind]()
+         CommKind.AR2: self.ar2, CommKind.AGP: self.agp, CommKind.A2A: self.a2a}[kind]()
 
     def ar1(self) -> None:
         b = self.b
@@ -256,6 +263,29 @@ class CommBuilder:
         shift = b.mul(self.rank, self.nv)
         src = self.ptr(self.src)
         self.push(lo, hi, src, [(self.peer(self.out, d), shift) for d in range(self.W)])
+        self.barrier_phase(2)
+
+    def agp(self) -> None:
+        """Pull: sym is the (symmetric) input; rank q's chunk into ``out[q * nv:]``, sources
+        rank, rank+1, ...: at every step the ranks' sources form a permutation; peer data
+        loaded ``.cg`` (L2: L1 could hold a line of an earlier launch)."""
+        b = self.b
+        self.barrier_phase(1)
+        lo, hi = self.chunk_slice(0, self.nv)
+        out = self.ptr(self.out)
+        for i in range(self.W):
+            q = self.rank_plus(i)
+            self.push(lo, hi, self.peer(self.sym, q), [(out, b.mul(q, self.nv))], c.CacheHint.CG)
+        self.barrier_phase(2)
+
+    def a2a(self) -> None:
+        """sym is the (symmetric) output: chunk d of the input to slot ``rank`` of rank d,
+        d = rank+1, ..., rank (a permutation of destinations at every step)."""
+        b = self.b
+        self.barrier_phase(1)
+        off = b.mul(self.rank, self.cv)
+        src = self.ptr(self.src)
+        self.each_chunk_to_its_rank(off, lambda lo, hi, base, sh: self.push(lo, hi, src, [(base, sh)]))
         self.barrier_phase(2)
 
     def ar2(self) -> None:
@@ -408,4 +438,4 @@ def sym_vecs(cfg: CommConfig, nv: int, cv: int) -> int:
         # 2 epochs x W slots of LL lines (2 vectors each), whole groups of 32 lines
         return 2 * (-(-2 * W * cv // 32) * 32)
     return {CommKind.AR1: 2 * W * nv, CommKind.RS: 2 * W * cv, CommKind.AG: W * nv,
-            CommKind.AR2: nv + W * cv}[cfg.kind]
+            CommKind.AR2: nv + W * cv, CommKind.AGP: nv, CommKind.A2A: nv}[cfg.kind]

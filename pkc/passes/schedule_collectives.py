@@ -1,8 +1,12 @@
 """schedule-collectives: a lowered collective ``pk.kernel`` -> a scheduled one (schedule level).
 
 Matches every ``pk.kernel`` that lower-collectives wrote (``pk.plan.collective``): an
-all_reduce, or an all_gather / reduce_scatter whose chunks are contiguous (the kernel's
-3-d view has one row), of bf16 / f16 / f32 data in whole 16-byte vectors (per chunk).
+all_reduce, or an all_gather / reduce_scatter / all_to_all (equal splits) whose chunks
+are contiguous (the kernel's 3-d view has one row), of bf16 / f16 / f32 data in whole
+16-byte vectors (per chunk). An all_gather whose input buffer is already symmetric (a
+producer kernel left its chunk there) becomes the pull all-gather (``agp``: every rank
+pulls the W chunks into a fresh output; schedule-fused builds one after a fused GEMM +
+reduce-scatter with :func:`build_collective`).
 Replaces its worker body with a ``pks.schedule`` of communication ops
 (:mod:`pkc.passes.comm_schedule`) over a symmetric data buffer, a signal pad and the
 rank's epoch control word (``pk.alloc``; the pad and the control word zeroed once and
@@ -12,8 +16,8 @@ The decisions come from lower-collectives' plan (one-shot / two-shot, direct) an
 tuning table :mod:`pkc.target.comm_tuning` (LL below a size, the two-shot's gather and
 CTA groups): written into ``pk.plan`` (``schedule = "collective"``, ``comm_kind``,
 ``unroll``, ``cta_vecs``, ``ctas_per_sm``, ``gather``, ``groups``, ``fresh_output``) and a
-remark. Kinds not scheduled (all_to_all, rings, non-leading dims) stay as they are, and a
-remark says why.
+remark. Kinds not scheduled (rings, non-leading dims, max / min reductions) stay as they
+are, and a remark says why.
 
 Why: this is how pkc's collectives are produced from IR: a later pass can change the
 body (a signal, an unroll, a push for a pull) and ``--emit=ptx`` prints what runs.
@@ -24,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import IntegerType, ModuleOp
-from xdsl.ir import Block, Region
+from xdsl.ir import Block, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
@@ -34,11 +38,13 @@ from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.comm_schedule import CommBuilder, sym_vecs
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
-from pkc.target.comm_tuning import ESIZE, THREADS, VEC_BYTES, CommKind, choose
+from pkc.target.comm_tuning import (ESIZE, THREADS, VEC_BYTES, CommConfig, CommKind, choose,
+                                    choose_pull_gather)
 from pkc.target.targets import get_target
 
 SCHEDULED = (CommKind.LL, CommKind.LLAG, CommKind.LLRS, CommKind.AR1, CommKind.RS, CommKind.AG,
-             CommKind.AR2)
+             CommKind.AR2, CommKind.AGP, CommKind.A2A)
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
 def _dtype(t) -> str | None:
@@ -50,7 +56,7 @@ def why_not(kop: k.KernelOp) -> str | None:
     """Why a lowered collective kernel cannot be scheduled (None: it can)."""
     plan = plan_of(kop)
     coll = plan.get("collective")
-    if coll not in ("all_reduce", "all_gather", "reduce_scatter"):
+    if coll not in COLLECTIVES:
         return f"no scheduled kernel for {coll}"
     # a ring gather / scatter runs as the direct kernel (what the ring's steps would move
     # in W - 1 hops goes in one; measured on H200s as the hand kernels, which were direct)
@@ -77,13 +83,28 @@ def why_not(kop: k.KernelOp) -> str | None:
         elems *= d
     ve = VEC_BYTES // ESIZE[dt]
     W = kop.world_size
-    chunk = elems // W if coll == "reduce_scatter" else elems
+    chunk = elems // W if coll in ("reduce_scatter", "all_to_all") else elems
     if elems % ve or chunk % ve:
         return f"{coll} of {elems} elements: chunks are not whole 16-byte vectors"
-    cfg = choose(coll, plan["algorithm"], W, dt, elems)
+    cfg = _config(kop)
     if cfg.kind not in SCHEDULED:
         return f"{cfg.tag()}: not scheduled yet (the hand kernel runs it)"
     return None
+
+
+def _config(kop: k.KernelOp) -> CommConfig:
+    """The tuning table's choice; an all-gather whose input already lies in symmetric memory
+    (the kernel's input buffer is symmetric: a producer left it there) is pulled."""
+    plan = plan_of(kop)
+    coll, W = plan["collective"], kop.world_size
+    x = kop.inputs[0].type
+    dt = _dtype(x)
+    elems = 1
+    for d in x.get_shape():
+        elems *= d
+    if coll == "all_gather" and kop.block.args[0].type.symmetric:
+        return choose_pull_gather(W, dt, elems)
+    return choose(coll, plan["algorithm"], W, dt, elems)
 
 
 @register_pass
@@ -111,25 +132,43 @@ class ScheduleCollectives(ModulePass):
 
 def _schedule(kop: k.KernelOp, sms: int) -> None:
     plan = plan_of(kop)
-    coll, W = plan["collective"], kop.world_size
-    x, y = kop.inputs[0].type, kop.outputs[0].type
-    dt = _dtype(x)
+    coll = plan["collective"]
+    cfg = _config(kop)
+    attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
+    new = build_collective(f"{coll}_{cfg.kind.value}", cfg, list(kop.inputs),
+                           kop.inputs[0].type, kop.outputs[0].type, sms, attrs)
+    if plan.get("algorithm") == "ring":
+        add_remark(new, f"lower-collectives planned a ring {coll}; scheduled as the direct "
+                        "kernel (every chunk in one hop, no ring kernel at the schedule level)")
+    new.location = kop.location
+    Rewriter.replace_op(kop, new)
+
+
+def build_collective(name: str, cfg: CommConfig, inputs: list[SSAValue], x, y, sms: int,
+                     attributes: dict | None = None) -> k.KernelOp:
+    """The scheduled collective kernel ``name`` running ``cfg`` on ``inputs`` (one tensor
+    of type ``x``) into one ``y``, with its plan and remark; ``sms``: the target's SM count
+    (the pads have slots for the grid). Also used by schedule-fused (the pull all-gather
+    after a fused GEMM + reduce-scatter)."""
+    W = cfg.world
+    dt = cfg.dtype
     elems = 1
     for d in x.get_shape():
         elems *= d
-    cfg = choose(coll, plan["algorithm"], W, dt, elems)
     ve = VEC_BYTES // ESIZE[dt]
     nv = elems // ve
     cv = -(-nv // W) if cfg.kind.chunked else nv     # the two-shot's last chunk may be short
-    out_space = SYMMETRIC if cfg.kind is CommKind.AG else LOCAL
-    block = Block(arg_types=[BufferType(x.get_shape(), x.element_type),
+    # peers put into the output of ag / a2a; agp pulls from the (symmetric) input
+    out_space = SYMMETRIC if cfg.kind in (CommKind.AG, CommKind.A2A) else LOCAL
+    in_space = SYMMETRIC if cfg.kind is CommKind.AGP else LOCAL
+    block = Block(arg_types=[BufferType(x.get_shape(), x.element_type, in_space),
                              BufferType(y.get_shape(), y.element_type, out_space)])
     src, out = block.args
     i32 = IntegerType(32)
     gmax = cfg.ctas_per_sm * sms
     allocs = []
-    sym = out
-    if cfg.kind is not CommKind.AG:
+    sym = {CommKind.AG: out, CommKind.A2A: out, CommKind.AGP: src}.get(cfg.kind)
+    if sym is None:
         sym = k.AllocOp(BufferType([sym_vecs(cfg, nv, cv) * ve], x.element_type, SYMMETRIC))
         allocs.append(sym)
         sym = sym.result
@@ -142,17 +181,16 @@ def _schedule(kop: k.KernelOp, sms: int) -> None:
     block.add_op(sched)
     CommBuilder(sched.block, cfg, nv, cv, src, out, sym, pads.result, ctl.result).build()
     block.add_op(k.YieldOp())
-    new = k.KernelOp(f"{coll}_{cfg.kind.value}", W, list(kop.inputs), [y], Region(block),
-                     attributes={key: v for key, v in kop.attributes.items()
-                                 if key not in ("kernel_name", "world")})
+    new = k.KernelOp(name, W, inputs, [y], Region(block), attributes=dict(attributes or {}))
     set_plan(new, schedule="collective", comm_kind=cfg.kind.value, unroll=cfg.unroll,
              vecs=nv, chunk_vecs=cv, cta_vecs=cfg.cta_vecs, slice_align=cfg.slice_align,
              shrink_threads=cfg.kind.is_ll, ctas_per_sm=cfg.ctas_per_sm,
              min_ctas_per_sm=cfg.min_ctas_per_sm, max_ctas=gmax, fresh_output=out_space == LOCAL,
              **({"gather": cfg.gather.value, "groups": cfg.groups} if cfg.kind is CommKind.AR2 else {}))
+    where = "into a fresh output" if out_space == LOCAL else "result in symmetric memory"
+    if cfg.kind is CommKind.AGP:
+        where += ", pulled from every rank's symmetric input"
     add_remark(new, f"scheduled collective {cfg.tag()} ({cfg.reason}): "
                f"{nv} vectors ({cv} per chunk), up to {cfg.cta_vecs} per CTA, "
-               f"{cfg.ctas_per_sm} CTA(s) per SM, "
-               f"{'into a fresh output' if out_space == LOCAL else 'result in symmetric memory'}")
-    new.location = kop.location
-    Rewriter.replace_op(kop, new)
+               f"{cfg.ctas_per_sm} CTA(s) per SM, {where}")
+    return new

@@ -41,6 +41,7 @@ from xdsl.rewriter import Rewriter
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
+from pkc.passes import fused_ar_pair
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
 from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
 from pkc.passes.fused_schedule import RsParts
@@ -114,6 +115,15 @@ class ScheduleFused(ModulePass):
             if _fusion(kop).get("pattern") == "all_gather_mm":     # its own builder
                 schedule_all_gather_mm(kop, self.target, self.variant)
                 continue
+            if fused_ar_pair.is_pair(kop, _fusion(kop).get("pattern")):   # W > 2: two kernels
+                reason = fused_ar_pair.why_not(kop, _dtype)
+                if reason:
+                    add_remark(kop, f"fused kernel left unscheduled: {reason}")
+                else:
+                    fused_ar_pair.schedule_pair(kop, self.target, _dtype(kop.inputs[0].type),
+                                                lambda kop, y: _schedule_rs(kop, self.target,
+                                                                            self.variant, y))
+                continue
             reason = why_not(kop)
             if reason:
                 add_remark(kop, f"fused kernel left unscheduled: {reason}")
@@ -126,7 +136,9 @@ class ScheduleFused(ModulePass):
                 _schedule_rs(kop, self.target, self.variant)
 
 
-def _schedule_rs(kop: k.KernelOp, target: str, variant: str) -> None:
+def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None) -> k.KernelOp:
+    """The GEMM + reduce-scatter kernel of ``kop``, replacing it; with ``chunk`` (the
+    reduced chunk's tensor type) built for a caller that places it (not replacing)."""
     W = kop.world_size
     a, b = kop.inputs
     M, K = a.type.get_shape()
@@ -146,7 +158,7 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str) -> None:
         cfg = cfg.with_(bn=128)         # B [K, N] is loaded in 64-column boxes
     cfg = cfg.with_(cluster_m=1, epilogue="tma")      # the fused epilogue's requirements
     cfg.validate()
-    y = kop.outputs[0].type
+    y = chunk or kop.outputs[0].type
     block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
                              BufferType(y.get_shape(), y.element_type, SYMMETRIC)])
@@ -178,4 +190,6 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str) -> None:
                f"{W} chunks of {parts.tiles_per_chunk} tiles, own chunk first; {why_intra}; "
                f"result in the symmetric output (persistent){fresh}")
     new.location = kop.location
-    Rewriter.replace_op(kop, new)
+    if chunk is None:
+        Rewriter.replace_op(kop, new)
+    return new

@@ -135,6 +135,16 @@ class Peers:
             raise ValueError(f"symmetric allocation {key!r} exists with another shape")
         return hit
 
+    def symmetric_holding(self, rank: int, t: torch.Tensor) -> "Symmetric | None":
+        """The symmetric allocation whose rank-``rank`` tensor ``t`` lies in (starting at
+        the same address: a view of a kernel's symmetric output), or None."""
+        p = t.data_ptr()
+        for s in self._sym.values():
+            own = s.tensors.get(rank)
+            if own is not None and own.data_ptr() <= p < own.data_ptr() + own.numel() * own.element_size():
+                return s if p == own.data_ptr() else None
+        return None
+
     def local(self, key, shape, dtype: torch.dtype, zero: bool = False) -> dict[int, torch.Tensor]:
         """A persistent per-rank (not symmetric) allocation."""
         hit = self._local.get(key)

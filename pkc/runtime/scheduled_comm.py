@@ -7,6 +7,13 @@ what the metadata lists (persistent symmetric buffers and pads, zeroed once wher
 the control words; the error records), binds the parameters in the ABI's order and
 launches every driven rank on its stream. Epochs make the persistent buffers reusable, so
 a launch needs no allocation, no barrier and no host synchronization.
+
+A symmetric *input* (the pull all-gather ``agp``: it reads every rank's chunk where a
+producer kernel left it) takes the peers' addresses of the symmetric allocation the
+input tensors lie in (:meth:`~pkc.runtime.peers.Peers.symmetric_holding`; in a virtual
+world driving every rank, the inputs themselves): e.g. :func:`pkc.runtime.scheduled_fused.
+run_mm_all_reduce` runs a fused GEMM + reduce-scatter, then the pull all-gather of its
+symmetric output.
 """
 
 from __future__ import annotations
@@ -58,9 +65,10 @@ class ScheduledCollective:
             else:
                 self.locals.append(peers.local(key + (i,), [b.elements], _TORCH[b.dtype], zero=b.zero))
         # a symmetric output (the direct all-gather's result) is persistent, like the hand
-        # kernel's: the next launch overwrites it
+        # kernel's: the next launch overwrites it; a symmetric input (index 0) is a producer's
+        self.sym_in = 0 in comm.sym_outputs
         self.sym_out = {i: peers.symmetric(key + ("out", i), list(self.out_shape), self.tdt)
-                        for i in comm.sym_outputs}
+                        for i in comm.sym_outputs if i > 0}
         self.err = peers.local(key + ("err",), [8], torch.int32, zero=True)
         self.mbox = {r: peers.mailbox.slot(meta.name, r, WAIT_SITES) for r in peers.ranks}
         self.timeout_ns = int(timeout_ns)
@@ -70,14 +78,16 @@ class ScheduledCollective:
     def fresh_output(self) -> bool:
         return not self.sym_out
 
-    def _bind(self, rank: int, src: torch.Tensor, out: torch.Tensor) -> KernelArgs:
-        key = (rank, src.data_ptr(), out.data_ptr())
+    def _bind(self, rank: int, src: torch.Tensor, out: torch.Tensor,
+              src_peers: tuple[int, ...] = ()) -> KernelArgs:
+        key = (rank, src.data_ptr(), out.data_ptr(), src_peers)
         hit = self._args.get(key)
         if hit is not None:
             return hit
         u32, u64 = ctypes.c_uint32, ctypes.c_uint64
         vals = [u64(src.data_ptr()), u64(out.data_ptr())]
-        peers_of = [s.ptrs for s in self.syms] + [self.sym_out[i].ptrs for i in self.comm.sym_outputs]
+        peers_of = [s.ptrs for s in self.syms] + [
+            list(src_peers) if i == 0 else self.sym_out[i].ptrs for i in self.comm.sym_outputs]
         vals += [u64(p) for ptrs in peers_of for p in ptrs]
         vals += [u64(s.ptrs[rank]) for s in self.syms]
         vals += [u64(loc[rank].data_ptr()) for loc in self.locals]
@@ -92,9 +102,11 @@ class ScheduledCollective:
         """Launch every driven rank (``ranks``: only these, to test a missing peer);
         ``outs[rank]``: where a fresh output goes (default a new tensor per rank). Returns
         ``{rank: output}``."""
+        todo = list(self.peers.ranks if ranks is None else ranks)
+        src_peers = self._source(inputs, todo) if self.sym_in else ()
         self.peers.begin()
         res = {}
-        for r in (self.peers.ranks if ranks is None else ranks):
+        for r in todo:
             x = inputs[r]
             if x.dtype != self.tdt or x.numel() != _numel(self.in_shape) or not x.is_contiguous() \
                     or x.data_ptr() % 16:
@@ -107,9 +119,26 @@ class ScheduledCollective:
             else:
                 o = torch.empty(self.out_shape, dtype=self.tdt, device=self.peers.device)
             res[r] = o
-            launch(self.kernel, self.grid, self.threads, self._bind(r, x, o), self.peers.stream(r))
+            launch(self.kernel, self.grid, self.threads, self._bind(r, x, o, src_peers),
+                   self.peers.stream(r))
         self.peers.end()
         return res
+
+    def _source(self, inputs: dict, ranks: list[int]) -> tuple[int, ...]:
+        """The W addresses of the symmetric allocation the inputs lie in (each driven rank's
+        input must be its own copy), or, in a world driven entirely here, the inputs'."""
+        W = self.comm.world
+        r0 = ranks[0]
+        sym = self.peers.symmetric_holding(r0, inputs[r0])
+        if sym is not None:
+            bad = [r for r in ranks if inputs[r].data_ptr() != sym.ptrs[r]]
+            if not bad:
+                return tuple(sym.ptrs)
+        elif sorted(inputs) == list(range(W)) and sorted(self.peers.ranks) == list(range(W)):
+            return tuple(inputs[r].data_ptr() for r in range(W))
+        raise ValueError(f"{self.meta.name}: its input is read by the peers, so it must be every "
+                         f"rank's copy of one symmetric allocation (a kernel's symmetric output); "
+                         f"rank {r0}'s input is not")
 
     def check(self) -> None:
         """Raise :class:`ScheduledCollectiveTimeout` if a rank recorded an expired wait."""

@@ -67,6 +67,8 @@ class CommKind(Enum):
     AR2 = "ar2"        # two-shot all-reduce, copy-in, fresh output
     AG = "ag"          # direct push all-gather
     RS = "rs"          # direct push reduce-scatter
+    AGP = "agp"        # pull all-gather of chunks already in symmetric memory, fresh output
+    A2A = "a2a"        # direct push all-to-all (equal splits), result in symmetric memory
 
     @property
     def is_ll(self) -> bool:
@@ -75,7 +77,12 @@ class CommKind(Enum):
     @property
     def chunked(self) -> bool:
         """Data split by rank into W chunks (a CTA's slice is of one chunk)."""
-        return self in (CommKind.LLRS, CommKind.RS, CommKind.AR2)
+        return self in (CommKind.LLRS, CommKind.RS, CommKind.AR2, CommKind.A2A)
+
+    @property
+    def bandwidth(self) -> bool:
+        """Moves bulk data with many CTAs (2 per SM, ``.minnctapersm 2``)."""
+        return self in (CommKind.AG, CommKind.RS, CommKind.AR2, CommKind.AGP, CommKind.A2A)
 
 
 class Gather(Enum):
@@ -102,7 +109,7 @@ class CommConfig:
 
     @property
     def ctas_per_sm(self) -> int:
-        return BANDWIDTH_CTAS_PER_SM if self.kind in (CommKind.AG, CommKind.RS, CommKind.AR2) else 1
+        return BANDWIDTH_CTAS_PER_SM if self.kind.bandwidth else 1
 
     @property
     def min_ctas_per_sm(self) -> int:
@@ -137,6 +144,9 @@ def choose(collective: str, algorithm: str, world: int, dtype: str, elems: int) 
     if collective == "all_reduce" and algorithm == "one_shot":
         lim = ll_limit(LL_MAX_BYTES, world)
         why = f"{nbytes} B {'<=' if cfg.kind.is_ll else '>'} the LL limit {lim} B at W = {world}"
+    elif collective == "all_to_all":
+        why = (f"{nbytes} B: direct puts of each chunk into its rank's slot (no LL all-to-all "
+               "yet, so small messages pay a signal round trip)")
     elif collective == "all_reduce":
         why = (f"{nbytes} B; the pull gather from {AR2_PULL_MIN_BYTES} B at W > 2, "
                f"2 CTA groups from {AR2_GROUPS_MIN_BYTES} B")
@@ -165,4 +175,17 @@ def _choose(collective: str, algorithm: str, world: int, dtype: str, elems: int)
         return CommConfig(CommKind.LLAG if small else CommKind.AG, world, dtype)
     if collective == "reduce_scatter":
         return CommConfig(CommKind.LLRS if small else CommKind.RS, world, dtype)
+    if collective == "all_to_all":
+        return CommConfig(CommKind.A2A, world, dtype)
     raise ValueError(f"no scheduled collective for {collective}")
+
+
+def choose_pull_gather(world: int, dtype: str, elems: int) -> CommConfig:
+    """The all-gather of ``elems``-element chunks that already lie in symmetric memory (a
+    producer kernel left them there): every rank pulls the W chunks into a fresh output
+    (no input copy, nothing persistent leaves; the hand fast path's ``agp`` after its
+    GEMM + reduce-scatter, 2 CTAs per SM as its bandwidth kernels)."""
+    nbytes = elems * ESIZE[dtype] * world
+    return CommConfig(CommKind.AGP, world, dtype,
+                      reason=f"{nbytes} B gathered from chunks in symmetric memory: pulled "
+                             "into a fresh output")
