@@ -10,10 +10,10 @@ Shapes per rank (W ranks, E experts per rank, capacity C rows per (rank, expert)
     counts [W*E] i32    valid rows per block of X, known only at run time (clipped to C)
     O      [W*E, C, N]  block (q, e): X's block (q, e) times expert e of rank q, back on
                         this rank (symmetric); rows past the count are not part of the result
-    R      [E*W*Cp, K]  the expert operand (symmetric): block (e, s) holds the tokens rank s
-                        routed to this rank's expert e; Cp = C rounded up to the tile's bm,
-                        so that a tile's A rows never reach into the next block (a block
-                        being written by another rank while this one computes)
+    R      [E*W*Cp, K]  the expert operand (symmetric, W > 1 only): block (e, s) holds the
+                        tokens rank s != rank routed to this rank's expert e; Cp = C rounded
+                        up to the tile's bm, so that a tile's A rows never reach into the
+                        next block (a block being written by another rank meanwhile)
 
 Layout choice (why per-block padding, not packed rows): every (expert, source) block has
 a fixed place of C rows, so a sender needs no prefix sum of the other ranks' counts to
@@ -29,18 +29,19 @@ reset, see :mod:`pkc.dialects.schedule_comm`), all in one kernel:
 1. Counts: CTA 0 stores ``counts[q*E + e]`` into slot ``e*W + rank`` of rank q's count
    array ``cin`` and adds 1 to count flag ``rank`` of q's pad (after a system fence).
 2. Dispatch (every CTA, all threads, before the roles start): the units ``(j, e, p)`` -
-   destination ``q = (rank + j) mod W``, expert e, piece p of 64 rows - round-robin over
-   the CTAs; a unit copies the piece's valid rows of X's block (q, e) into block
-   (e, rank) of q's R with 16-byte vector stores, then (CTA barrier, system fence) adds 1
-   to data flag ``e*W + rank`` of q's pad. Every unit signals, empty or not, so a block's
-   flag reaches ``epoch x ceil(C / 64)``: a fixed count whatever the tokens.
-   The own rank's blocks are copied too (a local copy): the producer then reads one map.
+   destination ``q = (rank + j) mod W`` for j = 1..W-1, expert e, piece p of 64 rows -
+   round-robin over the CTAs; a unit copies the piece's valid rows of X's block (q, e)
+   into block (e, rank) of q's R with 16-byte vector stores, then (CTA barrier, system
+   fence) adds 1 to data flag ``e*W + rank`` of q's pad. Every unit signals, empty or not,
+   so a block's flag reaches ``epoch x ceil(C / 64)``: a fixed count whatever the tokens.
+   The own rank's tokens are not copied: its tiles read them from X (a second A map).
 3. Every CTA waits until every source's count flag reached the epoch (thread 0, then a
    CTA barrier): the tile loop reads the counts from ``cin``.
 4. Grouped GEMM: ``pks.grouped_tile_loop`` over the (expert, source) blocks, the own
-   rank's first. The producer waits for a block's data flag (acquire, then a proxy fence:
-   TMA reads what generic stores wrote) before its A loads: a block's tiles start when
-   its rows arrived, while other blocks are in flight.
+   rank's first (from X: nothing to wait for). For a peer's block the producer waits for
+   its data flag (acquire, then a proxy fence: TMA reads what generic stores wrote) before
+   its A loads from R: a block's tiles start when its rows arrived, while other blocks are
+   in flight.
 5. Combine: the epilogue stores each 64-row piece by TMA into block (rank, e) of the
    source's O through the source's tensor map (``pks.peer_tmap``, 3-D ``[N, C, W*E]``:
    rows clip at C, so a tile never spills into the next block).
@@ -50,6 +51,11 @@ reset, see :mod:`pkc.dialects.schedule_comm`), all in one kernel:
    depend on the tokens), which every consumer warpgroup waits for before it ends. That
    also tells the senders that this launch's reads of their R copies are over, so the
    next launch may overwrite R, ``cin`` and O.
+
+With one rank (W = 1) there is nothing to exchange: the tile loop reads the counts input
+itself, the tiles read X, and the kernel has no signal, no wait and no epoch, so it also
+runs when not all of its CTAs are resident at once (with W > 1 they must be: CTAs wait
+for each other's dispatch pieces; the launcher sizes the grid to the rank's SMs).
 """
 
 from __future__ import annotations
@@ -99,6 +105,12 @@ class MoeParts(GemmParts):
     def pad_slots(self) -> int:
         return self.E * self.W + 2 * self.W
 
+    def a_map(self, top: _Ops, A: SSAValue, ta_t) -> SSAValue:
+        """R's map (the peers' tokens) and X's (the own tokens; with W = 1, A is X)."""
+        tA = top.add(s.TmapOp(A, ta_t)).result
+        self.tX = tA if self.W == 1 else top.add(s.TmapOp(self.X, ta_t)).result
+        return tA
+
     def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
         w = self.cfg.epi_width
         t = s.TmapType(self.cfg.dtype, [w, 64, 1], _SWIZZLE_FOR_ROW_BYTES[2 * w])
@@ -109,6 +121,9 @@ class MoeParts(GemmParts):
     def prologue(self, o: _Ops) -> None:
         W, E, C = self.W, self.E, self.C
         self.rank = o.add(c.LaunchParamOp(c.CommParam.RANK)).result
+        if W == 1:
+            self.cin_ptr = o.add(c.BufferPtrOp(self.counts)).result   # [E]: the same layout
+            return
         self.epoch = o.add(c.EpochOp(self.ctl)).result
         o.add(s.ClusterSyncOp())        # every thread read the epoch: see pks.epoch
         tid = o.add(c.GridValueOp(c.GridValue.TID)).result
@@ -144,8 +159,8 @@ class MoeParts(GemmParts):
     def _dispatch(self, o: _Ops, tid, cta, counts) -> None:
         W, E, C, P = self.W, self.E, self.C, self.P
         vk = self.K * 2 // c.VEC_BYTES          # 16-byte vectors per row (K % 8 == 0)
-        loop, u, unit, _ = _for(o, cta, o.c(W * E * P), self.ctas, [])
-        j = u.bin(arith.DivUIOp, unit, E * P)
+        loop, u, unit, _ = _for(o, cta, o.c((W - 1) * E * P), self.ctas, [])
+        j = u.bin(arith.AddiOp, u.bin(arith.DivUIOp, unit, E * P), 1)
         rem = u.bin(arith.RemUIOp, unit, E * P)
         e = u.bin(arith.DivUIOp, rem, P)
         p = u.bin(arith.RemUIOp, rem, P)
@@ -174,7 +189,8 @@ class MoeParts(GemmParts):
         u.add(scf.YieldOp())
 
     def end(self, o: _Ops) -> None:
-        o.add(c.EpochPublishOp(self.ctl, self.epoch))
+        if self.W > 1:
+            o.add(c.EpochPublishOp(self.ctl, self.epoch))
 
     # ---- the grouped tile loop ---------------------------------------------------------
     def tile_loop(self, r: _Ops, M, N, inits, cfg):
@@ -185,13 +201,22 @@ class MoeParts(GemmParts):
         n_stacked = t.bin(arith.AddiOp, t.bin(arith.MuliOp, e, self.N), n0)   # B: expert e's rows
         return loop, [m0, n_stacked, e, src, n0], carried
 
-    def producer_row(self, t: _Ops, coords) -> SSAValue:
-        """The block's row in R, after its rows arrived (data flag, then a proxy fence)."""
+    def producer_tile(self, t: _Ops, coords, tA, extra):
+        """The own tokens' row in X; a peer's block's row in R, after its rows arrived
+        (data flag, then a proxy fence)."""
         m0, _, e, src, _ = coords
+        x_row = t.bin(arith.AddiOp, t.bin(arith.MuliOp, t.bin(arith.AddiOp, t.bin(
+            arith.MuliOp, self.rank, self.E), e), self.C), m0)
+        if self.W == 1:
+            return self.tX, x_row, [], extra
         blk = t.bin(arith.AddiOp, t.bin(arith.MuliOp, e, self.W), src)
-        t.add(c.SignalWaitOp(self.own_pad, blk, self.want_data, src, c.WaitSite.ARRIVAL))
-        t.add(f.FenceAsyncGlobalOp())
-        return t.bin(arith.AddiOp, t.bin(arith.MuliOp, blk, self.Cp), m0)
+        own = t.cmp("eq", src, self.rank)
+        w = _when(t, t.cmp("ne", src, self.rank))
+        w.add(c.SignalWaitOp(self.own_pad, blk, self.want_data, src, c.WaitSite.ARRIVAL))
+        w.add(f.FenceAsyncGlobalOp())
+        r_row = t.bin(arith.AddiOp, t.bin(arith.MuliOp, blk, self.Cp), m0)
+        tm = t.add(f.TmapSelectOp(t.select(own, t.c(1), t.c(0)), [tA, self.tX])).result
+        return tm, t.select(own, x_row, r_row), [], extra
 
     # ---- combine --------------------------------------------------------------------------
     def epilogue_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
@@ -209,6 +234,8 @@ class MoeParts(GemmParts):
         return ebuf, extra
 
     def epilogue_finish(self, r: _Ops, cfg: GemmConfig, extra) -> None:
+        if self.W == 1:
+            return              # the own stores: ordered by the kernel's completion
         w = _when(r, self.lead)
         w.add(s.BulkWaitOp(0))
         w.add(f.FenceAsyncGlobalOp())

@@ -15,7 +15,8 @@ block (``counts [W*E] i32``, read at run time): the variable tokens per expert o
 router. From the graph, whose all_to_all splits evenly, the counts are a ``pk.constant``
 of C (every row valid); a caller with run-time counts launches the same kernel with its
 own (``pkc.runtime.scheduled_moe``). Its outputs: the result in the symmetric ``[W*E, C,
-N]`` (reshaped to the graph's rows) and the expert operand (symmetric, internal).
+N]`` (reshaped to the graph's rows) and, with W > 1, the expert operand (symmetric, the
+peers' tokens; internal).
 
 Decisions (``pk.plan``: ``schedule = "moe"``, the tile, ``capacity``, ``experts``,
 ``pieces``; and a remark): the tile from the GEMM table for the whole product with
@@ -143,22 +144,28 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
     b_rows = g.ReshapeOp(w_enk, TensorType(el, [E * N, K]))
     counts = g.ConstantOp(C, TensorType(i32, [W * E]))
     Rewriter.insert_op([b_rows, counts], InsertPoint.before(kop))
+    outs = [TensorType(el, [W * E, C, N])]
+    if W > 1:                                   # the expert operand the peers put into
+        outs.append(TensorType(el, [E * W * Cp, K]))
     block = Block(arg_types=[BufferType([rows, K], el), BufferType([E * N, K], el),
                              BufferType([W * E], i32),
-                             BufferType([W * E, C, N], el, SYMMETRIC),
-                             BufferType([E * W * Cp, K], el, SYMMETRIC)])
-    X, B, CNT, O, R = block.args
-    pad = k.AllocOp(BufferType([E * W + 2 * W], i32, SYMMETRIC), zero=True)
-    cin = k.AllocOp(BufferType([E * W], i32, SYMMETRIC), zero=True)
-    ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
-    for a in (pad, cin, ctl):
-        block.add_op(a)
-    parts = MoeParts(W, E, C, N, K, cfg, X, CNT, O, R, pad.result, cin.result, ctl.result)
-    build_gemm(block, R, B, O, E * W * Cp, N, K, cfg, parts)
+                             *[BufferType(t.get_shape(), el, SYMMETRIC) for t in outs]])
+    X, B, CNT, O = block.args[:4]
+    if W > 1:
+        R = block.args[4]
+        pad = k.AllocOp(BufferType([E * W + 2 * W], i32, SYMMETRIC), zero=True)
+        cin = k.AllocOp(BufferType([E * W], i32, SYMMETRIC), zero=True)
+        ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
+        for a in (pad, cin, ctl):
+            block.add_op(a)
+        parts = MoeParts(W, E, C, N, K, cfg, X, CNT, O, R, pad.result, cin.result, ctl.result)
+        build_gemm(block, R, B, O, E * W * Cp, N, K, cfg, parts)
+    else:                                       # one rank: no exchange, A is X
+        parts = MoeParts(W, E, C, N, K, cfg, X, CNT, O, None, None, None, None)
+        build_gemm(block, X, B, O, E * C, N, K, cfg, parts)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
-    new = k.KernelOp("moe_dispatch_gemm_combine", W, [x, b_rows.result, counts.result],
-                     [TensorType(el, [W * E, C, N]), TensorType(el, [E * W * Cp, K])],
+    new = k.KernelOp("moe_dispatch_gemm_combine", W, [x, b_rows.result, counts.result], outs,
                      Region(block), attributes=attrs)
     Rewriter.insert_op(new, InsertPoint.before(kop))
     out = g.ReshapeOp(new.results[0], kop.results[0].type)
@@ -170,7 +177,8 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
              consumers=cfg.consumers, b_layout="nk", experts=E, capacity=C,
              pieces=pieces(C), scheduled_overlap="intra", comm_ctas=0)
     why = ("dispatch copies run on every CTA before its roles, the combine from the "
-           "consumers' epilogue by TMA (intra-SM, no communicate CTAs)")
+           "consumers' epilogue by TMA (intra-SM, no communicate CTAs)" if W > 1 else
+           "one rank: counts read by the tile loop, tokens straight from X, no signals")
     if plan.get("overlap") == "inter" and comm_sms:
         why += f"; sm-partition's {comm_sms} communicate SMs are not used"
     add_remark(new, f"scheduled MoE W={W} E={E} C={C} {N}x{K} {dt}: {cfg.tag()}; counts per "

@@ -53,9 +53,11 @@ class ScheduledMoe:
         self.meta, self.fz, self.peers = meta, fz, peers
         self.tdt = _TORCH[fz.dtype]
         self.kernel = load_kernel(ptx, meta.name, meta.smem_bytes, peers.device)
-        # the SMs of the ranks' partitions (a green context may hold fewer than the GPU):
-        # the kernel's CTAs wait on each other's dispatch, so all of them must be resident
-        self.grid = meta.grid(min(peers.sms_of(r) for r in peers.ranks))
+        # W > 1: the SMs of the ranks' partitions (a green context may hold fewer than the
+        # GPU): the kernel's CTAs wait on each other's dispatch, so all must be resident.
+        # One rank: no waits; torch's stream over the whole GPU (as ScheduledFused)
+        self.grid = meta.grid(peers.sms if fz.world == 1 else
+                              min(peers.sms_of(r) for r in peers.ranks))
         key = ("scheduled-moe", meta.name, tuple(map(tuple, fz.shapes)), owner)
         self.syms, self.locals = [], []
         for i, b in enumerate(fz.buffers):
@@ -123,10 +125,15 @@ class ScheduledMoe:
                              f"weights, counts), got {len(inputs)}")
         todo = list(self.peers.ranks if ranks is None else ranks)
         bound = [(r, self._bind(r, [x[r] for x in inputs])) for r in todo]
-        self.peers.begin()
-        for r, args in bound:
-            launch(self.kernel, self.grid, self.meta.threads, args, self.peers.stream(r))
-        self.peers.end()
+        if self.fz.world == 1:
+            st = torch.cuda.current_stream(self.peers.device).cuda_stream
+            for r, args in bound:
+                launch(self.kernel, self.grid, self.meta.threads, args, st)
+        else:
+            self.peers.begin()
+            for r, args in bound:
+                launch(self.kernel, self.grid, self.meta.threads, args, self.peers.stream(r))
+            self.peers.end()
         out = self.sym_out[self.fz.sym_outputs[0]]
         return {r: out.tensors[r] for r in todo}
 
@@ -146,17 +153,18 @@ class ScheduledMoe:
 def moe_step(op, ck, peers, timeout_ns: int):
     """The executable's step (:class:`pkc.runtime.scheduled_step.ScheduledStep`) of a
     compiled MoE kernel ``ck`` of ``op``: inputs (tokens, weights, counts) per rank ->
-    (the result, the expert operand), both in the kernel's persistent symmetric buffers."""
+    (the result[, the expert operand with W > 1]), in the kernel's persistent symmetric
+    buffers."""
     from pkc.runtime.scheduled_step import ScheduledStep
 
     moe = ScheduledMoe(ck.ptx, ck.meta, peers, owner=id(op), timeout_ns=timeout_ns)
-    operand = moe.fz.sym_outputs[1]
+    extra = moe.fz.sym_outputs[1:]          # the expert operand (W > 1)
 
     def run(vals):
         outs = moe.run(*[{r: v[i].contiguous() for r, v in vals.items()} for i in range(moe.n_in)],
                        ranks=list(vals))
-        return {r: [outs[r], moe.sym_out[operand].tensors[r]] for r in outs}
-    return ScheduledStep(run, [True, True], "moe")
+        return {r: [outs[r], *[moe.sym_out[i].tensors[r] for i in extra]] for r in outs}
+    return ScheduledStep(run, [True] * (1 + len(extra)), "moe")
 
 
 __all__ = ["ScheduledMoe", "ScheduledMoeTimeout", "moe_step"]

@@ -40,11 +40,14 @@ func.func @moe(%x: tensor<4x64x64xbf16>, %w: tensor<2x128x64xbf16>) -> tensor<4x
 // CHECK:           "pks.signal_wait"
 // CHECK:           "pks.signal_wait"
 // CHECK:           "pks.cluster_sync"
-// producer: the grouped tile loop, a wait for the block's rows before its loads
+// producer: the grouped tile loop; a peer's block waits for its rows and reads R, the
+// own tokens come from X (no wait)
 // CHECK:           "pks.role"
 // CHECK:             "pks.grouped_tile_loop"
-// CHECK:               "pks.signal_wait"
-// CHECK-NEXT:          "pks.fence_async_global"
+// CHECK:               "pks.when"
+// CHECK-NEXT:            "pks.signal_wait"
+// CHECK-NEXT:            "pks.fence_async_global"
+// CHECK:               "pks.tmap_select"
 // CHECK:               "pks.tma_load"
 // CHECK:             bm = #builtin.int<128>, {{.*}}experts = #builtin.int<2>, sources = #builtin.int<2>, capacity = #builtin.int<64>
 // consumers: the epilogue's TMA stores through the source's map, then done signals
@@ -58,6 +61,28 @@ func.func @moe(%x: tensor<4x64x64xbf16>, %w: tensor<2x128x64xbf16>) -> tensor<4x
 // CHECK:           "pks.epoch_publish"
 // CHECK:         %o_rows = pk.reshape %[[O]] : tensor<4x64x128xbf16> -> tensor<256x128xbf16>
 // CHECK-NEXT:    %o = pk.reshape %o_rows : tensor<256x128xbf16> -> tensor<4x64x128xbf16>
+
+// -----
+
+// One rank: no exchange at all (the tile loop reads the counts input, the tiles read X,
+// no signal, no wait, no epoch) and no expert operand.
+func.func @moe1(%x: tensor<2x64x64xbf16>, %w: tensor<2x128x64xbf16>) -> tensor<2x64x128xbf16> {
+  %wt = pk.transpose %w {perm = [0 : i64, 2 : i64, 1 : i64]} : tensor<2x128x64xbf16> -> tensor<2x64x128xbf16>
+  %d = pk.all_to_all %x {split_dim = 0 : i64, concat_dim = 1 : i64, world = 1 : i64} : tensor<2x64x64xbf16> -> tensor<2x64x64xbf16>
+  %y = pk.matmul %d, %wt : (tensor<2x64x64xbf16>, tensor<2x64x128xbf16>) -> tensor<2x64x128xbf16>
+  %o = pk.all_to_all %y {split_dim = 1 : i64, concat_dim = 0 : i64, world = 1 : i64} : tensor<2x64x128xbf16> -> tensor<2x64x128xbf16>
+  func.return %o : tensor<2x64x128xbf16>
+}
+
+// CHECK-LABEL: func.func @moe1
+// CHECK:         %[[O1:.*]] = pk.kernel "moe_dispatch_gemm_combine"(%x_rows, %{{.*}}, %{{.*}}) {{.*}}one rank: counts read by the tile loop, tokens straight from X, no signals
+// CHECK-NEXT:    ^bb0(%{{.*}}: !pk.buffer<128x64xbf16>, %{{.*}}: !pk.buffer<256x64xbf16>, %{{.*}}: !pk.buffer<2xi32>, %{{.*}}: !pk.buffer<2x64x128xbf16, symmetric>):
+// CHECK-NOT:       pk.alloc
+// CHECK-NOT:       "pks.signal
+// CHECK-NOT:       "pks.epoch
+// CHECK:           "pks.grouped_tile_loop"
+// CHECK-NOT:       "pks.signal
+// CHECK:         func.return
 
 // -----
 
