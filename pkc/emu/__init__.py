@@ -17,6 +17,7 @@ from pkc.emu.errors import (
     EmuRaceError,
     EmuRegisterBudgetError,
     EmuStepLimit,
+    EmuTensorMemoryError,
     EmuTimeoutRecord,
     EmuUnsupported,
     EmuWarpError,
@@ -27,5 +28,5 @@ from pkc.emu.memory import GlobalMemory
 __all__ = [
     "emulate", "run_entry", "GlobalMemory", "EmuError", "EmuAsyncProxyError", "EmuDeadlock",
     "EmuMemoryError", "EmuRaceError", "EmuRegisterBudgetError", "EmuStepLimit",
-    "EmuTimeoutRecord", "EmuUnsupported", "EmuWarpError",
+    "EmuTimeoutRecord", "EmuUnsupported", "EmuWarpError", "EmuTensorMemoryError",
 ]

@@ -76,3 +76,9 @@ class EmuWarpError(EmuError):
 
 class EmuTimeoutRecord(EmuError):
     """The kernel wrote a timeout into its error record (it gave up a bounded wait)."""
+
+
+class EmuTensorMemoryError(EmuError):
+    """Tensor memory (sm_100a) misused: not freed when the CTA exits, read before the MMA
+    writing it completed or before ``tcgen05.wait::ld``, addressed outside an allocation
+    or a warp's lanes, allocated after the permit was given back."""

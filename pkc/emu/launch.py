@@ -42,7 +42,8 @@ def _load_sm90_handlers() -> None:
     import importlib.util
 
     for dialect, handlers in (("pkc.codegen.ptx_sm90", "pkc.emu.ops_sm90"),
-                              ("pkc.codegen.ptx_comm", "pkc.emu.ops_comm")):
+                              ("pkc.codegen.ptx_comm", "pkc.emu.ops_comm"),
+                              ("pkc.codegen.ptx_sm100", "pkc.emu.ops_sm100")):
         if importlib.util.find_spec(dialect) is not None:
             importlib.import_module(handlers)
 
@@ -63,6 +64,9 @@ def run_entry(entry: ptx.EntryOp, gmem: GlobalMemory, params: list[list[int]], *
                 gmem=gmem, params=params, cluster=cl, max_steps=max_steps, target=target)
     m.check_races = check_races
     m.run()
+    from pkc.emu.registry import AT_EXIT
+    for check in AT_EXIT:
+        check(m)
     return m
 
 

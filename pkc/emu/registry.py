@@ -30,6 +30,11 @@ BRANCHED = object()
 JUMPED = object()
 
 
+# Checks run when a launch ended (every thread exited): fn(m), raising an EmuError for
+# state a kernel must not leave behind (pkc.emu.ops_sm100: tensor memory not freed).
+AT_EXIT: list[Callable] = []
+
+
 def handles(*op_types: type):
     def register(fn):
         for t in op_types:
