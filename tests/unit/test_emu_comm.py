@@ -87,8 +87,11 @@ def test_schedule_fused_gemm_reduce_scatter(W, Mc, N, K):
     reduce-adds into the owner's copy, per-chunk signals), against the interpreter: the
     tensor core truncates (the H200's wgmma model) where the interpreter sums exactly, and
     at W > 2 the bf16 partials are added by TMA reduce-add (one rounding per add, in
-    arrival order): within the bf16 error of W - 1 adds; at W = 2 (the peer's partial
-    summed in f32 in the epilogue) nearly all bitwise."""
+    arrival order): within the bf16 error of W - 1 adds. At W = 2 (the fresh-output
+    variant: the peer's bf16 partial added to the own f32 accumulator in the epilogue, as
+    the hand GemmRsOutKernel does) the own partial is never rounded, where the
+    interpreter rounds both partials before their sum: within the same bound, not bitwise
+    (tests/unit/test_emu_fused_ar.py checks it against torch)."""
     from fused_ir import compile_ir, module_text
 
     ck, kop = compile_ir(W, Mc, N, K, "nk")
@@ -102,5 +105,3 @@ def test_schedule_fused_gemm_reduce_scatter(W, Mc, N, K):
         got, want = out[r][0], ref[r][0]
         scale = want.float().abs().max()
         assert torch.allclose(got.float(), want.float(), rtol=0, atol=float(W * 2 ** -7 * scale))
-        if W == 2:
-            assert (got.view(torch.int16) != want.view(torch.int16)).float().mean() < 0.01
