@@ -158,7 +158,7 @@ def run_case(name, W, Mc, N, K, layout, gathered, rounds: int, peers) -> dict:
     fns = [lambda: ir.run(a, b, outs=fresh), lambda: hand.run(a, b, outs=fresh)]
     gemm = None
     if W == 1:
-        gemm = _ir_gemm(Mc, N, K, layout, fcfg.gemm, a[0], b[0], fresh[0])
+        gemm = _ir_gemm(Mc, N, K, layout, fcfg.gemm, a[0], b[0], fresh[0], row)
         fns.append(gemm)
     for _ in range(3):
         for fn in fns:
@@ -181,11 +181,32 @@ def run_case(name, W, Mc, N, K, layout, gathered, rounds: int, peers) -> dict:
     return row
 
 
-def _ir_gemm(M, N, K, layout, cfg, a, b, out):
-    """A launcher of the IR-built GEMM alone (schedule-matmul with the same tile)."""
-    from gemm_ir import ir_kernel
+def ir_gemm(M, N, K, layout):
+    """(compiled kernel, tile) of the IR-built GEMM alone: schedule-matmul's own choice for
+    the same product (the fused kernel's tile comes from the same table, without a cluster)."""
+    from gemm_ir import module_text as gemm_text
 
-    return ir_kernel(M, N, K, layout, cfg, a, b, out)
+    from pkc.codegen import compile_kernel
+    from pkc.codegen.emit import kernels_of
+    from pkc.ir import make_context, parse_module
+    from pkc.passes.remarks import plan_of
+    from pkc.passes.schedule_matmul import ScheduleMatmul
+
+    m = parse_module(gemm_text(M, N, K, layout), "gemm_ir.mlir")
+    ScheduleMatmul().apply(make_context(), m)
+    (kop,) = kernels_of(m)
+    p = plan_of(kop)
+    return compile_kernel(kop, "sm_90a"), f"{p.get('bm')}x{p.get('bn')}_s{p.get('stages')}_c{p.get('cluster_m', 1)}"
+
+
+def _ir_gemm(M, N, K, layout, cfg, a, b, out, row):
+    """A launcher of the IR-built GEMM alone (on torch's stream, as the W = 1 kernels)."""
+    from pkc.runtime.scheduled import ScheduledKernel
+
+    ck, tile = ir_gemm(M, N, K, layout)
+    row["gemm_tile"] = tile
+    k = ScheduledKernel(ck.ptx, ck.meta)
+    return lambda: k([a, b, out])
 
 
 def main() -> None:

@@ -260,8 +260,8 @@ def _dtype(t) -> str | None:
 def why_not_ag(kop: k.KernelOp) -> str | None:
     """Why an ``all_gather_mm`` kernel cannot be scheduled (None: it can)."""
     if len(kop.inputs) != 2:
-        return (f"all_gather_mm with {len(kop.inputs) - 1} matmuls: only one is scheduled "
-                "(the hand kernel's all-gather then the GEMMs run it)")
+        return (f"all_gather_mm with {len(kop.inputs) - 1} matmuls: this builder drives one "
+                "weight (pkc.passes.gather_many gathers once for several)")
     a, b = kop.inputs[0].type, kop.inputs[1].type
     outs = [o.type for o in kop.outputs]
     if any(len(t.get_shape()) != 2 for t in (a, b, *outs)):

@@ -12,6 +12,10 @@ value already there, so the pass is idempotent), then records the split in a rem
   transfers the kernel has to keep in flight (``link_bytes / tile_bytes`` from the plan of
   a lowered collective): a kernel that moves three tiles cannot use more than three SMs.
 * Compute workers share what is left of the target's SMs.
+* An all-gather + GEMM (pattern ``all_gather_mm``, one matmul) also gets ``put_ctas``: the
+  CTAs of its one-grid form (``schedule-fused``) that put this rank's shard to the peers,
+  enough to deliver the remote rows at 1.25x the rate the GEMM's predicted time consumes
+  them (:func:`pkc.target.fused_tuning.ag_put_ctas`).
 * Green contexts (pkc's virtual world and split-kernel fallback run each worker in one) come
   in multiples of ``sm_partition_align`` SMs with a minimum of ``sm_partition_min``
   (8 / 8 on H200, measured): communicate counts are rounded up to that grid (the smallest
@@ -78,6 +82,20 @@ def _partition(kernel: k.KernelOp, t: Target) -> None:
     _assign(compute, shares)
     add_remark(kernel, _remark(t, per_comm * len(comm), sum(shares), why))
     set_plan(kernel, sms_communicate=per_comm * len(comm), sms_compute=sum(shares))
+    if plan.get("pattern") == "all_gather_mm" and len(kernel.inputs) == 2:
+        _plan_put_ctas(kernel, t)
+
+
+def _plan_put_ctas(kernel: k.KernelOp, t: Target) -> None:
+    """An all-gather + GEMM scheduled as one grid (schedule-fused): its put CTAs, sized
+    from the GEMM's predicted time (``pk.plan.put_ctas``, with the reason as a remark)."""
+    from pkc.target.fused_tuning import ag_put_ctas
+
+    W = kernel.world_size
+    (mc, kdim), n = kernel.inputs[0].type.get_shape(), kernel.inputs[1].type.get_shape()[-1]
+    ctas, why = ag_put_ctas(W * mc, n, kdim, W, t.name)
+    set_plan(kernel, put_ctas=ctas)
+    add_remark(kernel, f"sm-partition: all-gather + GEMM in one grid: {why}")
 
 
 def _assign(workers: list[k.WorkerOp], counts: list[int]) -> None:

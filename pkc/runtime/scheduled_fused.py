@@ -81,6 +81,13 @@ class ScheduledFused:
 
     def _map(self, tm, ptr: int) -> bytes:
         es = _TORCH[tm.element].itemsize
+        if getattr(tm, "dims", None):           # a row-major view: [outer, ..., innermost]
+            dims = list(reversed(tm.dims))
+            strides, acc = [], es
+            for d in dims[:-1]:
+                acc *= d
+                strides.append(acc)
+            return encode_tmap(ptr, tm.element, dims, strides, tm.box, tm.swizzle)
         if getattr(tm, "rows", None):           # a window of rows: [first, count, cols]
             first, rows, cols = tm.rows
             ptr += first * cols * es
@@ -118,6 +125,7 @@ class ScheduledFused:
         u32, u64 = ctypes.c_uint32, ctypes.c_uint64
         vals += [u64(p) for p in ptrs]
         vals += [u64(p) for s in self.syms for p in s.ptrs]
+        vals += [u64(p) for i in getattr(self.fz, "peer_outputs", []) for p in self.sym_out[i].ptrs]
         vals += [u64(s.ptrs[rank]) for s in self.syms]
         vals += [u64(loc[rank].data_ptr()) for loc in self.locals]
         vals += [u32(rank), u64(self.err[rank].data_ptr()), u64(self.timeout_ns),

@@ -1,0 +1,60 @@
+"""Loads and launches a scheduled all-gather + GEMM (a ``pk.kernel`` built by
+``schedule-fused`` from an ``all_gather_mm`` kernel: ``pk.plan.fused_kind = "ag"``) over a
+:class:`~pkc.runtime.peers.Peers` world.
+
+The launch is :class:`~pkc.runtime.scheduled_fused.ScheduledFused`'s (everything from the
+compiler's metadata: the grid rule with the put CTAs, the tensor-map views, the gathered
+operand's peer pointers); this adds what the all-gather's results are: per rank ``C`` (a
+fresh output, or the caller's) and the gathered ``A`` (the symmetric output the peers put
+into: persistent, overwritten by the next launch; whether the program uses it is the
+graph's business), and the all-gather's wait sites in errors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pkc.codegen.hopper.launch import launch
+from pkc.runtime.scheduled_fused import ERR_FIELDS, ScheduledFused, ScheduledFusedTimeout
+
+AG_WAIT_SITES = {1: "a row block of the peer's shard put here (or the peer's launch started)",
+                 2: "the peers' puts (exit)"}
+
+
+class ScheduledAgGemm(ScheduledFused):
+    """``run(a, b) -> {rank: [C, gathered A]}`` (see the module doc)."""
+
+    def __init__(self, ptx: str, meta, peers, owner=None, timeout_ns: int = 2_000_000_000):
+        super().__init__(ptx, meta, peers, owner=owner, timeout_ns=timeout_ns)
+        if self.fz.kind != "ag":
+            raise ValueError(f"kernel {meta.name} is a fused '{self.fz.kind}' kernel, not an "
+                             "all-gather + GEMM")
+
+    def run(self, a, b, ranks=None, outs=None) -> dict:
+        """Launch every driven rank on its shard ``a[r]`` and weight ``b[r]`` (per rank: a
+        dict by rank or a list indexed by rank); ``outs[r]``: where C goes (else new)."""
+        todo = list(self.peers.ranks if ranks is None else ranks)
+        fresh = {r: self._fresh(r, None if outs is None else outs[r]) for r in todo}
+        bound = [(r, self._bind(r, [a[r], b[r]], fresh[r])) for r in todo]
+        if self.fz.world == 1:          # one rank: on torch's stream, as a plain GEMM
+            stream = torch.cuda.current_stream(self.peers.device).cuda_stream
+            for r, args in bound:
+                launch(self.kernel, self.grid, self.meta.threads, args, stream)
+        else:
+            self.peers.begin()
+            for r, args in bound:
+                launch(self.kernel, self.grid, self.meta.threads, args, self.peers.stream(r))
+            self.peers.end()
+        gath = self.sym_out[self.fz.peer_outputs[0]]
+        return {r: [fresh[r][0], gath.tensors[r]] for r in todo}
+
+    def check(self) -> None:
+        for r in self.peers.ranks:
+            rec = self.err[r].tolist()
+            if rec[0]:
+                d = dict(zip(ERR_FIELDS, rec))
+                raise ScheduledFusedTimeout(
+                    f"kernel {self.meta.name}: rank {d['rank']} (CTA {d['cta']}, epoch "
+                    f"{d['epoch']}) timed out waiting for rank {d['peer']}: "
+                    f"{AG_WAIT_SITES.get(d['kind'], d['kind'])}; its signal was {d['seen']}, "
+                    f"wanted {d['wanted']}")
