@@ -15,6 +15,15 @@ records checked. Then the two launched in alternation (benchmarks/timing.py: eac
 between its own CUDA events, the host queued ahead behind a sleep); medians and the
 paired ratio hand / IR (> 1: the IR kernel is faster). Last, a missing peer: only rank 0
 launches an IR kernel with a 20 ms timeout, which must come back as a timeout record.
+
+Groups beyond the graph collectives (``--extra`` runs them all, ``--group agp|a2a|mm-ar-pair`` one):
+the pull all-gather ``agp`` (chunks already in a symmetric allocation, pulled into a
+fresh output) against the hand ``agp`` on the same source; the all-to-all ``a2a`` (no
+hand kernel) against a torch copy that moves the same bytes for all ranks at once (the
+``[src, chunk]`` -> ``[chunk, src]`` transpose, the whole GPU); the GEMM + all-reduce at
+W = 3, 4 (schedule-fused's pair: GEMM + reduce-scatter, then the pull all-gather of its
+symmetric output) against the hand fast path's GEMM + RS + agp on the same tile, against
+torch, odd shapes.
 """
 
 from __future__ import annotations
@@ -61,12 +70,25 @@ def cases() -> list[tuple[str, str, int, int, str, str]]:
     return out
 
 
+# pull all-gather: (W, elements per chunk); a2a: (W, elements per chunk); odd counts of
+# 16-byte vectors
+AGP_CASES = [(3, 8 * 12345), (4, 8 * 12345), (3, 8 * 699051), (4, 8 * 1048577)]
+A2A_CASES = [(2, 8 * 1001), (3, 8 * 12345), (4, 8 * 65537), (4, 8 * 1048577)]
+# GEMM + all-reduce pair: (name, W, Mc, N, K, layout)
+PAIR_CASES = [("odd W=3", 3, 333, 776, 520, "nk"), ("odd W=4", 4, 257, 1048, 712, "kn"),
+              ("4096 W=4", 4, 1024, 4096, 4096, "nk")]
+
+
+def extra_groups() -> list[str]:
+    return ["agp", "a2a", "mm-ar-pair"]
+
+
 def groups() -> list[str]:
     seen = []
     for c in cases():
         if c[-1] not in seen:
             seen.append(c[-1])
-    return seen
+    return seen + extra_groups()
 
 
 def module_text(coll: str, W: int, nbytes: int, dt: str) -> tuple[str, int, int]:
@@ -202,6 +224,219 @@ def missing_peer() -> dict:
     return {"missing_peer": "NO timeout reported", "s": time.time() - t0}
 
 
+def _time_pair(ir_fn, other_fn, iters: int) -> dict:
+    import statistics as st
+
+    from timing import alternate, last_stats
+    times = alternate({"ir": [ir_fn], "other": [other_fn]}, iters, chunk=8)
+    t_ir, t_o = times["ir"], times["other"]
+    return {"us_ir": st.median(t_ir) * 1e3, "us_other": st.median(t_o) * 1e3,
+            "other_over_ir": st.median(o / i for i, o in zip(t_ir, t_o)),
+            "late_chunks": last_stats.get("late_chunks")}
+
+
+def _agp_kernel(W: int, n: int, dt: str):
+    """The scheduled pull all-gather of an ``n``-element chunk that a producer kernel
+    leaves in symmetric memory (the kernel-level pull gather, scheduled)."""
+    from pkc.codegen import compile_kernel
+    from pkc.codegen.emit import kernels_of
+    from pkc.ir import parse_module
+    from pkc.passes.registry import run_pipeline
+
+    t, o = f"tensor<1x1x{n}x{dt}>", f"tensor<1x{W}x{n}x{dt}>"     # lower-collectives' views
+    text = (f"func.func @f(%x: {t}) -> {o} {{\n"
+            f'  %c = pk.kernel "produce"(%x) {{world = {W} : i64}} : ({t}) -> {t} {{\n'
+            f"  ^bb0(%i: !pk.buffer<1x1x{n}x{dt}>, %m: !pk.buffer<1x1x{n}x{dt}, symmetric>):\n"
+            f'    pk.worker "compute" {{\n      pk.yield\n    }}\n    pk.yield\n  }}\n'
+            f'  %y = pk.kernel "pull" (%c) {{world = {W} : i64, pk.plan = {{collective = "all_gather", '
+            f'algorithm = "direct"}}}} : ({t}) -> {o} {{\n'
+            f"  ^bb0(%s: !pk.buffer<1x1x{n}x{dt}, symmetric>, %out: !pk.buffer<1x{W}x{n}x{dt}>):\n"
+            f'    pk.worker "communicate" {{\n      pk.yield\n    }}\n    pk.yield\n  }}\n'
+            f"  func.return %y : {o}\n}}\n")
+    m = parse_module(text, "agp.mlir")
+    run_pipeline("schedule-collectives", m)
+    kop = [k for k in kernels_of(m) if k.schedule() is not None][0]
+    return compile_kernel(kop, "sm_90a"), kop
+
+
+def run_agp_case(W: int, n: int, iters: int, dt: str = "bf16") -> dict:
+    import torch
+    from pkc.codegen.hopper.collectives import CollectiveRunner
+    from pkc.runtime.fastpath import collective_config
+    from pkc.runtime.scheduled_comm import ScheduledCollective
+
+    TD = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dt]
+    ck, kop = _agp_kernel(W, n, dt)
+    pr = peers(W)
+    src = pr.symmetric(("bench-agp-src", W, n), [n], TD)
+    ir = ScheduledCollective(ck.ptx, ck.meta, pr, [1, 1, n], [1, W, n], dt, timeout_ns=TIMEOUT_NS)
+    hand = CollectiveRunner(collective_config("agp", W, dt, n), n, pr, timeout_ns=TIMEOUT_NS,
+                            source=src)
+    row = {"group": "agp", "kind": "agp", "W": W, "bytes": W * n * ESIZE[dt], "dtype": dt,
+           "ir_grid": ir.grid, "hand_grid": hand.grid, "ir_regs": ir.kernel.num_regs,
+           "hand_regs": hand.kernel.num_regs}
+    outs = {r: torch.empty(1, W, n, dtype=TD, device="cuda") for r in range(W)}
+    houts = {r: torch.empty(W * n, dtype=TD, device="cuda") for r in range(W)}
+    ok = True
+    for _ in range(3):
+        for r in range(W):
+            src.tensors[r].normal_()
+            outs[r].fill_(float("nan"))
+            houts[r].fill_(float("nan"))
+        ir.run({r: src.tensors[r] for r in range(W)}, outs=outs)
+        hand.run(outs=houts)
+        torch.cuda.synchronize()
+        ir.check()
+        hand.check()
+        want = torch.stack([src.tensors[r] for r in range(W)])
+        ok &= all(torch.equal(outs[r].view(W, n), want) and torch.equal(houts[r].view(W, n), want)
+                  for r in range(W))
+    row["bitwise_equal_reference"] = row["bitwise_equal_hand"] = bool(ok)
+    if ok:
+        row.update(_time_pair(lambda: ir.run({r: src.tensors[r] for r in range(W)}, outs=outs),
+                              lambda: hand.run(outs=houts), iters))
+        ir.check()
+        hand.check()
+    return row
+
+
+def run_a2a_case(W: int, n: int, iters: int, dt: str = "bf16") -> dict:
+    import torch
+    from pkc.runtime.scheduled_comm import ScheduledCollective
+
+    TD = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dt]
+    ck, plan, n_in, n_out = _a2a_compile(W, n, dt)
+    pr = peers(W)
+    ir = ScheduledCollective(ck.ptx, ck.meta, pr, [n_in], [n_out], dt, timeout_ns=TIMEOUT_NS)
+    row = {"group": "a2a", "kind": plan["comm_kind"], "W": W, "bytes": W * n * ESIZE[dt],
+           "dtype": dt, "ir_grid": ir.grid, "ir_regs": ir.kernel.num_regs}
+    X = torch.empty(W, W, n, dtype=TD, device="cuda")       # [src rank, chunk, n]
+    Y = torch.empty(W, W, n, dtype=TD, device="cuda")       # the torch copy's result
+    ok = True
+    for _ in range(3):
+        X.normal_()
+        got = ir.run({r: X[r].view(-1) for r in range(W)})
+        got = {r: t.clone() for r, t in got.items()}        # persistent: the next launch overwrites
+        torch.cuda.synchronize()
+        ir.check()
+        ok &= all(torch.equal(got[r].view(W, n), X[:, r]) for r in range(W))
+    row["bitwise_equal_reference"] = bool(ok)
+    if ok:
+        xs = {r: X[r].view(-1) for r in range(W)}
+        row.update(_time_pair(lambda: ir.run(xs), lambda: Y.copy_(X.transpose(0, 1)), iters))
+        row["baseline"] = "torch copy [src, chunk] -> [chunk, src] of all ranks at once"
+        ir.check()
+    return row
+
+
+def _a2a_compile(W: int, n: int, dt: str):
+    from pkc.codegen import compile_kernel
+    from pkc.codegen.emit import kernels_of
+    from pkc.ir import parse_module
+    from pkc.passes.registry import run_pipeline
+    from pkc.passes.remarks import plan_of
+
+    t = f"tensor<{W * n}x{dt}>"
+    text = (f"func.func @f(%x: {t}) -> {t} {{\n  %y = pk.all_to_all %x {{world = {W} : i64, "
+            f"split_dim = 0 : i64, concat_dim = 0 : i64}} : {t} -> {t}\n  func.return %y : {t}\n}}\n")
+    m = parse_module(text, "a2a.mlir")
+    run_pipeline("lower-collectives,schedule-collectives", m)
+    (kop,) = kernels_of(m)
+    plan = plan_of(kop)
+    if plan.get("schedule") != "collective":
+        raise RuntimeError(f"not scheduled: {kop.attributes.get('pk.remarks')}")
+    return compile_kernel(kop, "sm_90a"), plan, W * n, W * n
+
+
+def run_pair_case(name, W, Mc, N, K, layout, iters: int) -> dict:
+    """schedule-fused's GEMM + all-reduce pair against the hand fast path's GEMM + RS +
+    agp (same tile), against torch."""
+    import torch
+    from fused_ir import gemm_config_of
+    from pkc.codegen import compile_kernel
+    from pkc.codegen.emit import kernels_of
+    from pkc.codegen.hopper.collectives import CollectiveRunner
+    from pkc.codegen.hopper.fused import FusedConfig, FusedWorld
+    from pkc.ir import make_context, parse_module, verify_module
+    from pkc.passes.registry import parse_pipeline
+    from pkc.runtime.fastpath import collective_config
+    from pkc.runtime.scheduled_comm import ScheduledPair
+
+    M = W * Mc
+    bt = f"tensor<{N}x{K}xbf16>" if layout == "nk" else f"tensor<{K}x{N}xbf16>"
+    wt = "%wt" if layout == "nk" else "%w"
+    text = (f"func.func @mm_ar(%x: tensor<{M}x{K}xbf16>, %w: {bt}) -> tensor<{M}x{N}xbf16> {{\n"
+            + (f"  %wt = pk.transpose %w {{perm = [1, 0]}} : {bt} -> tensor<{K}x{N}xbf16>\n"
+               if layout == "nk" else "")
+            + f"  %c = pk.matmul %x, {wt} : (tensor<{M}x{K}xbf16>, tensor<{K}x{N}xbf16>) -> tensor<{M}x{N}xbf16>\n"
+            f'  %o = pk.all_reduce %c {{world = {W} : i64, reduce = "sum"}} : tensor<{M}x{N}xbf16> -> tensor<{M}x{N}xbf16>\n'
+            f"  func.return %o : tensor<{M}x{N}xbf16>\n}}\n")
+    m = parse_module(text, "pair.mlir")
+    ctx = make_context()
+    for p in parse_pipeline("default{force=true},schedule-fused,dce"):
+        p.apply(ctx, m)
+    verify_module(m)
+    rs_op, ag_op = [k for k in kernels_of(m) if k.schedule() is not None]
+    pr = peers(W)
+    ir = ScheduledPair(rs_op, compile_kernel(rs_op, "sm_90a"), ag_op, compile_kernel(ag_op, "sm_90a"),
+                       pr, owner=("bench-pair", name), timeout_ns=TIMEOUT_NS)
+    cfg = gemm_config_of(rs_op)
+    fw = FusedWorld(FusedConfig(kind="rs", world=W, gemm=cfg), Mc, N, K, peers=pr,
+                    owner=("bench-pair-hand", name), sig_timeout_ns=TIMEOUT_NS)
+    hagp = CollectiveRunner(collective_config("agp", W, "bf16", Mc * N), Mc * N, pr,
+                            timeout_ns=TIMEOUT_NS, source=fw.acc_sym)
+    torch.manual_seed(W)
+    a = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(W)]
+    w = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5 for _ in range(W)]
+    b = [wi if layout == "nk" else wi.t().contiguous() for wi in w]
+    outs = {r: torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for r in range(W)}
+    houts = {r: torch.empty(M * N, device="cuda", dtype=torch.bfloat16) for r in range(W)}
+
+    def hand():
+        fw.run(a, b)
+        return hagp.run(outs=houts)
+    full = sum(a[r].float() @ w[r].float().t() for r in range(W))
+    tol = 2 ** -6 * float(full.abs().max()) * W
+    for r in range(W):
+        outs[r].fill_(float("nan"))
+    ir.run({r: a[r] for r in range(W)}, {r: b[r] for r in range(W)}, outs=outs)
+    hand()
+    torch.cuda.synchronize()
+    ir.check()
+    fw.check()
+    hagp.check()
+    err = max(float((outs[r].float() - full).abs().max()) for r in range(W))
+    nan = any(bool(torch.isnan(outs[r]).any()) for r in range(W))
+    same = all(torch.equal(outs[r], outs[0]) for r in range(W))
+    heq = all(torch.equal(outs[r].view(-1), houts[r]) for r in range(W))
+    row = {"group": "mm-ar-pair", "case": name, "W": W, "Mc": Mc, "N": N, "K": K, "layout": layout,
+           "tile": f"{cfg.bm}x{cfg.bn}_s{cfg.stages}", "max_abs_err": err, "tol": tol,
+           "correct": err <= tol and not nan and same, "ranks_equal": same,
+           "bitwise_equal_hand": heq, "rs_grid": ir.rs.grid, "ag_grid": ir.ag.grid}
+    if row["correct"]:
+        xa, xb = {r: a[r] for r in range(W)}, {r: b[r] for r in range(W)}
+        row.update(_time_pair(lambda: ir.run(xa, xb, outs=outs), hand, iters))
+        ir.check()
+        out2 = ir.run(xa, xb, outs=outs)
+        torch.cuda.synchronize()
+        row["correct_after_timing"] = all(
+            float((out2[r].float() - full).abs().max()) <= tol for r in range(W))
+    return row
+
+
+def run_extra(group: str, iters: int, emit) -> None:
+    todo = {"agp": [(run_agp_case, c) for c in AGP_CASES],
+            "a2a": [(run_a2a_case, c) for c in A2A_CASES],
+            "mm-ar-pair": [(run_pair_case, c) for c in PAIR_CASES]}[group]
+    for fn, c in todo:
+        try:
+            row = fn(*c, iters=iters)
+        except Exception as e:      # one failing case must not hide the others
+            row = {"group": group, "case": list(c), "error": f"{type(e).__name__}: {e}",
+                   "trace": traceback.format_exc()[-1500:]}
+        emit(row)
+
+
 def summary(path: str) -> None:
     rows = [json.loads(line) for line in open(path)]
     print(f"\n{'kind':5} {'W':>2} {'dt':4} {'bytes':>10} {'=hand':5} {'=ref':5} {'IR us':>9} "
@@ -213,8 +448,18 @@ def summary(path: str) -> None:
               f"{str(r['bitwise_equal_reference']):5} {r['us_ir']:9.2f} {r['us_hand']:9.2f} "
               f"{r['ir_speed_over_hand']:7.3f} {r['ir_grid']:4}/{r['hand_grid']:<4} "
               f"{r['ir_regs']:3}/{r['hand_regs']:<3}")
+    extra = [r for r in rows if r.get("group") and "us_ir" in r]
+    if extra:
+        print(f"\n{'group':10} {'case':22} {'W':>2} {'=ref':5} {'=hand':5} {'IR us':>9} {'other us':>9} "
+              f"{'other/IR':>8}")
+    for r in extra:
+        case = r.get("case") or f"{r['kind']} {r['bytes']} B"
+        ok = r.get("bitwise_equal_reference", r.get("correct"))
+        print(f"{r['group']:10} {str(case):22} {r['W']:2} {str(ok):5} {str(r.get('bitwise_equal_hand')):5} "
+              f"{r['us_ir']:9.2f} {r['us_other']:9.2f} {r['other_over_ir']:8.3f}")
     for r in rows:
-        if "error" in r or "missing_peer" in r or ("kind" in r and "us_ir" not in r):
+        if "error" in r or "missing_peer" in r or ("kind" in r and "us_ir" not in r) \
+                or ("correct" in r and "us_ir" not in r):
             print(json.dumps(r)[:600])
 
 
@@ -226,6 +471,8 @@ def main() -> None:
     ap.add_argument("--group", default="", help="run only this group (default: all)")
     ap.add_argument("--summary", action="store_true", help="print the table of DIR/rows.jsonl")
     ap.add_argument("--missing-peer", action="store_true", help="only the missing-peer check")
+    ap.add_argument("--extra", action="store_true",
+                    help="only the groups beyond the graph collectives (agp, a2a, mm-ar-pair)")
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=280.0)
     args = ap.parse_args()
@@ -253,6 +500,13 @@ def main() -> None:
             emit({"missing_peer": f"error {type(e).__name__}: {e}", "trace": traceback.format_exc()[-1500:]})
         return
     t0 = time.time()
+    if args.group in extra_groups() or args.extra:
+        for g in ([args.group] if args.group in extra_groups() else extra_groups()):
+            if time.time() - t0 > args.budget_s:
+                emit({"group": g, "error": "skipped: out of time"})
+                continue
+            run_extra(g, args.iters, emit)
+        return
     for c in cases():
         if args.group and c[-1] != args.group:
             continue

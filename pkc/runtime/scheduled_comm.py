@@ -11,9 +11,10 @@ a launch needs no allocation, no barrier and no host synchronization.
 A symmetric *input* (the pull all-gather ``agp``: it reads every rank's chunk where a
 producer kernel left it) takes the peers' addresses of the symmetric allocation the
 input tensors lie in (:meth:`~pkc.runtime.peers.Peers.symmetric_holding`; in a virtual
-world driving every rank, the inputs themselves): e.g. :func:`pkc.runtime.scheduled_fused.
-run_mm_all_reduce` runs a fused GEMM + reduce-scatter, then the pull all-gather of its
-symmetric output.
+world driving every rank, the inputs themselves). :class:`ScheduledPair` runs the GEMM +
+all-reduce that schedule-fused makes above W = 2: the fused GEMM + reduce-scatter, then
+the pull all-gather of its symmetric output (an executable that runs the two kernels as
+two steps, the first's output handed to the second, does the same).
 """
 
 from __future__ import annotations
@@ -158,3 +159,33 @@ def _numel(shape) -> int:
     for d in shape:
         n *= d
     return n
+
+
+class ScheduledPair:
+    """The two kernels schedule-fused makes of a GEMM + all-reduce above W = 2
+    (``pk.plan.pair = "mm_all_reduce"``): ``run(a, b) -> {rank: [M, N] result}`` launches
+    the fused GEMM + reduce-scatter (``rs``: its ``pk.kernel`` ``rs_op`` and compiled
+    kernel ``rs_ck``), then the pull all-gather (``ag_op`` / ``ag_ck``) of the reduced
+    chunks it left in its symmetric output, into a fresh output (``outs[rank]`` or new
+    tensors). Nothing is chosen here: the compiler made both kernels."""
+
+    def __init__(self, rs_op, rs_ck, ag_op, ag_ck, peers, owner=None,
+                 timeout_ns: int = 2_000_000_000):
+        from pkc.runtime.scheduled_fused import ScheduledFused
+
+        x, y = ag_op.inputs[0].type, ag_op.results[0].type
+        dtype = str(x.element_type)
+        if dtype not in ("bf16", "f16") or ag_op.inputs[0] is not rs_op.results[0]:
+            raise ValueError(f"kernels @{rs_op.kernel_name.data} and @{ag_op.kernel_name.data} "
+                             "are not a GEMM + reduce-scatter and the pull all-gather of its result")
+        self.rs = ScheduledFused(rs_ck.ptx, rs_ck.meta, peers, owner=owner, timeout_ns=timeout_ns)
+        self.ag = ScheduledCollective(ag_ck.ptx, ag_ck.meta, peers, x.get_shape(), y.get_shape(),
+                                      dtype, timeout_ns=timeout_ns)
+
+    def run(self, a, b, outs: dict | None = None, ranks=None) -> dict:
+        chunks = self.rs.run(a, b, ranks=ranks)
+        return self.ag.run(chunks, outs=outs, ranks=ranks)
+
+    def check(self) -> None:
+        self.rs.check()
+        self.ag.check()
