@@ -15,11 +15,13 @@
 ``schedule`` takes the kernels of ``default`` to the schedule level for a Hopper-class target
 (the kernels that run on the GPU; :func:`schedule_for_target` runs it on a copy):
 
+    schedule-moe          MoE dispatch + grouped GEMM + combine kernels -> one persistent
+                          kernel whose tile loop reads the tokens per expert at run time
     schedule-fused        fused GEMM + collective kernels -> persistent warp-specialized
                           kernels whose epilogue moves tiles to their owners
     schedule-collectives  lowered collectives -> LL / one-shot / two-shot / direct kernels
 
-A kernel neither pass can schedule keeps its kernel-level body (the portable path runs
+A kernel none of these passes can schedule keeps its kernel-level body (the portable path runs
 it) and a remark says why.
 
 A pipeline name can stand in a pipeline string like a pass: ``-p default``, or with options
@@ -30,7 +32,7 @@ DEFAULT = (
     "collective-views", "dce", "overlap", "buffer-elision", "lower-collectives", "sm-partition",
 )
 
-SCHEDULE = ("schedule-fused", "schedule-collectives")
+SCHEDULE = ("schedule-moe", "schedule-fused", "schedule-collectives")
 
 PIPELINES: dict[str, tuple[str, ...]] = {"default": DEFAULT, "schedule": SCHEDULE}
 

@@ -123,3 +123,19 @@ def test_grouped_tile_loop_verifier(kw, msg):
     with pytest.raises(VerifyException, match="pks.grouped_tile_loop") as ei:
         _loop(**kw).verify()
     assert msg in str(ei.value)
+
+
+def test_schedule_pipeline_takes_the_moe_kernel():
+    """``schedule`` (what CompiledProgram.kernel_module runs) schedules the MoE kernel
+    with schedule-moe (before schedule-fused, which then leaves it alone); the runtime's
+    step for its metadata is the MoE launcher's."""
+    from pkc.codegen.emit import kernels_of
+    from pkc.passes.registry import run_pipeline
+
+    module = parse_module(module_text(2, 2, 40, 64, 64), "moe.mlir")
+    run_pipeline("default{force=true},schedule", module)
+    (kop,) = kernels_of(module)
+    assert plan_of(kop)["schedule"] == "moe"
+    remarks = [r.data for r in kop.attributes["pk.remarks"].data]
+    assert any(r.startswith("scheduled MoE W=2") for r in remarks)
+    assert not any("left unscheduled" in r for r in remarks)

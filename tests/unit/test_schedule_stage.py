@@ -34,7 +34,7 @@ def _kernels(module):
 
 
 def test_schedule_pipeline_is_named():
-    assert PIPELINES["schedule"] == ("schedule-fused", "schedule-collectives")
+    assert PIPELINES["schedule"] == ("schedule-moe", "schedule-fused", "schedule-collectives")
 
 
 def test_kernel_module_is_scheduled_and_module_is_not(tmp_path):
