@@ -51,11 +51,12 @@ from pkc.dialects import schedule_fused as sf
 from pkc.dialects.kernel import AllocOp, KernelOp
 from pkc.interp import schedule_comm as comm
 from pkc.interp import schedule_fused as _fused_rules  # noqa: F401  (registers its rules)
+from pkc.interp import schedule_moe as _moe_rules  # noqa: F401  (registers its rules)
 from pkc.interp.kernel import _ARITH, _cmpi, _constant
 from pkc.interp.schedule_ops import SIMPLE, Tmap, grouped_tile
 from pkc.interp.schedule_rules import (BLOCKED, BLOCKING_RULES, KERNEL_RULES, SIMPLE_RULES,
                                        SWITCH, blocking, kernel_level, simple)
-from pkc.interp.schedule_state import Actor, Mbarrier, Smem, TmaLoad, join
+from pkc.interp.schedule_state import Acc, Actor, Mbarrier, Smem, TmaLoad, join
 from pkc.interp.schedule_world import GlobalBuf, World
 from pkc.interp.values import InterpError, poison, torch_dtype, where
 
@@ -237,6 +238,8 @@ class ScheduleRun:
                                             f"{cta}", t.arrivals.data)
                                    for i in range(t.count.data)]
                 n_bars += 1
+            elif isinstance(op, s.AccAllocOp):      # a CTA accumulator (tensor memory)
+                objs[op.result] = Acc(t.rows.data, t.cols.data)
         return objs
 
     def _schedule(self) -> None:

@@ -299,9 +299,35 @@ def _acc_store_global(R, a: Actor, op: s.AccStoreGlobalOp, env) -> bool:
 
 
 def _acc_alloc(R, a: Actor, op: s.AccAllocOp, env) -> bool:
+    if isinstance(op.parent_op(), s.ScheduleOp):     # the CTA's (tensor memory): shared
+        env[op.result] = R.cta_objs[a.rank, a.cta][op.result]
+        return False
     t = op.result.type
     env[op.result] = Acc(t.rows.data, t.cols.data)
     return False
+
+
+def _acc_select(R, a: Actor, op: s.AccSelectOp, env) -> bool:
+    i = env[op.index]
+    if not 0 <= i < len(op.accs):
+        raise InterpError(f"{a.at(op)}: accumulator index {i} outside 0..{len(op.accs) - 1}")
+    env[op.result] = env[op.accs[i]]
+    return False
+
+
+def _mma_commit_arrive(R, a: Actor, op: s.MmaCommitArriveOp, env) -> bool:
+    """The warpgroup's MMAs so far complete (their operands and accumulators are free),
+    then one arrival: completing them at the commit is one of the orders the hardware may
+    take, and every later reader is ordered after the arrival."""
+    for m in a.mma_open + [m for grp in a.mma_groups for m in grp]:
+        m.acc.in_flight -= 1
+        for _, _, rec in m.reads:
+            rec.epoch = a.epoch
+    a.mma_open, a.mma_groups = [], []
+    R._bar(a, op, env, op.bars, op.index).arrive(a, op, 0)
+    a.clock[a.aid] += 1
+    R.version += 1
+    return True
 
 
 def _set(fn):
@@ -321,6 +347,8 @@ SIMPLE = {
     s.BulkWaitOp: _bulk_wait,
     s.AccStoreGlobalOp: _acc_store_global,
     s.AccAllocOp: _acc_alloc,
+    s.AccSelectOp: _acc_select,
+    s.MmaCommitArriveOp: _mma_commit_arrive,
     s.WarpgroupBarrierOp: lambda R, a, op, env: False,   # a warpgroup is one actor
     s.TmaPrefetchOp: lambda R, a, op, env: False,        # a cache hint
     s.WarpgroupIndexOp: _set(lambda R, a: a.role_wg),

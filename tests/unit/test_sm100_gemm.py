@@ -141,3 +141,15 @@ def test_sm100_gemm_assembles_without_spills_and_keeps_tcgen05_in_sass(case, mon
     assert "UTCBAR" in names                                   # tcgen05.commit -> mbarrier
     assert "LDL" not in names and "STL" not in names           # no local memory
     assert not any(n.startswith("HGMMA") for n in names)
+
+
+def test_interpreter_runs_the_tensor_memory_schedule_as_the_graph():
+    # interp(graph-level matmul) == interp(schedule-level tensor-memory GEMM): the CTA
+    # accumulators, acc_select and mma_commit_arrive have the interpreter's semantics
+    from pkc.testing import check_transform
+
+    def make(w):
+        return parse_module(module_text(136, 192, 136, "kn"), "t.mlir")
+
+    check_transform(make, "schedule-matmul{target=b200}", world_sizes=(1,), seeds=(0, 1),
+                    func="mm")
