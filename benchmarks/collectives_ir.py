@@ -80,7 +80,7 @@ PAIR_CASES = [("odd W=3", 3, 333, 776, 520, "nk"), ("odd W=4", 4, 257, 1048, 712
 
 
 def extra_groups() -> list[str]:
-    return ["agp", "a2a", "mm-ar-pair"]
+    return ["mm-ar-pair", "agp", "a2a"]
 
 
 def groups() -> list[str]:
@@ -442,7 +442,7 @@ def summary(path: str) -> None:
     print(f"\n{'kind':5} {'W':>2} {'dt':4} {'bytes':>10} {'=hand':5} {'=ref':5} {'IR us':>9} "
           f"{'hand us':>9} {'hand/IR':>7} {'grid':>9} {'regs':>7}")
     for r in rows:
-        if "kind" not in r or "us_ir" not in r:
+        if "kind" not in r or "us_ir" not in r or r.get("group"):
             continue
         print(f"{r['kind']:5} {r['W']:2} {r['dtype']:4} {r['bytes']:10} {str(r['bitwise_equal_hand']):5} "
               f"{str(r['bitwise_equal_reference']):5} {r['us_ir']:9.2f} {r['us_hand']:9.2f} "
