@@ -2,8 +2,9 @@
 the GEMM + all-reduce at W > 2 that schedule-fused turns into two scheduled kernels (the
 fused GEMM + reduce-scatter, then the pull all-gather of its symmetric output): the
 passes' decisions, the verifier's rule for symmetric inputs, the grid rule equal to the
-hand kernel's, ptxas with no spills, and every kernel run in the emulator for W = 2, 3, 4
-on small odd sizes against torch (bitwise where the kernel only moves data)."""
+hand kernel's, ptxas with no spills, check_transform through the schedule-level
+interpreter, and every kernel run in the emulator for W = 2, 3, 4 on small odd sizes
+against torch (bitwise where the kernel only moves data)."""
 
 from __future__ import annotations
 
@@ -203,3 +204,40 @@ def test_mm_all_reduce_pair_runs_in_the_emulator(W, Mc, N, K):
     for r in range(W):
         assert torch.equal(out[r][0], gathered), r
         assert torch.allclose(out[r][0].float(), full, rtol=0, atol=W * 2 ** -7 * scale)
+
+
+# ---- the schedule-level interpreter: interp(before) == interp(after) ----------------------
+
+
+def test_check_transform_a2a_bitwise_w1_to_8():
+    from pkc.testing import check_transform
+
+    def make(W):
+        t = f"tensor<{3 * W}x40xbf16>"
+        m = parse_module(f"func.func @f(%x: {t}) -> {t} {{\n  %y = pk.all_to_all %x {{world = {W} : i64, "
+                         f"split_dim = 0 : i64, concat_dim = 0 : i64}} : {t} -> {t}\n"
+                         f"  func.return %y : {t}\n}}\n", "a2a.mlir")
+        run_pipeline("lower-collectives{keep-single-rank=true}", m)
+        return m
+    check_transform(make, "schedule-collectives", world_sizes=(1, 2, 3, 4, 8), seeds=(1,),
+                    exact=True, func="f")
+
+
+@pytest.mark.parametrize("W", [3, 4])
+def test_check_transform_mm_all_reduce_pair(W):
+    """The pair computes what the fused kernel-level GEMM + all-reduce computes (the
+    partials rounded to bf16 and reduce-added in any order: the fused kernels' tolerance)."""
+    from pkc.testing import check_transform
+
+    def make(w):
+        M, N, K = w * 19, 48, 24
+        text = (f"func.func @mm_ar(%x: tensor<{M}x{K}xbf16>, %w: tensor<{K}x{N}xbf16>) -> tensor<{M}x{N}xbf16> {{\n"
+                f"  %c = pk.matmul %x, %w : (tensor<{M}x{K}xbf16>, tensor<{K}x{N}xbf16>) -> tensor<{M}x{N}xbf16>\n"
+                f"  %o = pk.all_reduce %c {{world = {w} : i64, reduce = \"sum\"}} : tensor<{M}x{N}xbf16> -> tensor<{M}x{N}xbf16>\n"
+                f"  func.return %o : tensor<{M}x{N}xbf16>\n}}\n")
+        m = parse_module(text, "mm_ar.mlir")
+        for p in parse_pipeline("default{force=true}"):
+            p.apply(make_context(), m)
+        return m
+    check_transform(make, "schedule-fused,dce", world_sizes=(W,), seeds=(W,), func="mm_ar",
+                    tolerance={torch.bfloat16: (2e-2, W / 16)})
