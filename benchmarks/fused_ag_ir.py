@@ -39,6 +39,7 @@ CASES = [
     ("8192x1024 W=4", 4, 2048, 1024, 8192, "nk", False),
     ("8192 W=2", 2, 4096, 8192, 8192, "nk", False),
     ("8192 W=4 G", 4, 2048, 8192, 8192, "nk", True),
+    ("llama70b-up W=4", 4, 1024, 7168, 8192, "nk", False),   # T=4096, TP-8 up+gate per rank
 ]
 
 
@@ -214,16 +215,18 @@ def main() -> None:
     ap.add_argument("--out", default="out/fused_ag_ir")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--cases", default="", help="comma-separated substrings of case names")
     args = ap.parse_args()
+    picked = [c for c in CASES if not args.cases or any(x in c[0] for x in args.cases.split(","))]
     if args.list:
-        for c in CASES:
+        for c in picked:
             print(*c)
         return
     from pkc.runtime.peers import VirtualPeers
 
     os.makedirs(args.out, exist_ok=True)
     rows, worlds = [], {}
-    for c in CASES:
+    for c in picked:
         try:
             W = c[1]
             peers = worlds.get(W) or worlds.setdefault(W, VirtualPeers(W))
@@ -234,7 +237,7 @@ def main() -> None:
                    "trace": traceback.format_exc()[-2000:]}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    with open(os.path.join(args.out, "fused_ag_ir.json"), "w") as f:
+    with open(os.path.join(args.out, f"fused_ag_ir_r{args.rounds}.json"), "w") as f:
         json.dump(rows, f, indent=1)
     print(f"\n{'case':14} {'W':>2} {'Mc x N x K':18} {'tile':10} {'put':>3} {'ok':5} {'=hand':5} "
           f"{'IR us':>8} {'hand us':>8} {'hand/IR':>7} {'IR/GEMM':>7}")
