@@ -47,9 +47,11 @@ from xdsl.dialects import arith, scf
 from xdsl.ir import Block, Operation, SSAValue
 
 from pkc.dialects import schedule as s
+from pkc.dialects import schedule_ag as sag
 from pkc.dialects import schedule_fused as sf
 from pkc.dialects.kernel import AllocOp, KernelOp
 from pkc.interp import schedule_comm as comm
+from pkc.interp import schedule_ag as _ag_rules  # noqa: F401  (registers its rules)
 from pkc.interp import schedule_fused as _fused_rules  # noqa: F401  (registers its rules)
 from pkc.interp import schedule_moe as _moe_rules  # noqa: F401  (registers its rules)
 from pkc.interp.kernel import _ARITH, _cmpi, _constant
@@ -87,7 +89,8 @@ class ScheduleRun:
         self.cluster = self.sched.cluster.data
         self.threads = self.sched.threads.data
         self.rng = random.Random(seed) if seed else None
-        self.lanes_mode = any(type(o).__module__.endswith(("schedule_comm", "schedule_fused"))
+        self.lanes_mode = any(type(o).__module__.endswith(("schedule_comm", "schedule_fused",
+                                                            "schedule_ag"))
                               for o in self.sched.walk())
         self.comm = comm.CommGrid.of(op, ctas)       # a scheduled collective's launch rule
         if self.comm is not None:
@@ -149,7 +152,8 @@ class ScheduleRun:
                     if isinstance(op, sf.ChunkTileLoopOp):
                         tiles *= op.chunks.data
                 break
-        return max(1, min(max(1, DEFAULT_CTAS // cl), tiles)) * cl
+        side = sum(op.side.data for op in self.sched.walk() if isinstance(op, sag.CtaPartitionOp))
+        return max(1, min(max(1, DEFAULT_CTAS // cl), tiles)) * cl + side
 
     # -- setup and scheduling ------------------------------------------------------------
 
@@ -405,7 +409,7 @@ class ScheduleRun:
         num_m, num_n = -(-env[op.m] // bm), -(-env[op.n] // bn)
         num_mc = -(-num_m // cl)
         carried = [env[v] for v in op.inits]
-        for tile in range(a.cta // cl, num_mc * num_n, self.ctas // cl):
+        for tile in range(a.cta // cl, num_mc * num_n, (a.loop_ctas or self.ctas) // cl):
             mc, nb = grouped_tile(tile, num_mc, num_n, gm)
             mb = mc * cl + a.cta % cl
             self._count()

@@ -83,7 +83,7 @@ def _chunk_tile_loop(R, a: Actor, op: f.ChunkTileLoopOp, env) -> Generator:
     tiles = num_m * num_n
     first = uniform(a, op, env[op.first], "the first chunk")
     carried = [env[v] for v in op.inits]
-    for t in range(a.cta, chunks * tiles, R.ctas):
+    for t in range(a.cta, chunks * tiles, a.loop_ctas or R.ctas):
         chunk = (first + t // tiles) % chunks
         mb, nb = grouped_tile(t % tiles, num_m, num_n, gm)
         R._count()

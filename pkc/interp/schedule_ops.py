@@ -23,13 +23,14 @@ _DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 class Tmap:
     """A tensor map evaluated: the kernel buffer it describes and its box."""
 
-    def __init__(self, op: s.TmapOp, buf_type: BufferType):
+    def __init__(self, op: s.TmapOp, buf_type: BufferType, dims: Sequence[int] | None = None):
         t: s.TmapType = op.result.type
         self.op, self.buffer = op, op.buffer
         self.dtype = _DTYPES[t.element.data]
         self.box = list(reversed(t.box_dims))        # outermost first, as torch indexes
         self.box_bytes = t.box_bytes
-        shape = buf_type.get_shape()
+        self.dims = list(dims) if dims else None     # the buffer seen as these (pks.tmap_view)
+        shape = self.dims or buf_type.get_shape()
         if torch_dtype(buf_type.element_type) != self.dtype or len(shape) != len(self.box):
             raise InterpError(f"{where(op)} describes {buf_type} with a {t}: the element type "
                               "and rank must match")
@@ -45,6 +46,8 @@ class Tmap:
         """(rank, its whole copy of the buffer, the part the map describes)."""
         rank = self.peer if self.peer >= 0 else a.rank
         full = R.data[self.buffer][rank]
+        if self.dims:
+            return rank, full, full.view(self.dims)
         return rank, full, (full[self.rows] if self.rows is not None else full)
 
     def tracked(self) -> bool:
@@ -54,7 +57,7 @@ class Tmap:
 
     def words(self, full: torch.Tensor, bs) -> torch.Tensor:
         """The 32-bit words of ``full`` that the in-bounds box ``bs`` covers."""
-        elems = torch.arange(full.numel()).view(full.shape)
+        elems = torch.arange(full.numel()).view(self.dims or full.shape)
         if self.rows is not None:
             elems = elems[self.rows]
         return torch.unique(elems[bs].reshape(-1) * full.element_size() // 4)
@@ -278,9 +281,19 @@ def _bulk_commit(R, a: Actor, op, env) -> bool:
 
 
 def _bulk_wait(R, a: Actor, op: s.BulkWaitOp, env) -> bool:
+    """Completes the older groups (``read``: only their reads of shared memory; their
+    global writes complete at the next full wait)."""
+    read_only = op.read is not None
     while len(a.bulk_groups) > op.pending.data:
         for rec in a.bulk_groups.pop(0):
+            if read_only and isinstance(rec, BulkDone):
+                a.bulk_writes.append(rec)
+            else:
+                rec.epoch = a.epoch
+    if not read_only:
+        for rec in a.bulk_writes:
             rec.epoch = a.epoch
+        a.bulk_writes = []
     return True
 
 

@@ -62,6 +62,8 @@ class Actor:
     fenced: Clock | None = None  # the clock a relaxed signal publishes (last pks.fence_sys)
     bulk_issued: int = 0         # TMA writes to global memory issued / completed (bulk_wait)
     bulk_done: int = 0
+    bulk_writes: list = field(default_factory=list)   # groups' writes a read-only wait left
+    loop_ctas: int = 0           # CTAs a tile loop strides over (0: the grid; a partition's)
 
     @property
     def epoch(self) -> int:

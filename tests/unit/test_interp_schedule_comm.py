@@ -185,7 +185,8 @@ def check_launches(before, kop, W, func="f", launches=3, ctas=None, tolerance=No
                                  seed=7, ctas=ctas)
     for k in range(launches):
         want = interpret(before, graph_in[k], W, func)
-        got = [[outs[k][0][r].reshape(want[r][0].shape)] for r in range(W)]
+        got = [[outs[k][i][r].reshape(w.shape) for i, w in enumerate(want[r])]
+               for r in range(W)]
         compare_outputs(want, got, exact=tolerance is None, tolerance=tolerance,
                         context=f"@{kop.kernel_name.data} launch {k + 1}")
 
@@ -384,3 +385,76 @@ def test_next_launch_overwriting_an_output_the_host_still_reads():
                        r"\(outside any role\), launch 2: overwrites word \d+ .* of rank \d, after "
                        r"the host of rank \d reading the outputs of launch 1"):
         run_schedule_launches(kop, _launch_inputs(m, kop, 3, 2), 3)
+
+
+# ---- all-gather + GEMM (a side role of put CTAs, bulk copies) ---------------------------
+
+from fused_ag_ir import module_text as ag_text  # noqa: E402
+
+AG = {1: (37, 40, 24, "nk", True), 2: (37, 40, 24, "nk", False), 3: (29, 48, 40, "kn", True),
+      4: (19, 40, 24, "kn", False)}
+
+
+def ag_module(W: int, Mc: int, N: int, K: int, layout: str, gathered: bool):
+    m = parse_module(ag_text(W, Mc, N, K, layout, gathered), "ag_mm.mlir")
+    pipe = "default{force=true keep-single-rank=true}" if W == 1 else "default{force=true}"
+    for p in parse_pipeline(pipe):
+        p.apply(make_context(), m)
+    return m
+
+
+def _ag_scheduled(W):
+    m = ag_module(W, *AG[W])
+    for p in parse_pipeline("schedule-fused,dce"):
+        p.apply(make_context(), m)
+    (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
+    assert plan_of(kop)["fused_kind"] == "ag"
+    return m, kop
+
+
+@pytest.mark.parametrize("W", [1, 2, 3, 4])
+def test_schedule_fused_all_gather_gemm(W):
+    check_transform(lambda w: ag_module(w, *AG[W]), "schedule-fused,dce", world_sizes=(W,),
+                    seeds=(W,), func="ag_mm", tolerance={torch.bfloat16: (2e-2, 2e-2)})
+
+
+def _in_role(op) -> bool:
+    from pkc.dialects import schedule as s
+    p = op.parent_op()
+    while p is not None and not isinstance(p, s.RoleOp):
+        p = p.parent_op()
+    return p is not None
+
+
+def test_all_gather_gemm_producer_loading_a_shard_before_its_signal():
+    m, kop = _ag_scheduled(3)
+    for w in [w for w in _ops(kop, c.SignalWaitOp) if _in_role(w)]:
+        w.detach()
+        w.erase()
+    with pytest.raises(InterpError, match=r"'pks.tma_load' on rank \d, CTA \d, producer "
+                       r"warpgroup 0: reads word \d+ .* of rank \d"):
+        interpret(m, random_inputs(m, 3, 0, "ag_mm"), 3, "ag_mm")
+
+
+def test_all_gather_gemm_put_side_must_wait_for_the_peers_next_launch():
+    """Without the announcements' waits one launch is right, but a put CTA's next launch
+    overwrites a peer's gathered A that the peer (or its host) may still read."""
+    m, kop = _ag_scheduled(3)
+    for w in [w for w in _ops(kop, c.SignalWaitOp) if not _in_role(w)]:
+        w.detach()
+        w.erase()
+    before = ag_module(3, *AG[3])
+    run_schedule_launches(kop, _launch_inputs(before, kop, 3, 1, "ag_mm"), 3)
+    with pytest.raises(InterpError, match=r"'pks.bulk_store' on rank \d, CTA \d, warpgroup 0 "
+                       r"\(outside any role\), launch 2: overwrites word"):
+        run_schedule_launches(kop, _launch_inputs(before, kop, 3, 2, "ag_mm"), 3)
+
+
+def test_three_launches_all_gather_gemm():
+    shape = (29, 48, 40, "kn", False)      # the gathered A not a result (the graph negates it)
+    m = ag_module(3, *shape)
+    for p in parse_pipeline("schedule-fused,dce"):
+        p.apply(make_context(), m)
+    (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
+    check_launches(ag_module(3, *shape), kop, 3, "ag_mm",
+                   tolerance={torch.bfloat16: (2e-2, 2e-2)})
