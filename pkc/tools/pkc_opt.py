@@ -679,6 +679,24 @@ def write_output(text: str, path: str) -> None:
         raise UserError(f"could not write output file '{path}': {err}") from None
 
 
+# --target=sm_100a: the passes that build a kernel's schedule for a cost target build it
+# for this one unless the pipeline names a target (a wgmma-form GEMM has no sm_100a lowering)
+_COST_TARGET_FOR = {"sm_100a": "b200"}
+_SCHEDULING_PASSES = ("schedule-matmul",)
+
+
+def cost_target_for(pipeline: list, text: str, codegen_target: str) -> list:
+    """``pipeline`` with the scheduling passes' ``target`` set for ``codegen_target`` where
+    the pipeline text gives none."""
+    target = _COST_TARGET_FOR.get(codegen_target)
+    if target is None or "target=" in text:
+        return pipeline
+    import dataclasses
+
+    return [dataclasses.replace(p, target=target) if p.name in _SCHEDULING_PASSES else p
+            for p in pipeline]
+
+
 def run(argv: Sequence[str] | None) -> int:
     parser = build_arg_parser()
     args = parser.parse_args(argv)
@@ -690,6 +708,7 @@ def run(argv: Sequence[str] | None) -> int:
         pipeline = parse_pipeline(pipeline_text(args))
     except PipelineError as err:
         raise UserError(str(err)) from None
+    pipeline = cost_target_for(pipeline, pipeline_text(args), args.target)
     opts = Options(
         pipeline=pipeline,
         generic=args.print_op_generic,

@@ -3,7 +3,7 @@
 // --target=sm_100a prints it as tcgen05 (assembled by ptxas in tests/unit/test_sm100_gemm.py;
 // no Blackwell GPU has run it).
 // RUN: pkc-opt -p 'schedule-matmul{target=b200},dce' %s | FileCheck %s
-// RUN: pkc-opt -p 'schedule-matmul{target=b200},dce' --emit=ptx --target=sm_100a %s | FileCheck %s --check-prefix=PTX
+// RUN: pkc-opt -p 'schedule-matmul,dce' --emit=ptx --target=sm_100a %s | FileCheck %s --check-prefix=PTX
 // RUN: not pkc-opt -p 'schedule-matmul{target=b200},dce' --emit=ptx --target=sm_90a %s 2>&1 | FileCheck %s --check-prefix=ERR
 
 func.func @mm(%x: tensor<200x72xbf16>, %w: tensor<136x72xbf16>) -> tensor<200x136xbf16> {
