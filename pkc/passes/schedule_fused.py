@@ -22,8 +22,10 @@ tuning table :mod:`pkc.target.fused_tuning`:
   communicate CTAs). Where sm-partition planned communicate SMs (``pk.plan.comm_sms``),
   the remark says that plan is not followed and why (the hand kernel is intra-SM too);
 * the output: the reduced chunk stays in the symmetric output (persistent, overwritten by
-  the next launch); the W = 2 fresh-output variant the tuning table prefers
-  (``RS_INTO_OUTPUT``) is not scheduled yet, and the remark says so.
+  the next launch), except at W = 2 where the tuning table prefers a fresh output
+  (``RS_INTO_OUTPUT``): that variant, and ``mm_all_reduce`` at W <= 2 (a broadcast of
+  every partial tile; into a fresh output at W = 2, ``AR_INTO_OUTPUT``), are built by
+  :mod:`pkc.passes.fused_ar_build` with the same decisions in ``pk.plan``.
 
 Why: the fused kernel that runs is then the compiler's IR: ``--emit=ptx`` prints it and
 a later pass can change its epilogue or tile loop.
@@ -185,10 +187,9 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None) -> k.Ke
     if planned == "inter" and comm_sms:
         why_intra += (f"; sm-partition's inter-SM plan ({comm_sms} communicate SMs) is not "
                       "followed: the TMA engine, not SMs, moves the tiles, as in the hand kernel")
-    fresh = ""      # the W = 2 fresh-output variant: pkc.passes.fused_ar_build
     add_remark(new, f"scheduled GEMM + reduce-scatter W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, "
                f"{W} chunks of {parts.tiles_per_chunk} tiles, own chunk first; {why_intra}; "
-               f"result in the symmetric output (persistent){fresh}")
+               "result in the symmetric output (persistent)")
     new.location = kop.location
     if chunk is None:
         Rewriter.replace_op(kop, new)
