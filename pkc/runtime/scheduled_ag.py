@@ -58,3 +58,17 @@ class ScheduledAgGemm(ScheduledFused):
                     f"{d['epoch']}) timed out waiting for rank {d['peer']}: "
                     f"{AG_WAIT_SITES.get(d['kind'], d['kind'])}; its signal was {d['seen']}, "
                     f"wanted {d['wanted']}")
+
+
+def ag_step(op, ck, peers, timeout_ns: int):
+    """The step of a prepared program that runs this kernel (``pk.kernel`` ``op``, compiled
+    ``ck``): operands (shard, weight) per rank in; results [C (fresh), gathered A
+    (persistent)] per rank out."""
+    from pkc.runtime.scheduled_step import ScheduledStep
+
+    ag = ScheduledAgGemm(ck.ptx, ck.meta, peers, owner=id(op), timeout_ns=timeout_ns)
+
+    def run(vals):
+        return ag.run({r: v[0].contiguous() for r, v in vals.items()},
+                      {r: v[1].contiguous() for r, v in vals.items()}, ranks=list(vals))
+    return ScheduledStep(run, [False, True], "fused")

@@ -53,6 +53,9 @@ def scheduled_step(op, peers, target: str, timeout_s: float) -> ScheduledStep:
     if getattr(ck.meta, "fused", None) is not None and ck.meta.fused.kind == "moe":
         from pkc.runtime.scheduled_moe import moe_step      # the MoE kernel's launcher
         return moe_step(op, ck, peers, timeout_ns)
+    if getattr(ck.meta, "fused", None) is not None and ck.meta.fused.kind == "ag":
+        from pkc.runtime.scheduled_ag import ag_step        # C and the gathered A
+        return ag_step(op, ck, peers, timeout_ns)
     if getattr(ck.meta, "fused", None) is not None:
         return _fused(op, ck, peers, timeout_ns)
     return _local(op, ck, peers)
