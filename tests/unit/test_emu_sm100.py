@@ -130,3 +130,20 @@ def test_descriptor_decoders_read_the_codegen_encodings_back():
     assert (f["m"], f["n"], f["atype"], f["btype"], f["dtype"], f["trans_b"]) == (128, 240, 1, 1, 1, 1)
     d = decode_smem_desc(t5.DESC_MNMAJOR | (0x3400 >> 4))
     assert (d["start"], d["lbo"], d["sbo"], d["version"], d["swizzle"]) == (0x3400, 8192, 1024, 1, 2)
+
+
+def test_a_descriptor_ptxas_accepts_but_the_isa_forbids_is_caught():
+    # the K-major descriptor without the fixed 0b001 at bits 46-48 (the wgmma format):
+    # ptxas assembles it; the emulator names the field
+    from pkc.codegen import ptx
+    from pkc.emu.errors import EmuTensorMemoryError as E
+
+    kop, ck = _kernel(200, 136, 72)
+    wanted = str(t5.DESC_KMAJOR)
+    imms = [o for o in ck.entry_op.walk() if isinstance(o, ptx.ImmOp) and o.value.data == wanted]
+    assert imms
+    for o in imms:
+        o.attributes["value"] = type(o.value)(str(t5.DESC_KMAJOR & ~(1 << 46)))
+    x, w, _ = _inputs(200, 136, 72, "nk", "bf16")
+    with pytest.raises(E, match="shared-memory descriptor of A .*fixed constant 0b001"):
+        emulate(ck, [[x, w]], kop=kop, sms=1)
