@@ -10,24 +10,24 @@ Shapes per rank (W ranks, E experts per rank, capacity C rows per (rank, expert)
     counts [W*E] i32    valid rows per block of X, known only at run time (clipped to C)
     O      [W*E, C, N]  block (q, e): X's block (q, e) times expert e of rank q, back on
                         this rank (symmetric); rows past the count are not part of the result
-    R      [E*W*Cp, K]  the expert operand (symmetric, W > 1 only): block (e, s) holds the
-                        tokens rank s != rank routed to this rank's expert e; Cp = C rounded
-                        up to the tile's bm, so that a tile's A rows never reach into the
-                        next block (a block being written by another rank meanwhile)
+    R      [E*W*C, K]   the expert operand (symmetric, W > 1 only): block (e, s) holds the
+                        tokens rank s != rank routed to this rank's expert e
 
 Layout choice (why per-block padding, not packed rows): every (expert, source) block has
 a fixed place of C rows, so a sender needs no prefix sum of the other ranks' counts to
 know where its rows go (no extra round trip before the data moves), and the tiles of one
 block never mix two sources, so a tile waits for exactly one sender's signal. The price
-is at most bm - 1 idle rows per block in the last tile (the 3-D output map clips the
-stores at C rows, so a tile never spills into the next block of the output) and C rows
-of buffer per block.
+is at most bm - 1 idle rows per block in the last tile and C rows of buffer per block.
+The A maps (X's and R's) and the output map are 3-D views ``[blocks, C, width]``: a tile's
+rows clip at its block's C (zero-filled loads, dropped stores), so a tile never reads a
+block another rank is writing meanwhile nor writes into the next block.
 
 The protocol (every wait bounded by the launch's timeout; epochs: signal pads are never
 reset, see :mod:`pkc.dialects.schedule_comm`), all in one kernel:
 
 1. Counts: CTA 0 stores ``counts[q*E + e]`` into slot ``e*W + rank`` of rank q's count
-   array ``cin`` and adds 1 to count flag ``rank`` of q's pad (after a system fence).
+   array ``cin`` (thread e, every q) and, after a CTA barrier and a system fence, adds 1
+   to count flag ``rank`` of every rank's pad.
 2. Dispatch (every CTA, all threads, before the roles start): the units ``(j, e, p)`` -
    destination ``q = (rank + j) mod W`` for j = 1..W-1, expert e, piece p of 64 rows -
    round-robin over the CTAs; a unit copies the piece's valid rows of X's block (q, e)
@@ -64,11 +64,12 @@ from xdsl.dialects import arith, scf
 from xdsl.ir import SSAValue
 
 from pkc.dialects import schedule as s
+from pkc.dialects import schedule_ag as ag
 from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
 from pkc.dialects import schedule_moe as m
 from pkc.passes.gemm_schedule import _SWIZZLE_FOR_ROW_BYTES, Epi, GemmParts, _for, _Ops, _tma_epilogue
-from pkc.target.gemm_tuning import GemmConfig
+from pkc.target.gemm_tuning import BK, GemmConfig
 
 PIECE_ROWS = 64          # rows of one dispatch unit (a piece of a block)
 COPY_UNROLL = 4          # 16-byte vectors per thread per trip of the dispatch copy
@@ -76,11 +77,6 @@ COPY_UNROLL = 4          # 16-byte vectors per thread per trip of the dispatch c
 
 def pieces(capacity: int) -> int:
     return -(-capacity // PIECE_ROWS)
-
-
-def rows_padded(capacity: int, bm: int) -> int:
-    """Rows of a block of the expert operand: the capacity rounded up to whole tiles."""
-    return -(-capacity // bm) * bm
 
 
 class MoeParts(GemmParts):
@@ -96,7 +92,6 @@ class MoeParts(GemmParts):
         self.X, self.counts, self.O, self.R = X, counts, O, R
         self.pad, self.cin, self.ctl = pad, cin, ctl
         self.P = pieces(capacity)
-        self.Cp = rows_padded(capacity, cfg.bm)
         self.flag0 = 0                          # data flags: slot e*W + s
         self.cflag0 = experts * world           # count flags: slot cflag0 + s
         self.done0 = experts * world + world    # done slots: slot done0 + s
@@ -106,10 +101,14 @@ class MoeParts(GemmParts):
         return self.E * self.W + 2 * self.W
 
     def a_map(self, top: _Ops, A: SSAValue, ta_t) -> SSAValue:
-        """R's map (the peers' tokens) and X's (the own tokens; with W = 1, A is X)."""
-        tA = top.add(s.TmapOp(A, ta_t)).result
-        self.tX = tA if self.W == 1 else top.add(s.TmapOp(self.X, ta_t)).result
-        return tA
+        """R's map (the peers' tokens) and X's (the own tokens; with W = 1, A is X), as
+        ``[blocks, C, K]`` views: rows clip at the block's end."""
+        W, E, C, K = self.W, self.E, self.C, self.K
+        t3 = s.TmapType(self.cfg.dtype, [BK, self.cfg.bm, 1], 128)
+        self.tX = top.add(ag.TmapViewOp(self.X, [W * E, C, K], t3)).result
+        if W == 1:
+            return self.tX
+        return top.add(ag.TmapViewOp(A, [E * W, C, K], t3)).result
 
     def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
         w = self.cfg.epi_width
@@ -132,19 +131,21 @@ class MoeParts(GemmParts):
         self.own_pad = o.add(c.BufferPtrOp(self.pad)).result
         self.want_data = o.bin(arith.MuliOp, self.epoch, self.P)
         counts = o.add(c.BufferPtrOp(self.counts)).result
-        # 1. this rank's counts to their destinations (CTA 0)
+        # 1. this rank's counts to their destinations (CTA 0, thread e for expert e; one
+        # destination at a time: a peer pointer is the same for the whole CTA)
         w0 = _when(o, o.cmp("eq", cta, 0))
-        w1 = _when(w0, w0.cmp("ult", tid, W * E))
-        q = w1.bin(arith.DivUIOp, tid, E)
-        e = w1.bin(arith.RemUIOp, tid, E)
-        cnt = w1.bin(arith.MinUIOp, w1.add(m.WordLoadOp(counts, tid)).result, C)
-        dst = w1.add(c.BufferPtrOp(self.cin, q)).result
-        w1.add(m.WordStoreOp(dst, w1.bin(arith.AddiOp, w1.bin(arith.MuliOp, e, W), self.rank), cnt))
+        w1 = _when(w0, w0.cmp("ult", tid, E))
+        slot = w1.bin(arith.AddiOp, w1.bin(arith.MuliOp, tid, W), self.rank)
+        for q in range(W):
+            cnt = w1.bin(arith.MinUIOp, w1.add(m.WordLoadOp(
+                counts, w1.bin(arith.AddiOp, tid, q * E))).result, C)
+            w1.add(m.WordStoreOp(w1.add(c.BufferPtrOp(self.cin, w1.c(q))).result, slot, cnt))
         w0.add(s.ClusterSyncOp())
-        w2 = _when(w0, w0.cmp("ult", tid, W))
+        w2 = _when(w0, w0.cmp("eq", tid, 0))
         w2.add(c.FenceSysOp())
-        peer_pad = w2.add(c.BufferPtrOp(self.pad, tid)).result
-        w2.add(c.SignalOp(peer_pad, w2.bin(arith.AddiOp, self.rank, self.cflag0)))
+        for q in range(W):
+            peer_pad = w2.add(c.BufferPtrOp(self.pad, w2.c(q))).result
+            w2.add(c.SignalOp(peer_pad, w2.bin(arith.AddiOp, self.rank, self.cflag0)))
         # 2. dispatch: units (j, e, piece) round-robin over the CTAs
         self._dispatch(o, tid, cta, counts)
         # 3. every source's counts are here
@@ -173,8 +174,7 @@ class MoeParts(GemmParts):
         hi = u.bin(arith.MuliOp, rows, vk)
         src_off = u.bin(arith.MuliOp, u.bin(arith.AddiOp, u.bin(arith.MuliOp, blk_x, C), row0), vk)
         blk_r = u.bin(arith.AddiOp, u.bin(arith.MuliOp, e, W), self.rank)
-        dst_off = u.bin(arith.MuliOp, u.bin(arith.AddiOp, u.bin(arith.MuliOp, blk_r, self.Cp), row0),
-                        vk)
+        dst_off = u.bin(arith.MuliOp, u.bin(arith.AddiOp, u.bin(arith.MuliOp, blk_r, C), row0), vk)
         src = u.add(c.BufferPtrOp(self.X)).result
         dst = u.add(c.BufferPtrOp(self.R, q)).result
         vl = u.add(c.VecLoopOp(u.c(0), hi, COPY_UNROLL, self.cfg.threads))
@@ -205,18 +205,16 @@ class MoeParts(GemmParts):
         """The own tokens' row in X; a peer's block's row in R, after its rows arrived
         (data flag, then a proxy fence)."""
         m0, _, e, src, _ = coords
-        x_row = t.bin(arith.AddiOp, t.bin(arith.MuliOp, t.bin(arith.AddiOp, t.bin(
-            arith.MuliOp, self.rank, self.E), e), self.C), m0)
+        x_blk = t.bin(arith.AddiOp, t.bin(arith.MuliOp, self.rank, self.E), e)
         if self.W == 1:
-            return self.tX, x_row, [], extra
+            return self.tX, m0, [x_blk], extra
         blk = t.bin(arith.AddiOp, t.bin(arith.MuliOp, e, self.W), src)
         own = t.cmp("eq", src, self.rank)
         w = _when(t, t.cmp("ne", src, self.rank))
         w.add(c.SignalWaitOp(self.own_pad, blk, self.want_data, src, c.WaitSite.ARRIVAL))
         w.add(f.FenceAsyncGlobalOp())
-        r_row = t.bin(arith.AddiOp, t.bin(arith.MuliOp, blk, self.Cp), m0)
         tm = t.add(f.TmapSelectOp(t.select(own, t.c(1), t.c(0)), [tA, self.tX])).result
-        return tm, t.select(own, x_row, r_row), [], extra
+        return tm, m0, [t.select(own, x_blk, blk)], extra
 
     # ---- combine --------------------------------------------------------------------------
     def epilogue_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
@@ -234,11 +232,11 @@ class MoeParts(GemmParts):
         return ebuf, extra
 
     def epilogue_finish(self, r: _Ops, cfg: GemmConfig, extra) -> None:
-        if self.W == 1:
-            return              # the own stores: ordered by the kernel's completion
         w = _when(r, self.lead)
         w.add(s.BulkWaitOp(0))
-        w.add(f.FenceAsyncGlobalOp())
+        w.add(f.FenceAsyncGlobalOp())   # the bulk stores complete, before the end / signals
+        if self.W == 1:
+            return
         one = w.c(1)
         slot = w.bin(arith.AddiOp, self.rank, self.done0)
         for q in range(self.W):
@@ -253,4 +251,4 @@ def _when(o: _Ops, cond: SSAValue) -> _Ops:
     return _Ops(o.add(c.WhenOp(cond)).block)
 
 
-__all__ = ["MoeParts", "PIECE_ROWS", "pieces", "rows_padded"]
+__all__ = ["MoeParts", "PIECE_ROWS", "pieces"]

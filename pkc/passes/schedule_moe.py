@@ -40,7 +40,7 @@ from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.gemm_schedule import build_gemm
-from pkc.passes.moe_schedule import MoeParts, pieces, rows_padded
+from pkc.passes.moe_schedule import MoeParts, pieces
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.gemm_tuning import VARIANTS, check_variant, choose_config
@@ -91,6 +91,8 @@ def why_not(kop: k.KernelOp) -> str | None:
         return ("the expert weights are not a transposed [E, N, K] value: the kernel reads "
                 "each expert's B in its [N, K] layout ([E, K, N] weights need a per-expert k "
                 "offset of B that the GEMM builder has no hook for yet)")
+    if E > 384:
+        return f"{E} experts per rank: at most 384 (a CTA's threads send the counts)"
     if K % 8 or N % 8:
         return f"N = {N} and K = {K} must be multiples of 8 (TMA row strides)"
     return None
@@ -138,7 +140,6 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
     dt = _DTYPE[type(el)]
     cfg = moe_config(rows, N, K, dt, get_target(target).num_sms, variant)
     i32 = IntegerType(32)
-    Cp = rows_padded(C, cfg.bm)
     # graph-level operands: the weights' [E, N, K] source as stacked rows, the counts
     w_enk = weights_nk(w)
     b_rows = g.ReshapeOp(w_enk, TensorType(el, [E * N, K]))
@@ -146,7 +147,7 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
     Rewriter.insert_op([b_rows, counts], InsertPoint.before(kop))
     outs = [TensorType(el, [W * E, C, N])]
     if W > 1:                                   # the expert operand the peers put into
-        outs.append(TensorType(el, [E * W * Cp, K]))
+        outs.append(TensorType(el, [E * W * C, K]))
     block = Block(arg_types=[BufferType([rows, K], el), BufferType([E * N, K], el),
                              BufferType([W * E], i32),
                              *[BufferType(t.get_shape(), el, SYMMETRIC) for t in outs]])
@@ -159,7 +160,7 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
         for a in (pad, cin, ctl):
             block.add_op(a)
         parts = MoeParts(W, E, C, N, K, cfg, X, CNT, O, R, pad.result, cin.result, ctl.result)
-        build_gemm(block, R, B, O, E * W * Cp, N, K, cfg, parts)
+        build_gemm(block, R, B, O, E * W * C, N, K, cfg, parts)
     else:                                       # one rank: no exchange, A is X
         parts = MoeParts(W, E, C, N, K, cfg, X, CNT, O, None, None, None, None)
         build_gemm(block, X, B, O, E * C, N, K, cfg, parts)

@@ -75,7 +75,8 @@ class ScheduledMoe:
         self._args: dict = {}
 
     def _map(self, tm, ptr: int) -> bytes:
-        shape = self.fz.shapes[tm.buffer]
+        """A map over the buffer's shape, or (``tm.dims``) over a row-major view of it."""
+        shape = tm.dims or self.fz.shapes[tm.buffer]
         es = self.tdt.itemsize
         dims = list(reversed(shape))
         strides, acc = [], es

@@ -139,3 +139,17 @@ def test_schedule_pipeline_takes_the_moe_kernel():
     remarks = [r.data for r in kop.attributes["pk.remarks"].data]
     assert any(r.startswith("scheduled MoE W=2") for r in remarks)
     assert not any("left unscheduled" in r for r in remarks)
+
+
+def test_check_transform_interpreter_w1_w2():
+    """interp(kernel level) == interp(schedule-moe's kernel), W = 1, 2: the interpreter
+    runs the scheduled kernel's roles, waits and signals and checks their ordering (a read
+    of tokens or counts not ordered after the peer's store is an error)."""
+    from pkc.passes.registry import run_pipeline
+    from pkc.testing import check_transform
+
+    def make(W):
+        mod = parse_module(module_text(W, 2, 40, 64, 64), "moe.mlir")
+        run_pipeline("default{force=true}", mod)
+        return mod
+    check_transform(make, "schedule-moe", world_sizes=[1, 2], func="moe")

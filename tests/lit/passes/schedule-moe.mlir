@@ -1,7 +1,8 @@
 // schedule-moe: overlap's MoE kernel (all_to_all dispatch -> grouped matmul -> all_to_all
 // combine) becomes one scheduled kernel: a counts input (from the graph's even split:
 // every row, C = 64), the result in a symmetric [W*E, C, N] and the expert operand
-// (symmetric, blocks padded to the tile's 128 rows); counts sent to their destination
+// (symmetric; A and the result read / written through [blocks, C, width] views whose
+// boxes clip at a block's last row); counts sent to their destination
 // ranks, dispatch copies with one signal per 64-row piece, a grouped tile loop over the
 // (expert, source) blocks whose counts it reads at run time, the producer waiting for a
 // block's rows, the epilogue storing into the source's copy through its 3-D map.
@@ -21,14 +22,19 @@ func.func @moe(%x: tensor<4x64x64xbf16>, %w: tensor<2x128x64xbf16>) -> tensor<4x
 // CHECK-NEXT:    %[[O:.*]], %{{.*}} = pk.kernel "moe_dispatch_gemm_combine"(%x_rows, %[[B]], %[[CNT]])
 // CHECK-SAME:      schedule = "moe"
 // CHECK-SAME:      "scheduled MoE W=2 E=2 C=64 128x64 bf16:
-// CHECK-NEXT:    ^bb0(%{{.*}}: !pk.buffer<256x64xbf16>, %{{.*}}: !pk.buffer<256x64xbf16>, %{{.*}}: !pk.buffer<4xi32>, %{{.*}}: !pk.buffer<4x64x128xbf16, symmetric>, %{{.*}}: !pk.buffer<512x64xbf16, symmetric>):
+// CHECK-NEXT:    ^bb0(%{{.*}}: !pk.buffer<256x64xbf16>, %{{.*}}: !pk.buffer<256x64xbf16>, %{{.*}}: !pk.buffer<4xi32>, %{{.*}}: !pk.buffer<4x64x128xbf16, symmetric>, %{{.*}}: !pk.buffer<256x64xbf16, symmetric>):
+// CHECK:           "pks.tmap_view"(%{{.*}}) {dims = [#builtin.int<4>, #builtin.int<64>, #builtin.int<64>]} : (!pk.buffer<256x64xbf16>) -> !pks.tmap<bf16, 64x128x1, swizzle 128>
+// CHECK:           "pks.tmap_view"(%{{.*}}) {dims = [#builtin.int<4>, #builtin.int<64>, #builtin.int<64>]} : (!pk.buffer<256x64xbf16, symmetric>) -> !pks.tmap<bf16, 64x128x1, swizzle 128>
 // CHECK:           "pks.peer_tmap"({{.*}}) {peer = #builtin.int<1>} : (!pk.buffer<4x64x128xbf16, symmetric>) -> !pks.tmap<bf16, 64x64x1, swizzle 128>
 // CHECK:           "pks.schedule"()
-// counts to the destinations (CTA 0), then a count flag per destination
+// counts to the destinations (CTA 0: thread e, rank by rank), then a count flag to each
 // CHECK:             "pks.word_load"
+// CHECK:             "pks.ptr"(%{{.*}}, %{{.*}}) : (!pk.buffer<4xi32, symmetric>, i32) -> !pks.ptr
+// CHECK-NEXT:        "pks.word_store"
 // CHECK:             "pks.word_store"
+// CHECK:           "pks.cluster_sync"
 // CHECK:             "pks.fence_sys"
-// CHECK-NEXT:        "pks.ptr"
+// CHECK:             "pks.signal"
 // CHECK:             "pks.signal"
 // dispatch: vector copies of a piece into the destination's expert operand, one signal
 // CHECK:           scf.for
