@@ -50,6 +50,7 @@ from pkc.dialects import schedule as s
 from pkc.dialects import schedule_ag as sag
 from pkc.dialects import schedule_fused as sf
 from pkc.dialects.kernel import AllocOp, KernelOp
+from pkc.dialects.schedule_comm import GridValueOp
 from pkc.interp import schedule_comm as comm
 from pkc.interp import schedule_ag as _ag_rules  # noqa: F401  (registers its rules)
 from pkc.interp import schedule_fused as _fused_rules  # noqa: F401  (registers its rules)
@@ -89,9 +90,9 @@ class ScheduleRun:
         self.cluster = self.sched.cluster.data
         self.threads = self.sched.threads.data
         self.rng = random.Random(seed) if seed else None
-        self.lanes_mode = any(type(o).__module__.endswith(("schedule_comm", "schedule_fused",
-                                                            "schedule_ag"))
-                              for o in self.sched.walk())
+        # per-thread values come only from the thread index: kernels that read it run
+        # their arith element-wise over a warpgroup's lanes (pkc.interp.schedule_comm)
+        self.lanes_mode = any(isinstance(o, GridValueOp) for o in self.sched.walk())
         self.comm = comm.CommGrid.of(op, ctas)       # a scheduled collective's launch rule
         if self.comm is not None:
             self.ctas, self.threads = self.comm.grid, self.comm.threads
