@@ -5,7 +5,8 @@ count words.
 The loop reads each block's count when it reaches the block, through the ordering checks
 of :mod:`pkc.interp.schedule_world` (a count a peer stored must be ordered before the read
 by a signal wait: else the interpreter names the loop, rank and role). Word stores are
-recorded like vector stores (ordered by ``pks.fence_sys`` and a signal).
+recorded like vector stores (ordered by ``pks.fence_sys`` and a signal). The kernel's
+``[blocks, C, width]`` maps are ``pks.tmap_view``s (rule in :mod:`pkc.interp.schedule_ag`).
 """
 
 from __future__ import annotations
@@ -14,51 +15,11 @@ from collections.abc import Generator
 
 import torch
 
-from pkc.dialects import schedule_ag as ag
 from pkc.dialects import schedule_moe as m
-from pkc.interp.schedule_ops import _DTYPES, Tmap
-from pkc.interp.schedule_rules import KERNEL_RULES, blocking, kernel_level, simple
+from pkc.interp.schedule_rules import blocking, simple
 from pkc.interp.schedule_state import Actor
 from pkc.interp.schedule_world import active, lanes, uniform
-from pkc.interp.values import InterpError, where
-
-
-class ViewTmap(Tmap):
-    """A map over a buffer seen as the row-major array ``dims`` (``pks.tmap_view``: the MoE
-    kernel's ``[blocks, C, width]`` views, whose boxes clip at a block's last row)."""
-
-    def __init__(self, op: ag.TmapViewOp):
-        t = op.result.type
-        self.op, self.buffer = op, op.buffer
-        self.dtype = _DTYPES[t.element.data]
-        self.box = list(reversed(t.box_dims))
-        self.box_bytes = t.box_bytes
-        self.dims = op.dim_list
-        n = 1
-        for d in self.dims:
-            n *= d
-        m_ = 1
-        for d in op.buffer.type.get_shape():
-            m_ *= d
-        if n != m_ or len(self.dims) != len(self.box):
-            raise InterpError(f"{where(op)}: dims {self.dims} are no view of {op.buffer.type} "
-                              f"for a rank-{len(self.box)} box")
-
-    def target(self, R, a: Actor):
-        rank = self.peer if self.peer >= 0 else a.rank
-        full = R.data[self.buffer][rank]
-        return rank, full, full.view(self.dims)
-
-    def words(self, full: torch.Tensor, bs) -> torch.Tensor:
-        elems = torch.arange(full.numel()).view(self.dims)
-        return torch.unique(elems[bs].reshape(-1) * full.element_size() // 4)
-
-
-# pks.tmap_view belongs to the all-gather kernel's ops (pkc/dialects/schedule_ag.py), which
-# had no interpreter rule when the MoE kernel started to use it: this one stands in until
-# that module has its own (then delete this registration)
-if ag.TmapViewOp not in KERNEL_RULES:
-    kernel_level(ag.TmapViewOp)(lambda R, op, env: env.__setitem__(op.result, ViewTmap(op)))
+from pkc.interp.values import InterpError
 
 
 def _words(R, a: Actor, op, ptr, index, act: torch.Tensor):

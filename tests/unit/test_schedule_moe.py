@@ -37,13 +37,13 @@ def _inputs(W, E, C, N, K, seed):
     return X, Wt, counts
 
 
-@pytest.mark.parametrize("W,E,C,N,K", [(1, 2, 64, 128, 64), (2, 2, 200, 136, 72),
+@pytest.mark.parametrize("W,E,C,N,K", [(1, 2, 64, 128, 64), (2, 2, 136, 72, 72),
                                        (4, 1, 40, 64, 64)])
 def test_unequal_loads_match_torch(W, E, C, N, K):
     """Rows per (rank, expert) block drawn at random (one full, one empty), only known to
     the kernel at run time: each valid output row is the expert's product (bf16 rounding
-    of an f32 accumulation: within a bf16 step of the scale). C = 200 spans two 128-row
-    tiles per block, N = 136 and K = 72 leave partial tiles."""
+    of an f32 accumulation: within a bf16 step of the scale). C = 136 spans two 128-row
+    tiles per block, N = 72 and K = 72 leave partial tiles."""
     ck, kop = compile_ir(W, E, C, N, K)
     assert plan_of(kop)["schedule"] == "moe" and ck.meta.fused.kind == "moe"
     X, Wt, counts = _inputs(W, E, C, N, K, seed=W)
@@ -153,3 +153,31 @@ def test_check_transform_interpreter_w1_w2():
         run_pipeline("default{force=true}", mod)
         return mod
     check_transform(make, "schedule-moe", world_sizes=[1, 2], func="moe")
+
+
+def test_interpreter_catches_a_missing_dispatch_wait(monkeypatch):
+    """The same kernel with the producer's wait for a peer's block removed: the interpreter
+    names the TMA load that read the expert operand before the peer's tokens arrived."""
+    from pkc.dialects import schedule_comm as comm
+    from pkc.interp.values import InterpError
+    from pkc.passes import moe_schedule, schedule_moe
+    from pkc.passes.registry import run_pipeline
+    from pkc.testing import check_transform
+
+    class NoWait(moe_schedule.MoeParts):
+        def producer_tile(self, t, coords, tA, extra):
+            out = super().producer_tile(t, coords, tA, extra)
+            for op in list(t.block.ops):
+                if isinstance(op, comm.WhenOp):
+                    op.detach()
+                    op.erase()
+            return out
+
+    monkeypatch.setattr(schedule_moe, "MoeParts", NoWait)
+
+    def make(W):
+        mod = parse_module(module_text(W, 2, 40, 64, 64), "moe.mlir")
+        run_pipeline("default{force=true}", mod)
+        return mod
+    with pytest.raises(InterpError, match="pks.tma_load.*(before the data arrived|no signal)"):
+        check_transform(make, "schedule-moe", world_sizes=[2], func="moe")
