@@ -196,3 +196,28 @@ def test_emulated_against_torch(W, Mc, N, K, layout, gathered):
 
 def test_module_text_is_the_graph_the_pass_sees():
     assert "pk.all_gather %x {dim = 0 : i64, world = 2" in module_text(2, 8, 16, 16, "nk")
+
+
+def test_a_silent_peer_is_a_deadlock_naming_the_wait(monkeypatch):
+    """Rank 1 never signals (its ``red`` instructions dropped): rank 0's put side waits for
+    its announcement and its producer for its shard; the emulator names the wait."""
+    from pkc.codegen import ptx
+    from pkc.emu import EmuDeadlock, emulate, launch, registry
+
+    ck, kop = compile_ir(2, 67, 136, 72, "nk")
+    x = [[torch.randn(67, 72).to(torch.bfloat16), torch.randn(136, 72).to(torch.bfloat16)]
+         for _ in range(2)]
+    real = registry.HANDLERS[ptx.RedOp]
+
+    def rank1_silent(m, ins, g):
+        keep = g.rank != 1
+        return real(m, ins, g.sub(keep)) if keep.any() else None
+    monkeypatch.setitem(registry.HANDLERS, ptx.RedOp, rank1_silent)
+    launch._PROGRAMS.clear()          # programs bind handlers once; rebuild this one
+    try:
+        with pytest.raises(EmuDeadlock) as ei:
+            emulate(ck, x, kop=kop, sms=2 + ck.meta.fused.side_ctas)
+    finally:
+        launch._PROGRAMS.clear()
+    msg = str(ei.value)
+    assert "epoch wait" in msg and "rank 0" in msg
