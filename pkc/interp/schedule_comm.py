@@ -27,8 +27,8 @@ from pkc.dialects import schedule_comm as c
 from pkc.dialects.kernel import KernelOp
 from pkc.interp.schedule_rules import BLOCKED, blocking, simple
 from pkc.interp.schedule_state import Actor, join
-from pkc.interp.schedule_world import (POISON_WORD, Ptr, acquire, active, lanes, release,
-                                       snapshot, uniform)
+from pkc.interp.schedule_world import (INIT, POISON_WORD, Ptr, acquire, active, lanes,
+                                       release, snapshot, uniform)
 from pkc.interp.values import InterpError, where
 
 _DT = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
@@ -236,9 +236,24 @@ def _vec_load(R, a: Actor, op: c.VecLoadOp, env) -> bool:
     if bool(act.any()):
         g, w = _vec_words(R, a, op, env[op.ptr], idx,
                           env[op.offset] if op.offset is not None else None, act)
+        if op.cache.data == c.CacheHint.NC.value:
+            _check_read_only(R, a, op, g, w)
         out[act] = g.read(a, a.at(op), w)
     env[op.result] = out
     return False
+
+
+def _check_read_only(R, a: Actor, op, g, w: torch.Tensor) -> None:
+    """``.nc`` loads go through the read-only cache: only for data no kernel wrote during
+    the run (an input); what a peer or another CTA stored may be stale there (use cg)."""
+    kids = g.wk[w.reshape(-1)]
+    own = R.memory.actor_key(a)
+    bad = (kids != INIT) & (kids != own)
+    if bool(bad.any()):
+        k = int(kids[bad][0])
+        raise InterpError(f"{a.at(op)}: a read-only (cache nc) load of {g.name}, which "
+                          f"{R.memory.who[R.memory.keys[k]]} wrote during the run: the "
+                          "non-coherent cache may hold an older line (load it with cache cg)")
 
 
 @simple(c.VecStoreOp)

@@ -292,3 +292,15 @@ def test_next_launch_overwriting_an_output_the_host_still_reads():
                        r"\(outside any role\), launch 2: overwrites word \d+ .* of rank \d, after "
                        r"the host of rank \d reading the outputs of launch 1"):
         run_schedule_launches(kop, _launch_inputs(m, kop, 3, 2), 3)
+
+
+def test_read_only_cache_load_of_a_peers_data(force):
+    force("ar1")
+    m, kop = scheduled("ar1", 2)
+    for ld in _ops(kop, c.VecLoadOp):
+        if ld.cache.data == c.CacheHint.CG.value:
+            ld.attributes["cache"] = type(ld.cache)(c.CacheHint.NC.value)
+    with pytest.raises(InterpError, match=r"'pks.vec_load' on rank \d, CTA 0, warpgroup \d "
+                       r"\(outside any role\): a read-only \(cache nc\) load of .* which rank \d, "
+                       r"CTA 0, warpgroup \d wrote during the run"):
+        _run(m, 2)
