@@ -241,3 +241,21 @@ def test_check_transform_mm_all_reduce_pair(W):
         return m
     check_transform(make, "schedule-fused,dce", world_sizes=(W,), seeds=(W,), func="mm_ar",
                     tolerance={torch.bfloat16: (2e-2, W / 16)})
+
+
+def test_agp_three_launches_on_two_ctas_in_the_interpreter():
+    """Launches in a row reuse the pads by epoch; a peer's next launch may start while this
+    rank still pulls (its source is its own per launch here); 2 CTAs per rank."""
+    from pkc.interp.schedule import run_schedule_launches
+
+    W = 3
+    kop = _agp(W, 7, 24)
+    shape = tuple(kop.inputs[0].type.get_shape())
+    gen = torch.Generator().manual_seed(0)
+    launches = [[[torch.randn(shape, generator=gen).to(torch.bfloat16) for _ in range(W)]]
+                for _ in range(3)]
+    outs = run_schedule_launches(kop, launches, W, seed=0, ctas=2)
+    for k in range(3):
+        want = torch.cat([x.reshape(-1) for x in launches[k][0]])
+        for r in range(W):
+            assert torch.equal(outs[k][0][r].reshape(-1), want), (k, r)
