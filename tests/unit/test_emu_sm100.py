@@ -67,6 +67,8 @@ CASES = {   # M, N, K, layout, dtype, cfg (None: the pass's choice), CTAs
                                 TmemGemmConfig(bn=64, stages=4, b_layout="nk"), 2),
     "kn_f16_bn128": (136, 192, 136, "kn", "f16",
                      TmemGemmConfig(bn=128, stages=3, dtype="f16", b_layout="kn"), 1),
+    # 80 columns: tcgen05.ld .x32, .x32, .x16 and an N = 80 instruction descriptor
+    "nk_bf16_bn80": (128, 80, 64, "nk", "bf16", TmemGemmConfig(bn=80, stages=2), 1),
 }
 
 
