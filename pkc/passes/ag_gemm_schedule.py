@@ -318,8 +318,10 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
             side, why_side = planned, f"{planned} put CTAs from sm-partition's plan"
         else:
             side, why_side = ag_put_ctas(W * Mc, N, K, W, target)
+    # the ring lies over the GEMM's stage memory: PUT_RING pieces of PUT_PIECE bytes, or
+    # smaller pieces where the stages are smaller (never fewer than PUT_RING slots)
     arena = cfg.stages * (cfg.a_stage_bytes + cfg.b_stage_bytes)
-    ring = min(PUT_RING, arena // PUT_PIECE)
+    ring, piece = PUT_RING, min(PUT_PIECE, arena // PUT_RING // 1024 * 1024)
     y = kop.outputs[0].type
     i32 = IntegerType(32)
     block = Block(arg_types=[BufferType([Mc, K], a.type.element_type),
@@ -334,7 +336,7 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
         block.add_op(pad)
         block.add_op(ctl)
         pad, ctl = pad.result, ctl.result
-    parts = AgParts(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, PUT_PIECE, asked)
+    parts = AgParts(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, piece, asked)
     build_gemm(block, A, B, C, Mc, N, K, cfg, parts)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
@@ -346,7 +348,7 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
              consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout, chunk_rows=Mc,
              tiles_per_chunk=parts.tiles_per_chunk, row_blocks=parts.G,
              scheduled_overlap="inter" if side else "none", comm_ctas=side,
-             put_piece=PUT_PIECE, put_ring=ring, put_lag=parts.lag, gathered_output=asked)
+             put_piece=piece, put_ring=ring, put_lag=parts.lag, gathered_output=asked)
     followed = ""
     if comm_sms and comm_sms != side:
         followed = (f"; the kernel-level plan's {comm_sms} communicate SMs are for a "
@@ -354,7 +356,7 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
     add_remark(new, f"scheduled all-gather + GEMM W={W} {W * Mc}x{N}x{K} {dt}: {cfg.tag()}, "
                f"{W} shards of {parts.tiles_per_chunk} tiles (own shard first), "
                f"{parts.G} row blocks per shard signalled one by one; {why_side}{followed}; "
-               f"puts by cp.async.bulk through a {ring} x {PUT_PIECE // 1024} KiB ring; "
+               f"puts by cp.async.bulk through a {ring} x {piece // 1024} KiB ring; "
                + ("the gathered A is returned" if asked else "the gathered A stays in the kernel"))
     new.location = kop.location
     Rewriter.replace_op(kop, new, new_results=list(new.results[:len(kop.outputs)]))

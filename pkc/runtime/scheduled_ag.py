@@ -29,6 +29,12 @@ class ScheduledAgGemm(ScheduledFused):
         if self.fz.kind != "ag":
             raise ValueError(f"kernel {meta.name} is a fused '{self.fz.kind}' kernel, not an "
                              "all-gather + GEMM")
+        side = self.fz.side_ctas
+        sms = peers.sms if self.fz.world == 1 else min(peers.sms_of(r) for r in peers.ranks)
+        if side and self.grid > sms:
+            # every CTA must be resident at once (a put CTA waits for the peers' put CTAs)
+            raise ValueError(f"kernel {meta.name}: {sms} SMs per rank cannot hold its "
+                             f"{side} put CTAs and a GEMM CTA at once")
 
     def run(self, a, b, ranks=None, outs=None) -> dict:
         """Launch every driven rank on its shard ``a[r]`` and weight ``b[r]`` (per rank: a
