@@ -152,13 +152,15 @@ def test_launch_metadata_lists_side_ctas_views_and_peer_pointers():
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
-@pytest.mark.parametrize("case", [(2, 199, 136, 72, "nk", False), (4, 67, 264, 72, "kn", True)],
-                         ids=["W2_nk", "W4_kn_gathered"])
+@pytest.mark.parametrize("case", [(2, 199, 136, 72, "nk", False), (4, 67, 264, 72, "kn", True),
+                                  (3, 101, 200, 136, "nk", False, "f16")],
+                         ids=["W2_nk", "W4_kn_gathered", "W3_f16"])
 def test_assembles_without_spills(case):
     from pkc.codegen.hopper.tools import assemble
 
     ck, _ = compile_ir(*case)
     ptx = ck.ptx
+    assert ck.meta.fused.dtype == (case[6] if len(case) > 6 else "bf16")
     assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
     assert "cp.async.bulk.global.shared::cta.bulk_group" in ptx
     assert "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group" in ptx
