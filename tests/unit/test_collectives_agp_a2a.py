@@ -58,18 +58,24 @@ def _agp(W, rows, cols, dt="bf16"):
     return [k for k in kernels_of(m) if k.kernel_name.data.startswith("all_gather")][0]
 
 
-def _mm_ar(W, Mc, N, K, dt="bf16"):
-    M = W * Mc
-    text = (f"func.func @mm_ar(%x: tensor<{M}x{K}x{dt}>, %w: tensor<{K}x{N}x{dt}>) -> tensor<{M}x{N}x{dt}> {{\n"
+def _mm_ar_text(W, M, N, K, dt="bf16"):
+    return (f"func.func @mm_ar(%x: tensor<{M}x{K}x{dt}>, %w: tensor<{K}x{N}x{dt}>) -> tensor<{M}x{N}x{dt}> {{\n"
             f"  %c = pk.matmul %x, %w : (tensor<{M}x{K}x{dt}>, tensor<{K}x{N}x{dt}>) -> tensor<{M}x{N}x{dt}>\n"
             f"  %o = pk.all_reduce %c {{world = {W} : i64, reduce = \"sum\"}} : tensor<{M}x{N}x{dt}> -> tensor<{M}x{N}x{dt}>\n"
             f"  func.return %o : tensor<{M}x{N}x{dt}>\n}}\n")
-    m = parse_module(text, "mm_ar.mlir")
+
+
+def _fused_module(W, M, N, K, passes="default{force=true},schedule-fused,dce"):
+    m = parse_module(_mm_ar_text(W, M, N, K), "mm_ar.mlir")
     ctx = make_context()
-    for p in parse_pipeline("default{force=true},schedule-fused,dce"):
+    for p in parse_pipeline(passes):
         p.apply(ctx, m)
     verify_module(m)
     return m
+
+
+def _mm_ar(W, Mc, N, K):
+    return _fused_module(W, W * Mc, N, K)
 
 
 # ---- passes ----------------------------------------------------------------------------------
@@ -121,18 +127,10 @@ def test_mm_all_reduce_w3_becomes_rs_then_pull_gather():
 
 
 def test_mm_all_reduce_pair_refuses_rows_that_do_not_split():
-    from pkc.passes import fused_ar_pair
-    from pkc.passes.schedule_fused import _dtype
-
-    m = _mm_ar(3, 33, 40, 72)
-    rs, _ = kernels_of(m)
-    # a stand-in: the fused kernel's shape checks read only its operand types
-    class K:
-        world_size = 4
-        inputs = rs.inputs
-        outputs = [type("R", (), {"type": rs.inputs[0].type.__class__(
-            rs.inputs[0].type.element_type, [99, 40])})()]
-    assert "do not split into 4 chunks" in fused_ar_pair.why_not(K, _dtype)
+    m = _fused_module(3, 100, 40, 72)
+    (kop,) = kernels_of(m)
+    assert kop.schedule() is None and kop.workers()
+    assert any("M = 100 rows do not split into 3 chunks" in r for r in remarks_of(kop))
 
 
 # ---- launch rule, assembly -------------------------------------------------------------------
@@ -230,15 +228,7 @@ def test_check_transform_mm_all_reduce_pair(W):
     from pkc.testing import check_transform
 
     def make(w):
-        M, N, K = w * 19, 48, 24
-        text = (f"func.func @mm_ar(%x: tensor<{M}x{K}xbf16>, %w: tensor<{K}x{N}xbf16>) -> tensor<{M}x{N}xbf16> {{\n"
-                f"  %c = pk.matmul %x, %w : (tensor<{M}x{K}xbf16>, tensor<{K}x{N}xbf16>) -> tensor<{M}x{N}xbf16>\n"
-                f"  %o = pk.all_reduce %c {{world = {w} : i64, reduce = \"sum\"}} : tensor<{M}x{N}xbf16> -> tensor<{M}x{N}xbf16>\n"
-                f"  func.return %o : tensor<{M}x{N}xbf16>\n}}\n")
-        m = parse_module(text, "mm_ar.mlir")
-        for p in parse_pipeline("default{force=true}"):
-            p.apply(make_context(), m)
-        return m
+        return _fused_module(w, w * 19, 48, 24, "default{force=true}")
     check_transform(make, "schedule-fused,dce", world_sizes=(W,), seeds=(W,), func="mm_ar",
                     tolerance={torch.bfloat16: (2e-2, W / 16)})
 
