@@ -65,3 +65,43 @@ def test_public_api_still_reachable_lazily():
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["True", "True"]
+
+
+# Start-up budget (issue 19: <= 0.5 s wall on an idle machine). Measured as the CPU time
+# (user + sys) of the child, the best of three runs, so that other work on a loaded 2-core
+# CI machine does not count; 0.85 s leaves room for a slower or contended CPU. On this
+# machine (docs/PERF_NOTES.md, "pkc-opt start-up"): 0.46-0.62 s at load 24; before the
+# change 0.90-1.12 s.
+STARTUP_CPU_BUDGET_S = 0.85
+
+
+def _child_cpu_seconds(args: list[str]) -> float:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res = subprocess.run([sys.executable, "-m", "pkc.tools.pkc_opt", *args], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert res.returncode == 0, res.stderr
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["examples/ir/tp_mlp_graph.mlir"]],
+                         ids=["help", "parse-verify-print"])
+def test_startup_is_fast(args):
+    best = min(_child_cpu_seconds(args) for _ in range(3))
+    assert best <= STARTUP_CPU_BUDGET_S, (
+        f"pkc-opt {' '.join(args)} took {best:.2f} s of CPU (best of 3); budget "
+        f"{STARTUP_CPU_BUDGET_S} s: see pkc/tools/fast_start.py and python -X importtime")
+
+
+def test_light_imports_leave_no_stand_in_behind():
+    """pkc-opt's start-up answers typing_extensions' question without importing asyncio;
+    afterwards a real ``import asyncio`` must get the real package."""
+    res = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; import pkc.tools.pkc_opt; assert 'asyncio' not in sys.modules, 'stand-in left'; "
+         "import asyncio; print(callable(asyncio.run), asyncio.__file__ is not None)"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["True", "True"]
