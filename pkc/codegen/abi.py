@@ -136,15 +136,15 @@ class TmapArg:
     box: list[int]
     swizzle: int
     peer: int = -1      # >= 0: over rank ``peer``'s copy of the (symmetric) buffer
-    # the map's dimensions (outermost first) as a row-major view of the buffer (the same
-    # elements, e.g. [W, Mc, K] of a [W * Mc, K] buffer: a box never spills into the next
-    # shard); empty: the buffer's shape
-    dims: list[int] = field(default_factory=list)
     # ``[first, count, cols]``: the map covers rows [first, first + count) of the row-major
     # ``[*, cols]`` buffer (a chunk's rows: a box never spills into the next chunk); empty:
     # the whole buffer with its shape
     rows: list[int] = field(default_factory=list)
     alloc: bool = False  # ``buffer`` indexes the kernel's pk.allocs (FusedLaunch.buffers)
+    # the map's dimensions (outermost first) as a row-major view of the buffer (the same
+    # elements, e.g. [W, Mc, K] of a [W * Mc, K] buffer: a box never spills into the next
+    # shard); empty: the buffer's shape
+    dims: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -241,8 +241,6 @@ class FusedLaunch:
     side_ctas: int = 0          # the grid's last CTAs that run a side role (the grid rule)
     peer_outputs: list[int] = field(default_factory=list)   # symmetric outputs whose W
     #                             peer pointers are passed (``out<i>_p<d>``, after the allocs')
-    inputs: int = -1            # kernel inputs (-1: every buffer not a symmetric output);
-    #                             outputs that are not symmetric are fresh per launch
 
     def params(self) -> list[tuple[str, str]]:
         W = self.world
