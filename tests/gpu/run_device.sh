@@ -26,6 +26,7 @@ for g in $GROUPS_; do
     dist) file=tests/gpu/test_gpu_distributed.py; k=""; t=50;;
     sched) file=tests/gpu/test_scheduled_gemm.py; k=""; t=240;;
     schedcomm) file=tests/gpu/test_scheduled_collectives.py; k=""; t=200;;
+    agpa2a) file=tests/gpu/test_scheduled_agp_a2a.py; k=""; t=150;;
     program) file=tests/gpu/test_gpu_scheduled_program.py; k=""; t=300;;
     *) echo "unknown group $g"; continue;;
   esac
