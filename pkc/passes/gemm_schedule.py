@@ -102,7 +102,8 @@ class GemmParts:
       prologue);
     * ``epilogue_setup`` (extra carried values of the consumer's loop), ``epilogue_tile``
       (the per-tile epilogue; returns the carried values), ``epilogue_finish`` (after the
-      consumer's loop)."""
+      consumer's loop); ``consumer_tile_start`` (before a tile's main loop: a fused
+      epilogue's first load, which then overlaps the MMAs)."""
 
     def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
         return top.add(s.TmapOp(C, tc_t)).result if tc_t else None
