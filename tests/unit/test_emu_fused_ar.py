@@ -23,11 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from fused_ar_ir import compile_ir  # noqa: E402
 
 
-def _run(kind, W, M, N, K, layout="nk", seed=0):
-    ck, kop = compile_ir(kind, W, M, N, K, layout)
+def _run(kind, W, M, N, K, layout="nk", seed=0, dt="bf16"):
+    ck, kop = compile_ir(kind, W, M, N, K, layout, dt)
+    tdt = torch.bfloat16 if dt == "bf16" else torch.float16
     g = torch.Generator().manual_seed(seed)
-    a = [torch.randn(M, K, generator=g).to(torch.bfloat16) for _ in range(W)]
-    w = [(torch.randn(N, K, generator=g) / K ** 0.5).to(torch.bfloat16) for _ in range(W)]
+    a = [torch.randn(M, K, generator=g).to(tdt) for _ in range(W)]
+    w = [(torch.randn(N, K, generator=g) / K ** 0.5).to(tdt) for _ in range(W)]
     b = [wi if layout == "nk" else wi.t().contiguous() for wi in w]
     out = emulate(ck, [[a[r], b[r]] for r in range(W)], kop=kop)
     full = sum(a[r].float() @ w[r].float().t() for r in range(W))
@@ -64,9 +65,10 @@ def test_gemm_all_reduce_persistent_at_w2(monkeypatch):
     assert torch.equal(outs[0], outs[1])
 
 
-def test_gemm_reduce_scatter_into_a_fresh_output():
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_gemm_reduce_scatter_into_a_fresh_output(dt):
     W, Mc = 2, 99
-    ck, kop, outs, full = _run("rs", W, W * Mc, 136, 72, seed=2)
+    ck, kop, outs, full = _run("rs", W, W * Mc, 136, 72, seed=2, dt=dt)
     assert not ck.meta.fused.sym_outputs and any(t.alloc for t in ck.meta.tmaps)
     for r in range(W):
         _close(outs[r], full[r * Mc:(r + 1) * Mc], W)
