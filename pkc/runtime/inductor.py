@@ -284,10 +284,32 @@ def _collective(op, x, shape, graph, counts, world, kind, target, distributed):
 
         counts["nccl"] += 1
         dim = op.dim.value.data if hasattr(op, "dim") else 0
-        return graph.call_function(_funcol, (name, dim, dist.group.WORLD.group_name, x))
+        return graph.call_function(_funcol, (name, dim, _group_name(op, dist), x))
     raise NotImplementedError(
         f"'{op.name}' of {op.world_size} ranks outside a pk.kernel cannot run here; run a pipeline "
         f"with lower-collectives (e.g. pipeline='default')")
+
+
+def _group_name(op, dist) -> str:
+    """The process group NCCL runs ``op`` in: the world's, or (``group_ranks``) the one of
+    this process's rank among the groups the user's program created (a DeviceMesh makes
+    them); never the world's for a sub-group collective."""
+    from pkc.dialects.rank_groups import rank_groups
+
+    groups = rank_groups(op)
+    if groups is None:
+        return dist.group.WORLD.group_name
+    me = dist.get_rank()
+    mine = next(sorted(grp) for grp in groups if me in grp)
+    from torch.distributed.distributed_c10d import _world
+
+    for pg, members in _world.pg_group_ranks.items():
+        if sorted(members) == mine:
+            return pg.group_name
+    raise NotImplementedError(
+        f"'{op.name}' runs in sub-group {mine} (of {groups}), but this process has no "
+        "process group with exactly those ranks: create the device mesh (or dist.new_group) "
+        "before calling the compiled program")
 
 
 # ---------------------------------------------------------------------- Inductor

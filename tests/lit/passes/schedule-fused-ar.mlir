@@ -7,6 +7,8 @@
 // broadcast into the symmetric output.
 // RUN: pkc-opt -p 'default{force=true},schedule-fused,dce' %s | FileCheck %s
 // RUN: pkc-opt -p 'default{force=true},schedule-fused,dce' --emit=ptx %s | FileCheck %s --check-prefix=PTX
+// The three kernels run in the emulator against the interpreter of the input program:
+// RUN: %python -m pkc.emu %s -p 'default{force=true},schedule-fused,dce' | FileCheck %s --check-prefix=EMU
 
 func.func @mm_ar2(%x: tensor<137x72xbf16>, %w: tensor<136x72xbf16>) -> tensor<137x136xbf16> {
   %wt = pk.transpose %w {perm = [1, 0]} : tensor<136x72xbf16> -> tensor<72x136xbf16>
@@ -117,3 +119,8 @@ func.func @mm_rs2(%x: tensor<198x72xbf16>, %w: tensor<136x72xbf16>) -> tensor<99
 // PTX:   cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
 // PTX-NOT: cp.reduce.async
 // PTX:   ret;
+
+// EMU: ok   @matmul_all_reduce: 2 rank(s), sm_90a
+// EMU: ok   @matmul_all_reduce: 1 rank(s), sm_90a
+// EMU: ok   @matmul_reduce_scatter: 2 rank(s), sm_90a
+// EMU: 3 kernel(s) match the interpreter
