@@ -327,10 +327,16 @@ def compile_with_inductor(program: TorchProgram, example_inputs: Sequence[Any], 
     dynamo graph: the placeholders carry dynamo's static-input mark.
 
     Runs in a tracing context of its own, so that a compile from inside another
-    backend's aot_autograd (pkc's capture) leaves that one's metadata alone."""
+    backend's aot_autograd (pkc's capture) leaves that one's metadata alone. Inductor's
+    per-process start-up checks are skipped where an earlier process stored their
+    answers (:mod:`pkc.runtime.warm_start`)."""
     import torch._guards
     from torch._inductor.compile_fx import compile_fx
 
+    from pkc.runtime import warm_start
+
+    cpu = any(isinstance(x, torch.Tensor) and x.device.type == "cpu" for x in example_inputs)
+    warm_start.prime(cpu=cpu)
     patches = dict(options or {})
     if mode in ("reduce-overhead", "max-autotune"):
         patches.setdefault("triton.cudagraphs", True)
@@ -345,7 +351,9 @@ def compile_with_inductor(program: TorchProgram, example_inputs: Sequence[Any], 
         if k in static:
             node.meta["tensor_dict"] = {"_dynamo_static_input_type": "unguarded"}
     with torch._guards.tracing(None):
-        return compile_fx(gm, list(example_inputs), config_patches=patches or None)
+        compiled = compile_fx(gm, list(example_inputs), config_patches=patches or None)
+    warm_start.remember(cpu=cpu)
+    return compiled
 
 
 def _aten_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.fx.GraphModule:
