@@ -18,9 +18,9 @@ a fixed place of C rows, so a sender needs no prefix sum of the other ranks' cou
 know where its rows go (no extra round trip before the data moves), and the tiles of one
 block never mix two sources, so a tile waits for exactly one sender's signal. The price
 is at most bm - 1 idle rows per block in the last tile and C rows of buffer per block.
-(DeepEP-style dispatch sends the counts first and packs rows by their prefix sums, which
-saves the padding but makes every sender wait for the layout; ParallelKittens' MoE kernel
-keeps fixed per-(expert, rank) slots, as here.)
+(A packed receive layout saves the padding, but a sender must first learn where its rows
+go - the prefix sums of every sender's counts at the receiver - a round trip before any
+token moves.)
 The A maps (X's and R's) and the output map are 3-D views ``[blocks, C, width]``: a tile's
 rows clip at its block's C (zero-filled loads, dropped stores), so a tile never reads a
 block another rank is writing meanwhile nor writes into the next block.
