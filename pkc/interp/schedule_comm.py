@@ -214,12 +214,11 @@ def _ptr(R, a: Actor, op: c.BufferPtrOp, env) -> bool:
 def _vec_words(R, a: Actor, op, ptr: Ptr, index, offset, act: torch.Tensor):
     """(buffer, words [lanes, 4]) of the vectors ``index (+ offset)`` at ``ptr`` of the
     active lanes."""
-    n = a.lanes
-    v = lanes(index, n)
-    if offset is not None:
-        v = v + lanes(offset, n)
+    v = index if offset is None else index + offset
+    off = ptr.off + 16 * v              # scalars and per-lane tensors broadcast
+    off = off[act] if isinstance(off, torch.Tensor) else torch.full(
+        (int(act.sum()),), int(off), dtype=torch.int64)
     g = R.gbuf(ptr.buf, ptr.rank)
-    off = (lanes(ptr.off, n) + 16 * v)[act]
     return g, g.word_index(a, op, off, 16)
 
 
@@ -227,19 +226,37 @@ def _poison(n: int) -> torch.Tensor:
     return torch.full((n, 4), POISON_WORD, dtype=torch.int32)
 
 
+_VEC_FIELDS: dict = {}
+
+
+def _vec_fields(op) -> tuple:
+    """(ptr, index, bound, offset, pred, other or value, result, nc) of a vector load /
+    store, read from the op once (xDSL's operand properties are slow to read per run)."""
+    f = _VEC_FIELDS.get(op)
+    if f is None:
+        load = isinstance(op, c.VecLoadOp)
+        f = _VEC_FIELDS[op] = (op.ptr, op.index, op.bound, op.offset, op.pred,
+                               op.other if load else op.value, op.result if load else None,
+                               load and op.cache.data == c.CacheHint.NC.value)
+        if len(_VEC_FIELDS) > 100_000:      # ops of modules no longer run
+            _VEC_FIELDS.clear()
+    return f
+
+
 @simple(c.VecLoadOp)
 def _vec_load(R, a: Actor, op: c.VecLoadOp, env) -> bool:
-    idx = env[op.index]
-    bound = (lanes(idx, a.lanes) < env[op.bound]) if op.bound is not None else None
-    act = active(a, bound, env[op.pred] if op.pred is not None else None)
-    out = env[op.other].clone() if op.other is not None else _poison(a.lanes)
+    ptr, index, bound, offset, pred, other, result, nc = _vec_fields(op)
+    idx = env[index]
+    below = (lanes(idx, a.lanes) < env[bound]) if bound is not None else None
+    act = active(a, below, env[pred] if pred is not None else None)
+    out = env[other].clone() if other is not None else _poison(a.lanes)
     if bool(act.any()):
-        g, w = _vec_words(R, a, op, env[op.ptr], idx,
-                          env[op.offset] if op.offset is not None else None, act)
-        if op.cache.data == c.CacheHint.NC.value:
+        g, w = _vec_words(R, a, op, env[ptr], idx, env[offset] if offset is not None else None,
+                          act)
+        if nc:
             _check_read_only(R, a, op, g, w)
         out[act] = g.read(a, a.at(op), w)
-    env[op.result] = out
+    env[result] = out
     return False
 
 
@@ -258,14 +275,14 @@ def _check_read_only(R, a: Actor, op, g, w: torch.Tensor) -> None:
 
 @simple(c.VecStoreOp)
 def _vec_store(R, a: Actor, op: c.VecStoreOp, env) -> bool:
-    idx = env[op.index]
-    bound = (lanes(idx, a.lanes) < env[op.bound]) if op.bound is not None else None
-    act = active(a, bound, env[op.pred] if op.pred is not None else None)
+    ptr, index, bound, offset, pred, value, _, _ = _vec_fields(op)
+    idx = env[index]
+    below = (lanes(idx, a.lanes) < env[bound]) if bound is not None else None
+    act = active(a, below, env[pred] if pred is not None else None)
     if not bool(act.any()):
         return False
-    g, w = _vec_words(R, a, op, env[op.ptr], idx,
-                      env[op.offset] if op.offset is not None else None, act)
-    g.write(a, a.at(op), w, env[op.value][act], R.memory.actor_key(a), a.epoch)
+    g, w = _vec_words(R, a, op, env[ptr], idx, env[offset] if offset is not None else None, act)
+    g.write(a, a.at(op), w, env[value][act], R.memory.actor_key(a), a.epoch)
     R.version += 1
     return True
 
