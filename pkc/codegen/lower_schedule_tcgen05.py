@@ -24,8 +24,11 @@ Registered as the ``sm_100a`` entry of
 * Waits and arrivals in a role that touches tensor memory get the tcgen05 fences that order
   its MMAs / loads against the thread synchronization (after a wait, before an arrival).
 
+* ``pks.acc_store_smem``: the two warps whose lanes hold the 64-row slice load their rows
+  and write them into the swizzled box (then a fence; the TMA store follows as on sm_90a).
+
 Not lowered here (a clear error): the per-warpgroup (wgmma-form) accumulator, ``pks.mma_wait``
-(tcgen05 completes through mbarriers), ``pks.acc_store_smem`` (the TMA epilogue), clusters.
+(tcgen05 completes through mbarriers), clusters.
 """
 
 from __future__ import annotations
@@ -125,8 +128,8 @@ def _uses_tmem(L: "Lowering") -> bool:
         return False
     key = ("uses_tmem", id(role))
     if key not in L.geo:
-        L.geo[key] = any(isinstance(o, (s.MmaAsyncOp, s.AccStoreGlobalOp, s.MmaCommitArriveOp))
-                         for o in role.walk())
+        L.geo[key] = any(isinstance(o, (s.MmaAsyncOp, s.AccStoreGlobalOp, s.AccStoreSmemOp,
+                                        s.MmaCommitArriveOp)) for o in role.walk())
     return L.geo[key]
 
 
@@ -211,10 +214,44 @@ def _no_wait(L: "Lowering", op) -> None:
                        "pks.mma_commit_arrive and a pks.mbarrier_wait")
 
 
-def _no_smem_epilogue(L: "Lowering", op) -> None:
-    raise CodegenError(f"{op.name}: the shared-memory (TMA) epilogue from tensor memory is not "
-                       "lowered to sm_100a yet; the tensor-memory GEMM stores with "
-                       "pks.acc_store_global")
+_SWIZZLE_MASK = {128: 7, 64: 3, 32: 1}    # 16-byte chunks that the swizzle permutes - 1
+
+
+def _acc_store_smem(L: "Lowering", op: s.AccStoreSmemOp) -> None:
+    """Rows 64 * slice .. + 63 of the accumulator (lanes of warps 2 slice and 2 slice + 1
+    of the warpgroup; the other two skip), columns col .. col + width: each thread loads
+    its row (``tcgen05.ld.32x32b``), rounds pairs and writes the row into the swizzled
+    64 x width box (16-byte chunk j of row r at chunk ``j ^ ((r * row bytes >> 7) & mask)``)."""
+    b = L.b
+    acc = op.acc.type
+    w, sl, c0 = op.width.data, op.slice.data, op.col.data
+    if acc.rows.data != 128 or L.role is None or L.role.warpgroups.data != 1:
+        raise CodegenError(f"{op.name}: one warpgroup reads a 128-lane accumulator")
+    t = L.lane_in_wg()
+    warp = b.bin("shr", "u32", t, 5)
+    mine = b.setp("eq", "u32", b.bin("shr", "u32", warp, 1), sl)
+    with b.if_(mine):
+        taddr = b.add32(_tmem(L, op.acc), b.bin("shl", "b32", warp, 21))
+        r = b.bin("sub", "u32", t, 64 * sl)                 # row in the box
+        rowb = 2 * w
+        ro = b.mul32(r, rowb)
+        xo = b.bin("shl", "b32", b.bin("and", "b32", b.bin("shr", "u32", ro, 7),
+                                       _SWIZZLE_MASK[rowb]), 4)
+        row_addr = b.add32(L.slot_addr(op.dst, op.slot), ro)
+        c = 0
+        while c < w:
+            num = min(LD_COLUMNS, w - c)
+            vals = list(b.add(t5.Tcgen05LdOp(b.add32(taddr, c0 + c) if c0 + c else taddr,
+                                             num)).res)
+            b.add(t5.Tcgen05WaitOp("ld"))
+            for i in range(num // 2):
+                v = b.r(ptx_sm90.CvtPackOp(op.dtype.data, vals[2 * i], vals[2 * i + 1]))
+                byte = 2 * (c + 2 * i)                      # byte of the pair in the row
+                chunk, within = byte // 16, byte % 16
+                x = b.bin("xor", "b32", xo, 16 * chunk) if chunk else xo
+                b.st("shared", "b32", b.add32(row_addr, b.add32(x, within) if within else x), v)
+            c += num
+        b.add(t5.Tcgen05FenceOp("before"))
 
 
 def _acc_store_global(L: "Lowering", op: s.AccStoreGlobalOp) -> None:
@@ -269,7 +306,7 @@ def _mbarrier_arrive(L: "Lowering", op: s.MbarrierArriveOp) -> None:
 _OPS = {
     s.AccAllocOp: _acc_alloc, s.AccSelectOp: _acc_select, s.MmaAsyncOp: _mma,
     s.MmaCommitArriveOp: _commit_arrive, s.MmaCommitOp: _no_wait, s.MmaWaitOp: _no_wait,
-    s.AccStoreSmemOp: _no_smem_epilogue, s.AccStoreGlobalOp: _acc_store_global,
+    s.AccStoreSmemOp: _acc_store_smem, s.AccStoreGlobalOp: _acc_store_global,
     s.MbarrierWaitOp: _mbarrier_wait, s.MbarrierArriveOp: _mbarrier_arrive,
 }
 

@@ -55,12 +55,12 @@ class Tmem:
                                                               dtype=np.uint32))
     allocs: dict = field(default_factory=dict)          # first column -> (ncols, thread, ins)
     relinquished: bool = False
-    # per column: the thread whose MMA last wrote it (-1: none since it was read after a
-    # wait, or allocated), and the commits that covered that MMA since: (mbarrier key, the
-    # phase the commit's arrival belongs to). A commit covers every earlier MMA of its
-    # thread (they complete in order), so each later commit adds a token.
+    # per column: the thread whose MMA last wrote it (-1: none since allocated), and the
+    # commits that covered that MMA since: {mbarrier key: the phase the first such commit's
+    # arrival belongs to}. A commit covers every earlier MMA of its thread (they complete
+    # in order), so each later commit on another mbarrier adds one.
     owner: np.ndarray = field(default_factory=lambda: np.full(COLUMNS, -1, dtype=np.int64))
-    tokens: list = field(default_factory=lambda: [[] for _ in range(COLUMNS)])
+    tokens: list = field(default_factory=lambda: [{} for _ in range(COLUMNS)])
     written: np.ndarray = field(default_factory=lambda: np.zeros(COLUMNS, dtype=bool))
 
 
@@ -284,7 +284,7 @@ def _mma(m, ins, g):
         tm.written[col:col + N] = True
         tm.owner[col:col + N] = t
         for c in range(col, col + N):
-            tm.tokens[c] = []
+            tm.tokens[c] = {}
 
 
 @handles(t5.Tcgen05CommitOp)
@@ -304,9 +304,7 @@ def _commit(m, ins, g):
                                   "mbarrier")
         tm = _tmem(m, int(m.cta_of[t]))
         for c in np.flatnonzero(tm.owner == t).tolist():
-            tk = tm.tokens[c]
-            tk.append((key, mb.phase))
-            del tk[:-4]                 # the latest commits are the ones anyone waits on
+            tm.tokens[c].setdefault(key, mb.phase)     # the earliest phase on each mbarrier
     arrive(m, ins, act, keys)
 
 
@@ -372,7 +370,8 @@ def _ld(m, ins, g):
             _fail(m, g, ins, i, "tcgen05.ld reads tensor memory no MMA wrote since it was "
                                 "allocated (read before the MMA's mbarrier was waited on?)")
         seen = _seen(m)
-        groups = {tuple(tm.tokens[c]) for c in range(col, col + num) if tm.owner[c] >= 0}
+        groups = {tuple(sorted(tm.tokens[c].items())) for c in range(col, col + num)
+                  if tm.owner[c] >= 0}
         for tokens in groups:
             if not tokens:
                 _fail(m, g, ins, i, "tcgen05.ld reads tensor memory that an MMA writes and no "

@@ -14,9 +14,12 @@ GEMMs are (one CTA per SM, three warpgroups):
   issue the MMA and ``pks.mma_commit_arrive`` on ``empty[s]`` (the stage is released when
   the MMAs reading it completed, with no wait in the issuing thread); after the tile,
   commit-arrive on ``acc_full[a]``;
-* epilogue (warpgroup 2): per tile, wait on ``acc_full[a]``, store the accumulator
-  (``pks.acc_store_global``: rounded to the output type, clipped at M and N), then the
-  warpgroup meets and one thread arrives on ``acc_empty[a]``.
+* epilogue (warpgroup 2): per tile, wait on ``acc_full[a]``, store the accumulator, then
+  the warpgroup meets and one thread arrives on ``acc_empty[a]``. ``tma`` (default): 64 x
+  w pieces rounded into two swizzled shared-memory buffers, each TMA-stored while the next
+  is written (the wgmma GEMM's epilogue ops; the accumulator is handed back once its last
+  piece is in shared memory, before the stores complete); ``global``: rounded and stored
+  from registers (``pks.acc_store_global``, clipped at M and N).
 
 With two accumulators the epilogue of tile t runs while the MMAs of tile t + 1 fill the
 other one. The accumulators are ``pks.acc_alloc`` at the top of the schedule (one of the
@@ -29,7 +32,8 @@ from xdsl.dialects import arith, scf
 from xdsl.ir import Block, SSAValue
 
 from pkc.dialects import schedule as s
-from pkc.passes.gemm_schedule import GemmParts, _for, _Ops, _producer
+from pkc.passes.gemm_schedule import (_SWIZZLE_FOR_ROW_BYTES, GemmParts, _for, _Ops, _producer,
+                                      _tma_epilogue)
 from pkc.target.gemm_tuning import BK
 from pkc.target.gemm_tuning_sm100 import TmemGemmConfig
 
@@ -63,11 +67,17 @@ def build_gemm_tmem(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, 
     top = _Ops(body)
     tA = top.add(s.TmapOp(A, ta_t)).result
     tB = top.add(s.TmapOp(B, tb_t)).result
+    tC = None
+    if cfg.epilogue == "tma":
+        w = cfg.epi_width
+        tC = top.add(s.TmapOp(C, s.TmapType(cfg.dtype, [w, 64], _SWIZZLE_FOR_ROW_BYTES[2 * w]))).result
     sched = top.add(s.ScheduleOp(cfg.threads, 1, cfg.timeout_ns))
     o = _Ops(sched.block)
     S, nb = cfg.stages, cfg.acc_bufs
     a_st = o.add(s.SmemAllocOp(S, cfg.a_stage_bytes)).result
     b_st = o.add(s.SmemAllocOp(S, cfg.b_stage_bytes)).result
+    epi = (o.add(s.SmemAllocOp(cfg.epi_bufs, 64 * cfg.epi_width * 2)).result
+           if cfg.epilogue == "tma" else None)
     full = o.add(s.MbarrierAllocOp(S, 1)).result
     empty = o.add(s.MbarrierAllocOp(S, 1)).result         # one arrival: the MMA commit
     acc_full = o.add(s.MbarrierAllocOp(nb, 1)).result
@@ -77,7 +87,7 @@ def build_gemm_tmem(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, 
     parts = GemmParts()
     _producer(o, _ProducerView(cfg), dims, tA, tB, a_st, b_st, full, empty, parts)
     _mma(o, cfg, dims, a_st, b_st, full, empty, acc_full, acc_empty, accs, parts)
-    _epilogue(o, cfg, dims, C, acc_full, acc_empty, accs, parts)
+    _epilogue(o, cfg, dims, C, tC, epi, acc_full, acc_empty, accs, parts)
     return sched
 
 
@@ -108,22 +118,40 @@ def _mma(o: _Ops, cfg: TmemGemmConfig, dims, a_st, b_st, full, empty, acc_full, 
     r.add(s.YieldOp())
 
 
-def _epilogue(o: _Ops, cfg: TmemGemmConfig, dims, C, acc_full, acc_empty, accs,
+class _EpiView(_ProducerView):
+    """The fields the wgmma GEMM's TMA epilogue reads: the whole 128-row accumulator in
+    two 64-row slices, by one warpgroup."""
+
+    m_slices = 2
+
+
+def _epilogue(o: _Ops, cfg: TmemGemmConfig, dims, C, tC, epi, acc_full, acc_empty, accs,
               parts: GemmParts) -> None:
     role = o.add(s.RoleOp(s.RoleKind.EPILOGUE, 2, 1, 0))
     r = _Ops(role.block)
     M, N = r.c(dims[0]), r.c(dims[1])
     zero = r.c(0)
-    loop, (m0, n0), (ab, aph) = parts.tile_loop(r, M, N, [zero, zero], _ProducerView(cfg))
+    tma = cfg.epilogue == "tma"
+    inits = [zero, zero, zero] if tma else [zero, zero]
+    loop, (m0, n0), carried = parts.tile_loop(r, M, N, inits, _ProducerView(cfg))
+    ab, aph = carried[0], carried[1]
     t = _Ops(loop.block)
     t.add(s.MbarrierWaitOp(acc_full, ab, aph))
     acc = t.add(s.AccSelectOp(ab, accs)).result
-    t.add(s.AccStoreGlobalOp(acc, C, m0, n0, M, N, cfg.dtype))
-    # every thread's reads of the accumulator are done before it is handed back
-    t.add(s.WarpgroupBarrierOp())
+    out = []
+    if tma:
+        ebuf = _tma_epilogue(t, _EpiView(cfg), acc, epi, zero, m0, n0, carried[2],
+                             lambda slot, col, row: t.add(s.TmaStoreOp(epi, slot, tC, [col, row])))
+        out = [ebuf]
+    else:
+        t.add(s.AccStoreGlobalOp(acc, C, m0, n0, M, N, cfg.dtype))
+        # every thread's reads of the accumulator are done before it is handed back
+        t.add(s.WarpgroupBarrierOp())
     t.add(s.MbarrierArriveOp(acc_empty, ab))
     nab, naph = t.advance(ab, aph, cfg.acc_bufs)
-    t.add(s.YieldOp([nab, naph]))
+    t.add(s.YieldOp([nab, naph, *out]))
+    if tma:
+        r.add(s.BulkWaitOp(0))
     r.add(s.YieldOp())
 
 

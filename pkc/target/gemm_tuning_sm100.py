@@ -32,6 +32,8 @@ class TmemGemmConfig:
     b_layout: str = "nk"
     group_m: int = 8
     acc_bufs: int = 2
+    epilogue: str = "tma"          # "tma": 64 x w pieces through shared memory; "global"
+    epi_bufs: int = 2              # staging buffers of the TMA epilogue
     producer_regs: int = 40
     timeout_ns: int = 20_000_000_000
     bm: int = 128
@@ -51,6 +53,18 @@ class TmemGemmConfig:
         return self.a_stage_bytes + self.b_stage_bytes
 
     @property
+    def epi_width(self) -> int:
+        """Columns per TMA-store box: one swizzle span (64, 32 or 16 of 16-bit data)."""
+        for w in (64, 32, 16):
+            if self.bn % w == 0:
+                return w
+        return 0
+
+    @property
+    def epi_bytes(self) -> int:
+        return self.epi_bufs * 64 * self.epi_width * 2 if self.epilogue == "tma" else 0
+
+    @property
     def tmem_columns(self) -> int:
         return self.acc_bufs * self.bn
 
@@ -58,7 +72,8 @@ class TmemGemmConfig:
         return replace(self, **kw)
 
     def tag(self) -> str:
-        return f"{self.bm}x{self.bn}_s{self.stages}_tmem{self.acc_bufs}"
+        epi = "" if self.epilogue == "tma" else "_global"
+        return f"{self.bm}x{self.bn}_s{self.stages}_tmem{self.acc_bufs}{epi}"
 
     def validate(self) -> None:
         step = 64 if self.b_layout == "kn" else 16
@@ -68,16 +83,20 @@ class TmemGemmConfig:
         if self.tmem_columns > TMEM_COLUMNS:
             raise ValueError(f"tmem GEMM {self.tag()}: {self.tmem_columns} tensor-memory columns "
                              f"(at most {TMEM_COLUMNS})")
-        need = self.stages * self.stage_bytes + 1024 + 8 * (2 * self.stages + 2 * self.acc_bufs)
+        if self.epilogue not in ("tma", "global"):
+            raise ValueError(f"tmem GEMM {self.tag()}: epilogue {self.epilogue!r} (tma | global)")
+        need = (self.stages * self.stage_bytes + self.epi_bytes + 1024 + 16
+                + 8 * (2 * self.stages + 2 * self.acc_bufs))
         if need > SMEM_LIMIT:
             raise ValueError(f"tmem GEMM {self.tag()}: {need} bytes of shared memory "
                              f"(limit {SMEM_LIMIT})")
 
 
-def stages_for(bn: int) -> int:
-    """As many stages as fit (barriers and alignment slack aside)."""
+def stages_for(bn: int, epi_bytes: int = 0) -> int:
+    """As many stages as fit beside the epilogue's buffers (barriers and alignment slack
+    aside)."""
     per = (128 + bn) * ROW_BYTES
-    return max(2, min(MAX_STAGES, (SMEM_LIMIT - 2048) // per))
+    return max(2, min(MAX_STAGES, (SMEM_LIMIT - 2048 - epi_bytes) // per))
 
 
 def choose_tmem_config(M: int, N: int, K: int, dtype: str, b_layout: str,
@@ -96,7 +115,8 @@ def choose_tmem_config(M: int, N: int, K: int, dtype: str, b_layout: str,
         if best is None or key < best[0]:
             best = (key, bn)
     bn = best[1]
-    cfg = TmemGemmConfig(bn=bn, stages=stages_for(bn), dtype=dtype, b_layout=b_layout)
+    cfg = TmemGemmConfig(bn=bn, dtype=dtype, b_layout=b_layout)
+    cfg = cfg.with_(stages=stages_for(bn, cfg.epi_bytes))
     cfg.validate()
     return cfg
 

@@ -65,10 +65,18 @@ CASES = {   # M, N, K, layout, dtype, cfg (None: the pass's choice), CTAs
     # 2 CTAs x 6 tiles: both accumulators reused, the 4-stage ring wraps (K = 5 blocks)
     "nk_bf16_bn64_many_tiles": (384, 256, 320, "nk", "bf16",
                                 TmemGemmConfig(bn=64, stages=4, b_layout="nk"), 2),
-    "kn_f16_bn128": (136, 192, 136, "kn", "f16",
-                     TmemGemmConfig(bn=128, stages=3, dtype="f16", b_layout="kn"), 1),
-    # 80 columns: tcgen05.ld .x32, .x32, .x16 and an N = 80 instruction descriptor
+    # the tile the pass picks, with B given [K, N]; the MMA thread's commits of the next
+    # tile must not hide the accumulator's commit from the epilogue (a regression)
+    "kn_bf16_chosen_2ctas": (300, 256, 200, "kn", "bf16", None, 2),
+    # the epilogue from registers (pks.acc_store_global)
+    "kn_f16_bn128_global": (136, 192, 136, "kn", "f16",
+                            TmemGemmConfig(bn=128, stages=3, dtype="f16", b_layout="kn",
+                                           epilogue="global"), 1),
+    # 80 columns: 16-column TMA pieces (tcgen05.ld .x16), an N = 80 instruction descriptor
     "nk_bf16_bn80": (128, 80, 64, "nk", "bf16", TmemGemmConfig(bn=80, stages=2), 1),
+    # 80 columns from registers: tcgen05.ld .x32, .x32, .x16
+    "nk_bf16_bn80_global": (128, 80, 64, "nk", "bf16",
+                            TmemGemmConfig(bn=80, stages=2, epilogue="global"), 1),
 }
 
 

@@ -35,19 +35,22 @@ def module_text(M: int, N: int, K: int, layout: str, dt: str = "bf16") -> str:
             f"  func.return %y : tensor<{M}x{N}x{dt}>\n}}\n")
 
 
-def scheduled(M, N, K, layout="nk", dt="bf16", target="b200", bn=None, monkeypatch=None):
+def scheduled(M, N, K, layout="nk", dt="bf16", target="b200", bn=None, epilogue="tma",
+              monkeypatch=None):
     m = parse_module(module_text(M, N, K, layout, dt), "t.mlir")
     if bn is not None:
         monkeypatch.setattr(sm, "choose_tmem_config",
                             lambda *a: TmemGemmConfig(bn=bn, stages=4 if bn == 256 else 6,
-                                                      dtype=dt, b_layout=layout))
+                                                      dtype=dt, b_layout=layout,
+                                                      epilogue=epilogue))
     ScheduleMatmul(target=target).apply(make_context(), m)
     verify_module(m)
     return m
 
 
-def compiled(M, N, K, layout="nk", dt="bf16", bn=None, monkeypatch=None):
-    (kop,) = kernels_of(scheduled(M, N, K, layout, dt, bn=bn, monkeypatch=monkeypatch))
+def compiled(M, N, K, layout="nk", dt="bf16", bn=None, epilogue="tma", monkeypatch=None):
+    (kop,) = kernels_of(scheduled(M, N, K, layout, dt, bn=bn, epilogue=epilogue,
+                                  monkeypatch=monkeypatch))
     return compile_kernel(kop, "sm_100a")
 
 
@@ -113,10 +116,10 @@ def test_each_target_refuses_the_others_accumulator_form():
             make_context(), parse_module(module_text(256, 384, 128, "nk"), "t.mlir"))
 
 
-CASES = {   # name: (M, N, K, layout, dtype, forced bn)
-    "nk_bf16_chosen": (256, 384, 128, "nk", "bf16", None),
-    "nk_bf16_bn256": (1000, 512, 200, "nk", "bf16", 256),
-    "kn_f16_bn128": (200, 320, 136, "kn", "f16", 128),
+CASES = {   # name: (M, N, K, layout, dtype, forced bn, epilogue)
+    "nk_bf16_chosen": (256, 384, 128, "nk", "bf16", None, "tma"),
+    "nk_bf16_bn256": (1000, 512, 200, "nk", "bf16", 256, "tma"),
+    "kn_f16_bn128_global": (200, 320, 136, "kn", "f16", 128, "global"),
 }
 
 
@@ -125,8 +128,8 @@ CASES = {   # name: (M, N, K, layout, dtype, forced bn)
 def test_sm100_gemm_assembles_without_spills_and_keeps_tcgen05_in_sass(case, monkeypatch):
     from pkc.codegen.hopper.tools import find_tool, sass
 
-    M, N, K, layout, dt, bn = CASES[case]
-    ck = compiled(M, N, K, layout, dt, bn=bn, monkeypatch=monkeypatch)
+    M, N, K, layout, dt, bn, epi = CASES[case]
+    ck = compiled(M, N, K, layout, dt, bn=bn, epilogue=epi, monkeypatch=monkeypatch)
     cubin, reports, _ = assemble(ck.ptx, "sm_100a")
     (rep,) = reports.values()
     assert rep.spill_stores == 0 and rep.spill_loads == 0 and rep.stack_bytes == 0, rep.line()
@@ -140,6 +143,8 @@ def test_sm100_gemm_assembles_without_spills_and_keeps_tcgen05_in_sass(case, mon
     assert names.count("LDTM") >= 1                            # epilogue reads tensor memory
     assert "UTCBAR" in names                                   # tcgen05.commit -> mbarrier
     assert "LDL" not in names and "STL" not in names           # no local memory
+    if epi == "tma":
+        assert "UTMASTG" in names                              # the TMA-store epilogue
     assert not any(n.startswith("HGMMA") for n in names)
 
 

@@ -23,9 +23,12 @@ func.func @mm(%x: tensor<200x72xbf16>, %w: tensor<136x72xbf16>) -> tensor<200x13
 // CHECK-NEXT:      "pks.mma_commit_arrive"
 // CHECK:         "pks.mma_commit_arrive"
 // CHECK:       kind = "mma", first = #builtin.int<1>, warpgroups = #builtin.int<1>, regs = #builtin.int<0>, single_thread
-// CHECK:         "pks.acc_store_global"
+// CHECK:         "pks.acc_store_smem"
+// CHECK-NEXT:    "pks.fence_async_shared"
 // CHECK-NEXT:    "pks.warpgroup_barrier"
-// CHECK-NEXT:    "pks.mbarrier_arrive"
+// CHECK:         "pks.tma_store"
+// CHECK:         "pks.mbarrier_arrive"
+// CHECK:       "pks.bulk_wait"() {pending = #builtin.int<0>}
 // CHECK:       kind = "epilogue", first = #builtin.int<2>
 
 // PTX:       // pk.kernel @matmul (sm_100a)
@@ -38,9 +41,10 @@ func.func @mm(%x: tensor<200x72xbf16>, %w: tensor<136x72xbf16>) -> tensor<200x13
 // PTX-COUNT-3: tcgen05.mma.cta_group::1.kind::f16
 // PTX:       tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64
 // PTX:       tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64
-// PTX:       tcgen05.ld.sync.aligned.32x32b.x32.b32
+// PTX:       tcgen05.ld.sync.aligned.32x32b.x{{16|32}}.b32
 // PTX-NEXT:  tcgen05.wait::ld.sync.aligned;
-// PTX:       st.global.v4.b32
+// PTX:       st.shared.b32
+// PTX:       cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group
 // PTX:       tcgen05.dealloc.cta_group::1.sync.aligned.b32
 // PTX-NOT:   wgmma
 
