@@ -226,26 +226,22 @@ def _poison(n: int) -> torch.Tensor:
     return torch.full((n, 4), POISON_WORD, dtype=torch.int32)
 
 
-_VEC_FIELDS: dict = {}
-
-
-def _vec_fields(op) -> tuple:
+def _vec_fields(R, op) -> tuple:
     """(ptr, index, bound, offset, pred, other or value, result, nc) of a vector load /
-    store, read from the op once (xDSL's operand properties are slow to read per run)."""
-    f = _VEC_FIELDS.get(op)
+    store, read from the op once per run (xDSL's operand properties are slow to read)."""
+    cache = R.__dict__.setdefault("_vec_fields", {})
+    f = cache.get(op)
     if f is None:
         load = isinstance(op, c.VecLoadOp)
-        f = _VEC_FIELDS[op] = (op.ptr, op.index, op.bound, op.offset, op.pred,
-                               op.other if load else op.value, op.result if load else None,
-                               load and op.cache.data == c.CacheHint.NC.value)
-        if len(_VEC_FIELDS) > 100_000:      # ops of modules no longer run
-            _VEC_FIELDS.clear()
+        f = cache[op] = (op.ptr, op.index, op.bound, op.offset, op.pred,
+                         op.other if load else op.value, op.result if load else None,
+                         load and op.cache.data == c.CacheHint.NC.value)
     return f
 
 
 @simple(c.VecLoadOp)
 def _vec_load(R, a: Actor, op: c.VecLoadOp, env) -> bool:
-    ptr, index, bound, offset, pred, other, result, nc = _vec_fields(op)
+    ptr, index, bound, offset, pred, other, result, nc = _vec_fields(R, op)
     idx = env[index]
     below = (lanes(idx, a.lanes) < env[bound]) if bound is not None else None
     act = active(a, below, env[pred] if pred is not None else None)
@@ -275,7 +271,7 @@ def _check_read_only(R, a: Actor, op, g, w: torch.Tensor) -> None:
 
 @simple(c.VecStoreOp)
 def _vec_store(R, a: Actor, op: c.VecStoreOp, env) -> bool:
-    ptr, index, bound, offset, pred, value, _, _ = _vec_fields(op)
+    ptr, index, bound, offset, pred, value, _, _ = _vec_fields(R, op)
     idx = env[index]
     below = (lanes(idx, a.lanes) < env[bound]) if bound is not None else None
     act = active(a, below, env[pred] if pred is not None else None)
