@@ -226,9 +226,10 @@ def _symmetric_result(v: SSAValue) -> bool:
     kop = v.owner
     if not isinstance(kop, KernelOp):
         return False
-    i = list(kop.results).index(v)
-    buf = kop.block.args[len(kop.inputs) + i].type
-    return isinstance(buf, BufferType) and buf.symmetric
+    i = len(kop.inputs) + list(kop.results).index(v)
+    args = kop.body.blocks[0].args if kop.body.blocks else ()
+    # a malformed producer (its own verifier names it) is not a symmetric source
+    return i < len(args) and isinstance(args[i].type, BufferType) and args[i].type.symmetric
 
 
 def _check_buffer_matches(op, what, tensor: Attribute, buf: Attribute, allow_symmetric: bool):
