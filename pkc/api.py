@@ -67,6 +67,10 @@ class CompiledProgram:
         self.runtime_remarks: list[str] = []    # how the backend runs it (Inductor, kernels)
         self._cached_remarks: list[str] | None = None
         self._kernel_module: ModuleOp | None = None
+        # torch.use_deterministic_algorithms(True) when compiled: the schedule pipeline
+        # builds kernels whose results are bitwise repeatable (schedule-fused's
+        # deterministic option: reduce-scatter adds in a fixed rank order at W > 2)
+        self.deterministic = torch.are_deterministic_algorithms_enabled()
 
     # ------------------------------------------------------------------ IR
 
@@ -86,7 +90,8 @@ class CompiledProgram:
             from pkc.ir import print_module
             from pkc.passes.pipelines import schedule_for_target
 
-            self._kernel_module, ran = schedule_for_target(self.module, self.target)
+            self._kernel_module, ran = schedule_for_target(self.module, self.target,
+                                                           deterministic=self.deterministic)
             if ran:
                 self.stages.append((f"{len(self.stages):02d}-schedule", print_module(self._kernel_module)))
         return self._kernel_module

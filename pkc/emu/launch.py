@@ -51,9 +51,13 @@ def _load_sm90_handlers() -> None:
 def run_entry(entry: ptx.EntryOp, gmem: GlobalMemory, params: list[list[int]], *,
               world: int = 1, ctas: int = 1, threads: int | None = None,
               smem_bytes: int | None = None, cluster: int | None = None, target: str = "sm_90a",
-              check_races: bool = True, max_steps: int = DEFAULT_MAX_STEPS) -> Machine:
+              check_races: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
+              rank_order: list[int] | None = None) -> Machine:
     """Runs ``entry`` with ``params[r]`` (its parameters, in order) for each rank; returns
-    the machine (its memory holds the results)."""
+    the machine (its memory holds the results). ``rank_order``: run the ranks ahead of
+    each other in this order (:attr:`Machine.rank_order`), to vary when their writes land."""
+    if rank_order is not None and sorted(rank_order) != list(range(world)):
+        raise ValueError(f"rank_order {rank_order} is not a permutation of the {world} ranks")
     _load_sm90_handlers()
     if gmem.heap is None:
         gmem.finalize()
@@ -63,6 +67,7 @@ def run_entry(entry: ptx.EntryOp, gmem: GlobalMemory, params: list[list[int]], *
                 smem_bytes=entry.smem_bytes.data if smem_bytes is None else smem_bytes,
                 gmem=gmem, params=params, cluster=cl, max_steps=max_steps, target=target)
     m.check_races = check_races
+    m.rank_order = None if rank_order is None else list(rank_order)
     m.run()
     from pkc.emu.registry import AT_EXIT
     for check in AT_EXIT:
@@ -167,7 +172,8 @@ def _raise_records(meta, gm: GlobalMemory, errors: list[int], timeout_s: float) 
 
 def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = DEFAULT_SMS,
                       check_races: bool = True,
-                      max_steps: int = DEFAULT_MAX_STEPS) -> list[list[torch.Tensor]]:
+                      max_steps: int = DEFAULT_MAX_STEPS,
+                      rank_order: list[int] | None = None) -> list[list[torch.Tensor]]:
     """A scheduled kernel (its ABI: :class:`~pkc.codegen.abi.ScheduledKernelMeta`): one
     tensor map per ``tmaps`` entry (the emulator's record, :mod:`pkc.emu.tensormap`), then a
     pointer per kernel buffer; the persistent grid of ``meta.grid(sms)`` CTAs. Every rank
@@ -234,7 +240,7 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
             params.append(ps)
         run_entry(ck.entry_op, gm, params, world=W, ctas=grid, threads=threads,
                   smem_bytes=meta.smem_bytes, cluster=meta.cluster, target=ck.target,
-                  check_races=check_races, max_steps=max_steps)
+                  check_races=check_races, max_steps=max_steps, rank_order=rank_order)
         _comm_errors(meta, gm, named, W)
         return _outputs(gm, addrs, types, n_in, W, named, extra)
     grid = meta.grid(max(sms, meta.cluster))

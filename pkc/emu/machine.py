@@ -129,6 +129,11 @@ class Machine:
         self.regs: list[np.ndarray | None] = [None] * len(prog.kinds)
         self.steps = 0
         self.max_steps = max_steps
+        # None: every step runs the lowest program counter over all ranks. A permutation
+        # of the ranks: each step runs the lowest program counter of the first rank in it
+        # that can run, so the earlier ranks run ahead until they wait (another legal
+        # schedule: it changes the order in which ranks' writes to a peer arrive).
+        self.rank_order: list[int] | None = None
         self.state: dict = {}      # per-handler state (mbarriers, bulk groups, clocks ...)
         self.names = names or {}
         self.check_races = True
@@ -167,15 +172,31 @@ class Machine:
             self.steps += 1
             if self.steps > self.max_steps:
                 self._step_limit()
-            p = int(self.eff.min())
+            if self.rank_order is not None:
+                p, idx = self._next_by_rank(big)
+            else:
+                p = int(self.eff.min())
+                idx = None
             if p == big:
                 if not self.alive.any():
                     return
                 if not self._poll():
                     self._deadlock()
                 continue
-            idx = (self.eff == p).nonzero()[0]
+            if idx is None:
+                idx = (self.eff == p).nonzero()[0]
             self._apply(code[p], Group(self, idx), idx, p)
+
+    def _next_by_rank(self, big: int) -> tuple[int, np.ndarray | None]:
+        """The lowest program counter of the first rank of :attr:`rank_order` that has a
+        runnable thread, and those threads (threads are numbered rank by rank)."""
+        per_rank = self.eff.reshape(self.world, -1)
+        lowest = per_rank.min(axis=1)
+        for r in self.rank_order:
+            p = int(lowest[r])
+            if p != big:
+                return p, (per_rank[r] == p).nonzero()[0] + r * per_rank.shape[1]
+        return big, None
 
     def _refresh(self, idx) -> None:
         ok = self.alive[idx] & ~self.waiting[idx] & (self.at_bar[idx] < 0)

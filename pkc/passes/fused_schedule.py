@@ -71,6 +71,13 @@ class RsParts(GemmParts):
         m0, _, chunk = coords
         return t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.mc), m0)
 
+    def adds_after(self, o: _Ops, chunk: SSAValue) -> SSAValue:
+        """The rank whose tiles of ``chunk`` must have landed (its slot on the owner's pad)
+        before this rank adds into it: the owner (its stores come first). A variant that
+        fixes the order of the adds waits for another rank
+        (:class:`pkc.passes.fused_rs_ordered.RsOrderedParts`)."""
+        return chunk
+
     # ---- the consumers' epilogue ---------------------------------------------------
     def epilogue_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
         """The warpgroup leader predicate, the count every slot reaches this epoch; the
@@ -106,7 +113,8 @@ class RsParts(GemmParts):
             unknown = t.cmp("eq", t.bin(arith.AndIOp, ready, bit), 0)
             w = self._when(self._when(t, unknown), self.lead)
             pad = w.add(c.BufferPtrOp(self.pad, chunk)).result
-            w.add(c.SignalWaitOp(pad, chunk, self.want, chunk, c.WaitSite.ARRIVAL, "sys", 64))
+            before = self.adds_after(w, chunk)
+            w.add(c.SignalWaitOp(pad, before, self.want, before, c.WaitSite.ARRIVAL, "sys", 64))
             w.add(f.FenceAsyncGlobalOp())
             ready = t.bin(arith.OrIOp, ready, bit)
         tm = t.add(f.TmapSelectOp(chunk, self.maps)).result

@@ -40,12 +40,16 @@ PIPELINES: dict[str, tuple[str, ...]] = {"default": DEFAULT, "schedule": SCHEDUL
 SCHEDULED_ARCHS = ("sm_90a",)
 
 
-def schedule_for_target(module, target: str):
+def schedule_for_target(module, target: str, *, deterministic: bool = False):
     """A copy of ``module`` (kernel-level IR, e.g. after ``default``) with its kernels taken
     to the schedule level for ``target`` (a GPU name: ``h200``): the program the GPU
     runtime loads. ``module`` itself is left as it is (the interpreter's reference).
     Returns ``(scheduled module, the pass names that ran)``; for a target whose architecture
-    has no schedule-level lowering, the copy is unchanged and no pass runs."""
+    has no schedule-level lowering, the copy is unchanged and no pass runs.
+    ``deterministic``: the passes that have the option build kernels with bitwise
+    repeatable results (pkc.compile sets it under torch.use_deterministic_algorithms)."""
+    import dataclasses
+
     from pkc.ir import make_context, verify_module
     from pkc.passes.registry import parse_pipeline
     from pkc.target.targets import get_target
@@ -57,6 +61,8 @@ def schedule_for_target(module, target: str):
     ctx = make_context()
     names = []
     for p in parse_pipeline(f"schedule{{target={target}}}"):
+        if deterministic and hasattr(p, "deterministic"):
+            p = dataclasses.replace(p, deterministic=True)
         p.apply(ctx, copy)
         verify_module(copy)
         names.append(p.name)

@@ -46,6 +46,7 @@ from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes import fused_ar_pair
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
 from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
+from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
 from pkc.passes.fused_schedule import RsParts
 from pkc.passes.gather_many import is_gather_many, split_gather_many
 from pkc.passes.gemm_schedule import build_gemm
@@ -102,6 +103,7 @@ class ScheduleFused(ModulePass):
     name = "schedule-fused"
     target: str = "h200"
     variant: str = ""           # force a GEMM tile variant (pkc.target.gemm_tuning.VARIANTS)
+    deterministic: bool = False  # W > 2 reduce-scatter adds in a fixed rank order (fused_rs_ordered)
 
     def __post_init__(self):
         get_target(self.target)
@@ -124,7 +126,8 @@ class ScheduleFused(ModulePass):
                 else:
                     fused_ar_pair.schedule_pair(kop, self.target, _dtype(kop.inputs[0].type),
                                                 lambda kop, y: _schedule_rs(kop, self.target,
-                                                                            self.variant, y))
+                                                                            self.variant, y,
+                                                                            self.deterministic))
                 continue
             reason = why_not(kop)
             if reason:
@@ -135,10 +138,11 @@ class ScheduleFused(ModulePass):
             elif rs_into_output(kop.world_size):
                 schedule_rs_out(kop, self.target, self.variant, _dtype(kop.inputs[0].type))
             else:
-                _schedule_rs(kop, self.target, self.variant)
+                _schedule_rs(kop, self.target, self.variant, None, self.deterministic)
 
 
-def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None) -> k.KernelOp:
+def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
+                 deterministic: bool = False) -> k.KernelOp:
     """The GEMM + reduce-scatter kernel of ``kop``, replacing it; with ``chunk`` (the
     reduced chunk's tensor type) built for a caller that places it (not replacing)."""
     W = kop.world_size
@@ -170,7 +174,8 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None) -> k.Ke
     ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
     block.add_op(pad)
     block.add_op(ctl)
-    parts = RsParts(W, Mc, N, cfg, pad.result, ctl.result)
+    ordered = deterministic and W > 2      # at W <= 2 the one add has a fixed order
+    parts = (RsOrderedParts if ordered else RsParts)(W, Mc, N, cfg, pad.result, ctl.result)
     build_gemm(block, A, B, C, Mc, N, K, cfg, parts)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
@@ -181,7 +186,7 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None) -> k.Ke
     set_plan(new, schedule="fused", fused_kind="rs", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout, chunk_rows=Mc,
              tiles_per_chunk=parts.tiles_per_chunk, scheduled_overlap="intra", comm_ctas=0,
-             fresh_output=False)
+             fresh_output=False, add_order=add_order(W, ordered))
     why_intra = ("tiles move by TMA from the consumers' epilogue while the SM computes the "
                  "next tile (intra-SM, no communicate CTAs)")
     if planned == "inter" and comm_sms:
@@ -189,7 +194,9 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None) -> k.Ke
                       "followed: the TMA engine, not SMs, moves the tiles, as in the hand kernel")
     add_remark(new, f"scheduled GEMM + reduce-scatter W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, "
                f"{W} chunks of {parts.tiles_per_chunk} tiles, own chunk first; {why_intra}; "
-               "result in the symmetric output (persistent)")
+               "result in the symmetric output (persistent)"
+               + ("; adds in a fixed rank order (deterministic: each chunk's adds wait for "
+                  "the previous rank's)" if ordered else ""))
     new.location = kop.location
     if chunk is None:
         Rewriter.replace_op(kop, new)
