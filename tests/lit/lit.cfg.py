@@ -42,8 +42,12 @@ def word(name):
     return r"(?<![\w./%-])" + name.replace("-", r"\-") + r"(?![\w.-])"
 
 
-config.substitutions.append(("%python", python))
-config.substitutions.append((word("pkc-opt"), f"{python} -m pkc.tools.pkc_opt"))
+# Each Python command names its PYTHONPATH itself (lit's `env`): lit 23's external
+# builtins (`diff`) overwrite PYTHONPATH in the test's shared environment, so a command
+# after a `diff` on the same test would no longer find pkc ("No module named 'pkc'").
+python_env = f'env "PYTHONPATH={config.environment["PYTHONPATH"]}" {python}'
+config.substitutions.append(("%python", python_env))
+config.substitutions.append((word("pkc-opt"), f"{python_env} -m pkc.tools.pkc_opt"))
 config.substitutions.append((word("FileCheck"), "filecheck"))
 
 if shutil.which("filecheck") is None:
