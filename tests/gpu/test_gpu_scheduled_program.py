@@ -77,11 +77,12 @@ def _run(ir, W, all_scheduled=True, calls=3):
     from pkc.runtime.execute import run_kernel_module
 
     original, module = _prepare(ir)
+    fn = next(op.sym_name.data for op in original.walk() if op.name == "func.func")
     first = None
     for seed in range(calls):
-        inputs = random_inputs(original, W, seed)
-        got = run_kernel_module(module, inputs, W, timeout_s=TIMEOUT_S)
-        want = interpret(original, inputs, W)
+        inputs = random_inputs(original, W, seed, func=fn)
+        got = run_kernel_module(module, inputs, W, timeout_s=TIMEOUT_S, func_name=fn)
+        want = interpret(original, inputs, W, func=fn)
         check_outputs(f"call {seed}", got, want, gemm_atol(want, W), 2e-2)
         if first is None:
             first = (got, [[t.clone() for t in g] for g in got])
