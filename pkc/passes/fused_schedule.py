@@ -84,6 +84,11 @@ class RsParts(GemmParts):
         carried (chunk pending, tiles pending, owners known ready: the own bit set)."""
         tid = r.add(c.GridValueOp(c.GridValue.TID)).result
         self.lead = r.cmp("eq", r.bin(arith.AndIOp, tid, 127), 0)
+        # the output maps' descriptors fetched while the main loop runs, not at the first
+        # store of the tile (on the critical path when a CTA has one tile)
+        w = self._when(r, self.lead)
+        for m in self.maps:
+            w.add(s.TmaPrefetchOp(m))
         self.want = r.bin(arith.MuliOp, self.epoch, self.tiles_per_chunk * cfg.consumers)
         own_bit = r.bin(arith.ShLIOp, r.c(1), self.rank)
         return [self.rank, r.c(0), own_bit]
