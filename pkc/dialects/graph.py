@@ -45,6 +45,8 @@ from pkc.dialects.common import (
     verify_scalar,
     verify_world,
 )
+from pkc.dialects.rank_groups import ATTR as GROUPS_ATTR
+from pkc.dialects.rank_groups import groups_attr, verify_groups
 from pkc.dialects.types import SUPPORTED_ELEMENT_TYPES, is_float, is_supported_element, shape_str
 
 Value = SSAValue | Operation
@@ -389,6 +391,9 @@ class _CollectiveOp(_OneTensorOp):
     # Pure (from the base) at graph level too: a collective is a function of the W ranks'
     # values (every rank runs the same program), so an unused one can go.
     world = attr_def(IntegerAttr)
+    # Sub-groups (a device-mesh dimension): the collective runs inside each listed group,
+    # ``world`` being one group's size; absent: over all ranks (pkc/dialects/rank_groups.py).
+    group_ranks = opt_attr_def(ArrayAttr)
 
     @property
     def world_size(self) -> int:
@@ -397,6 +402,7 @@ class _CollectiveOp(_OneTensorOp):
     def _check_world(self) -> int:
         w = self.world_size
         verify_world(self.name, w)
+        verify_groups(self, w)
         return w
 
     def _check_reduce(self, reduce: StringAttr) -> None:
@@ -421,8 +427,12 @@ class _CollectiveOp(_OneTensorOp):
             )
 
 
-def _world_attrs(world: int, **extra: Attribute) -> dict[str, Attribute]:
-    return {"world": IntegerAttr(world, i64), **extra}
+def _world_attrs(world: int, groups: Sequence[Sequence[int]] | None = None,
+                 **extra: Attribute) -> dict[str, Attribute]:
+    attrs = {"world": IntegerAttr(world, i64), **extra}
+    if groups is not None:
+        attrs[GROUPS_ATTR] = groups_attr(groups)
+    return attrs
 
 
 @irdl_op_definition
@@ -432,9 +442,10 @@ class AllReduceOp(_CollectiveOp):
     name = "pk.all_reduce"
     reduce = attr_def(StringAttr)
 
-    def __init__(self, input: Value, world: int, reduce: str = "sum"):
+    def __init__(self, input: Value, world: int, reduce: str = "sum",
+                 groups: Sequence[Sequence[int]] | None = None):
         super().__init__(operands=[input], result_types=[_type_of(input)],
-                         attributes=_world_attrs(world, reduce=StringAttr(reduce)))
+                         attributes=_world_attrs(world, groups, reduce=StringAttr(reduce)))
 
     def verify_(self) -> None:
         self._check_world()
@@ -449,11 +460,12 @@ class AllGatherOp(_CollectiveOp):
     name = "pk.all_gather"
     dim = attr_def(IntegerAttr)
 
-    def __init__(self, input: Value, dim: int, world: int):
+    def __init__(self, input: Value, dim: int, world: int,
+                 groups: Sequence[Sequence[int]] | None = None):
         s = list(_type_of(input).get_shape())
         s[dim] *= world
         super().__init__(operands=[input], result_types=[_with_shape(_type_of(input), s)],
-                         attributes=_world_attrs(world, dim=IntegerAttr(dim, i64)))
+                         attributes=_world_attrs(world, groups, dim=IntegerAttr(dim, i64)))
 
     def verify_(self) -> None:
         w = self._check_world()
@@ -471,11 +483,12 @@ class ReduceScatterOp(_CollectiveOp):
     dim = attr_def(IntegerAttr)
     reduce = attr_def(StringAttr)
 
-    def __init__(self, input: Value, dim: int, world: int, reduce: str = "sum"):
+    def __init__(self, input: Value, dim: int, world: int, reduce: str = "sum",
+                 groups: Sequence[Sequence[int]] | None = None):
         s = list(_type_of(input).get_shape())
         s[dim] //= world
         super().__init__(operands=[input], result_types=[_with_shape(_type_of(input), s)],
-                         attributes=_world_attrs(world, dim=IntegerAttr(dim, i64),
+                         attributes=_world_attrs(world, groups, dim=IntegerAttr(dim, i64),
                                                  reduce=StringAttr(reduce)))
 
     def verify_(self) -> None:
@@ -500,13 +513,14 @@ class AllToAllOp(_CollectiveOp):
     split_dim = attr_def(IntegerAttr)
     concat_dim = attr_def(IntegerAttr)
 
-    def __init__(self, input: Value, split_dim: int, concat_dim: int, world: int):
+    def __init__(self, input: Value, split_dim: int, concat_dim: int, world: int,
+                 groups: Sequence[Sequence[int]] | None = None):
         s = list(_type_of(input).get_shape())
         s[split_dim] //= world
         s[concat_dim] *= world
         super().__init__(
             operands=[input], result_types=[_with_shape(_type_of(input), s)],
-            attributes=_world_attrs(world, split_dim=IntegerAttr(split_dim, i64),
+            attributes=_world_attrs(world, groups, split_dim=IntegerAttr(split_dim, i64),
                                     concat_dim=IntegerAttr(concat_dim, i64)),
         )
 

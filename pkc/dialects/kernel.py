@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     FloatAttr,
     IndexType,
     IntegerAttr,
@@ -65,6 +66,7 @@ from pkc.dialects.common import (
     verify_world,
 )
 from pkc.dialects import schedule
+from pkc.dialects.rank_groups import verify_groups
 from pkc.dialects.schedule_ag import TmapViewOp
 from pkc.dialects.schedule_fused import PeerTmapOp, RowsTmapOp
 from pkc.dialects.types import BufferType, SignalsType, TileType, is_float, shape_str
@@ -152,6 +154,9 @@ class KernelOp(IRDLOperation):
     name = "pk.kernel"
     kernel_name = attr_def(StringAttr)
     world = attr_def(IntegerAttr)
+    # Sub-groups: the kernel runs once per listed group, ``world`` being one group's size,
+    # ranks and peers numbered inside the group (pkc/dialects/rank_groups.py).
+    group_ranks = opt_attr_def(ArrayAttr)
     inputs = var_operand_def(TensorType)
     outputs = var_result_def(TensorType)
     body = region_def("single_block")
@@ -187,6 +192,7 @@ class KernelOp(IRDLOperation):
 
     def verify_(self) -> None:
         verify_world(self.name, self.world_size)
+        verify_groups(self, self.world_size)
         args = self.block.args
         n_in, n_out = len(self.inputs), len(self.outputs)
         if len(args) != n_in + n_out:
@@ -341,7 +347,8 @@ class ForeachOp(IRDLOperation):
 
 @irdl_op_definition
 class RankOp(IRDLOperation):
-    """The index of the rank executing this op (0 .. world-1)."""
+    """The index of the rank executing this op (0 .. world-1); in a kernel over
+    sub-groups (``group_ranks``), its index inside its group."""
 
     name = "pk.rank"
     result = result_def(IndexType)

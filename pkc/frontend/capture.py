@@ -493,8 +493,9 @@ def _user_frame_in_text(text: str) -> SourceLine | None:
 
 
 _RAISED = re.compile(r"raised exception (\w+\(.*\))\s*$", re.M)
-_HOW_TO_GROUP = ("pkc compiles collectives over the whole world: pass dist.group.WORLD, "
-                 "a DeviceMesh, or a group made with dist.new_group")
+_HOW_TO_GROUP = ("pkc compiles collectives over the whole world or over a dimension of a "
+                 "device mesh: pass dist.group.WORLD, a DeviceMesh (or one of its dimensions), "
+                 "or a group made with dist.new_group")
 
 
 def _translate_group_error(text: str, source: SourceLine | None) -> PkcFrontendError | None:

@@ -15,12 +15,13 @@ What maps to what:
   arithmetic (in f32 for 16-bit inputs, as torch does); dtype conversions -> ``cast``.
 - ``_c10d_functional.{all_reduce, all_gather_into_tensor, reduce_scatter_tensor,
   all_to_all_single}`` (and ``_coalesced`` forms, ``_dtensor.shard_dim_alltoall``) ->
-  pk collectives; ``wait_tensor`` disappears. Only groups spanning the whole world are
-  accepted (for now).
+  pk collectives; ``wait_tensor`` disappears. A collective over a sub-group (a dimension
+  of a device mesh) carries ``group_ranks``: every group of that dimension, inferred from
+  the traced rank's group (:func:`pkc.dialects.rank_groups.infer_partition`).
 - Anything else -> ``pk.opaque`` (runs through torch; see :mod:`pkc.dialects.opaque`),
   with one :class:`PkcNotCompiledWarning` per distinct op.
 
-Errors (symbolic shapes, a sub-group, unsupported collectives or dtypes) raise
+Errors (symbolic shapes, a sub-group pkc cannot place, unsupported collectives or dtypes) raise
 :class:`~pkc.frontend.errors.PkcFrontendError` naming the fx node, the op and the user's
 source line. Every op carries the user's source line as its location.
 """
@@ -63,6 +64,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from pkc.dialects import graph as g
 from pkc.dialects.common import FLOAT_ONLY_FNS
 from pkc.dialects.opaque import OpaqueEncodingError, encode_call, qualified_name
+from pkc.dialects.rank_groups import infer_partition, rank_groups
 from pkc.frontend.errors import PkcFrontendError, node_source
 
 __all__ = ["import_graph", "ImportedGraph", "PkcNotCompiledWarning", "element_type", "torch_dtype_of"]
@@ -175,6 +177,15 @@ def _norm_dims(dims: Any, rank: int) -> list[int]:
     if not dims:
         return list(range(rank))
     return sorted({_norm_dim(int(d), max(rank, 1)) for d in dims})
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The ranks one collective spans: ``size`` ranks; ``groups`` lists every group of its
+    mesh dimension (None: the whole world)."""
+
+    size: int
+    groups: list[list[int]] | None
 
 
 class _Importer:
@@ -585,20 +596,33 @@ class _Importer:
 
     # ---------------------------------------------------------------- collectives
 
-    def check_group(self, group_name: Any, group_size: int | None = None) -> None:
+    def check_group(self, group_name: Any, group_size: int | None = None) -> "_Group":
+        """The ranks a collective spans: the whole world, or the sub-groups of a device-mesh
+        dimension (``group_ranks``; see :mod:`pkc.dialects.rank_groups`)."""
         size, ranks = group_size, None
         if isinstance(group_name, str) and group_name in self.groups:
             size, ranks = self.groups[group_name]
         else:
             size, ranks = self._resolve_group(group_name, group_size)
-        whole = size == self.world and (ranks is None or sorted(ranks) == list(range(self.world)))
-        if not whole:
-            who = f"ranks {ranks}" if ranks is not None else f"{size} ranks"
+        if size == self.world and (ranks is None or sorted(ranks) == list(range(self.world))):
+            return _Group(size, None)
+        who = f"ranks {ranks}" if ranks is not None else f"{size} ranks"
+        if size is None or ranks is None or self.world % size:
             raise self.error(
-                f"collective over process group '{group_name}' ({who}), but the world has "
-                f"{self.world} ranks; pkc supports only collectives over the whole world (for now)",
-                hint="use the default group (dist.group.WORLD) or a 1-D DeviceMesh over all ranks",
+                f"collective over process group '{group_name}' ({who}) in a world of {self.world} "
+                "ranks: pkc needs the group's ranks to tell the other groups of its mesh dimension",
+                hint="use a DeviceMesh (init_device_mesh) or groups made with dist.new_group",
             )
+        partition = infer_partition(ranks, self.world)
+        if partition is None:
+            raise self.error(
+                f"collective over process group '{group_name}' ({who}) in a world of {self.world} "
+                "ranks: its translates do not tile the world, so pkc cannot tell the other "
+                "groups (pkc supports the groups of a regular device mesh's dimension)",
+                hint="lay ranks out with init_device_mesh((dp, tp)) (row-major), so that the "
+                "groups of a dimension are [0, 1], [2, 3], ... or [0, 2], [1, 3], ...",
+            )
+        return _Group(size, partition)
 
     @staticmethod
     def _resolve_group(group_name: Any, group_size: int | None) -> tuple[int | None, list[int] | None]:
@@ -1209,52 +1233,60 @@ def _reduce_op(im: _Importer, op: Any) -> str:
     return name
 
 
-def _scale_avg(im: _Importer, v: Value, red: str) -> Value:
+def _scale_avg(im: _Importer, v: Value, red: str, size: int) -> Value:
     if red != "avg":
         return v
-    return im.map("div", [v, im.const(im.world, im.elem(v), len(im.shape(v)))])
+    return im.map("div", [v, im.const(size, im.elem(v), len(im.shape(v)))])
 
 
 def _c10d(name: str) -> list[Any]:
     return [_op("_c10d_functional", name), _op("_c10d_functional_autograd", name)]
 
 
+def _emit_all_reduce(im: _Importer, x: Value, grp: _Group, red: str) -> Value:
+    op = g.AllReduceOp(x, grp.size, "sum" if red == "avg" else red, grp.groups)
+    return _scale_avg(im, im.emit(op).results[0], red, grp.size)
+
+
+def _emit_all_gather(im: _Importer, x: Value, grp: _Group) -> Value:
+    if not im.shape(x):
+        raise im.error("all_gather of a rank-0 tensor is not supported")
+    return im.emit(g.AllGatherOp(x, 0, grp.size, grp.groups)).results[0]
+
+
+def _emit_reduce_scatter(im: _Importer, x: Value, grp: _Group, red: str) -> Value:
+    if not im.shape(x) or im.shape(x)[0] % grp.size:
+        raise im.error(f"reduce_scatter input {im.shape(x)} does not split into {grp.size} equal parts")
+    op = g.ReduceScatterOp(x, 0, grp.size, "sum" if red == "avg" else red, grp.groups)
+    return _scale_avg(im, im.emit(op).results[0], red, grp.size)
+
+
 @_handles(*_c10d("all_reduce"))
 def _all_reduce(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
-    im.check_group(a["group_name"])
-    red = _reduce_op(im, a["reduce_op"])
-    x = im.value(a["input"])
-    r = im.emit(g.AllReduceOp(x, im.world, "sum" if red == "avg" else red)).results[0]
-    return _scale_avg(im, r, red)
+    grp = im.check_group(a["group_name"])
+    return _emit_all_reduce(im, im.value(a["input"]), grp, _reduce_op(im, a["reduce_op"]))
 
 
 @_handles(*_c10d("all_gather_into_tensor"))
 def _all_gather(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
-    im.check_group(a["group_name"], a["group_size"])
-    x = im.value(a["input"])
-    if not im.shape(x):
-        raise im.error("all_gather of a rank-0 tensor is not supported")
-    return im.emit(g.AllGatherOp(x, 0, im.world)).results[0]
+    grp = im.check_group(a["group_name"], a["group_size"])
+    return _emit_all_gather(im, im.value(a["input"]), grp)
 
 
 @_handles(*_c10d("reduce_scatter_tensor"))
 def _reduce_scatter(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
-    im.check_group(a["group_name"], a["group_size"])
-    red = _reduce_op(im, a["reduce_op"])
-    x = im.value(a["input"])
-    if not im.shape(x) or im.shape(x)[0] % im.world:
-        raise im.error(f"reduce_scatter input {im.shape(x)} does not split into {im.world} equal parts")
-    r = im.emit(g.ReduceScatterOp(x, 0, im.world, "sum" if red == "avg" else red)).results[0]
-    return _scale_avg(im, r, red)
+    grp = im.check_group(a["group_name"], a["group_size"])
+    return _emit_reduce_scatter(im, im.value(a["input"]), grp, _reduce_op(im, a["reduce_op"]))
 
 
 @_handles(*_c10d("all_to_all_single"))
 def _all_to_all(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
-    im.check_group(a["group_name"])
+    grp = im.check_group(a["group_name"])
+    w = grp.size
     x = im.value(a["input"])
     rows = im.shape(x)[0] if im.shape(x) else 0
     outs, ins = a["output_split_sizes"], a["input_split_sizes"]
-    equal = [rows // im.world] * im.world
+    equal = [rows // w] * w
     for sizes in (outs, ins):
         if sizes is not None and list(sizes) and [int(s) if isinstance(s, int) else s for s in sizes] != equal:
             raise im.error(
@@ -1262,46 +1294,40 @@ def _all_to_all(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
                 f"supports equal splits only ({equal})",
                 hint="pad each rank's tokens to a fixed capacity so that splits are equal",
             )
-    if rows % im.world:
-        raise im.error(f"all_to_all_single of {rows} rows does not split into {im.world} equal parts")
-    return im.emit(g.AllToAllOp(x, 0, 0, im.world)).results[0]
+    if rows % w:
+        raise im.error(f"all_to_all_single of {rows} rows does not split into {w} equal parts")
+    return im.emit(g.AllToAllOp(x, 0, 0, w, grp.groups)).results[0]
 
 
 @_handles(*_c10d("all_reduce_coalesced"))
 def _all_reduce_coalesced(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
-    im.check_group(a["group_name"])
+    grp = im.check_group(a["group_name"])
     red = _reduce_op(im, a["reduce_op"])
-    return tuple(
-        _scale_avg(im, im.emit(g.AllReduceOp(im.value(x), im.world, "sum" if red == "avg" else red)).results[0], red)
-        for x in a["inputs"]
-    )
+    return tuple(_emit_all_reduce(im, im.value(x), grp, red) for x in a["inputs"])
 
 
 @_handles(*_c10d("all_gather_into_tensor_coalesced"))
 def _all_gather_coalesced(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
-    im.check_group(a["group_name"], a["group_size"])
-    return tuple(im.emit(g.AllGatherOp(im.value(x), 0, im.world)).results[0] for x in a["inputs"])
+    grp = im.check_group(a["group_name"], a["group_size"])
+    return tuple(_emit_all_gather(im, im.value(x), grp) for x in a["inputs"])
 
 
 @_handles(*_c10d("reduce_scatter_tensor_coalesced"))
 def _reduce_scatter_coalesced(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
-    im.check_group(a["group_name"], a["group_size"])
+    grp = im.check_group(a["group_name"], a["group_size"])
     red = _reduce_op(im, a["reduce_op"])
-    return tuple(
-        _scale_avg(im, im.emit(g.ReduceScatterOp(im.value(x), 0, im.world, "sum" if red == "avg" else red)).results[0], red)
-        for x in a["inputs"]
-    )
+    return tuple(_emit_reduce_scatter(im, im.value(x), grp, red) for x in a["inputs"])
 
 
 @_handles(_op("_dtensor", "shard_dim_alltoall"))
 def _shard_dim_alltoall(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
-    im.check_group(a["group_name"])
+    grp = im.check_group(a["group_name"])
     x = im.value(a["input"])
     rank = len(im.shape(x))
     gather, shard = _norm_dim(a["gather_dim"], rank), _norm_dim(a["shard_dim"], rank)
-    if im.shape(x)[shard] % im.world:
-        raise im.error(f"all_to_all: dim {shard} of {im.shape(x)} does not split into {im.world} parts")
-    return im.emit(g.AllToAllOp(x, shard, gather, im.world)).results[0]
+    if im.shape(x)[shard] % grp.size:
+        raise im.error(f"all_to_all: dim {shard} of {im.shape(x)} does not split into {grp.size} parts")
+    return im.emit(g.AllToAllOp(x, shard, gather, grp.size, grp.groups)).results[0]
 
 
 # ====================================================================================
@@ -1381,7 +1407,7 @@ def _simplify(block: Block) -> None:
             if chunks is None or chunks[1] != 0 or ag.dim.value.data != 0:
                 continue
             dim = op.dim.value.data
-            new = g.AllGatherOp(ag.input, dim, world)
+            new = g.AllGatherOp(ag.input, dim, world, rank_groups(ag))
             if new.result.type != op.result.type:
                 continue
             new.location = ag.location
@@ -1395,7 +1421,7 @@ def _simplify(block: Block) -> None:
             if chunks is None:
                 continue
             src, dim = chunks
-            new = g.ReduceScatterOp(src, dim, op.world_size, op.reduce.data)
+            new = g.ReduceScatterOp(src, dim, op.world_size, op.reduce.data, rank_groups(op))
             if new.result.type != op.result.type:
                 continue
             new.location = op.location

@@ -17,6 +17,7 @@ from xdsl.ir import Operation, SSAValue
 from pkc.dialects import graph as g
 from pkc.dialects.common import int_list
 from pkc.dialects.kernel import KernelOp
+from pkc.dialects.rank_groups import rank_groups
 from pkc.interp.values import (
     InterpError,
     apply_map,
@@ -46,10 +47,43 @@ def _local(op_type):
 
 
 def _world(op_type):
+    """Registers a whole-world rule written for one group of ``world`` ranks; the registered
+    rule runs it in each sub-group when the op has ``group_ranks``, so every caller (this
+    interpreter, the runtime's simulated ranks, the emulator's checks) gets sub-groups."""
     def register(fn):
-        WORLD_RULES[op_type] = fn
+        def rule(op, xs: PerRank, world: int) -> PerRank:
+            return per_group(op, [xs], world, lambda sub, w: [fn(op, sub[0], w)])[0]
+        WORLD_RULES[op_type] = rule
         return fn
     return register
+
+
+def per_group(op: Operation, operands: list[PerRank], world: int,
+              run: Callable[[list[PerRank], int], list[PerRank]]) -> list[PerRank]:
+    """Runs ``run(operands of one group, group size)`` for each sub-group of ``op`` (see
+    :mod:`pkc.dialects.rank_groups`) and puts each group's results back at its ranks'
+    places; without ``group_ranks``, once over all ``world`` ranks. ``operands[i][r]`` is
+    rank r's i-th operand. Raises InterpError when ``op`` is written for another world."""
+    groups = rank_groups(op)
+    size = op.world.value.data
+    if groups is None:
+        if size != world:
+            raise InterpError(f"{where(op)} is written for a world of {size} ranks, "
+                              f"but the interpreter runs {world}")
+        return run(operands, world)
+    if len(groups) * size != world:
+        raise InterpError(f"{where(op)} runs in {len(groups)} groups of {size} ranks "
+                          f"({groups}), but the interpreter runs {world} ranks")
+    results: list[PerRank] | None = None
+    for grp in groups:
+        outs = run([[o[r] for r in grp] for o in operands], size)
+        if results is None:
+            results = [[None] * world for _ in outs]  # type: ignore[list-item]
+        for res, out in zip(results, outs):
+            for j, r in enumerate(grp):
+                res[r] = out[j]
+    assert results is not None
+    return results
 
 
 def _out(op: Operation, i: int = 0) -> tuple[tuple[int, ...], torch.dtype]:
@@ -164,14 +198,9 @@ def run_function(fn: func.FuncOp, inputs: list[PerRank], world: int, seed: int =
             return [[res[r] for res in results] for r in range(world)]
         operands = [env[v] for v in op.operands]
         if isinstance(op, g.COLLECTIVE_OPS):
-            if op.world_size != world:
-                raise InterpError(
-                    f"{where(op)} is written for a world of {op.world_size} ranks, "
-                    f"but the interpreter runs {world}"
-                )
             outs = [WORLD_RULES[type(op)](op, operands[0], world)]
         elif isinstance(op, KernelOp) and op.schedule() is not None:
-            outs = run_schedule(op, operands, world, seed, ctas)
+            outs = per_group(op, operands, world, lambda o, w: run_schedule(op, o, w, seed, ctas))
         elif isinstance(op, KernelOp):
             outs = run_kernel(op, operands, world, seed)
         elif isinstance(op, g.OpaqueOp):

@@ -466,11 +466,14 @@ def _cmpi(pred: int, a: int, b: int) -> bool:
 
 
 def run_kernel(op: k.KernelOp, inputs: list[PerRank], world: int, seed: int = 0) -> list[PerRank]:
-    """Runs ``op`` on ``world`` ranks; ``inputs[i][r]`` is rank r's i-th operand.
-    ``seed`` picks the interleaving of the workers. A scheduled kernel (a ``pks.schedule``
+    """Runs ``op`` on ``world`` ranks; ``inputs[i][r]`` is rank r's i-th operand (a kernel
+    with ``group_ranks`` runs in each of its groups). ``seed`` picks the interleaving of the workers. A scheduled kernel (a ``pks.schedule``
     instead of workers) runs on the schedule level's interpreter."""
+    from pkc.interp.graph import per_group    # it imports this module
+
     if op.schedule() is not None:
         from pkc.interp.schedule import run_schedule    # it imports this module
 
-        return run_schedule(op, inputs, world, seed)
-    return KernelRun(op, inputs, world, seed).run()
+        return per_group(op, inputs, world, lambda o, w: run_schedule(op, o, w, seed))
+    # a kernel over sub-groups runs once per group, with ranks numbered inside the group
+    return per_group(op, inputs, world, lambda o, w: KernelRun(op, o, w, seed).run())

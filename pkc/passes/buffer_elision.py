@@ -46,6 +46,7 @@ from xdsl.rewriter import Rewriter
 from xdsl.transforms.common_subexpression_elimination import cse
 
 from pkc.dialects import kernel as k
+from pkc.dialects.rank_groups import copy_groups
 from pkc.passes.patterns import FUSION, STAGING, Fusion, build_kernel
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import PLAN, REMARKS, add_remark, remarks_of
@@ -82,6 +83,7 @@ def _elide(kernel: k.KernelOp) -> None:
                              f"{fusion.pattern} form that overlap built (changed by a later pass?)")
         return
     elided = build_kernel(fusion, kernel.world_size, kernel.inputs, outputs, elide=True)
+    copy_groups(kernel, elided)
     _carry_over(kernel, elided)
     elided.location = kernel.location
     add_remark(elided, _describe(kernel, fusion))
@@ -103,6 +105,7 @@ def _is_staged_form(kernel: k.KernelOp, fusion: Fusion, outputs: list) -> bool:
         staged = build_kernel(fusion, kernel.world_size, kernel.inputs, outputs, elide=False)
     except Exception:  # operands that fit no builder: a pk.fusion written by someone else
         return False
+    copy_groups(kernel, staged)
     same = _same_form(staged, kernel)
     staged.erase()
     return same

@@ -4,6 +4,7 @@ Matches (W = the collective's world):
   all_reduce(reshape(x))              -> reshape(all_reduce(x))             always
   reduce_scatter(reshape(x), dim 0)   -> reshape(reduce_scatter(x, dim 0))  if x.shape[0] % W == 0
   reshape(all_gather(x, dim 0))       -> all_gather(reshape(x), dim 0)      if out.shape[0] % W == 0
+                                         (equal reshapes of one gather share one new gather)
 
 Why: torch's 3-d nn.Linear imports as matmul on a 2-d view followed by a reshape back, so
 the collective that consumes the linear sees a reshape, not the matmul, and overlap finds
@@ -24,6 +25,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from pkc.dialects import graph as g
+from pkc.dialects.rank_groups import rank_groups
 from pkc.passes.registry import register_pass
 
 
@@ -36,7 +38,7 @@ class _ReshapeAfterAllReduce(RewritePattern):
     def match_and_rewrite(self, op, rewriter: PatternRewriter) -> None:
         if not isinstance(op, g.AllReduceOp) or (view := _reshape_input(op)) is None:
             return
-        reduced = g.AllReduceOp(view.input, op.world_size, op.reduce.data)
+        reduced = g.AllReduceOp(view.input, op.world_size, op.reduce.data, rank_groups(op))
         back = g.ReshapeOp(reduced.result, op.result.type)
         _keep_location(op, reduced, back)
         rewriter.replace_op(op, [reduced, back])
@@ -49,13 +51,21 @@ class _ReshapeAfterReduceScatter(RewritePattern):
         view = _reshape_input(op)
         if view is None or view.input.type.get_shape()[0] % op.world_size:
             return
-        scattered = g.ReduceScatterOp(view.input, 0, op.world_size, op.reduce.data)
+        scattered = g.ReduceScatterOp(view.input, 0, op.world_size, op.reduce.data, rank_groups(op))
         back = g.ReshapeOp(scattered.result, op.result.type)
         _keep_location(op, scattered, back)
         rewriter.replace_op(op, [scattered, back])
 
 
 class _ReshapeBeforeAllGather(RewritePattern):
+    """Several equal reshapes of one gather (the 2-d views of a 3-d activation that feeds
+    several linear layers) become ONE gather of the reshaped shard: the first rewrite's
+    gather is reused by the later ones, so that overlap sees one gather with several
+    matmuls (gathered once) instead of one gather per matmul."""
+
+    def __init__(self) -> None:
+        self.made: dict[tuple[int, TensorType], g.AllGatherOp] = {}
+
     def match_and_rewrite(self, op, rewriter: PatternRewriter) -> None:
         if not isinstance(op, g.ReshapeOp) or not isinstance(op.input.owner, g.AllGatherOp):
             return
@@ -64,11 +74,23 @@ class _ReshapeBeforeAllGather(RewritePattern):
         w = gather.world_size
         if gather.dim.value.data != 0 or out.get_shape()[0] % w:
             return
+        earlier = self.made.get((id(gather), out))
+        if earlier is not None and _before(earlier, op):
+            rewriter.replace_op(op, [], [earlier.result])
+            return
         shard = TensorType(out.element_type, (out.get_shape()[0] // w, *out.get_shape()[1:]))
         view = g.ReshapeOp(gather.input, shard)
-        gathered = g.AllGatherOp(view.result, 0, w)
+        gathered = g.AllGatherOp(view.result, 0, w, rank_groups(gather))
         _keep_location(gather, view, gathered)
         rewriter.replace_op(op, [view, gathered])
+        self.made[(id(gather), out)] = gathered
+
+
+def _before(a, b) -> bool:
+    """``a`` is still in ``b``'s block and comes before it (so its result dominates b)."""
+    block = b.parent
+    return a.parent is block and block is not None and \
+        block.get_operation_index(a) < block.get_operation_index(b)
 
 
 def _keep_location(old, *new) -> None:

@@ -22,6 +22,7 @@ from xdsl.rewriter import Rewriter
 
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
+from pkc.dialects.rank_groups import copy_groups
 from pkc.passes.remarks import add_remark, remarks_of
 
 
@@ -36,6 +37,7 @@ def split_gather_many(kop: k.KernelOp, target: str) -> None:
     W = kop.world_size
     x, *weights = kop.inputs
     gather = g.AllGatherOp(x, 0, W)
+    copy_groups(kop, gather)
     gather.location = kop.location
     mms = []
     for b, y in zip(weights, kop.outputs):

@@ -90,6 +90,7 @@ from xdsl.pattern_rewriter import (
 
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
+from pkc.dialects.rank_groups import copy_groups, group_remark
 from pkc.dialects.types import SYMMETRIC, LOCAL, BufferType, TileType
 from pkc.ir import diagnostic_at, op_position
 from pkc.passes.registry import register_pass
@@ -189,6 +190,7 @@ class _LowerPattern(RewritePattern):
         tiles = self._tiles(lay)
         kernel = _build_kernel(self._name(lay.collective, choice.kind), op, lay, choice.kind,
                                tiles, x)
+        copy_groups(op, kernel)  # over sub-groups: the same kernel, launched per group
         glue.append(kernel)
         kernel.outputs[0].name_hint = "lowered"
         n = len(glue)
@@ -198,6 +200,8 @@ class _LowerPattern(RewritePattern):
         for line in remarks_of(op):  # earlier passes' word on this collective survives
             add_remark(kernel, line)
         _record(kernel, op, lay, choice, tiles, self.options)
+        if (note := group_remark(kernel)) is not None:
+            add_remark(kernel, note)
         for new in glue:  # diagnostics and remarks point at the user's collective
             new.location = op.location
         rewriter.replace(op, glue, [result])

@@ -2,9 +2,12 @@
 
 What it matches (graph-level ``func.func`` bodies, one block):
 
-* ``pk.matmul -> pk.reduce_scatter`` (2-d matmul, scatter along dim 0, ``sum``; the matmul
-  result has no other user);
-* ``pk.matmul -> pk.all_reduce`` (2-d, ``sum``, no other user);
+* ``pk.matmul -> pk.reduce_scatter`` (2-d matmul, ``sum``; the matmul result has no other
+  user), along any dim: of the 2-d product (rows or columns), or of its 3-d (n-d) view
+  that splits the rows (a linear layer on [B, S, H]): dim 1 of [B, S, N] owns a block of
+  S/W rows in each of the B row blocks (DTensor sequence parallelism, ``Shard(1)``), the
+  last dim owns columns;
+* ``pk.matmul -> pk.all_reduce`` (2-d, or its n-d view, ``sum``, no other user);
 * ``pk.all_gather`` (dim 0, 2-d) feeding one or several ``pk.matmul`` as their lhs. All
   such consumers whose rhs is defined before the gather's first user go into one kernel;
   when the gathered tensor has any other user (another op, a matmul taking it as rhs, a
@@ -34,7 +37,9 @@ overlap is a single "compute" worker that also puts its tiles (see patterns.py).
 Why / when: the decision is ``pkc.target.plan_fusion`` with the real shapes, world size and
 element size. Where it says fusion does not pay, the IR is left alone and the collective
 gets the plan's remark ("left unfused: ...") and ``pk.plan``; a match that cannot be fused
-for a structural reason (``max`` reduction, f64 operands, ...) gets a remark saying so.
+for a structural reason (``max`` reduction, f64 operands, ...) gets a remark saying so, as
+does a reduction fed by a matmul through elementwise ops (a bias add) and an MoE combine
+after an activation.
 A fused kernel gets ``pk.plan`` (pattern, overlap, comm_sms, fused_time, unfused_time in
 seconds, forced, target, tiles) and the plan's remark. Options: ``target``; ``force``
 fuses whatever the cost model says (tests use it on small shapes); ``overlap`` forces
@@ -44,6 +49,7 @@ tile edge (default 128) and the contraction step (default 64), capped by the sha
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from xdsl.dialects import func
@@ -60,6 +66,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from pkc.dialects import graph as g
 from pkc.dialects.common import int_list
+from pkc.dialects.rank_groups import copy_groups, group_remark, same_groups
 from pkc.passes.patterns import Fusion, build_kernel
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, remarks_of, set_plan
@@ -85,6 +92,8 @@ class Match:
     experts: int = 1
     capacity: int = 0
     gathered: bool = False
+    scatter_dim: int = 0  # reduce-scatter: rows (0) or columns (1) of the 2-d product
+    batches: int = 1  # reduce-scatter of rows: blocks of rows each scattered (3-d results)
     problem: str | None = None  # why it cannot be fused, if it cannot
 
 
@@ -122,6 +131,16 @@ class Overlap(ModulePass):
                     if why is not None:
                         _remark_once(candidate, f"left unfused: "
                                      f"{PATTERNS['all_to_all_mm_all_to_all']}: {why}")
+                elif isinstance(candidate, g.AllGatherOp):
+                    why = gather_near_miss(candidate)
+                    if why is not None:
+                        _remark_once(candidate, f"left unfused: {PATTERNS['all_gather_mm']}: {why}")
+                elif isinstance(candidate, (g.ReduceScatterOp, g.AllReduceOp)):
+                    why = reduction_near_miss(candidate)
+                    if why is not None:
+                        kind = "mm_reduce_scatter" if isinstance(candidate, g.ReduceScatterOp) \
+                            else "mm_all_reduce"
+                        _remark_once(candidate, f"left unfused: {PATTERNS[kind]}: {why}")
 
     def _rewrite(self, m: Match) -> None:
         if m.problem is not None:
@@ -140,12 +159,14 @@ class Overlap(ModulePass):
             return
         style, comm_sms = self._style(plan)
         fusion = Fusion(m.pattern, style, self.tile, self.tile, self.tile_k, m.experts,
-                        m.capacity, m.gathered)
+                        m.capacity, m.gathered, m.scatter_dim, m.batches)
         kernel = _replace(m, fusion)
         set_plan(kernel, **_plan_values(plan, style, comm_sms, not plan.fuse, self.target),
                  tile_m=self.tile, tile_n=self.tile, tile_k=self.tile_k)
         for line in self._remarks(plan, style, comm_sms):
             add_remark(kernel, line)
+        if (note := group_remark(kernel)) is not None:
+            add_remark(kernel, note)
 
     def _style(self, plan: FusionPlan) -> tuple[str, int]:
         """(overlap style, comm SMs): the plan's, or the best of the forced style."""
@@ -202,6 +223,7 @@ def _replace(m: Match, fusion: Fusion) -> Operation:
             op.result.name_hint = _view_name(v)
     operands = [op.result if op is not None else v for op, v in zip(views, m.inputs)]
     kernel = build_kernel(fusion, m.world, operands, m.result_types, elide=False)
+    copy_groups(m.anchor, kernel)  # a sub-group collective's kernel runs in each group
     new_ops: list[Operation] = [op for op in views if op is not None] + [kernel]
     results: list[SSAValue] = []
     for value, res in zip(m.replaced, kernel.results):
@@ -268,20 +290,78 @@ def _operand_problem(*mms: g.MatmulOp) -> str | None:
 
 
 def _match_reduction(coll: g.ReduceScatterOp | g.AllReduceOp, pattern: str) -> Match | None:
-    mm = _owner(coll.input, g.MatmulOp)
+    """A 2-d matmul whose product, directly or through a reshape that only splits its rows
+    (the 3-d result of a linear layer), is all-reduced or reduce-scattered along any dim.
+    The kernel works on the 2-d product [R, N]: a scatter along the last dim owns columns,
+    along another dim d blocks of rows (one block per index of the dims before d)."""
+    view = _owner(coll.input, g.ReshapeOp)
+    mm = _owner(view.input if view is not None else coll.input, g.MatmulOp)
     if mm is None or len(_shape(mm.result)) != 2:
         return None
-    if not _single_use(mm.result):
+    (R, N), shape = _shape(mm.result), _shape(coll.input)
+    if view is not None and (not shape or shape[-1] != N):
+        return None  # the reshape mixes the product's columns into rows: not a linear's view
+    if not _single_use(mm.result) or (view is not None and not _single_use(view.result)):
         return None  # the unreduced product is needed elsewhere: not this pattern
-    (M, K), N = _shape(mm.lhs), _shape(mm.rhs)[1]
-    m = Match(pattern, coll, coll.world_size, [mm.lhs, mm.rhs], [None, None],
-              [coll.result], [coll.result.type], (M, N, K), dead=[coll, mm])
+    (M, K) = _shape(mm.lhs)
+    W = coll.world_size
+    scatter_dim, batches, out = 0, 1, (R, N)
+    if isinstance(coll, g.ReduceScatterOp):
+        d = coll.dim.value.data
+        if d == len(shape) - 1:
+            scatter_dim, out = 1, (R, N // W)
+        else:
+            batches, out = math.prod(shape[:d]), (R // W, N)
+    dead = [coll, *([view] if view is not None else []), mm]
+    m = Match(pattern, coll, W, [mm.lhs, mm.rhs], [None, None], [coll.result],
+              [TensorType(coll.result.type.element_type, out)], (M, N, K), dead=dead,
+              scatter_dim=scatter_dim, batches=batches)
     m.problem = _operand_problem(mm)
     if coll.reduce.data != "sum":
         m.problem = f"reduction \"{coll.reduce.data}\" (puts can only add)"
-    if isinstance(coll, g.ReduceScatterOp) and coll.dim.value.data != 0:
-        m.problem = f"scatter along dim {coll.dim.value.data} (only row chunks, dim 0)"
     return m
+
+
+def gather_near_miss(ag: g.AllGatherOp) -> str | None:
+    """Why a gather whose result reaches a matmul's lhs through views was not matched: it
+    gathers along another dim than the rows of the matmul's operand (DTensor sequence
+    parallelism gathers [B, S/W, H] along dim 1: B blocks of rows per rank)."""
+    shape, d = _shape(ag.input), ag.dim.value.data
+    if d == 0 and len(shape) == 2:
+        return None
+    for use in ag.result.uses:
+        view = use.operation
+        if not isinstance(view, g.ReshapeOp):
+            continue
+        if any(isinstance(u.operation, g.MatmulOp) and u.index == 0 for u in view.result.uses):
+            if d == 0:
+                return None  # collective-views moves this reshape before the gather
+            blocks = math.prod(shape[:d])
+            return (f"gather along dim {d} of {list(shape)}: every rank's shard is {blocks} "
+                    "separate blocks of the matmul's rows, and the fused kernel gathers one "
+                    "contiguous block of rows per rank (dim 0)")
+    return None
+
+
+def reduction_near_miss(coll: g.ReduceScatterOp | g.AllReduceOp) -> str | None:
+    """Why a reduction whose input comes from a matmul through elementwise ops (a bias
+    add, an activation) was not matched: the kernel reduces the GEMM's tiles as they are
+    produced and has no epilogue between the MMA and the transfer."""
+    maps: list[str] = []
+    v = coll.input
+    while True:
+        op = v.owner
+        if isinstance(op, g.MapOp):
+            maps.append(op.fn.data)
+        elif not isinstance(op, g.ReshapeOp):
+            break
+        v = op.operands[0]
+    if not maps or not isinstance(v.owner, g.MatmulOp):
+        return None
+    fns = ", ".join(f'"{f}"' for f in reversed(maps))
+    return (f"the matmul's result goes through {fns} before the {coll.name.removeprefix('pk.')}; "
+            "the fused kernel sends GEMM tiles as they are produced and has no epilogue to "
+            "apply it (a bias can be added after the collective, once)")
 
 
 def _match_all_gather(ag: g.AllGatherOp) -> Match | None:
@@ -328,6 +408,8 @@ def _match_moe(a2: g.AllToAllOp) -> Match | None:
     if up is None:
         return None
     a1, up_chain = up
+    if not same_groups(a1, a2):
+        return None  # dispatch and combine over different groups: not one kernel
     chain_values = [a1.result, *[o.result for o in up_chain], mm.result,
                     *[o.result for o in down]]
     if not all(_single_use(v) for v in chain_values):

@@ -88,10 +88,18 @@ class Fusion:
     experts: int = 1  # MoE: experts per rank
     capacity: int = 0  # MoE: token rows per (expert, source rank)
     gathered: bool = False  # AG+GEMM: the gathered tensor is also a result of the kernel
+    # GEMM+RS: which chunks of the 2-d product [R, N] each rank owns.
+    # scatter_dim 0: rows; the R rows are `batches` blocks (the leading dims of a 3-d
+    #   result scattered along a middle dim) and rank p owns rows p*S/W.. of every block;
+    # scatter_dim 1: columns p*N/W .. (dim -1 of a 2-d or 3-d result).
+    scatter_dim: int = 0
+    batches: int = 1
 
     def to_attr(self, stage: str) -> DictionaryAttr:
         entries: dict[str, Attribute] = {"stage": StringAttr(stage)}
         for key, v in asdict(self).items():
+            if key in _ADDED_LATER and v == Fusion.__dataclass_fields__[key].default:
+                continue  # the usual case reads as it always did
             if isinstance(v, bool):
                 entries[key] = IntegerAttr(int(v), 1)
             elif isinstance(v, int):
@@ -109,6 +117,8 @@ class Fusion:
         try:
             values = {}
             for f in fields(Fusion):
+                if f.name not in d and f.name in _ADDED_LATER:
+                    continue  # written before the field existed: its default
                 v = d[f.name]
                 values[f.name] = v.data if isinstance(v, StringAttr) else v.value.data
             values["gathered"] = bool(values["gathered"])
@@ -119,6 +129,8 @@ class Fusion:
             return None
         return Fusion(**values), stage
 
+
+_ADDED_LATER = ("scatter_dim", "batches")
 
 KERNEL_NAMES = {
     "mm_reduce_scatter": "matmul_reduce_scatter",
@@ -469,31 +481,55 @@ def _build_mm_reduce_scatter(kb: KernelBuilder, f: Fusion, W: int, elide: bool) 
     """Staged: tile (p, m, n) of chunk p -> [send ->] recv slot r of rank p {staging};
     rank p sums its W slots (rank order, f32) and stores its output.
     Elided: put-add into rank p's zeroed f32 accumulator (or, for an f32 result, straight
-    into its symmetric output, zeroed in the kernel behind a `zeroed` barrier)."""
+    into its symmetric output, zeroed in the kernel behind a `zeroed` barrier).
+
+    Chunks (``f.scatter_dim``, ``f.batches``; the output O is [Ro, Nc]): rows, rank p's
+    output row (b, m) being product row b*S + p*Sc + m of batch block b (S = R/batches
+    rows, Sc = S/W); or columns, output (m, n) being product (m, p*Nc + n). Buffers that
+    hold one chunk (send's chunk p, recv's slots, the accumulator) are exactly Nc wide:
+    a column tile overhanging a chunk's end is dropped there, so column chunks need no
+    residue tiles; row tiles must not cross into the next chunk's rows (residue blocks)."""
     A, B, O = kb.args
     (M, K), N = shape_of(A), shape_of(B)[1]
-    Mc, odt = M // W, O.type.element_type
-    bm, bn, bk = min(f.tile_m, Mc), min(f.tile_n, N), min(f.tile_k, K)
-    nrb, TN = ceil_div(Mc, bm), ceil_div(N, bn)
-    T = nrb * TN  # output tiles of one chunk
+    (Ro, Nc), odt = shape_of(O), O.type.element_type
+    cols, Bt = f.scatter_dim == 1, f.batches
+    S, Sc = M // Bt, Ro // Bt   # product rows per batch block; output rows per block
+    bm, bn, bk = min(f.tile_m, Sc), min(f.tile_n, Nc), min(f.tile_k, K)
+    nrb, TN = ceil_div(Sc, bm), ceil_div(Nc, bn)
+    T = Bt * nrb * TN  # output tiles of one chunk
     inter, direct = f.overlap == "inter", elide and odt == F32
-    send = kb.alloc("send", [M, N], F32) if inter else None
+    send = kb.alloc("send", [W * Ro, Nc], F32) if inter else None
     if not elide:
-        dest = kb.alloc("recv", [W * Mc, N], F32, symmetric=True, staging=True)
+        dest = kb.alloc("recv", [W * Ro, Nc], F32, symmetric=True, staging=True)
     else:
-        dest = O if direct else kb.alloc("accum", [Mc, N], F32, symmetric=True, zero=True)
+        dest = O if direct else kb.alloc("accum", [Ro, Nc], F32, symmetric=True, zero=True)
     ready = kb.signals("ready", W * T) if inter else None
     arrived = kb.signals("arrived", T)
     zeroed = kb.signals("zeroed", W) if direct else None
 
-    def tile_id(c: Code, rb: Ix, ni: Ix) -> Ix:
-        return c.add(c.mul(rb, TN), ni)
+    def chunk_tiles(c: Code, body: Callable, parallel: bool = False) -> None:
+        """``body(code, t, b, m0, rows, n0)`` for every output tile of one chunk: tile
+        index t, batch block b, row m0 in the block's Sc rows, column n0."""
+        def block(c: Code, b: Ix) -> None:
+            def tile(c: Code, rb: Ix, m0: Ix, rows: int, ni: Ix) -> None:
+                t = c.add(c.mul(c.add(c.mul(b, nrb), rb), TN), ni)
+                body(c, t, b, m0, rows, c.mul(ni, bn))
+            row_blocks(c, Sc, bm, tile, TN, parallel=parallel)
+        c.loop(0, Bt, 1, block, name="b")
 
-    def deliver(c: Code, tile: SSAValue, p: Ix, m0: Ix, n0: Ix, t: Ix) -> None:
+    def product_tile(c: Code, p: Ix, b: Ix, m0: Ix, rows: int, n0: Ix) -> SSAValue:
+        """f32 tile of chunk p at its output (b, m0, n0): its rows of A, columns of B."""
+        if cols:
+            return gemm_tile(c, A, c.add(c.mul(b, S), m0), B, 0, c.add(c.mul(p, Nc), n0),
+                             rows, bn, K, bk)
+        a_row = c.add(c.add(c.mul(b, S), c.mul(p, Sc)), m0)
+        return gemm_tile(c, A, a_row, B, 0, n0, rows, bn, K, bk)
+
+    def deliver(c: Code, tile: SSAValue, p: Ix, row: Ix, n0: Ix, t: Ix) -> None:
         if elide:
-            c.put(tile, dest, [m0, n0], p, add=True)
+            c.put(tile, dest, [row, n0], p, add=True)
         else:
-            c.put(tile, dest, [c.add(c.mul(c.rank(), Mc), m0), n0], p)
+            c.put(tile, dest, [c.add(c.mul(c.rank(), Ro), row), n0], p)
         c.signal(arrived, t, p)
 
     def compute_step(c: Code, i: Ix) -> None:
@@ -501,47 +537,47 @@ def _build_mm_reduce_scatter(kb: KernelBuilder, f: Fusion, W: int, elide: bool) 
         if direct and not inter:
             c.wait(zeroed, p, 1)
 
-        def tile(c: Code, rb: Ix, m0: Ix, rows: int, ni: Ix) -> None:
-            n0 = c.mul(ni, bn)
-            acc = gemm_tile(c, A, c.add(c.mul(p, Mc), m0), B, 0, n0, rows, bn, K, bk)
+        def tile(c: Code, t: Ix, b: Ix, m0: Ix, rows: int, n0: Ix) -> None:
+            acc = product_tile(c, p, b, m0, rows, n0)
+            row = c.add(c.mul(b, Sc), m0)
             if inter:
-                c.store(acc, send, [c.add(c.mul(p, Mc), m0), n0])
-                c.signal(ready, c.add(c.mul(p, T), tile_id(c, rb, ni)), c.rank())
+                c.store(acc, send, [c.add(c.mul(p, Ro), row), n0])
+                c.signal(ready, c.add(c.mul(p, T), t), c.rank())
             else:
-                deliver(c, acc, p, m0, n0, tile_id(c, rb, ni))
+                deliver(c, acc, p, row, n0, t)
 
-        row_blocks(c, Mc, bm, tile, TN, parallel=True)
+        chunk_tiles(c, tile, parallel=True)
 
     def comm_step(c: Code, i: Ix) -> None:
         p = c.rotate(i, W)
         if direct:
             c.wait(zeroed, p, 1)
 
-        def tile(c: Code, rb: Ix, m0: Ix, rows: int, ni: Ix) -> None:
-            n0, t = c.mul(ni, bn), tile_id(c, rb, ni)
+        def tile(c: Code, t: Ix, b: Ix, m0: Ix, rows: int, n0: Ix) -> None:
+            row = c.add(c.mul(b, Sc), m0)
             c.wait(ready, c.add(c.mul(p, T), t), 1)
-            x = c.load(send, [c.add(c.mul(p, Mc), m0), n0], [rows, bn])
-            deliver(c, x, p, m0, n0, t)
+            x = c.load(send, [c.add(c.mul(p, Ro), row), n0], [rows, bn])
+            deliver(c, x, p, row, n0, t)
 
-        row_blocks(c, Mc, bm, tile, TN)
+        chunk_tiles(c, tile)
 
     def finish(c: Code) -> None:
-        def tile(c: Code, rb: Ix, m0: Ix, rows: int, ni: Ix) -> None:
-            n0 = c.mul(ni, bn)
-            c.wait(arrived, tile_id(c, rb, ni), W)
+        def tile(c: Code, t: Ix, b: Ix, m0: Ix, rows: int, n0: Ix) -> None:
+            row = c.add(c.mul(b, Sc), m0)
+            c.wait(arrived, t, W)
             if direct:
                 return
             if elide:
-                total = c.load(dest, [m0, n0], [rows, bn], "total")
+                total = c.load(dest, [row, n0], [rows, bn], "total")
             else:
-                total = _sum_slots(c, dest, W, Mc, m0, n0, rows, bn)
-            c.store(c.cast(total, odt), O, [m0, n0])
+                total = _sum_slots(c, dest, W, Ro, row, n0, rows, bn)
+            c.store(c.cast(total, odt), O, [row, n0])
 
-        row_blocks(c, Mc, bm, tile, TN, parallel=True)
+        chunk_tiles(c, tile, parallel=True)
 
     def zero_output(c: Code) -> None:
-        row_blocks(c, Mc, bm, lambda c, rb, m0, rows, ni: c.store(
-            c.fill([rows, bn], F32), O, [m0, c.mul(ni, bn)]), TN, parallel=True)
+        chunk_tiles(c, lambda c, t, b, m0, rows, n0: c.store(
+            c.fill([rows, bn], F32), O, [c.add(c.mul(b, Sc), m0), n0]), parallel=True)
         c.loop(0, W, 1, lambda c, q: c.signal(zeroed, c.rank(), q), name="q")
 
     def compute(c: Code) -> None:

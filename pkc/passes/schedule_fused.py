@@ -76,6 +76,12 @@ def why_not(kop: k.KernelOp) -> str | None:
         return f"pattern {pattern}: not scheduled yet (the hand kernel runs it)"
     if pattern == "mm_all_reduce":
         return why_not_ar(kop, _dtype)
+    fz = _fusion(kop)  # overlap's column / row-block scatter layouts are not built here
+    layout = [getattr(fz.get(key), "value", None) for key in ("scatter_dim", "batches")]
+    layout = [d if v is None else v.data for v, d in zip(layout, (0, 1))]
+    if layout != [0, 1]:
+        return (f"{pattern} scattering columns or blocks of rows (scatter_dim {layout[0]}, "
+                f"batches {layout[1]}): not scheduled yet")
     if len(kop.inputs) != 2 or len(kop.outputs) != 1:
         return f"{pattern} with {len(kop.inputs)} inputs and {len(kop.outputs)} outputs"
     a, b, y = kop.inputs[0].type, kop.inputs[1].type, kop.outputs[0].type

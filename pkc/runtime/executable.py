@@ -35,6 +35,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from pkc.dialects.kernel import KernelOp
+from pkc.dialects.rank_groups import gpu_refusal
 from pkc.runtime.world import DEFAULT_TIMEOUT_S
 
 Step = Callable[[dict], dict]
@@ -107,6 +108,9 @@ class Executable:
         from pkc.interp.graph import LOCAL_RULES, WORLD_RULES, run_opaque
 
         dev = self.peers.device
+        why = gpu_refusal(op)
+        if why is not None:
+            raise NotImplementedError(why)
         if isinstance(op, KernelOp):
             return self._kernel_step(op)
         if isinstance(op, g.COLLECTIVE_OPS):

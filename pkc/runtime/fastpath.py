@@ -257,6 +257,8 @@ def _plan_fused(fusion, ins, outs, W, dtype) -> FastPlan | str:
     if any(len(_shape(t)) != 2 for t in ins):
         return f"{pattern}: operands are not 2-d"
     a = _shape(ins[0])
+    if fusion.get("scatter_dim", 0) != 0 or fusion.get("batches", 1) != 1:
+        return f"{pattern}: the hand kernel scatters contiguous row chunks only"
     if pattern in ("mm_reduce_scatter", "mm_all_reduce"):
         if len(ins) != 2:
             return f"{pattern} with {len(ins)} operands"

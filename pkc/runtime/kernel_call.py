@@ -139,9 +139,13 @@ def _gpu_runner(e: KernelEntry):
     matches, else the general codegen path."""
     import torch.distributed as dist
 
+    from pkc.dialects.rank_groups import gpu_refusal
     from pkc.runtime.fastpath import FastStep, plan_fast
     from pkc.runtime.world import DEFAULT_TIMEOUT_S
 
+    why = gpu_refusal(e.op)
+    if why is not None:
+        raise NotImplementedError(why)
     if e.world == 1:
         from pkc.runtime.peers import VirtualPeers
         from pkc.runtime.world import VirtualWorld
