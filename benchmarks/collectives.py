@@ -152,7 +152,7 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
         prog = PkcProgram(collective_ir(op, rows, cols, W), args.pipeline)
         row["pkc_remarks"] = prog.remarks[:3]
         prog(x)                                   # prepares the executable
-        row["pkc_path"] = prog.fast_report()
+        row["pkc_path"] = prog.kernel_report()
         return lambda: prog(x)
 
     def pkc_kernel(kind, ctas_per_sm=None, ll_cta_vecs=None, fresh=False, **cfg):

@@ -148,7 +148,7 @@ def peers(W):
 def run_case(coll, algo, W, nbytes, dt, iters: int, launches: int = 3) -> dict:
     import torch
     from pkc.codegen.hopper.collectives import CollectiveRunner
-    from pkc.runtime.fastpath import collective_config
+    from pkc.codegen.hopper.collectives import hand_collective_config as collective_config
     from pkc.runtime.scheduled_comm import ScheduledCollective
     from timing import alternate, last_stats
 
@@ -262,7 +262,7 @@ def _agp_kernel(W: int, n: int, dt: str):
 def run_agp_case(W: int, n: int, iters: int, dt: str = "bf16") -> dict:
     import torch
     from pkc.codegen.hopper.collectives import CollectiveRunner
-    from pkc.runtime.fastpath import collective_config
+    from pkc.codegen.hopper.collectives import hand_collective_config as collective_config
     from pkc.runtime.scheduled_comm import ScheduledCollective
 
     TD = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dt]
@@ -359,7 +359,7 @@ def run_pair_case(name, W, Mc, N, K, layout, iters: int) -> dict:
     from pkc.codegen.hopper.fused import FusedConfig, FusedWorld
     from pkc.ir import make_context, parse_module, verify_module
     from pkc.passes.registry import parse_pipeline
-    from pkc.runtime.fastpath import collective_config
+    from pkc.codegen.hopper.collectives import hand_collective_config as collective_config
     from pkc.runtime.scheduled_comm import ScheduledPair
 
     M = W * Mc

@@ -512,11 +512,14 @@ class PkcProgram:
 
     def __init__(self, ir: str, pipeline: str = "default"):
         from pkc.ir import parse_module
+        from pkc.passes.pipelines import schedule_for_target
         from pkc.passes.registry import run_pipeline
         from pkc.passes.remarks import format_remarks
 
         self.module = parse_module(ir, "bench.mlir")
         run_pipeline(pipeline, self.module)
+        # what the GPU runs: the kernels at the schedule level (as CompiledProgram.kernel_module)
+        self.module, _ = schedule_for_target(self.module, "h200")
         self.remarks = [r.split("remark: ", 1)[-1] for r in format_remarks(self.module)]
         names = [op.name for op in self._main_ops()]
         self.kernels = names.count("pk.kernel")
@@ -544,11 +547,11 @@ class PkcProgram:
 
         return next(ex for (mod, ex) in _CACHE.values() if mod is self.module)
 
-    def fast_report(self) -> list[str]:
-        """Per kernel: the fast path's plan or why the general path runs it (after a call)."""
+    def kernel_report(self) -> list[str]:
+        """Per kernel: scheduled, or why the portable path runs it (after a call)."""
         from pkc.runtime.executable import _CACHE
 
-        return [line for (mod, ex) in _CACHE.values() if mod is self.module for line in ex.fast_report]
+        return [line for (mod, ex) in _CACHE.values() if mod is self.module for line in ex.kernel_report]
 
     def __call__(self, *inputs):
         from pkc.runtime.execute import run_kernel_module_distributed
@@ -626,7 +629,7 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
     import torch.distributed._symmetric_memory  # noqa: F401  (registers torch.ops.symm_mem.fused_*)
 
     from pkc.codegen.hopper.fused import FusedConfig
-    from pkc.runtime.fastpath import fused_gemm_config
+    from pkc.target.fused_tuning import fused_gemm_config
 
     W, dev, fam = ctx.world, ctx.device, shape.family
     M, N, K = shape.M, shape.N, shape.K
@@ -694,7 +697,7 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
     hand = None
     hand = None
     if not args.no_hand:
-        # the tile config the compiled path picks (fastpath.fused_gemm_config)
+        # the tile config the compiled path picks (fused_tuning.fused_gemm_config)
         cfg = fused_gemm_config(fam, M, N, K, W, "bf16", "nk",
                                 torch.cuda.get_device_properties(dev).multi_processor_count)
         row["hand_cfg"] = cfg.tag() if hasattr(cfg, "tag") else str(cfg)
@@ -702,7 +705,7 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
         if fam in ("ar", "rs") and W == 2:   # into the kernel's output (no copy after it)
             variants.append(("pkc_hand_out", FusedConfig(kind=fam, world=W, gemm=cfg, out=True)))
         if fam == "ar" and W == 2:      # GEMM + all-reduce into a fresh output (reducer CTAs)
-            from pkc.runtime.fastpath import arf_reducer_ctas
+            from pkc.codegen.hopper.fused import arf_reducer_ctas
 
             variants.append(("pkc_arf", FusedConfig(kind="arf", world=W, gemm=cfg,
                                                     comm_ctas=arf_reducer_ctas(M, N, K, W))))
@@ -757,7 +760,7 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
             outs["pkc"] = prog(a, b_kn)
             torch.cuda.synchronize()
             row["pkc_first_call_s"] = time.perf_counter() - t0
-            row["pkc_path"] = prog.fast_report()
+            row["pkc_path"] = prog.kernel_report()
             impls["pkc"] = lambda: prog(a, b_kn)
         except Exception as e:
             err = f"{type(e).__name__}: {e}"[:400]

@@ -107,14 +107,16 @@ class CompiledProgram:
             passes = list(passes) + [r for r in format_remarks(self._kernel_module) if r not in seen]
         return list(passes) + self.runtime_remarks
 
-    def fast_path(self) -> list[str]:
-        """Per pk.kernel, the hand-tuned kernel the GPU runtime will run it on for this
-        program's target (pkc.runtime.fastpath), or why it takes the general codegen path
-        (what ``pkc-opt --fast-path`` prints)."""
-        from pkc.runtime.fastpath import fast_path_lines
+    def kernels(self) -> list[str]:
+        """Per pk.kernel of what the GPU runs (:attr:`kernel_module`), the scheduled kernel it
+        is (the deciding pass's remark), or the portable path and why (what ``pkc-opt
+        --kernels`` prints)."""
+        from pkc.passes.pipelines import SCHEDULED_ARCHS, kernel_lines
         from pkc.target.targets import get_target
 
-        return fast_path_lines(self.module, get_target(self.target).sm_arch)
+        arch = get_target(self.target).sm_arch
+        default = "" if arch in SCHEDULED_ARCHS else f"no schedule-level lowering of this kernel for {arch}"
+        return kernel_lines(self.kernel_module, default=default)
 
     def __repr__(self) -> str:
         names = ", ".join(f"{i.name}:{i.kind}" for i in self.inputs)
@@ -512,8 +514,8 @@ def compile(
       process), else store it there (:mod:`pkc.runtime.compile_cache`); ``program.cache_hit``
       says which. Off by default here (the backend's default is on).
     - ``explain``: print the passes' decisions (what was fused, predicted times, SM split,
-      what was left alone and why) and each kernel's fast-path plan; also available later
-      as ``program.remarks()`` and ``program.fast_path()``.
+      what was left alone and why) and what each kernel runs as on the GPU; also available
+      later as ``program.remarks()`` and ``program.kernels()``.
 
     Raises :class:`PkcFrontendError` for programs pkc cannot capture (dynamic shapes,
     collectives over sub-groups, example inputs that do not fit the program).
@@ -523,9 +525,10 @@ def compile(
     program = _finish(captured, target=target, pipeline=pipeline, dump_dir=dump_dir,
                       cache=cache and dump_dir is None)
     if explain:
+        kernels = program.kernels()      # runs the schedule stage: its remarks print too
         print("\n".join(program.remarks()) or "pkc: no decisions recorded (no pipeline ran?)")
-        if program.fast_path():
-            print("\n".join(program.fast_path()))
+        if kernels:
+            print("\n".join(kernels))
     return program
 
 

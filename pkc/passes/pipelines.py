@@ -67,3 +67,34 @@ def schedule_for_target(module, target: str, *, deterministic: bool = False):
         verify_module(copy)
         names.append(p.name)
     return copy, names
+
+
+def unscheduled_reason(kop, default: str = "") -> str:
+    """Why kernel ``kop`` has no schedule-level body: the schedule passes' remark on it."""
+    remarks = kop.attributes.get("pk.remarks")
+    for r in reversed(list(remarks.data) if remarks is not None else []):
+        if "left unscheduled" in r.data:
+            return r.data
+    return default or "not scheduled (the schedule pipeline did not run, or no pass matched it)"
+
+
+def kernel_lines(module, filename: str = "<unknown>", default: str = "") -> list[str]:
+    """Per ``pk.kernel`` of ``module`` (a program after the schedule stage), one remark line:
+    the scheduled kernel it is (the deciding pass's remark) or the portable path and why."""
+    from pkc.dialects.kernel import KernelOp
+    from pkc.passes.remarks import remark_line
+
+    lines = []
+    for kop in module.walk():
+        if not isinstance(kop, KernelOp):
+            continue
+        name = kop.kernel_name.data
+        if kop.schedule() is None:
+            text = f"@{name}: portable path ({unscheduled_reason(kop, default)})"
+        else:
+            remarks = kop.attributes.get("pk.remarks")
+            said = [r.data for r in (remarks.data if remarks is not None else [])
+                    if r.data.startswith("scheduled")]
+            text = f"@{name}: " + (said[-1] if said else "scheduled kernel")
+        lines.append(remark_line(kop, text, filename, tag="kernels"))
+    return lines

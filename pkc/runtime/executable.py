@@ -4,30 +4,31 @@ Preparing walks ``@main`` once: every op becomes a step over per-rank values
 (``{rank: [tensors]}``), so a call does no IR work (no printing, no hashing, no lookups by
 op type). Steps:
 
-* ``pk.kernel`` with a fast plan (:mod:`pkc.runtime.fastpath`): the hand-tuned sm_90a
-  kernel over a :class:`~pkc.runtime.peers.Peers` world, with persistent symmetric buffers
-  and epoch-counted signals: no allocation, zeroing, host barrier or host synchronization
-  per call;
-* any other ``pk.kernel``: the general codegen path (compiled once here), run by a
+* ``pk.kernel`` built at the schedule level (the ``schedule`` pipeline): the compiler's
+  kernel, launched as its launch metadata says (:mod:`pkc.runtime.scheduled_step`) over a
+  :class:`~pkc.runtime.peers.Peers` world, with persistent symmetric buffers and
+  epoch-counted signals: no allocation, zeroing, host barrier or host synchronization per
+  call;
+* any other ``pk.kernel``: the portable codegen path (compiled once here), run by a
   :class:`~pkc.runtime.world.VirtualWorld` or :class:`~pkc.runtime.symm.DistributedRunner`;
 * graph-level ops: torch on CUDA tensors with the interpreter's per-op rules (cuBLAS for a
   matmul the overlap pass left alone); collectives outside kernels in a virtual world by
   the interpreter's rules (under torch.distributed they must have been lowered).
 
-A fast kernel whose bounded wait expires (a peer that never arrived) writes a record into
+A scheduled kernel whose bounded wait expires (a peer that never arrived) writes a record into
 the peers' host-mapped mailbox; under torch.distributed it then traps, so the launch fails
 and the next synchronization raises instead of returning outputs nobody wrote; the next
 call (or :func:`pkc.runtime.peers.describe_timeouts`) names kernel, rank and peer.
 
-Values produced by a fast kernel may live in its persistent buffers, which its next call
-overwrites; the outputs of :meth:`Executable.run` are therefore copied (``copy_outputs``),
-intermediates are not. :attr:`Executable.fast_report` says, per kernel, which path it
-takes and why.
+Values produced by a scheduled kernel may live in its persistent buffers, which its next
+call overwrites; the outputs of :meth:`Executable.run` are therefore copied
+(``copy_outputs``), intermediates are not. :attr:`Executable.kernel_report` says, per
+kernel, which path it takes and, for the portable path, why (the schedule passes' remark).
+No kernel is chosen here: the module says what runs.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import torch
@@ -41,26 +42,20 @@ from pkc.runtime.world import DEFAULT_TIMEOUT_S
 Step = Callable[[dict], dict]
 
 
-def fast_enabled() -> bool:
-    """``PKC_FAST=0`` turns the fast path off (every kernel takes the general path)."""
-    return os.environ.get("PKC_FAST", "1") != "0"
-
-
 class Executable:
     """``@func_name`` of ``module`` prepared for ``peers`` (the ranks this process drives)
-    with ``general`` (VirtualWorld or DistributedRunner) for kernels without a fast plan."""
+    with ``general`` (VirtualWorld or DistributedRunner) for kernels that are not scheduled."""
 
     def __init__(self, module: ModuleOp, peers, general, *, target: str, func_name: str = "main",
-                 timeout_s: float = DEFAULT_TIMEOUT_S, fast: bool | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S,
                  copy_outputs: bool = True, distributed: bool = False, bulk: bool | None = None):
         from pkc.interp.graph import find_function
 
         self.peers, self.general, self.target = peers, general, target
         self.timeout_s, self.copy_outputs, self.distributed = timeout_s, copy_outputs, distributed
-        self.fast = fast_enabled() if fast is None else fast
         self.profile: dict | None = None   # {step: [event pairs]} while profiling
         self.bulk = bulk
-        self.fast_report: list[str] = []
+        self.kernel_report: list[str] = []
         fn = find_function(module, func_name)
         block = fn.body.blocks[0]
         self.args = list(block.args)
@@ -136,20 +131,13 @@ class Executable:
         raise NotImplementedError(f"'{op.name}' cannot run at graph level on the GPU")
 
     def _kernel_step(self, op: KernelOp) -> Step:
-        from pkc.runtime.fastpath import FastStep, plan_fast
-
         name = op.kernel_name.data
         if op.schedule() is not None:
-            self.fast_report.append(f"@{name}: scheduled kernel (built from schedule-level IR)")
+            self.kernel_report.append(f"@{name}: scheduled kernel (built from schedule-level IR)")
             return self._scheduled_step(op)
-        plan = plan_fast(op, self.target) if self.fast else "fast path off (PKC_FAST=0)"
-        if not isinstance(plan, str):
-            self.fast_report.append(f"@{name}: {plan.describe()}")
-            shapes = [tuple(r.type.get_shape()) for r in op.results]
-            step = FastStep(plan, self.peers, shapes, timeout_s=self.timeout_s)
-            self.aliased.update(v for v, keep in zip(op.results, step.persistent) if keep)
-            return step
-        self.fast_report.append(f"@{name}: general path ({plan})")
+        from pkc.passes.pipelines import unscheduled_reason
+
+        self.kernel_report.append(f"@{name}: portable path ({unscheduled_reason(op)})")
         from pkc.runtime.execute import compiled
 
         ck = compiled(op, self.target, self.bulk)
@@ -177,7 +165,7 @@ class Executable:
         Returns ``{rank: [results]}`` as CUDA tensors."""
         dev = self.peers.device
         ranks = self.peers.ranks
-        self.peers.raise_timeouts()       # a fast kernel of an earlier call reported one
+        self.peers.raise_timeouts()       # a scheduled kernel of an earlier call reported one
         env: list = [None] * self.nslots
         for i in range(len(self.args)):
             env[i] = {r: inputs[r][i].to(dev) for r in ranks}

@@ -62,13 +62,12 @@ def run_kernel_module(module: ModuleOp, per_rank_inputs: list[list[torch.Tensor]
                       device: int | torch.device | None = None, *, func_name: str = "main",
                       target: str | None = None, bulk: bool | None = None,
                       timeout_s: float = DEFAULT_TIMEOUT_S, green: bool = True,
-                      runner: VirtualWorld | None = None, fast: bool | None = None) -> list[list[torch.Tensor]]:
+                      runner: VirtualWorld | None = None) -> list[list[torch.Tensor]]:
     """Runs ``@func_name`` for ``world`` ranks on one GPU; returns ``outputs[r]`` (CUDA
     tensors). ``target``: what the program was compiled for (a GPU name or an architecture;
-    default: the GPU's own, see :func:`target_for`); ``bulk`` chooses the codegen path;
-    ``fast`` the hand-tuned sm_90a kernels where they apply (default: on, ``PKC_FAST=0``
-    turns it off). Prepared once per (module, world, options): see
-    :mod:`pkc.runtime.executable`."""
+    default: the GPU's own, see :func:`target_for`); ``bulk`` chooses the portable codegen
+    path's variant. The module's scheduled kernels run as built, the others on the portable
+    path. Prepared once per (module, world, options): see :mod:`pkc.runtime.executable`."""
     from pkc.runtime.executable import Executable, executable_for
     from pkc.runtime.peers import VirtualPeers
 
@@ -76,17 +75,17 @@ def run_kernel_module(module: ModuleOp, per_rank_inputs: list[list[torch.Tensor]
         general = runner or VirtualWorld(world, device, green)
         peers = VirtualPeers(world, general.device, green)
         return Executable(module, peers, general, target=target_for(general.capability, target),
-                          func_name=func_name, timeout_s=timeout_s, fast=fast, bulk=bulk)
+                          func_name=func_name, timeout_s=timeout_s, bulk=bulk)
     ex = executable_for(module, ("virtual", world, str(device), func_name, target, bulk,
-                                 timeout_s, green, id(runner), fast), make)
+                                 timeout_s, green, id(runner)), make)
     outs = ex.run({r: per_rank_inputs[r] for r in range(world)})
     return [outs[r] for r in range(world)]
 
 
 def run_kernel_module_distributed(module: ModuleOp, inputs: list[torch.Tensor], *,
                                   func_name: str = "main", target: str | None = None,
-                                  timeout_s: float = DEFAULT_TIMEOUT_S, runner=None,
-                                  fast: bool | None = None) -> list[torch.Tensor]:
+                                  timeout_s: float = DEFAULT_TIMEOUT_S,
+                                  runner=None) -> list[torch.Tensor]:
     """The same under torch.distributed: this rank's inputs -> this rank's outputs.
     Collectives must have been lowered into kernels."""
     from pkc.runtime.executable import Executable, executable_for
@@ -99,6 +98,6 @@ def run_kernel_module_distributed(module: ModuleOp, inputs: list[torch.Tensor], 
 
     def make():
         return Executable(module, runner.peers, runner, target=target_for(runner.capability, target),
-                          func_name=func_name, timeout_s=timeout_s, fast=fast, distributed=True)
-    ex = executable_for(module, ("dist", func_name, target, timeout_s, id(runner), fast), make)
+                          func_name=func_name, timeout_s=timeout_s, distributed=True)
+    ex = executable_for(module, ("dist", func_name, target, timeout_s, id(runner)), make)
     return ex.run({runner.rank: inputs})[runner.rank]

@@ -5,7 +5,7 @@ The op takes the kernel's operands and an integer key; the key names an entry of
 per-process registry that holds the kernel's result types and how to run it here:
 
 * ``GPU``: the kernel the compiler scheduled (:mod:`pkc.runtime.scheduled_step`), else
-  the hand-tuned fast kernel (:mod:`pkc.runtime.fastpath`) or the general codegen path, for this process's rank(s) (a 1-rank virtual world, or one rank of a
+  the portable codegen path, for this process's rank(s) (a 1-rank virtual world, or one rank of a
   torch.distributed group with symmetric memory);
 * ``INTERP``: one rank on the CPU through the reference interpreter;
 * ``SIMULATED``: W ranks as W threads of one process, each running the same compiled
@@ -15,7 +15,7 @@ per-process registry that holds the kernel's result types and how to run it here
 
 The key is derived from the kernel's IR text (and how it runs), so the same layer compiled
 in another process yields the same torch program, and Inductor's own cache recognizes it.
-Results are fresh tensors: a fast kernel whose result lives in a persistent buffer (which
+Results are fresh tensors: a scheduled kernel whose result lives in a persistent buffer (which
 its next call overwrites) is copied here, since Inductor may keep an op's result alive
 across the next call.
 """
@@ -135,12 +135,11 @@ def _interp_runner(e: KernelEntry):
 
 
 def _gpu_runner(e: KernelEntry):
-    """This process's rank(s) of the kernel, prepared once: the fast plan when one
-    matches, else the general codegen path."""
+    """This process's rank(s) of the kernel, prepared once: the scheduled kernel as its
+    launch metadata says, else the portable codegen path (nothing is chosen here)."""
     import torch.distributed as dist
 
     from pkc.dialects.rank_groups import gpu_refusal
-    from pkc.runtime.fastpath import FastStep, plan_fast
     from pkc.runtime.world import DEFAULT_TIMEOUT_S
 
     why = gpu_refusal(e.op)
@@ -168,15 +167,6 @@ def _gpu_runner(e: KernelEntry):
             outs = sstep.run({rank: inputs})[rank]
             return [o.clone() if keep else o for o, keep in zip(outs, sstep.persistent)]
         return run_scheduled
-    plan = plan_fast(e.op, e.target)
-    if not isinstance(plan, str):
-        step = FastStep(plan, peers, e.shapes, timeout_s=DEFAULT_TIMEOUT_S)
-        persistent = list(step.persistent)
-
-        def run(inputs):
-            outs = step({rank: inputs})[rank]
-            return [o.clone() if keep else o for o, keep in zip(outs, persistent)]
-        return run
     from pkc.runtime.execute import compiled
 
     ck = compiled(e.op, e.target)

@@ -1,9 +1,9 @@
 """The collectives' tuning table: which algorithm a lowered collective runs on sm_90a, by
 kind, world and message size, and the launch shape of each algorithm.
 
-Moved here from ``pkc/runtime/fastpath.py`` (the hand kernels' run-time choice) so that the
-compiler decides once (``schedule-collectives`` writes the choice into the IR) and the fast
-path reads the same figures. Each figure says where it was measured.
+The compiler decides once (``schedule-collectives`` writes the choice into the IR); the
+runtime reads nothing here. Each figure says where it was measured (hand kernels of
+``pkc/codegen/hopper/collectives.py``, which the IR-built ones replace).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Tuning table of the fused GEMM + collective kernels: the figures and rules that pick a
 fused kernel's tile and variant, with where each was measured.
 
-Moved here from ``pkc/runtime/fastpath.py`` (which re-exports them) so that the passes that
-schedule fused kernels (``schedule-fused``) decide with the same figures the hand kernels'
-fast path uses, and the runtime decides nothing. All measurements: H200s, hand kernels of
-``pkc/codegen/hopper/fused.py`` (docs/PERF_NOTES.md).
+The passes that schedule fused kernels (``schedule-fused``, ``sm-partition``) decide with
+these figures and write the decisions into the IR; the runtime decides nothing. The
+measurements were made on H200s with the hand kernels of ``pkc/codegen/hopper/fused.py``
+(which the IR-built kernels replace, at parity: docs/PERF_NOTES.md).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def ag_put_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> tup
     more is an SM less for the GEMM: compute-bound shapes (Llama up+gate) want few;
     measured on 2 and 4 H200s (hand kernels), 16 won where A's bytes outrun the GEMM (8
     lost 8-17% there), 8 won over 12 and 16 on N = 32768 at W = 4 (by 7%), 4 over 8 on
-    up+gate at W = 2. The rule of ``pkc.runtime.fastpath.ag_put_ctas``."""
+    up+gate at W = 2 (the hand path's rule)."""
     from pkc.target.cost import gemm_time
 
     remote = (world - 1) / world * M * K * 2

@@ -183,11 +183,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "SM splits, what was left alone and why) to stderr",
     )
     p.add_argument(
-        "--fast-path",
+        "--kernels",
         action="store_true",
-        help="print, for every pk.kernel, the hand-tuned kernel the runtime will run it on "
-        "for --target (or why it takes the general codegen path) to stderr",
+        help="print, for every pk.kernel of what the GPU runs for --target (after the "
+        "schedule stage), the kernel it becomes and why, or why it takes the portable path, "
+        "to stderr",
     )
+    p.add_argument("--fast-path", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "--load-pass-plugin",
         action="append",
@@ -402,7 +404,7 @@ class Options:
     print_after: set[str]
     allow_unregistered: bool
     remarks: bool = False
-    fast_path: bool = False
+    kernels: bool = False
     emit: str = "mlir"
     target: str = "sm_90a"
     dump_kernels: str | None = None
@@ -483,12 +485,14 @@ def format_remarks(module: ModuleOp, filename: str) -> str:
     return "".join(line + "\n" for line in lines) or f"{filename}: remark: no decisions recorded\n"
 
 
-def format_fast_path(module: ModuleOp, filename: str, target: str) -> str:
-    """Per pk.kernel, the runtime's fast-path plan (pkc.runtime.fastpath) or the reason
-    it has none; a line saying so when the module has no kernel."""
-    from pkc.runtime.fastpath import fast_path_lines
+def format_kernels(module: ModuleOp, filename: str, target: str) -> str:
+    """Per pk.kernel of what the GPU runs for ``target``, the scheduled kernel it becomes
+    (the schedule pass's remark) or the portable path and why; a line saying so when the
+    module has no kernel."""
+    from pkc.passes.pipelines import kernel_lines
 
-    lines = fast_path_lines(module, target, filename)
+    default = "" if target in _ARCH_TARGET else f"no schedule-level lowering of this kernel for {target}"
+    lines = kernel_lines(gpu_program(module, target), filename, default)
     return "".join(line + "\n" for line in lines) or f"{filename}: remark: no pk.kernel\n"
 
 
@@ -551,8 +555,8 @@ def process_chunk(
         run_pipeline(module, ctx, opts, timer, source=source, filename=filename, err=err)
         if opts.remarks:
             err.write(format_remarks(module, filename))
-        if opts.fast_path:
-            err.write(format_fast_path(module, filename, opts.target))
+        if opts.kernels:
+            err.write(format_kernels(module, filename, opts.target))
         if opts.trace:
             write_trace(module, opts.trace, err)
         with _Clock(timer, "Output"):
@@ -704,6 +708,9 @@ def run(argv: Sequence[str] | None) -> int:
     if args.help:
         print_help(parser, sys.stdout)
         return 0
+    if args.fast_path:
+        raise UserError("--fast-path was removed: the runtime no longer chooses kernels; the "
+                        "schedule passes do, and --kernels prints what each pk.kernel becomes")
     try:
         pipeline = parse_pipeline(pipeline_text(args))
     except PipelineError as err:
@@ -716,7 +723,7 @@ def run(argv: Sequence[str] | None) -> int:
         print_after=print_after_names(args),
         allow_unregistered=args.allow_unregistered_dialect,
         remarks=args.remarks,
-        fast_path=args.fast_path,
+        kernels=args.kernels,
         emit=args.emit,
         target=args.target,
         dump_kernels=args.dump_kernels,

@@ -69,7 +69,7 @@ def _prepare(ir):
 def _report(module):
     from pkc.runtime.executable import _CACHE
 
-    return [line for mod, ex in _CACHE.values() if mod is module for line in ex.fast_report]
+    return [line for mod, ex in _CACHE.values() if mod is module for line in ex.kernel_report]
 
 
 def _run(ir, W, all_scheduled=True, calls=3):

@@ -445,7 +445,7 @@ func.func @main(%a: tensor<{M}x{K}xbf16>, %b: tensor<{K}x{N}xbf16>) -> tensor<{M
   func.return %o : tensor<{M}x{N}xbf16>
 }}"""
     module = parse_module(ir, "worker.mlir")
-    run_pipeline("default{force=true}", module)
+    run_pipeline("default{force=true},schedule", module)
     gen = torch.Generator(device="cuda").manual_seed(rank)
     a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=gen)
     b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16, generator=gen)

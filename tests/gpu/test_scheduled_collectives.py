@@ -40,7 +40,7 @@ def test_ir_collective_equals_reference_and_hand(coll, algo, nbytes, W):
     from collectives_ir import compile_ir, peers, reference
 
     from pkc.codegen.hopper.collectives import CollectiveRunner
-    from pkc.runtime.fastpath import collective_config
+    from pkc.codegen.hopper.collectives import hand_collective_config as collective_config
     from pkc.runtime.scheduled_comm import ScheduledCollective
 
     unit = 16 if coll == "all_reduce" else 16 * W      # whole vectors per chunk

@@ -60,7 +60,7 @@ func.func @main(%x: tensor<96x200xbf16>, %unused: tensor<1x1xbf16>) -> tensor<96
     results = []
     for kind, (text, sa, sb) in cases.items():
         module = parse_module(text, f"{kind}.mlir")
-        run_pipeline("default{force=true}", module)
+        run_pipeline("default{force=true},schedule", module)
         gen = torch.Generator(device="cuda").manual_seed(100 + rank)
         a = torch.randn(*sa, device="cuda", dtype=torch.bfloat16, generator=gen)
         b = torch.randn(*sb, device="cuda", dtype=torch.bfloat16, generator=gen)

@@ -21,7 +21,7 @@ from pkc.emu import emulate
 from pkc.ir import PkcDiagnostic, make_context, parse_module, print_module, verify_module
 from pkc.passes.registry import parse_pipeline, run_pipeline
 from pkc.passes.remarks import plan_of, remarks_of
-from pkc.runtime import fastpath
+from pkc.codegen.hopper.collectives import hand_collective_config
 
 DT = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 
@@ -142,7 +142,7 @@ def test_agp_grid_rule_is_the_hand_kernels():
     meta = compile_kernel(kop).meta
     n = 1001 * 24
     for max_ctas in (1, 7, 66, 264):
-        _, _, per, grid = plan_grid(fastpath.collective_config("agp", W, "bf16", n), n, max_ctas)
+        _, _, per, grid = plan_grid(hand_collective_config("agp", W, "bf16", n), n, max_ctas)
         assert meta.comm.launch(max_ctas, 512)[:2] == (per, grid), max_ctas
     assert meta.comm.sym_outputs == [0]          # the input's peers are parameters
 

@@ -1,7 +1,8 @@
-"""The Executable's bookkeeping, without a GPU (fake peers and a fake fast step): which
+"""The Executable's bookkeeping, without a GPU (fake peers and a fake scheduled step): which
 results leave a call copied (persistent buffers, views of the caller's arguments) and
-which are handed out as they are (fresh tensors); the fast path off sends every kernel to
-the general runner; reports from the peers' mailbox raise before any work is queued."""
+which are handed out as they are (fresh tensors); a kernel the schedule stage left alone
+goes to the portable runner with the reason in the report; reports from the peers'
+mailbox raise before any work is queued."""
 
 from __future__ import annotations
 
@@ -26,18 +27,22 @@ class FakePeers:
 
 
 class FakeStep:
-    """Stands for FastStep: returns, per rank, ``buffers[r]`` (a persistent buffer) or a
-    new tensor, filled with the sum over ranks of the first operand."""
+    """Stands for a scheduled kernel's step (pkc.runtime.scheduled_step): returns, per rank,
+    ``buffers[r]`` (a persistent buffer, as the fused kernels' symmetric outputs) or a new
+    tensor (as a collective into a fresh output), filled with the sum over ranks of the
+    first operand."""
 
     made: list = []
 
-    def __init__(self, plan, peers, shapes, timeout_s=2.0):
-        self.plan, self.shapes = plan, shapes
-        self.persistent = [plan.kind in ("mm_rs", "mm_ar", "ag", "ar2x")] * len(shapes)
-        self.buffers = {r: torch.zeros(shapes[0]) for r in peers.ranks}
+    def __init__(self, op):
+        self.kind = "fused" if op.kernel_name.data.startswith("matmul") else "collective"
+        shape = tuple(op.results[0].type.get_shape())
+        self.shapes = [shape]
+        self.persistent = [self.kind == "fused"]
+        self.buffers = {0: torch.zeros(shape), 1: torch.zeros(shape)}
         FakeStep.made.append(self)
 
-    def __call__(self, vals):
+    def run(self, vals):
         total = sum(v[0].float() for v in vals.values())
         out = {}
         for r in vals:
@@ -47,15 +52,15 @@ class FakeStep:
 
 
 @pytest.fixture
-def fake_fast(monkeypatch):
-    import pkc.runtime.fastpath as fp
+def fake_step(monkeypatch):
+    import pkc.runtime.scheduled_step as ss
 
     FakeStep.made = []
-    monkeypatch.setattr(fp, "FastStep", FakeStep)
+    monkeypatch.setattr(ss, "scheduled_step", lambda op, peers, target, timeout_s: FakeStep(op))
     return FakeStep
 
 
-def _module(ir: str, pipeline="default{force=true}"):
+def _module(ir: str, pipeline="default{force=true},schedule"):
     m = parse_module(ir, "x.mlir")
     run_pipeline(pipeline, m)
     return m
@@ -78,21 +83,21 @@ VIEW = """func.func @main(%x: tensor<4x16xf32>) -> tensor<64xf32> {
 }"""
 
 
-def test_fresh_results_are_not_copied(fake_fast):
+def test_fresh_results_are_not_copied(fake_step):
     ex = Executable(_module(AR), FakePeers(), None, target="sm_90a")
-    assert ["fast path: ll" in line for line in ex.fast_report] == [True]
+    assert ["scheduled kernel" in line for line in ex.kernel_report] == [True]
     xs = {r: [torch.randn(64, 64)] for r in (0, 1)}
     out = ex.run(xs)
     assert torch.equal(out[0][0], xs[0][0] + xs[1][0])
-    (step,) = fake_fast.made
+    (step,) = fake_step.made
     assert not step.persistent[0]
 
 
-def test_persistent_results_are_copied_unless_told(fake_fast):
+def test_persistent_results_are_copied_unless_told(fake_step):
     peers = FakePeers()
     ex = Executable(_module(RS), peers, None, target="sm_90a")
-    (step,) = fake_fast.made
-    assert step.plan.kind == "mm_rs" and step.persistent == [True]
+    (step,) = fake_step.made
+    assert step.kind == "fused" and step.persistent == [True]
     args = {r: [torch.randn(64, 32).bfloat16(), torch.randn(32, 64).bfloat16()] for r in (0, 1)}
     out = ex.run(args)
     assert out[0][0].data_ptr() != step.buffers[0].data_ptr()       # copied out
@@ -110,7 +115,9 @@ def test_views_of_arguments_are_copied():
     assert out[1][0].data_ptr() != xs[1][0].data_ptr()             # not the caller's storage
 
 
-def test_fast_path_off_uses_the_general_runner(fake_fast, monkeypatch):
+def test_unscheduled_kernels_use_the_portable_runner(fake_step, monkeypatch):
+    """No kernel is chosen at run time: a kernel-level module (the schedule stage did not
+    run) goes to the portable runner, and the report says why."""
     calls = []
 
     class General:
@@ -122,13 +129,13 @@ def test_fast_path_off_uses_the_general_runner(fake_fast, monkeypatch):
 
     monkeypatch.setattr(execute, "compiled", lambda op, target, bulk=None: type(
         "CK", (), {"meta": type("M", (), {"name": op.kernel_name.data})()})())
-    ex = Executable(_module(AR), FakePeers(), General(), target="sm_90a", fast=False)
-    assert not fake_fast.made and "fast path off" in ex.fast_report[0]
+    ex = Executable(_module(AR, "default{force=true}"), FakePeers(), General(), target="sm_90a")
+    assert not fake_step.made and "portable path (not scheduled" in ex.kernel_report[0]
     ex.run({r: [torch.randn(64, 64)] for r in (0, 1)})
     assert calls == ["all_reduce_one_shot"]
 
 
-def test_an_earlier_timeout_raises_before_any_work(fake_fast):
+def test_an_earlier_timeout_raises_before_any_work(fake_step):
     peers = FakePeers()
     ex = Executable(_module(AR), peers, None, target="sm_90a")
     peers.pending.append("kernel k: rank 0 timed out waiting for rank 1")

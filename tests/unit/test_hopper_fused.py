@@ -621,29 +621,3 @@ def test_rs_out_world_stages_by_parity_and_binds_the_output(fake_launch):
     assert ("bf16", [N, Mc], [c.epi_width, 64], 2 * c.epi_width) in fake_launch.maps
     with pytest.raises(ValueError, match="out must be"):
         w.run(a, b, outs={r: torch.empty(W * Mc, N, dtype=torch.bfloat16) for r in range(W)})
-
-
-
-@pytest.mark.parametrize("kind", ["mm_rs", "mm_ar", "ag_mm"])
-def test_fast_step_fused_outputs(fake_launch, kind):
-    """The fast path's fused steps at W = 2 over a CPU stand-in of the peers (launches
-    recorded): GEMM + RS / AR and AG + GEMM write a new tensor of the result's shape per
-    call, never the world's own buffers, and mark nothing persistent (W = 1 launches on
-    torch's CUDA stream: its persistent flags are tested in test_fastpath.py)."""
-    from pkc.runtime.fastpath import FastPlan, FastStep
-
-    W, M, N, K, bf = 2, 512, 256, 128, torch.bfloat16
-    rows = M // W if kind == "ag_mm" else M
-    args = {r: [torch.randn(rows, K).to(bf), torch.randn(K, N).to(bf)] for r in range(W)}
-    if kind == "ag_mm":
-        shapes, out_shape = dict(Mc=M // W, K=K, N=[N], gathered=0), (M, N)
-    else:
-        shapes, out_shape = dict(M=M, N=N, K=K), ((M // W, N) if kind == "mm_rs" else (M, N))
-    step = FastStep(FastPlan(kind, W, "bf16", shapes), _FakePeers(W, range(W)), [out_shape])
-    first, second = step(args), step(args)
-    assert step.persistent == [False]
-    assert len(fake_launch.launches) == 2 * W
-    (world,) = [v for k, v in step._made.items() if k[0] == "fused"]
-    for r in range(W):
-        assert tuple(first[r][0].shape) == out_shape
-        assert first[r][0].data_ptr() not in (second[r][0].data_ptr(), world.out[r].data_ptr())

@@ -30,9 +30,9 @@ print(rc, " ".join(loaded) or "-")
         ["examples/ir/tp_mlp_graph.mlir"],
         ["examples/ir/tp_mlp_graph.mlir", "-p", "default", "--remarks"],
         ["examples/ir/tp_mlp_graph.mlir", "-p", "default", "--emit=ptx"],
-        ["examples/ir/tp_mlp_graph.mlir", "-p", "default", "--fast-path"],
+        ["examples/ir/tp_mlp_graph.mlir", "-p", "default", "--kernels"],
     ],
-    ids=["help", "parse", "default", "emit-ptx", "fast-path"],
+    ids=["help", "parse", "default", "emit-ptx", "kernels"],
 )
 def test_ir_work_does_not_import_torch(args):
     res = subprocess.run(

@@ -16,14 +16,13 @@ from xdsl.utils.exceptions import VerifyException
 from pkc.codegen import compile_kernel
 from pkc.codegen.abi import ScheduledKernelMeta
 from pkc.codegen.emit import kernels_of
-from pkc.codegen.hopper.collectives import plan_grid
+from pkc.codegen.hopper.collectives import hand_collective_config, plan_grid
 from pkc.codegen.ptxas import check, find_ptxas
 from pkc.dialects import schedule_comm as c
 from pkc.dialects.types import BufferType
 from pkc.ir import parse_module, print_module, verify_module
 from pkc.passes.registry import run_pipeline
 from pkc.passes.remarks import plan_of, remarks_of
-from pkc.runtime import fastpath
 from pkc.target import comm_tuning as t
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -82,28 +81,26 @@ def test_verifiers_name_the_op():
 
 
 @pytest.mark.parametrize("W", [2, 4, 8])
-def test_kind_is_the_fast_paths(W):
-    """The tuning table decides as the fast path does, on both sides of every threshold."""
+def test_kind_follows_the_measured_thresholds(W):
+    """The tuning table's kind on both sides of every threshold: LL up to the LL limits
+    (scaled by W), else one-shot / two-shot / direct as planned; the two-shot's gather and
+    CTA groups as the hand kernels' config (what the IR kernels were measured against)."""
     for coll, algo in (("all_reduce", "one_shot"), ("all_reduce", "two_shot"),
                        ("all_gather", "direct"), ("reduce_scatter", "direct")):
         for nbytes in (4 * KIB, 128 * KIB, 256 * KIB, 512 * KIB, 1 * MIB, 2 * MIB, 64 * MIB):
             elems = nbytes // 2
             cfg = t.choose(coll, algo, W, "bf16", elems)
-            plan = {"collective": coll, "algorithm": algo}
-            x = [1, 1, elems] if coll != "all_reduce" else [elems]
-            want = fastpath._plan_collective(plan, [_Shape(x)], [_Shape(x)], W, "bf16")
-            assert cfg.kind.value == want.kind, (coll, algo, nbytes, W)
+            if coll == "all_reduce":
+                small = algo == "one_shot" and nbytes <= t.ll_limit(t.LL_MAX_BYTES, W)
+                want = "ll" if small else ("ar1" if algo == "one_shot" else "ar2")
+            else:
+                full = nbytes * W if coll == "all_gather" else nbytes
+                small = full <= t.ll_limit(t.LL_GATHER_MAX_BYTES, W)
+                want = {"all_gather": ("llag", "ag"), "reduce_scatter": ("llrs", "rs")}[coll][not small]
+            assert cfg.kind.value == want, (coll, algo, nbytes, W)
             if cfg.kind is t.CommKind.AR2:
-                hand = fastpath.collective_config("ar2", W, "bf16", elems)
+                hand = hand_collective_config("ar2", W, "bf16", elems)
                 assert (cfg.gather.value, cfg.groups) == (hand.gather, hand.groups)
-
-
-class _Shape:
-    def __init__(self, shape):
-        self.shape = shape
-
-    def get_shape(self):
-        return self.shape
 
 
 def test_ll_all_reduce_ir_plan_and_remark():
@@ -187,7 +184,7 @@ def test_grid_rule_is_the_hand_kernels(coll, kind):
     meta = compile_kernel(kop).meta
     _, n_in, _ = module_text(coll, W, nbytes, "bf16")
     for max_ctas in (1, 7, 32, 66, 132):
-        hand = fastpath.collective_config(kind, W, "bf16", n_in)
+        hand = hand_collective_config(kind, W, "bf16", n_in)
         _, _, per, grid = plan_grid(hand, n_in, max_ctas)
         slice_, g, threads = meta.comm.launch(max_ctas, 512)
         assert (slice_, g) == (per, grid), max_ctas

@@ -157,15 +157,13 @@ def test_assembles_without_spills_and_keeps_the_fused_pipeline(case):
         assert check_fused_pipeline(fcfg, sass(res.cubin)) == []
 
 
-def test_fastpath_reads_the_fused_tuning_table():
-    from pkc.runtime import fastpath as fp
+def test_link_bound_tile_rule():
     from pkc.target import fused_tuning as ft
 
-    assert fp.LINK_BOUND is ft.LINK_BOUND and fp.LINK_BOUND_TILE is ft.LINK_BOUND_TILE
-    assert fp.RS_INTO_OUTPUT is ft.RS_INTO_OUTPUT and fp.PUT_CTA_BW == ft.PUT_CTA_BW
-    assert fp.fused_gemm_config is ft.fused_gemm_config
-    # the link-bound rule: 128 x 128 at W = 2 where the partials outrun the GEMM
-    assert (fp.fused_gemm_config("rs", 8192, 4096, 512, 2, "bf16", "nk", 132).bn, 128) == (128, 128)
+    # 128 x 128 at W = 2 where the partials outrun the GEMM; the GEMM's own pick where not
+    cfg = ft.fused_gemm_config("rs", 8192, 4096, 512, 2, "bf16", "nk", 132)
+    assert (cfg.bm, cfg.bn) == (ft.LINK_BOUND_TILE["bm"], ft.LINK_BOUND_TILE["bn"]) == (128, 128)
+    assert ft.fused_gemm_config("rs", 8192, 8192, 8192, 2, "bf16", "nk", 132).bn == 256
 
 
 def test_compile_kernel_refuses_another_target():

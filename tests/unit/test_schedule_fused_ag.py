@@ -225,12 +225,12 @@ def test_a_silent_peer_is_a_deadlock_naming_the_wait(monkeypatch):
     assert "epoch wait" in msg and "rank 0" in msg
 
 
-def test_put_ctas_rule_is_the_fast_paths():
-    """Until the hand path goes: the pass sizes the put CTAs as the fast path did."""
-    from pkc.runtime.fastpath import ag_put_ctas as hand_rule
-
-    for M, N, K, W in [(303, 136, 72, 3), (8192, 8192, 8192, 2), (4096, 7168, 8192, 4),
-                       (8192, 1024, 8192, 4), (16384, 4096, 16384, 8)]:
+def test_put_ctas_rule_keeps_the_measured_picks():
+    """The put CTAs the hand path picked on these shapes (the rule was measured on 2 and 4
+    H200s: few for compute-bound GEMMs, 16 where A's bytes outrun the GEMM)."""
+    picks = [(303, 136, 72, 3, 4), (8192, 8192, 8192, 2, 4), (4096, 7168, 8192, 4, 8),
+             (8192, 1024, 8192, 4, 16), (16384, 4096, 16384, 8, 12)]
+    for M, N, K, W, want in picks:
         n, why = ag_put_ctas(M, N, K, W)
-        assert n == hand_rule(M, N, K, W) and n % 4 == 0 and 4 <= n <= 16
+        assert n == want and n % 4 == 0 and 4 <= n <= 16
         assert f"{n} put CTAs" in why and "predicted" in why

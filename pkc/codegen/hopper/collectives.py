@@ -1024,3 +1024,18 @@ class CollectiveRunner:
             rec = self.err[r].tolist()
             if rec[0]:
                 raise CollectiveTimeout(describe_record(self.cfg.kernel_name, rec, ERR_PHASES))
+
+
+def hand_collective_config(kind: str, world: int, dtype: str, elems: int) -> CollectiveConfig:
+    """The hand kernel's config for ``kind`` on ``elems`` elements, by the tuning table the
+    schedule pass uses: the two-shot (``ar2``) into a fresh output, gathered by push or pull
+    and in CTA groups by size; the other kinds as they are (the baseline the IR-built
+    collectives are measured against)."""
+    from pkc.target.comm_tuning import AR2_GROUPS_MIN_BYTES, AR2_PULL_MIN_BYTES
+
+    if kind != "ar2":
+        return CollectiveConfig(kind, world, dtype)
+    nbytes = elems * {"f32": 4}.get(dtype, 2)
+    pull = world > 2 and nbytes >= AR2_PULL_MIN_BYTES
+    return CollectiveConfig(kind, world, dtype, copy_in=True, gather="pull" if pull else "push",
+                            groups=2 if nbytes >= AR2_GROUPS_MIN_BYTES else 1)

@@ -1036,7 +1036,7 @@ class GemmArFreshKernel(_FusedBase):
     a tile ``LAG`` tiles late, after ``cp.async.bulk.wait_group`` leaves only the newer
     tiles' groups in flight (no stall on the stores it just issued). Each rank computes
     round(own + peer) (the own partial stored, the peer's added once): the same value on
-    both ranks. Not used by the fast path (``fastpath.ARF_ENABLED``): on 2 H200s it ran
+    both ranks. Not used by the fast path (``fused_tuning.ARF_ENABLED``): on 2 H200s it ran
     slower than the broadcast kernel plus the copy of its result (the reducers add ~12
     GB/s per CTA; docs/PERF_NOTES.md, issue 7 session 4)."""
 
@@ -2012,3 +2012,15 @@ def _rank_item(x, rank: int, name: str, world: int):
 
 # Launch epochs, per peers and buffer key: the pads' counters outlive a FusedWorld.
 _EPOCHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def arf_reducer_ctas(M: int, N: int, K: int, world: int, target: str = "h200") -> int:
+    """Reducer CTAs of the hand "arf" kernel (off in the tuning table): the peer's partial
+    (M x N, 16-bit) added at 1.25x the rate the kernel delivers it, at ~PUT_CTA_BW each."""
+    from pkc.target.cost import gemm_time
+    from pkc.target.fused_tuning import side_ctas_for
+    from pkc.target.targets import get_target
+
+    nbytes = M * N * 2
+    t = max(gemm_time(target, M, N, K), nbytes / get_target(target).nvlink_achievable_bw)
+    return side_ctas_for(nbytes / t)
