@@ -66,6 +66,8 @@ def per_group(op: Operation, operands: list[PerRank], world: int,
     rank r's i-th operand. Raises InterpError when ``op`` is written for another world."""
     groups = rank_groups(op)
     size = op.world.value.data
+    if groups is None and size == 1 and world > 1:
+        groups = [[r] for r in range(world)]      # rank-local (a scheduled GEMM): each rank alone
     if groups is None:
         if size != world:
             raise InterpError(f"{where(op)} is written for a world of {size} ranks, "
