@@ -25,7 +25,7 @@ from pkc.codegen.abi import ScheduledKernelMeta, TmapArg
 from pkc.codegen.errors import CodegenError
 from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, TMAP_ARGS, Lowering,
                                         _block, lower_tma_kernel)
-from pkc.codegen.lower_schedule_fused import _Extend, is_fused_kernel
+from pkc.codegen.lower_schedule_fused import FusedExtend, is_fused_kernel
 from pkc.dialects import schedule_ag as ag
 from pkc.dialects.kernel import KernelOp
 
@@ -37,37 +37,21 @@ def is_ag_kernel(kop: KernelOp) -> bool:
     return kind is not None and kind.data == "ag"
 
 
-class _AgExtend(_Extend):
-    """The fused kernel's parameters, plus the gathered operand's peer pointers and the
-    side CTAs of the grid rule."""
+class _AgExtend(FusedExtend):
+    """The fused kernel's parameters, plus the gathered operand's peer pointers (its
+    symmetric outputs) and the side CTAs of the grid rule."""
+
+    kind = "ag"
 
     def __init__(self, kop: KernelOp):
-        super().__init__(kop)
+        args = list(kop.block.args)
+        super().__init__(kop, peer_out=[i for i, a in enumerate(args) if a.type.symmetric])
         parts = [op for op in kop.walk() if isinstance(op, ag.CtaPartitionOp)]
         self.side = parts[0].side.data if parts else 0
-        self.peer_outputs = [i for i, a in enumerate(self.args) if a.type.symmetric]
 
     def meta(self, meta: ScheduledKernelMeta) -> None:
         super().meta(meta)
-        meta.fused.kind = "ag"
-        meta.fused.inputs = len(self.kop.inputs)
         meta.fused.side_ctas = self.side
-        meta.fused.peer_outputs = list(self.peer_outputs)
-
-    def bind(self, L: Lowering, params: list) -> None:
-        # the allocs' peer pointers, then the outputs', then the rest (FusedLaunch.params)
-        syms = [a for a in self.allocs if a.result.type.symmetric]
-        n_alloc_peers = len(syms) * self.W
-        n_out_peers = len(self.peer_outputs) * self.W
-        out_regs = params[n_alloc_peers:n_alloc_peers + n_out_peers]
-        rest = params[:n_alloc_peers] + params[n_alloc_peers + n_out_peers:]
-        super().bind(L, rest)
-        st = L.comm
-        regs = iter(out_regs)
-        for i in self.peer_outputs:
-            arg = self.args[i]
-            st.peers[arg] = [next(regs) for _ in range(self.W)]
-            st.own[arg] = L.buffers[arg]
 
 
 def lower_ag_kernel(kop: KernelOp, target: str, entry_name: str):

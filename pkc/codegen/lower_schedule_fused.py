@@ -45,15 +45,31 @@ def _elements(t: BufferType) -> int:
     return n
 
 
-class _Extend:
-    """The fused kernel's additions to the GEMM's entry (see lower_tma_kernel)."""
+class FusedExtend:
+    """The fused kernel's additions to the GEMM's entry (see lower_tma_kernel). Subclasses
+    (the MoE kernel's) say their launch kind, the symmetric outputs peers store into through
+    pointers (``peer_out``) and how many tiles the grid rule counts (:meth:`tiles`)."""
 
-    def __init__(self, kop: KernelOp):
+    kind = "rs"
+
+    def __init__(self, kop: KernelOp, peer_out: list[int] | None = None):
         self.kop = kop
         self.W = kop.world_size
         self.allocs = [op for op in kop.block.ops if isinstance(op, AllocOp)]
         self.args = list(kop.block.args)
+        self.n_in = len(kop.inputs)
+        self.peer_out = list(peer_out or [])
         self.loop = next((op for op in kop.walk() if isinstance(op, f.ChunkTileLoopOp)), None)
+
+    def tiles(self) -> int | None:
+        """The tiles the grid rule counts (None: the GEMM's own count)."""
+        if self.loop is None:
+            return None
+        m, n = (const_int(v) for v in (self.loop.m, self.loop.n))
+        if m is None or n is None:
+            raise CodegenError(f"kernel @{self.kop.kernel_name.data}: the chunk tile loop's "
+                               "M and N must be constants (the grid rule counts its tiles)")
+        return self.loop.chunks.data * -(-m // self.loop.bm.data) * -(-n // self.loop.bn.data)
 
     def meta(self, meta: ScheduledKernelMeta) -> None:
         bufs = [CommBufferArg(f"alloc{i}", _elements(a.result.type), str(a.result.type.element_type),
@@ -63,13 +79,11 @@ class _Extend:
                                  sym_outputs=[i for i, a in enumerate(self.args) if a.type.symmetric],
                                  shapes=[list(a.type.get_shape()) for a in self.args],
                                  dtype=str(self.args[0].type.element_type),
-                                 inputs=len(self.kop.inputs))
-        if self.loop is not None:
-            m, n = (_const(v) for v in (self.loop.m, self.loop.n))
-            if m is None or n is None:
-                raise CodegenError(f"kernel @{self.kop.kernel_name.data}: the chunk tile loop's "
-                                   "M and N must be constants (the grid rule counts its tiles)")
-            meta.tiles = self.loop.chunks.data * -(-m // self.loop.bm.data) * -(-n // self.loop.bn.data)
+                                 inputs=self.n_in, kind=self.kind,
+                                 peer_outputs=list(self.peer_out))
+        tiles = self.tiles()
+        if tiles is not None:
+            meta.tiles = tiles
 
     def bind(self, L: Lowering, params: list) -> None:
         regs = iter(params)
@@ -78,6 +92,9 @@ class _Extend:
         syms = [a for a in self.allocs if a.result.type.symmetric]
         for a in syms:
             st.peers[a.result] = [next(regs) for _ in range(self.W)]
+        for i in self.peer_out:
+            st.peers[self.args[i]] = [next(regs) for _ in range(self.W)]
+            st.own[self.args[i]] = L.buffers[self.args[i]]
         for a in syms:
             st.own[a.result] = next(regs)
         for a in self.allocs:
@@ -89,7 +106,8 @@ class _Extend:
         st.grid = {"tid": b.sreg("%tid.x"), "cta": b.sreg("%ctaid.x"), "ctas": b.sreg("%nctaid.x")}
 
 
-def _const(v) -> int | None:
+def const_int(v) -> int | None:
+    """The value of an ``arith.constant`` operand, None for anything else."""
     from xdsl.dialects import arith
 
     return v.owner.value.value.data if isinstance(v.owner, arith.ConstantOp) else None
@@ -101,7 +119,7 @@ def lower_fused_kernel(kop: KernelOp, target: str, entry_name: str
     if target != "sm_90a":
         raise CodegenError(f"kernel @{kop.kernel_name.data}: scheduled fused kernels lower to "
                            f"sm_90a only so far (asked for {target})")
-    return lower_tma_kernel(kop, target, entry_name, _Extend(kop))
+    return lower_tma_kernel(kop, target, entry_name, FusedExtend(kop))
 
 
 def _peer_tmap_arg(op: f.PeerTmapOp, args) -> TmapArg:

@@ -22,14 +22,13 @@ decided here.
 from __future__ import annotations
 
 from pkc.codegen import ptx
-from pkc.codegen.abi import CommBufferArg, FusedLaunch, ScheduledKernelMeta
+from pkc.codegen.abi import ScheduledKernelMeta
 from pkc.codegen.errors import CodegenError
 from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, Lowering, _block,
                                         lower_tma_kernel)
-from pkc.codegen.lower_schedule_comm import CommState
+from pkc.codegen.lower_schedule_fused import FusedExtend, const_int
 from pkc.dialects import schedule_moe as m
-from pkc.dialects.kernel import AllocOp, KernelOp
-from pkc.dialects.types import BufferType
+from pkc.dialects.kernel import KernelOp
 
 
 def is_moe_kernel(kop: KernelOp) -> bool:
@@ -38,75 +37,32 @@ def is_moe_kernel(kop: KernelOp) -> bool:
     return kop.schedule() is not None and sched is not None and sched.data == "moe"
 
 
-def _elements(t: BufferType) -> int:
-    n = 1
-    for d in t.get_shape():
-        n *= d
-    return n
+class _MoeExtend(FusedExtend):
+    """The MoE kernel's additions: the expert operand's peer pointers (a symmetric output
+    peers store into; the result is written through peer tensor maps only) and the grid
+    rule's tile count from the grouped tile loop."""
 
-
-class _Extend:
-    """The MoE kernel's additions to the GEMM's entry (see lower_tma_kernel)."""
+    kind = "moe"
 
     def __init__(self, kop: KernelOp):
-        self.kop = kop
-        self.W = kop.world_size
-        self.allocs = [op for op in kop.block.ops if isinstance(op, AllocOp)]
-        self.args = list(kop.block.args)
-        self.n_in = len(kop.inputs)
-        # symmetric outputs that peers store into through pointers (the expert operand);
-        # the result is written through peer tensor maps only
-        self.peer_out = [i for i in range(self.n_in, len(self.args))
-                         if self.args[i].type.symmetric and i != self.n_in]
+        n_in, args = len(kop.inputs), list(kop.block.args)
+        super().__init__(kop, peer_out=[i for i in range(n_in, len(args))
+                                        if args[i].type.symmetric and i != n_in])
         loops = [op for op in kop.walk() if isinstance(op, m.GroupedTileLoopOp)]
         if not loops:
             raise CodegenError(f"kernel @{kop.kernel_name.data}: an MoE kernel without a "
                                "pks.grouped_tile_loop")
         self.loop = loops[0]
 
-    def meta(self, meta: ScheduledKernelMeta) -> None:
-        bufs = [CommBufferArg(f"alloc{i}", _elements(a.result.type), str(a.result.type.element_type),
-                              a.result.type.symmetric, a.zero is not None)
-                for i, a in enumerate(self.allocs)]
-        meta.fused = FusedLaunch(world=self.W, buffers=bufs,
-                                 sym_outputs=[i for i, a in enumerate(self.args) if a.type.symmetric],
-                                 shapes=[list(a.type.get_shape()) for a in self.args],
-                                 dtype=str(self.args[0].type.element_type), kind="moe",
-                                 inputs=self.n_in, peer_outputs=self.peer_out)
+    def tiles(self) -> int:
         op = self.loop
-        n = _const(op.n)
+        n = const_int(op.n)
         if n is None:
             raise CodegenError(f"kernel @{self.kop.kernel_name.data}: the grouped tile loop's N "
                                "must be a constant (the grid rule counts its tiles)")
         # the most tiles there can be (every block full): the grid's bound
-        meta.tiles = (op.experts.data * op.sources.data * -(-op.capacity.data // op.bm.data)
-                      * -(-n // op.bn.data))
-
-    def bind(self, L: Lowering, params: list) -> None:
-        regs = iter(params)
-        st = CommState(world=self.W)
-        L.comm = st
-        syms = [a for a in self.allocs if a.result.type.symmetric]
-        for a in syms:
-            st.peers[a.result] = [next(regs) for _ in range(self.W)]
-        for i in self.peer_out:
-            st.peers[self.args[i]] = [next(regs) for _ in range(self.W)]
-            st.own[self.args[i]] = L.buffers[self.args[i]]
-        for a in syms:
-            st.own[a.result] = next(regs)
-        for a in self.allocs:
-            if not a.result.type.symmetric:
-                L.buffers[a.result] = next(regs)
-        for name in ("rank", "err", "timeout", "mbox", "trap"):
-            st.params[name] = next(regs)
-        b = L.b
-        st.grid = {"tid": b.sreg("%tid.x"), "cta": b.sreg("%ctaid.x"), "ctas": b.sreg("%nctaid.x")}
-
-
-def _const(v) -> int | None:
-    from xdsl.dialects import arith
-
-    return v.owner.value.value.data if isinstance(v.owner, arith.ConstantOp) else None
+        return (op.experts.data * op.sources.data * -(-op.capacity.data // op.bm.data)
+                * -(-n // op.bn.data))
 
 
 def lower_moe_kernel(kop: KernelOp, target: str, entry_name: str
@@ -115,7 +71,7 @@ def lower_moe_kernel(kop: KernelOp, target: str, entry_name: str
     if target != "sm_90a":
         raise CodegenError(f"kernel @{kop.kernel_name.data}: the scheduled MoE kernel lowers "
                            f"to sm_90a only so far (asked for {target})")
-    return lower_tma_kernel(kop, target, entry_name, _Extend(kop))
+    return lower_tma_kernel(kop, target, entry_name, _MoeExtend(kop))
 
 
 def _grouped_tile_loop(L: Lowering, op: m.GroupedTileLoopOp) -> None:
