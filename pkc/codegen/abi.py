@@ -304,3 +304,16 @@ class ScheduledKernelMeta:
             f["buffers"] = [CommBufferArg(**b) for b in f["buffers"]]
             d["fused"] = FusedLaunch(**f)
         return ScheduledKernelMeta(**d)
+
+
+# The error record a bounded wait writes when it expires (every scheduled kernel with
+# waits, and the hand kernels): 8 u32 words, zeroed once.
+ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
+
+
+def describe_record(kernel: str, record, kinds: dict) -> str:
+    """The line for one error record (``kinds``: what each ``kind`` value waited for)."""
+    d = dict(zip(ERR_FIELDS, record))
+    return (f"kernel {kernel}: rank {d['rank']} (CTA {d['cta']}, epoch {d['epoch']}) timed out "
+            f"waiting for rank {d['peer']}: {kinds.get(d['kind'], d['kind'])}; its signal was "
+            f"{d['seen']}, wanted {d['wanted']}")

@@ -34,7 +34,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from pkc.codegen.ptx import B16, B32, Inst, Names, RegType, _guard
 
-ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
+from pkc.codegen.abi import ERR_FIELDS  # noqa: E402,F401  (the record's layout)
 LL_HALF = 512       # bytes between an LL line's two halves (pkc.dialects.schedule_comm)
 
 

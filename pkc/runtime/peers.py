@@ -77,7 +77,7 @@ class Mailbox:
 
     def reports(self, clear: bool = False) -> list[str]:
         """One line per slot whose kernel recorded a timeout (host memory only)."""
-        from pkc.codegen.hopper.report import describe_record
+        from pkc.codegen.abi import describe_record
 
         out = []
         if not self._flags[:len(self.owners)].any():   # the common case, every call: one scan

@@ -12,10 +12,8 @@ graph's business), and the all-gather's wait sites in errors.
 
 from __future__ import annotations
 
-import torch
-
-from pkc.codegen.hopper.launch import launch
-from pkc.runtime.scheduled_fused import ERR_FIELDS, ScheduledFused, ScheduledFusedTimeout
+from pkc.codegen.abi import describe_record
+from pkc.runtime.scheduled_fused import ScheduledFused, ScheduledFusedTimeout, launch_ranks
 
 AG_WAIT_SITES = {1: "a row block of the peer's shard put here (or the peer's launch started)",
                  2: "the peers' puts (exit)"}
@@ -42,15 +40,7 @@ class ScheduledAgGemm(ScheduledFused):
         todo = list(self.peers.ranks if ranks is None else ranks)
         fresh = {r: self._fresh(r, None if outs is None else outs[r]) for r in todo}
         bound = [(r, self._bind(r, [a[r], b[r]], fresh[r])) for r in todo]
-        if self.fz.world == 1:          # one rank: on torch's stream, as a plain GEMM
-            stream = torch.cuda.current_stream(self.peers.device).cuda_stream
-            for r, args in bound:
-                launch(self.kernel, self.grid, self.meta.threads, args, stream)
-        else:
-            self.peers.begin()
-            for r, args in bound:
-                launch(self.kernel, self.grid, self.meta.threads, args, self.peers.stream(r))
-            self.peers.end()
+        launch_ranks(self.kernel, self.grid, self.meta.threads, bound, self.peers, self.fz.world)
         gath = self.sym_out[self.fz.peer_outputs[0]]
         return {r: [fresh[r][0], gath.tensors[r]] for r in todo}
 
@@ -58,12 +48,7 @@ class ScheduledAgGemm(ScheduledFused):
         for r in self.peers.ranks:
             rec = self.err[r].tolist()
             if rec[0]:
-                d = dict(zip(ERR_FIELDS, rec))
-                raise ScheduledFusedTimeout(
-                    f"kernel {self.meta.name}: rank {d['rank']} (CTA {d['cta']}, epoch "
-                    f"{d['epoch']}) timed out waiting for rank {d['peer']}: "
-                    f"{AG_WAIT_SITES.get(d['kind'], d['kind'])}; its signal was {d['seen']}, "
-                    f"wanted {d['wanted']}")
+                raise ScheduledFusedTimeout(describe_record(self.meta.name, rec, AG_WAIT_SITES))
 
 
 def ag_step(op, ck, peers, timeout_ns: int):

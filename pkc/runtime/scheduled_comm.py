@@ -23,12 +23,11 @@ import ctypes
 
 import torch
 
-from pkc.codegen.abi import ScheduledKernelMeta
+from pkc.codegen.abi import ScheduledKernelMeta, describe_record
 from pkc.codegen.hopper.launch import KernelArgs, launch, load_kernel
 from pkc.runtime.driver import call
 
 _TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32}
-ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
 WAIT_SITES = {1: "arrival of the rank's CTA (its data is ready / its kernel started)",
               2: "the rank's results written into this rank (exit)",
               3: "this rank's CTA of the previous group done with its exchange"}
@@ -146,12 +145,7 @@ class ScheduledCollective:
         for r in self.peers.ranks:
             rec = self.err[r].tolist()
             if rec[0]:
-                d = dict(zip(ERR_FIELDS, rec))
-                raise ScheduledCollectiveTimeout(
-                    f"kernel {self.meta.name}: rank {d['rank']} (CTA {d['cta']}, epoch "
-                    f"{d['epoch']}) timed out waiting for rank {d['peer']}: "
-                    f"{WAIT_SITES.get(d['kind'], d['kind'])}; its signal was {d['seen']}, "
-                    f"wanted {d['wanted']}")
+                raise ScheduledCollectiveTimeout(describe_record(self.meta.name, rec, WAIT_SITES))
 
 
 def _numel(shape) -> int:

@@ -23,15 +23,29 @@ import ctypes
 
 import torch
 
-from pkc.codegen.abi import ScheduledKernelMeta
+from pkc.codegen.abi import ScheduledKernelMeta, describe_record
 from pkc.codegen.hopper.fused import encode_tmap
 from pkc.codegen.hopper.launch import KernelArgs, launch, load_kernel
 
 _TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32}
-ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
 WAIT_SITES = {1: "the peer's data here (its own chunk stored before adding into it; a fresh "
                  "output's staged partial)",
               2: "every peer's contributions to this rank's chunk (exit)"}
+
+
+def launch_ranks(kernel, grid: int, threads: int, bound: list, peers, world: int) -> None:
+    """Launch ``bound`` (``[(rank, KernelArgs)]``): one rank on torch's stream over the whole
+    GPU (the grid is sized for it; a virtual world's lane is a green context of fewer SMs),
+    several on their lanes' streams, all begun together."""
+    if world == 1:
+        st = torch.cuda.current_stream(peers.device).cuda_stream
+        for _, args in bound:
+            launch(kernel, grid, threads, args, st)
+        return
+    peers.begin()
+    for r, args in bound:
+        launch(kernel, grid, threads, args, peers.stream(r))
+    peers.end()
 
 
 class ScheduledFusedTimeout(RuntimeError):
@@ -161,17 +175,7 @@ class ScheduledFused:
         todo = list(self.peers.ranks if ranks is None else ranks)
         fresh = {r: self._fresh(r, None if out is None else out[r]) for r in todo}
         bound = [(r, self._bind(r, [x[r] for x in inputs], fresh[r])) for r in todo]
-        if self.fz.world == 1:
-            # one rank: torch's stream over the whole GPU (the grid is sized for it; a
-            # virtual world's lane is a green context of fewer SMs), as FusedWorld does
-            st = torch.cuda.current_stream(self.peers.device).cuda_stream
-            for r, args in bound:
-                launch(self.kernel, self.grid, self.meta.threads, args, st)
-        else:
-            self.peers.begin()
-            for r, args in bound:
-                launch(self.kernel, self.grid, self.meta.threads, args, self.peers.stream(r))
-            self.peers.end()
+        launch_ranks(self.kernel, self.grid, self.meta.threads, bound, self.peers, self.fz.world)
         first = self.n_in
         if first in self.sym_out:
             return {r: self.sym_out[first].tensors[r] for r in todo}
@@ -182,9 +186,4 @@ class ScheduledFused:
         for r in self.peers.ranks:
             rec = self.err[r].tolist()
             if rec[0]:
-                d = dict(zip(ERR_FIELDS, rec))
-                raise ScheduledFusedTimeout(
-                    f"kernel {self.meta.name}: rank {d['rank']} (CTA {d['cta']}, epoch "
-                    f"{d['epoch']}) timed out waiting for rank {d['peer']}: "
-                    f"{WAIT_SITES.get(d['kind'], d['kind'])}; its signal was {d['seen']}, "
-                    f"wanted {d['wanted']}")
+                raise ScheduledFusedTimeout(describe_record(self.meta.name, rec, WAIT_SITES))

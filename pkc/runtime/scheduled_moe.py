@@ -25,12 +25,12 @@ import ctypes
 
 import torch
 
-from pkc.codegen.abi import ScheduledKernelMeta
+from pkc.codegen.abi import ScheduledKernelMeta, describe_record
 from pkc.codegen.hopper.fused import encode_tmap
-from pkc.codegen.hopper.launch import KernelArgs, launch, load_kernel
+from pkc.codegen.hopper.launch import KernelArgs, load_kernel
+from pkc.runtime.scheduled_fused import launch_ranks
 
 _TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32}
-ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
 WAIT_SITES = {1: "the source's counts / tokens of a block (dispatch)",
               2: "every rank's results written into this rank (combine)"}
 
@@ -126,15 +126,7 @@ class ScheduledMoe:
                              f"weights, counts), got {len(inputs)}")
         todo = list(self.peers.ranks if ranks is None else ranks)
         bound = [(r, self._bind(r, [x[r] for x in inputs])) for r in todo]
-        if self.fz.world == 1:
-            st = torch.cuda.current_stream(self.peers.device).cuda_stream
-            for r, args in bound:
-                launch(self.kernel, self.grid, self.meta.threads, args, st)
-        else:
-            self.peers.begin()
-            for r, args in bound:
-                launch(self.kernel, self.grid, self.meta.threads, args, self.peers.stream(r))
-            self.peers.end()
+        launch_ranks(self.kernel, self.grid, self.meta.threads, bound, self.peers, self.fz.world)
         out = self.sym_out[self.fz.sym_outputs[0]]
         return {r: out.tensors[r] for r in todo}
 
@@ -143,12 +135,7 @@ class ScheduledMoe:
         for r in self.peers.ranks:
             rec = self.err[r].tolist()
             if rec[0]:
-                d = dict(zip(ERR_FIELDS, rec))
-                raise ScheduledMoeTimeout(
-                    f"kernel {self.meta.name}: rank {d['rank']} (CTA {d['cta']}, epoch "
-                    f"{d['epoch']}) timed out waiting for rank {d['peer']}: "
-                    f"{WAIT_SITES.get(d['kind'], d['kind'])}; its signal was {d['seen']}, "
-                    f"wanted {d['wanted']}")
+                raise ScheduledMoeTimeout(describe_record(self.meta.name, rec, WAIT_SITES))
 
 
 def moe_step(op, ck, peers, timeout_ns: int):

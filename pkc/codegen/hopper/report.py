@@ -13,15 +13,7 @@ arrived is a failed job, as with NCCL's watchdog); in the one-GPU virtual world 
 
 from __future__ import annotations
 
-ERR_FIELDS = ("flag", "kind", "rank", "peer", "seen", "wanted", "cta", "epoch")
-
-
-def describe_record(kernel: str, record, kinds: dict) -> str:
-    """The line for one error record (``kinds``: what each ``kind`` value waited for)."""
-    d = dict(zip(ERR_FIELDS, record))
-    return (f"kernel {kernel}: rank {d['rank']} (CTA {d['cta']}, epoch {d['epoch']}) timed out "
-            f"waiting for rank {d['peer']}: {kinds.get(d['kind'], d['kind'])}; its signal was "
-            f"{d['seen']}, wanted {d['wanted']}")
+from pkc.codegen.abi import ERR_FIELDS, describe_record  # noqa: F401  (the record's layout)
 
 
 def emit_timeout_record(p, err: str, mbox: str, trap: str, values: list[str], tag: str) -> None:
