@@ -40,18 +40,17 @@ from xdsl.dialects.builtin import BFloat16Type, Float16Type, IntegerType, Tensor
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.rewriter import Rewriter
 
-from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects import schedule as s
 from pkc.dialects import schedule_ag as ag
 from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
+from pkc.passes.fused_schedule import b_operand, fused_config
 from pkc.passes.gemm_schedule import Epi, GemmParts, _for, _Ops, _tma_epilogue, build_gemm
 from pkc.passes.remarks import add_remark, plan_of, set_plan
-from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, ag_put_ctas, fused_gemm_config
-from pkc.target.gemm_tuning import BK, VARIANTS, GemmConfig
-from pkc.target.targets import get_target
+from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, ag_put_ctas
+from pkc.target.gemm_tuning import GemmConfig
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
 MAX_BYTES = 1 << 31          # byte offsets of the put side are u32 (s32 loops)
@@ -295,20 +294,8 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
     Mc, K = a.type.get_shape()
     N = b.type.get_shape()[1]
     dt, asked = _dtype(a.type), len(kop.outputs) == 2
-    src = b.owner
-    if isinstance(src, g.TransposeOp) and len(src.input.type.get_shape()) == 2:
-        b_val, layout = src.input, "nk"
-    else:
-        b_val, layout = b, "kn"
-    sms = get_target(target).num_sms
-    if variant:
-        cfg = VARIANTS[variant].with_(dtype=dt, b_layout=layout)
-    else:
-        cfg = fused_gemm_config("ag", W * Mc, N, K, W, dt, layout, sms, target)
-    if layout == "kn" and cfg.bn % 64:
-        cfg = cfg.with_(bn=128)         # B [K, N] is loaded in 64-column boxes
-    cfg = cfg.with_(cluster_m=1, epilogue="tma")      # the fused epilogue's requirements
-    cfg.validate()
+    b_val, layout = b_operand(b)
+    cfg = fused_config("ag", W * Mc, N, K, W, dt, layout, target, variant)
     plan = plan_of(kop)
     # the put CTAs: sm-partition's plan (from the GEMM's predicted time), else the rule
     side, why_side = 0, "W = 1: nothing to put"

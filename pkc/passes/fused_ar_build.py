@@ -21,15 +21,13 @@ from xdsl.dialects.builtin import IntegerType
 from xdsl.ir import Block, Region
 from xdsl.rewriter import Rewriter
 
-from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_ar_schedule import ArOutParts, ArParts, RsOutParts, chunk_rows
+from pkc.passes.fused_schedule import b_operand, fused_config
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target import fused_tuning as ft
-from pkc.target.gemm_tuning import VARIANTS
-from pkc.target.targets import get_target
 
 MAX_AR_WORLD = 2        # above, GEMM + reduce-scatter and an all-gather (not built here)
 
@@ -64,28 +62,9 @@ def why_not_ar(kop: k.KernelOp, dtype_of) -> str | None:
 
 
 def _operands(kop: k.KernelOp):
-    """(A, B as read, B's layout): a ``pk.transpose``d [N, K] weight is read in place."""
+    """(A, B as read, B's layout)."""
     a, b = kop.inputs
-    src = b.owner
-    if isinstance(src, g.TransposeOp) and len(src.input.type.get_shape()) == 2:
-        return a, src.input, "nk"
-    return a, b, "kn"
-
-
-def _config(kind: str, M: int, N: int, K: int, W: int, dt: str, layout: str, target: str,
-            variant: str, fresh: bool):
-    sms = get_target(target).num_sms
-    if variant:
-        cfg = VARIANTS[variant].with_(dtype=dt, b_layout=layout)
-    else:
-        cfg = ft.fused_gemm_config(kind, M, N, K, W, dt, layout, sms, target)
-    if layout == "kn" and cfg.bn % 64:
-        cfg = cfg.with_(bn=128)         # B [K, N] is loaded in 64-column boxes
-    cfg = cfg.with_(cluster_m=1, epilogue="tma")      # the fused epilogue's requirements
-    if fresh:
-        cfg = cfg.with_(epi_bufs=2)     # the summed epilogue loads ahead into the other slot
-    cfg.validate()
-    return cfg
+    return (a, *b_operand(b))
 
 
 def schedule_ar(kop: k.KernelOp, target: str, variant: str, dt: str) -> None:
@@ -95,7 +74,7 @@ def schedule_ar(kop: k.KernelOp, target: str, variant: str, dt: str) -> None:
     M, K = a.type.get_shape()
     N = kop.inputs[1].type.get_shape()[1]
     fresh = ar_into_output(W)
-    cfg = _config("ar", M, N, K, W, dt, layout, target, variant, fresh)
+    cfg = fused_config("ar", M, N, K, W, dt, layout, target, variant, fresh)
     y = kop.outputs[0].type
     block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
@@ -134,7 +113,7 @@ def schedule_rs_out(kop: k.KernelOp, target: str, variant: str, dt: str) -> None
     M, K = a.type.get_shape()
     N = kop.inputs[1].type.get_shape()[1]
     Mc = M // W
-    cfg = _config("rs", M, N, K, W, dt, layout, target, variant, True)
+    cfg = fused_config("rs", M, N, K, W, dt, layout, target, variant, True)
     y = kop.outputs[0].type
     block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),

@@ -40,20 +40,19 @@ from xdsl.ir import Block, Region
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes import fused_ar_pair
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
 from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
 from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
-from pkc.passes.fused_schedule import RsParts
+from pkc.passes.fused_schedule import RsParts, b_operand, fused_config
 from pkc.passes.gather_many import is_gather_many, split_gather_many
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
-from pkc.target.fused_tuning import fused_gemm_config, rs_into_output
-from pkc.target.gemm_tuning import VARIANTS, check_variant
+from pkc.target.fused_tuning import rs_into_output
+from pkc.target.gemm_tuning import check_variant
 from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
@@ -156,20 +155,8 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
     M, K = a.type.get_shape()
     N = b.type.get_shape()[1]
     Mc, dt = M // W, _dtype(a.type)
-    src = b.owner
-    if isinstance(src, g.TransposeOp) and len(src.input.type.get_shape()) == 2:
-        b_val, layout = src.input, "nk"
-    else:
-        b_val, layout = b, "kn"
-    sms = get_target(target).num_sms
-    if variant:
-        cfg = VARIANTS[variant].with_(dtype=dt, b_layout=layout)
-    else:
-        cfg = fused_gemm_config("rs", M, N, K, W, dt, layout, sms, target)
-    if layout == "kn" and cfg.bn % 64:
-        cfg = cfg.with_(bn=128)         # B [K, N] is loaded in 64-column boxes
-    cfg = cfg.with_(cluster_m=1, epilogue="tma")      # the fused epilogue's requirements
-    cfg.validate()
+    b_val, layout = b_operand(b)
+    cfg = fused_config("rs", M, N, K, W, dt, layout, target, variant)
     y = chunk or kop.outputs[0].type
     block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
