@@ -33,8 +33,28 @@ DESC_HI_NMAJOR = _desc_hi(8192, 1024)
 _SWIZZLE_FOR_ROW_BYTES = {128: 3, 64: 2, 32: 1}   # log2(swizzle bytes / 16)
 
 
+class StageBytes:
+    """The operand bytes one pipeline stage holds (a ``bm`` x BK tile of A, ``bn`` x BK of B),
+    for every GEMM tile configuration (Hopper's and the tensor-memory one)."""
+
+    bm: int
+    bn: int
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.bm * ROW_BYTES
+
+    @property
+    def b_stage_bytes(self) -> int:
+        return self.bn * ROW_BYTES
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.a_stage_bytes + self.b_stage_bytes
+
+
 @dataclass(frozen=True)
-class GemmConfig:
+class GemmConfig(StageBytes):
     """One GEMM kernel variant. ``bm = consumers x (64 or 128)``; ``bn`` a multiple of 8
     up to 256 (of 64 for ``b_layout="kn"``)."""
 
@@ -67,18 +87,6 @@ class GemmConfig:
     @property
     def threads(self) -> int:
         return 128 * (1 + self.consumers)
-
-    @property
-    def a_stage_bytes(self) -> int:
-        return self.bm * ROW_BYTES
-
-    @property
-    def b_stage_bytes(self) -> int:
-        return self.bn * ROW_BYTES
-
-    @property
-    def stage_bytes(self) -> int:
-        return self.a_stage_bytes + self.b_stage_bytes
 
     @property
     def epi_width(self) -> int:

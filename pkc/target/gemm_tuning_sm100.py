@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pkc.target.gemm_tuning import BK, ROW_BYTES, SMEM_LIMIT
+from pkc.target.gemm_tuning import BK, ROW_BYTES, SMEM_LIMIT, StageBytes
 
 TMEM_COLUMNS = 512
 MAX_STAGES = 8
 
 
 @dataclass(frozen=True)
-class TmemGemmConfig:
+class TmemGemmConfig(StageBytes):
     """One variant: ``bm`` = 128 rows (tensor-memory lanes) x ``bn`` columns (a multiple of
     16 up to 256; of 64 for ``b_layout="kn"``), ``stages`` operand stages, ``acc_bufs``
     accumulators of ``bn`` columns each in tensor memory. Warpgroups: 0 the TMA producer
@@ -39,18 +39,6 @@ class TmemGemmConfig:
     bm: int = 128
 
     threads = 384
-
-    @property
-    def a_stage_bytes(self) -> int:
-        return self.bm * ROW_BYTES
-
-    @property
-    def b_stage_bytes(self) -> int:
-        return self.bn * ROW_BYTES
-
-    @property
-    def stage_bytes(self) -> int:
-        return self.a_stage_bytes + self.b_stage_bytes
 
     @property
     def epi_width(self) -> int:
