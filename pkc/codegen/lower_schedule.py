@@ -63,6 +63,7 @@ class Lowering:
     bar_base: dict[SSAValue, SSAValue] = field(default_factory=dict)
     geo: dict[str, SSAValue] = field(default_factory=dict)
     roles_seen: int = 0         # warpgroups taken by the roles lowered so far (in order)
+    hoisted: set = field(default_factory=set)   # ops _setup lowered ahead of their place
     target: str = "sm_90a"
 
     def v(self, x: SSAValue) -> SSAValue:
@@ -102,6 +103,11 @@ class Lowering:
 # target, entry_name)) for kernels with an entry of their own (a collective's parameters)
 EXTRA_LOWERINGS: dict = {}
 KERNEL_LOWERINGS: list = []
+# Top-level ops of a pks.schedule whose contract puts them ahead of the CTA's first barrier
+# (pks.epoch: every thread reads the epoch before the setup barrier, which the publishing
+# CTA passes before it stores the next one). _setup lowers them before the mbarrier init,
+# so the load overlaps the init and no barrier of its own waits for it.
+BEFORE_SETUP_BARRIER: set = set()
 
 
 # Per-target lowerings (pkc.codegen.lower_schedule_tcgen05 registers "sm_100a"): an object
@@ -245,6 +251,10 @@ def _setup(L: Lowering) -> int:
     if sched.timeout_ns.data:
         now = b.sreg("%globaltimer")
         L.deadline = b.bin("add", "u64", now, sched.timeout_ns.data)
+    for op in sched.block.ops:
+        if type(op) in BEFORE_SETUP_BARRIER:
+            _op(L, op)
+            L.hoisted.add(op)
     with b.if_(b.setp("eq", "u32", L.tid, 0)):
         for op in bars:
             t = op.result.type
@@ -271,7 +281,8 @@ def _block(L: Lowering, block: Block) -> None:
             _roles(L, ops[i:j])
             i = j
         else:
-            _op(L, ops[i])
+            if ops[i] not in L.hoisted:
+                _op(L, ops[i])
             i += 1
 
 

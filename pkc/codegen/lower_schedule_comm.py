@@ -36,7 +36,8 @@ from pkc.codegen import ptx, ptx_sm90
 from pkc.codegen.abi import CommBufferArg, CommLaunch, ScheduledKernelMeta, _ident
 from pkc.codegen.builder import Builder
 from pkc.codegen.errors import CodegenError
-from pkc.codegen.lower_schedule import EXTRA_LOWERINGS, KERNEL_LOWERINGS, Lowering, _block, select_b64
+from pkc.codegen.lower_schedule import (BEFORE_SETUP_BARRIER, EXTRA_LOWERINGS, KERNEL_LOWERINGS, Lowering,
+                                       _block, select_b64)
 from pkc.codegen.ptx_comm import EpochWaitOp, LdV4Op, LlPollOp, StV4Op, Unpack16x2Op
 from pkc.dialects import schedule_comm as c
 from pkc.dialects.kernel import AllocOp, KernelOp
@@ -322,3 +323,4 @@ EXTRA_LOWERINGS.update({
     c.LlAddrOp: _ll_addr, c.LlStoreOp: _ll_store, c.LlWaitOp: _ll_wait,
 })
 KERNEL_LOWERINGS.append((is_comm_kernel, lower_comm_kernel))
+BEFORE_SETUP_BARRIER.add(c.EpochOp)

@@ -322,7 +322,10 @@ def _check_ctl(op: str, ctl: SSAValue) -> None:
 class EpochOp(IRDLOperation):
     """This launch's epoch: word 0 of the rank's control buffer ``ctl`` (``[epoch,
     ctas_done]`` u32, zeroed once, kept across launches) + 1. Read before the CTA's first
-    barrier (the publishing CTA passed that barrier before it stores the next one)."""
+    barrier (the publishing CTA passed that barrier before it stores the next one): at the
+    top of a ``pks.schedule`` the lowering reads it ahead of the setup barrier (the mbarrier
+    init's), so the load overlaps the setup; a kernel with no setup barrier (a collective's)
+    puts a barrier after it."""
 
     name = "pks.epoch"
     ctl = operand_def(BufferType)

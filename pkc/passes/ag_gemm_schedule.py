@@ -96,7 +96,6 @@ class AgParts(GemmParts):
         self.rank = o.add(c.LaunchParamOp(c.CommParam.RANK)).result
         if self.W > 1:
             self.epoch = o.add(c.EpochOp(self.ctl)).result
-            o.add(s.ClusterSyncOp())    # every thread read the epoch: see pks.epoch
 
     def end(self, o: _Ops) -> None:
         if self.W > 1:

@@ -89,7 +89,6 @@ class RsParts(GemmParts):
     def prologue(self, o: _Ops) -> None:
         self.rank = o.add(c.LaunchParamOp(c.CommParam.RANK)).result
         self.epoch = o.add(c.EpochOp(self.ctl)).result
-        o.add(s.ClusterSyncOp())        # every thread read the epoch: see pks.epoch
 
     def end(self, o: _Ops) -> None:
         o.add(c.EpochPublishOp(self.ctl, self.epoch))

@@ -127,7 +127,6 @@ class MoeParts(GemmParts):
             self.cin_ptr = o.add(c.BufferPtrOp(self.counts)).result   # [E]: the same layout
             return
         self.epoch = o.add(c.EpochOp(self.ctl)).result
-        o.add(s.ClusterSyncOp())        # every thread read the epoch: see pks.epoch
         tid = o.add(c.GridValueOp(c.GridValue.TID)).result
         cta = o.add(c.GridValueOp(c.GridValue.CTA)).result
         self.ctas = o.add(c.GridValueOp(c.GridValue.CTAS)).result
