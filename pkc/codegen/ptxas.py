@@ -135,6 +135,14 @@ def assemble(ptx_text: str, target: str, *, ptxas: str | None = None,
         return out.read_bytes(), parse_report(log, target), log
 
 
+def assemble_one(ptx_text: str, target: str = "sm_90a") -> tuple[bytes, PtxasReport]:
+    """Assembles a module of one kernel: (cubin, that kernel's report)."""
+    cubin, reports, _ = assemble(ptx_text, target)
+    if len(reports) != 1:
+        raise PtxasError(f"expected one kernel in the module, ptxas reported {sorted(reports)}")
+    return cubin, next(iter(reports.values()))
+
+
 def _with_context(log: str, ptx_text: str) -> str:
     """ptxas's messages, each followed by the PTX line it names."""
     lines = ptx_text.splitlines()

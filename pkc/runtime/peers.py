@@ -1,13 +1,13 @@
 """Peer groups: the ranks one process drives and their persistent symmetric allocations.
 
-The fast kernels (pkc/codegen/hopper: fused GEMM + collective, collectives) see peers only
+The scheduled kernels (fused GEMM + collective, collectives, MoE) see peers only
 through device arrays of W base addresses, one array per symmetric allocation. Two worlds
 provide them:
 
 * :class:`VirtualPeers`: all W ranks in this process on one GPU (W copies of every
   allocation, each rank's kernels on its own stream; green contexts when available, so
   that every rank's CTAs are resident at once). Traffic goes through HBM, every pointer
-  and signal is real. This is how the fast path is tested on one GPU.
+  and signal is real. This is how the scheduled kernels are tested on one GPU.
 * :class:`DistributedPeers`: this process is one rank of a torch.distributed group
   (``torchrun``); allocations come from ``torch.distributed._symmetric_memory`` (``empty``
   + ``rendezvous``), whose ``buffer_ptrs`` become the device arrays.
@@ -44,7 +44,7 @@ class Symmetric:
 
 class Mailbox:
     """Host-mapped pinned error slots (8 u32 each) that kernels write when a bounded wait
-    expires (:mod:`pkc.codegen.hopper.report`): the host reads them with no CUDA call, so
+    expires (the ``mbox`` parameter of :mod:`pkc.codegen.abi`'s error record): the host reads them with no CUDA call, so
     a timeout is reported even when the kernel trapped and the context is gone."""
 
     SLOTS = 4096
@@ -112,7 +112,7 @@ class Peers:
     trap: bool = False
 
     def __init__(self) -> None:
-        from pkc.codegen.hopper.launch import ensure_context
+        from pkc.runtime.tma_launch import ensure_context
 
         ensure_context(self.device)     # driver calls below need the primary context
         self.mailbox = Mailbox()

@@ -13,7 +13,7 @@ from collections import OrderedDict
 import torch
 
 from pkc.codegen.abi import ScheduledKernelMeta
-from pkc.codegen.hopper.launch import KernelArgs, encode_tensor_map_2d, launch, load_kernel
+from pkc.runtime.tma_launch import KernelArgs, encode_tensor_map_2d, launch, load_kernel
 
 _TORCH_DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 

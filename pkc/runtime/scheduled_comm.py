@@ -24,7 +24,7 @@ import ctypes
 import torch
 
 from pkc.codegen.abi import ScheduledKernelMeta, describe_record
-from pkc.codegen.hopper.launch import KernelArgs, launch, load_kernel
+from pkc.runtime.tma_launch import KernelArgs, launch, load_kernel
 from pkc.runtime.driver import call
 
 _TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32}

@@ -24,8 +24,7 @@ import ctypes
 import torch
 
 from pkc.codegen.abi import ScheduledKernelMeta, describe_record
-from pkc.codegen.hopper.fused import encode_tmap
-from pkc.codegen.hopper.launch import KernelArgs, launch, load_kernel
+from pkc.runtime.tma_launch import KernelArgs, encode_tmap, launch, load_kernel
 
 _TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32}
 WAIT_SITES = {1: "the peer's data here (its own chunk stored before adding into it; a fresh "

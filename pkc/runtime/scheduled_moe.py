@@ -26,8 +26,7 @@ import ctypes
 import torch
 
 from pkc.codegen.abi import ScheduledKernelMeta, describe_record
-from pkc.codegen.hopper.fused import encode_tmap
-from pkc.codegen.hopper.launch import KernelArgs, load_kernel
+from pkc.runtime.tma_launch import KernelArgs, encode_tmap, load_kernel
 from pkc.runtime.scheduled_fused import launch_ranks
 
 _TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32}

@@ -16,7 +16,6 @@ from xdsl.utils.exceptions import VerifyException
 from pkc.codegen import compile_kernel
 from pkc.codegen.abi import ScheduledKernelMeta
 from pkc.codegen.emit import kernels_of
-from pkc.codegen.hopper.collectives import hand_collective_config, plan_grid
 from pkc.codegen.ptxas import check, find_ptxas
 from pkc.dialects import schedule_comm as c
 from pkc.dialects.types import BufferType
@@ -84,7 +83,7 @@ def test_verifiers_name_the_op():
 def test_kind_follows_the_measured_thresholds(W):
     """The tuning table's kind on both sides of every threshold: LL up to the LL limits
     (scaled by W), else one-shot / two-shot / direct as planned; the two-shot's gather and
-    CTA groups as the hand kernels' config (what the IR kernels were measured against)."""
+    CTA groups as measured (push gather; two CTA groups from 64 MiB)."""
     for coll, algo in (("all_reduce", "one_shot"), ("all_reduce", "two_shot"),
                        ("all_gather", "direct"), ("reduce_scatter", "direct")):
         for nbytes in (4 * KIB, 128 * KIB, 256 * KIB, 512 * KIB, 1 * MIB, 2 * MIB, 64 * MIB):
@@ -99,8 +98,7 @@ def test_kind_follows_the_measured_thresholds(W):
                 want = {"all_gather": ("llag", "ag"), "reduce_scatter": ("llrs", "rs")}[coll][not small]
             assert cfg.kind.value == want, (coll, algo, nbytes, W)
             if cfg.kind is t.CommKind.AR2:
-                hand = hand_collective_config("ar2", W, "bf16", elems)
-                assert (cfg.gather.value, cfg.groups) == (hand.gather, hand.groups)
+                assert (cfg.gather.value, cfg.groups) == ("push", 2 if nbytes >= 64 * MIB else 1)
 
 
 def test_ll_all_reduce_ir_plan_and_remark():
@@ -172,20 +170,33 @@ def test_unscheduled_collective_says_why():
 # ---- launch rule, ABI ----------------------------------------------------------------------
 
 
+# (vectors per CTA, CTAs) at W = 3 for budgets of (1, 7, 32, 66, 132) CTAs (48 KiB for the LL
+# kinds, 48 MiB + 96 B for the others): the launches the IR kernels were timed with at
+# parity with the hand kernels (benchmarks/results/h200_2026-12-01, PERF_NOTES); a change
+# of the rule is a change of what was measured
+MEASURED_GRIDS = {
+    "ll": [(3072, 1), (448, 7), (96, 32), (64, 48), (64, 48)],
+    "ar1": [(3145734, 1), (449391, 7), (98305, 32), (47663, 66), (23832, 132)],
+    "ar2": [(1048578, 1), (149797, 7), (32769, 32), (15888, 66), (7944, 132)],
+    "llag": [(1024, 1), (160, 7), (64, 16), (64, 16), (64, 16)],
+    "ag": [(1048578, 1), (149797, 7), (32769, 32), (15888, 66), (7944, 132)],
+    "llrs": [(1024, 1), (160, 7), (64, 16), (64, 16), (64, 16)],
+    "rs": [(1048578, 1), (149797, 7), (32769, 32), (15888, 66), (7944, 132)],
+}
+
+
 @pytest.mark.parametrize("coll,kind", [("all_reduce", "ll"), ("all_reduce", "ar1"),
                                        ("all_reduce", "ar2"),
                                        ("all_gather", "llag"), ("all_gather", "ag"),
                                        ("reduce_scatter", "llrs"), ("reduce_scatter", "rs")])
-def test_grid_rule_is_the_hand_kernels(coll, kind):
+def test_grid_rule_is_the_measured_one(coll, kind):
     W = 3          # chunks that do not divide evenly: the two-shot's last chunk is short
     nbytes = 48 * KIB if kind.startswith("ll") else 48 * MIB + 96
     _, kop = _scheduled(coll, W, nbytes, algo="two_shot" if kind == "ar2" else None)
     assert plan_of(kop)["comm_kind"] == kind
     meta = compile_kernel(kop).meta
     _, n_in, _ = module_text(coll, W, nbytes, "bf16")
-    for max_ctas in (1, 7, 32, 66, 132):
-        hand = hand_collective_config(kind, W, "bf16", n_in)
-        _, _, per, grid = plan_grid(hand, n_in, max_ctas)
+    for max_ctas, (per, grid) in zip((1, 7, 32, 66, 132), MEASURED_GRIDS[kind]):
         slice_, g, threads = meta.comm.launch(max_ctas, 512)
         assert (slice_, g) == (per, grid), max_ctas
         assert threads == (min(512, -(-per // 32) * 32) if kind.startswith("ll") else 512)

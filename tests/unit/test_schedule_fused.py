@@ -139,8 +139,8 @@ def test_launch_metadata_lists_peer_maps_pads_and_every_chunk_tile():
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("case", SMALL, ids=lambda c: f"W{c[0]}_{c[4]}")
 def test_assembles_without_spills_and_keeps_the_fused_pipeline(case):
-    from pkc.codegen.hopper.fused import FusedConfig, check_fused_pipeline
-    from pkc.codegen.hopper.tools import assemble, find_tool, sass
+    from pkc.codegen.ptxas import assemble_one
+    from pkc.codegen.sass import check_reduce_scatter_pipeline, find_tool, sass
 
     W = case[0]
     ck, kop = compile_ir(*case)
@@ -150,11 +150,10 @@ def test_assembles_without_spills_and_keeps_the_fused_pipeline(case):
     else:
         assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group" in ptx
     assert "red.release.sys.global.add.u32" in ptx and "ld.acquire.sys.global.u32" in ptx
-    res = assemble(ptx)
+    cubin, res = assemble_one(ptx)
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
     if find_tool("cuobjdump"):
-        fcfg = FusedConfig(kind="rs", world=W, gemm=gemm_config_of(kop), out=W == 2)
-        assert check_fused_pipeline(fcfg, sass(res.cubin)) == []
+        assert check_reduce_scatter_pipeline(gemm_config_of(kop), W, W == 2, sass(cubin)) == []
 
 
 def test_link_bound_tile_rule():
@@ -176,9 +175,9 @@ def test_compile_kernel_refuses_another_target():
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
 def test_f16_kernel_assembles_without_spills():
-    from pkc.codegen.hopper.tools import assemble
+    from pkc.codegen.ptxas import assemble_one
 
     ck, kop = compile_ir(3, 101, 200, 136, "nk", dt="f16")
     assert ck.meta.fused.dtype == "f16" and all(t.element == "f16" for t in ck.meta.tmaps)
-    res = assemble(ck.ptx)
+    _, res = assemble_one(ck.ptx)
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0

@@ -156,7 +156,7 @@ def test_launch_metadata_lists_side_ctas_views_and_peer_pointers():
                                   (3, 101, 200, 136, "nk", False, "f16")],
                          ids=["W2_nk", "W4_kn_gathered", "W3_f16"])
 def test_assembles_without_spills(case):
-    from pkc.codegen.hopper.tools import assemble
+    from pkc.codegen.ptxas import assemble_one
 
     ck, _ = compile_ir(*case)
     ptx = ck.ptx
@@ -164,7 +164,7 @@ def test_assembles_without_spills(case):
     assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
     assert "cp.async.bulk.global.shared::cta.bulk_group" in ptx
     assert "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group" in ptx
-    res = assemble(ptx)
+    _, res = assemble_one(ptx)
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
 
 

@@ -89,15 +89,48 @@ def test_wgmma_slices_use_their_own_accumulator_registers():
     assert firsts == ["0", "64"] * 4
 
 
+def test_tile_configs_validate_fit_and_reject_bad_ones():
+    from pkc.target.gemm_tuning import GemmConfig
+
+    for name, cfg in VARIANTS.items():
+        cfg.validate()
+        assert cfg.smem_bytes <= 232448, name
+        assert cfg.stages >= 3, f"{name}: the pipeline must be at least 3 deep"
+    with pytest.raises(ValueError, match="shared memory"):
+        GemmConfig(bm=128, bn=256, stages=6).validate()
+    with pytest.raises(ValueError, match="accumulator"):
+        GemmConfig(bm=128, bn=256, consumers=1).validate()
+    with pytest.raises(ValueError, match="kn"):
+        GemmConfig(bn=160, b_layout="kn").validate()
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+def test_sass_check_catches_a_lost_stage():
+    """The SASS check must fail a kernel that has fewer stages than its configuration says
+    (what it exists to catch): the 3-stage kernel checked against the 4-stage tile."""
+    from pkc.codegen.ptxas import assemble_one
+    from pkc.codegen.sass import check_pipeline, find_tool, sass
+
+    if not find_tool("cuobjdump"):
+        pytest.skip("cuobjdump not found (SASS check)")
+    want, got = VARIANTS["128x256_s4_global"], VARIANTS["128x256_s3_global"]
+    assert (want.stages, got.stages) == (4, 3) and want.with_(stages=3) == got
+    ck = compile_kernel(kernels_of(_scheduled(1000, 512, 200, "128x256_s3_global"))[0], "sm_90a")
+    problems = check_pipeline(want, sass(assemble_one(ck.ptx)[0]))
+    assert any("mbarrier inits" in p for p in problems), problems
+    assert any("mbarriers at" in p for p in problems), problems
+
+
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_variant_assembles_without_spills_and_keeps_its_pipeline(variant):
-    from pkc.codegen.hopper.tools import assemble, check_pipeline, find_tool, sass
+    from pkc.codegen.ptxas import assemble_one
+    from pkc.codegen.sass import check_pipeline, find_tool, sass
 
     layout = VARIANTS[variant].b_layout
     ck = compile_kernel(kernels_of(_scheduled(1000, 512, 200, variant, layout))[0], "sm_90a")
     assert "wgmma.mma_async.sync.aligned" in ck.ptx and "cp.async.bulk.tensor" in ck.ptx
-    res = assemble(ck.ptx)
+    cubin, res = assemble_one(ck.ptx)
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
     if find_tool("cuobjdump"):
-        assert check_pipeline(VARIANTS[variant], sass(res.cubin)) == []
+        assert check_pipeline(VARIANTS[variant], sass(cubin)) == []

@@ -126,7 +126,7 @@ CASES = {   # name: (M, N, K, layout, dtype, forced bn, epilogue)
 @needs_ptxas
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_sm100_gemm_assembles_without_spills_and_keeps_tcgen05_in_sass(case, monkeypatch):
-    from pkc.codegen.hopper.tools import find_tool, sass
+    from pkc.codegen.sass import find_tool, sass
 
     M, N, K, layout, dt, bn, epi = CASES[case]
     ck = compiled(M, N, K, layout, dt, bn=bn, epilogue=epi, monkeypatch=monkeypatch)

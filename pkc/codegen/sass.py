@@ -1,9 +1,11 @@
-"""ptxas and cuobjdump around the Hopper kernels: assemble, read the resource report, and
-check in the SASS that the pipeline we meant survived lowering (HGMMA of the right shape,
-one mbarrier per stage and role, TMA loads and stores, no local memory).
+"""The check that the pipeline we meant survived ptxas: read the SASS of an assembled kernel
+(``cuobjdump --dump-sass``) and compare it with what its tile configuration implies (HGMMA of
+the right shape and count, one full and one empty mbarrier per stage at the expected
+offsets, the TMA loads and stores per k-block and tile, setmaxnreg kept, no local memory),
+and for the fused kernels their signalling too.
 
-Tools are looked up on PATH, then in CUDA's usual places, then in the ``nvidia-cuda-nvcc``
-/ ``nvidia-cuda-cuobjdump`` / ``nvidia-cuda-nvdisasm`` wheels (``nvidia/cu13/bin``).
+Tools are looked up as ``PKC_<NAME>``, on PATH, in CUDA's usual places, then in the
+``nvidia-cuda-*`` wheels (``nvidia/cu13/bin``).
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from pkc.codegen.hopper.gemm import BK, GemmConfig
+from pkc.target.gemm_tuning import BK, GemmConfig
 
 
 def _wheel_bins() -> list[Path]:
@@ -35,6 +37,7 @@ def _wheel_bins() -> list[Path]:
 
 
 def find_tool(name: str) -> str | None:
+    """``cuobjdump``, ``nvdisasm``, ... or None when not installed."""
     env = os.environ.get(f"PKC_{name.upper()}")
     if env and Path(env).exists():
         return env
@@ -49,40 +52,8 @@ def find_tool(name: str) -> str | None:
     return None
 
 
-@dataclass
-class Assembled:
-    cubin: bytes
-    log: str
-    registers: int = 0
-    spill_stores: int = 0
-    spill_loads: int = 0
-    stack_bytes: int = 0
-    warnings: list[str] = field(default_factory=list)
-
-
-def assemble(ptx: str, arch: str = "sm_90a") -> Assembled:
-    ptxas = find_tool("ptxas")
-    if ptxas is None:
-        raise FileNotFoundError("ptxas not found")
-    with tempfile.TemporaryDirectory(prefix="pkc-hopper-") as tmp:
-        src, out = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
-        src.write_text(ptx)
-        proc = subprocess.run([ptxas, "-v", f"-arch={arch}", str(src), "-o", str(out)],
-                              capture_output=True, text=True)
-        log = proc.stdout + proc.stderr
-        if proc.returncode != 0:
-            raise RuntimeError(f"ptxas -arch={arch} failed:\n{log}")
-        res = Assembled(out.read_bytes(), log)
-    m = re.search(r"Used (\d+) registers", log)
-    res.registers = int(m.group(1)) if m else 0
-    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    if m:
-        res.stack_bytes, res.spill_stores, res.spill_loads = map(int, m.groups())
-    res.warnings = [l.strip() for l in log.splitlines() if "warning" in l.lower()]
-    return res
-
-
 def sass(cubin: bytes) -> str:
+    """The SASS text of a cubin (raises FileNotFoundError without cuobjdump)."""
     tool = find_tool("cuobjdump")
     if tool is None:
         raise FileNotFoundError("cuobjdump not found")
@@ -90,7 +61,7 @@ def sass(cubin: bytes) -> str:
     nvd = find_tool("nvdisasm")
     if nvd:
         env["PATH"] = str(Path(nvd).parent) + os.pathsep + env.get("PATH", "")
-    with tempfile.TemporaryDirectory(prefix="pkc-hopper-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="pkc-sass-") as tmp:
         p = Path(tmp) / "k.cubin"
         p.write_bytes(cubin)
         proc = subprocess.run([tool, "--dump-sass", str(p)], capture_output=True, text=True,
@@ -100,7 +71,8 @@ def sass(cubin: bytes) -> str:
         return proc.stdout
 
 
-def _instrs(text: str) -> list[str]:
+def instructions(text: str) -> list[str]:
+    """The instructions of a SASS listing, one string each (predicate included)."""
     out = []
     for line in text.splitlines():
         m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
@@ -121,7 +93,7 @@ class SassSummary:
 
     @staticmethod
     def of(text: str) -> "SassSummary":
-        ins = _instrs(text)
+        ins = instructions(text)
         return SassSummary(
             hgmma=[i for i in ins if "HGMMA" in i],
             mbarrier_inits=sum(1 for i in ins if "SYNCS.EXCH.64" in i),
@@ -137,7 +109,7 @@ class SassSummary:
 
 
 def expected_pipeline(cfg: GemmConfig) -> dict:
-    """What the SASS of ``cfg`` must show."""
+    """What the SASS of the GEMM of ``cfg`` must show."""
     b_boxes = 1 if cfg.b_layout == "nk" else cfg.bn // 64 // cfg.cluster_m
     stores = (cfg.m_slices * cfg.bn // cfg.epi_width) if cfg.epilogue == "tma" else 0
     return {
@@ -146,16 +118,15 @@ def expected_pipeline(cfg: GemmConfig) -> dict:
         "mbarrier_inits": 2 * cfg.stages + cfg.extra_bars,
         "tma_loads": 1 + b_boxes,
         "tma_stores": stores,
-        "smem_bytes": cfg.stages * cfg.stage_bytes + cfg.epi_bytes
-        + 8 * (2 * cfg.stages + cfg.extra_bars) + 1024,
         # the barriers sit right after the stages and the epilogue buffers
         "mbarrier_offsets": [cfg.bar_offset + 8 * i
                              for i in range(2 * cfg.stages + cfg.extra_bars)],
     }
 
 
-def check_pipeline(cfg: GemmConfig, text: str) -> list[str]:
-    """Problems found in the SASS ``text`` of ``cfg``'s kernel (empty: as designed)."""
+def check_pipeline(cfg: GemmConfig, text: str, tma: bool = True) -> list[str]:
+    """Problems found in the SASS ``text`` of ``cfg``'s GEMM (empty: as designed); with
+    ``tma=False`` the TMA instruction counts are left to the caller (a fused kernel)."""
     s = SassSummary.of(text)
     e = expected_pipeline(cfg)
     bad = []
@@ -172,12 +143,38 @@ def check_pipeline(cfg: GemmConfig, text: str) -> list[str]:
         bad.append(f"mbarriers at {[hex(o) for o in s.mbarrier_offsets]}, expected "
                    f"{[hex(o) for o in e['mbarrier_offsets']]} ({cfg.stages} stages x "
                    f"{cfg.stage_bytes} B + {cfg.epi_bytes} B of epilogue buffers before them)")
-    if s.tma_loads != e["tma_loads"]:
+    if tma and s.tma_loads != e["tma_loads"]:
         bad.append(f"{s.tma_loads} TMA loads per k-block, expected {e['tma_loads']}")
-    if s.tma_stores != e["tma_stores"]:
+    if tma and s.tma_stores != e["tma_stores"]:
         bad.append(f"{s.tma_stores} TMA stores per tile, expected {e['tma_stores']}")
     if s.local_mem:
         bad.append(f"{s.local_mem} local-memory instructions (LDL/STL)")
     if s.setmaxnreg < (2 if cfg.consumers == 2 else 1):
         bad.append(f"{s.setmaxnreg} USETMAXREG (setmaxnreg dropped)")
+    return bad
+
+
+def check_reduce_scatter_pipeline(cfg: GemmConfig, world: int, fresh: bool, text: str) -> list[str]:
+    """Problems in the SASS of a GEMM + reduce-scatter kernel on the tile ``cfg``: the
+    GEMM's checks, then its own TMA counts (each epilogue piece stored into the own chunk
+    and reduce-added into a peer's; ``fresh``, W = 2: the peer's partial loaded per piece and
+    summed in registers, no reduce-adds) and a system-scope signal."""
+    if fresh:
+        cfg = cfg.with_(extra_bars=2 * cfg.consumers)   # a load mbarrier per epilogue buffer
+    ins = instructions(text)
+    bad = check_pipeline(cfg, text, tma=False)
+    pieces = cfg.m_slices * (cfg.bn // cfg.epi_width)
+    loads = expected_pipeline(cfg)["tma_loads"]
+    want = ({"UTMALDG": loads + pieces, "UTMASTG": 2 * pieces, "UTMAREDG": 0} if fresh else
+            {"UTMALDG": loads, "UTMASTG": pieces, "UTMAREDG": pieces})
+    for op, n in want.items():
+        got = sum(1 for i in ins if i.split()[0].lstrip("@!PU0123456789T ").startswith(op)
+                  or (" " + op) in (" " + i))
+        if got != n:
+            bad.append(f"{got} {op}, expected {n}")
+    if world > 1 and not any("STRONG.SYS" in i and ("REDG" in i or "RED" in i.split()[0])
+                             for i in ins):
+        bad.append("no system-scope signal (REDG ... STRONG.SYS)")
+    if not any("REDG" in i for i in ins):
+        bad.append("no signal (REDG)")
     return bad
