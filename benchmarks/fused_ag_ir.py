@@ -1,18 +1,20 @@
 """The IR-built fused all-gather + GEMM (graph pk.all_gather -> pk.matmul -> the default
 pipeline (overlap forced) -> schedule-fused -> sm_90a lowering -> PTX) against the
-hand-written kernel it replaces (``AgGemmKernel``, the same tile and put CTAs), in the
-virtual world on one H200 (W ranks on W green-context lanes of one GPU), and at W = 1
-against the IR-built GEMM alone (schedule-matmul, the same tile).
+IR-built GEMM alone of the same per-rank problem (the gathered ``[W*Mc, K]`` times the
+rank's B, the same tile, every rank's GEMM on its lane: what the fusion costs over the
+GEMM), in the virtual world on one H200 (W ranks on W green-context lanes of one GPU). At
+W = 1 the ratio is the cost of the all-gather machinery when there is nothing to move.
 
     python benchmarks/fused_ag_ir.py --out DIR     # on the GPU machine (xdsl carried as wheels)
     python benchmarks/fused_ag_ir.py --list        # the cases, no GPU
 
-Per case: random bf16 shards per rank and a weight per rank; the IR kernel's C against
-torch (the gathered A times B in f32, rounded once: within a bf16 step of the scale) and
-bitwise against the hand kernel; the gathered A (where the IR asks for it) bitwise against
-the concatenated shards; then the two kernels launched in alternation, ``rounds`` rounds,
-each behind a ``torch.cuda._sleep``, the order rotated every round (as
-benchmarks/gemm_ir.py); medians and the paired ratio hand / IR (and GEMM / AG at W = 1).
+Per case: random bf16 shards per rank and a weight per rank; the IR kernel's C (into a
+NaN-poisoned output) against torch (the gathered A times B in f32, rounded once: within a
+bf16 step of the scale); the gathered A (where the IR asks for it) bitwise against the
+concatenated shards; then the fused kernel and the GEMM alone launched in alternation,
+``rounds`` rounds, each behind a ``torch.cuda._sleep``, the order rotated every round
+(benchmarks/timing.py ``rotated``); medians and the paired ratio fused / GEMM; C checked
+again after the timed launches.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -40,6 +41,10 @@ CASES = [
     ("8192 W=2", 2, 4096, 8192, 8192, "nk", False),
     ("8192 W=4 G", 4, 2048, 8192, 8192, "nk", True),
     ("llama70b-up W=4", 4, 1024, 7168, 8192, "nk", False),   # T=4096, TP-8 up+gate per rank
+    # the W = 1 AG + GEMM shapes of the earlier fused_w1.py (PK's N x N/8 x N)
+    ("4096x512 W=1", 1, 4096, 512, 4096, "nk", False),
+    ("8192x1024 W=1", 1, 8192, 1024, 8192, "nk", False),
+    ("16384x2048 W=1", 1, 16384, 2048, 16384, "nk", False),
 ]
 
 
@@ -98,116 +103,49 @@ def compile_ir(W: int, Mc: int, N: int, K: int, layout: str, gathered: bool = Fa
     return compile_kernel(kop, "sm_90a"), kop
 
 
-def hand_config(kop):
-    """The hand kernel's FusedConfig of the IR kernel's decisions (tile, put CTAs, ring)."""
-    from fused_ir import gemm_config_of
-
-    from pkc.codegen.hopper.fused import FusedConfig
-    from pkc.passes.remarks import plan_of
-
-    p = plan_of(kop)
-    return FusedConfig(kind="ag", world=kop.world_size, gemm=gemm_config_of(kop),
-                       comm_ctas=p["comm_ctas"], put_piece=p["put_piece"],
-                       put_ring=p["put_ring"], put_lag=p["put_lag"])
-
-
-def _time(fns, rounds: int) -> list[list[float]]:
-    from gemm_ir import _time as t
-    return t(fns, rounds)
-
-
 def run_case(name, W, Mc, N, K, layout, gathered, rounds: int, peers) -> dict:
     import torch
-
-    from pkc.codegen.hopper.fused import FusedWorld
+    from fused_ir import fused_vs_gemm, gemm_alone
+    from pkc.passes.remarks import plan_of
     from pkc.runtime.scheduled_ag import ScheduledAgGemm
 
     ck, kop = compile_ir(W, Mc, N, K, layout, gathered)
-    fcfg = hand_config(kop)
+    plan = plan_of(kop)
     ir = ScheduledAgGemm(ck.ptx, ck.meta, peers, owner=("bench-ag", name), timeout_ns=500_000_000)
-    hand = FusedWorld(fcfg, Mc, N, K, peers=peers, owner=("bench-ag-hand", name),
-                      sig_timeout_ns=500_000_000)
     torch.manual_seed(0)
     a = [torch.randn(Mc, K, device="cuda", dtype=torch.bfloat16) for _ in range(W)]
     w = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5 for _ in range(W)]
     b = [wi if layout == "nk" else wi.t().contiguous() for wi in w]
-    res = ir.run(a, b)
-    houts = hand.run(a, b)
+    fresh = [torch.full((W * Mc, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+             for _ in range(W)]
+    res = ir.run(a, b, outs=fresh)
     torch.cuda.synchronize()
     ir.check()
-    hand.check()
     full = torch.cat(a).float()
-    errs, hand_eq, gath_ok, nan = [], True, True, False
-    for r in range(W):
-        ref = full @ w[r].float().t()
-        got = res[r][0].float()
-        nan = nan or bool(torch.isnan(got).any())
-        errs.append(float((got - ref).abs().max() / ref.abs().max()))
-        hand_eq = hand_eq and bool(torch.equal(res[r][0], houts[r]))
-        if gathered:
-            gath_ok = gath_ok and bool(torch.equal(res[r][1], torch.cat(a)))
+    refs = [full @ w[r].float().t() for r in range(W)]
+
+    def rel_errors(res):
+        return [float((res[r][0].float() - refs[r]).abs().max() / refs[r].abs().max())
+                for r in range(W)]
+    errs = rel_errors(res)
+    nan = any(bool(torch.isnan(res[r][0]).any()) for r in range(W))
+    gath_ok = not gathered or all(torch.equal(res[r][1], torch.cat(a)) for r in range(W))
     tol = 2 ** -7
     row = {"case": name, "W": W, "Mc": Mc, "N": N, "K": K, "layout": layout,
-           "gathered": gathered, "tile": f"{fcfg.gemm.bm}x{fcfg.gemm.bn}_s{fcfg.gemm.stages}",
-           "put_ctas": fcfg.n_comm, "max_rel_err": max(errs), "tol": tol,
+           "gathered": gathered, "tile": f"{plan['bm']}x{plan['bn']}_s{plan['stages']}",
+           "put_ctas": plan.get("comm_ctas"), "max_rel_err": max(errs), "tol": tol,
            "correct": max(errs) <= tol and not nan and gath_ok, "gathered_exact": gath_ok,
-           "nan": nan, "bitwise_equal_hand": hand_eq, "grid": ir.grid, "hand_grid": hand.grid,
-           "registers": ir.kernel.num_regs}
+           "nan": nan, "grid": ir.grid, "registers": ir.kernel.num_regs}
     if not row["correct"]:
         return row
-    fresh = [torch.empty(W * Mc, N, device="cuda", dtype=torch.bfloat16) for _ in range(W)]
-    fns = [lambda: ir.run(a, b, outs=fresh), lambda: hand.run(a, b, outs=fresh)]
-    gemm = None
-    if W == 1:
-        gemm = _ir_gemm(Mc, N, K, layout, fcfg.gemm, a[0], b[0], fresh[0], row)
-        fns.append(gemm)
-    for _ in range(3):
-        for fn in fns:
-            fn()
-    times = _time(fns, rounds)
+    # the GEMM alone: each rank's gathered A (the same for all) times its B
+    a_full = [torch.cat(a) for _ in range(W)]
+    gemm, g = gemm_alone(kop, W * Mc, N, K, layout, peers, a_full, b)
+    fused_vs_gemm(row, [lambda: ir.run(a, b, outs=fresh), gemm], rounds, g)
     torch.cuda.synchronize()
     ir.check()
-    hand.check()
-    med = [statistics.median(t) for t in times]
-    row.update({"us_ir": med[0] * 1e6, "us_hand": med[1] * 1e6,
-                "hand_over_ir": statistics.median(h / i for i, h in zip(times[0], times[1]))})
-    if gemm is not None:
-        row.update({"us_gemm": med[2] * 1e6,
-                    "ir_over_gemm": statistics.median(i / g for i, g in zip(times[0], times[2]))})
-    res = ir.run(a, b)
-    torch.cuda.synchronize()
-    row["correct_after_timing"] = all(
-        float((res[r][0].float() - full @ w[r].float().t()).abs().max()
-              / (full @ w[r].float().t()).abs().max()) <= tol for r in range(W))
+    row["correct_after_timing"] = max(rel_errors(ir.run(a, b, outs=fresh))) <= tol
     return row
-
-
-def ir_gemm(M, N, K, layout):
-    """(compiled kernel, tile) of the IR-built GEMM alone: schedule-matmul's own choice for
-    the same product (the fused kernel's tile comes from the same table, without a cluster)."""
-    from gemm_ir import module_text as gemm_text
-
-    from pkc.codegen import compile_kernel
-    from pkc.codegen.emit import kernels_of
-    from pkc.ir import make_context, parse_module
-    from pkc.passes.remarks import plan_of
-    from pkc.passes.schedule_matmul import ScheduleMatmul
-
-    m = parse_module(gemm_text(M, N, K, layout), "gemm_ir.mlir")
-    ScheduleMatmul().apply(make_context(), m)
-    (kop,) = kernels_of(m)
-    p = plan_of(kop)
-    return compile_kernel(kop, "sm_90a"), f"{p.get('bm')}x{p.get('bn')}_s{p.get('stages')}_c{p.get('cluster_m', 1)}"
-
-
-def _ir_gemm(M, N, K, layout, cfg, a, b, out, row):
-    """A launcher of the IR-built GEMM alone (on torch's stream, as the W = 1 kernels)."""
-    from pkc.runtime.scheduled import ScheduledKernel
-
-    ck, tile = ir_gemm(M, N, K, layout)
-    row["gemm_tile"] = tile
-    k = ScheduledKernel(ck.ptx, ck.meta)
-    return lambda: k([a, b, out])
 
 
 def main() -> None:
@@ -239,17 +177,17 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     with open(os.path.join(args.out, f"fused_ag_ir_r{args.rounds}.json"), "w") as f:
         json.dump(rows, f, indent=1)
-    print(f"\n{'case':14} {'W':>2} {'Mc x N x K':18} {'tile':10} {'put':>3} {'ok':5} {'=hand':5} "
-          f"{'IR us':>8} {'hand us':>8} {'hand/IR':>7} {'IR/GEMM':>7}")
+    print(f"\n{'case':14} {'W':>2} {'Mc x N x K':18} {'tile':10} {'put':>3} {'ok':5} "
+          f"{'fused us':>8} {'GEMM us':>8} {'fused/GEMM':>10}")
     for r in rows:
         if "error" in r:
             print(f"{r['case']:14} ERROR {r['error'][:100]}")
             continue
         print(f"{r['case']:14} {r['W']:2} {str(r['Mc']) + 'x' + str(r['N']) + 'x' + str(r['K']):18} "
-              f"{r['tile']:10} {r['put_ctas']:3} "
+              f"{r['tile']:10} {str(r['put_ctas']):>3} "
               f"{str(r['correct'] and r.get('correct_after_timing', False)):5} "
-              f"{str(r['bitwise_equal_hand']):5} {r.get('us_ir', 0):8.1f} {r.get('us_hand', 0):8.1f} "
-              f"{r.get('hand_over_ir', 0):7.3f} {r.get('ir_over_gemm', 0):7.3f}")
+              f"{r.get('us_fused', 0):8.1f} {r.get('us_gemm', 0):8.1f} "
+              f"{r.get('fused_over_gemm', 0):10.3f}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""The IR-built fused GEMM + all-reduce (W <= 2) and fresh-output GEMM + reduce-scatter (W =
-2) against the hand kernels they replace (``GemmArKernel``, ``GemmArOutKernel``,
-``GemmRsOutKernel``, same tile), and the W = 1 cost of each fused kind (``rs``, ``ar``)
-against the IR-built GEMM alone, in the virtual world on one H200 (W ranks on W
-green-context lanes of one GPU).
+"""The IR-built fused GEMM + all-reduce (W <= 2) and fresh-output GEMM + reduce-scatter
+(W = 1, 2) against the IR-built GEMM alone of the same per-rank problem (the same tile,
+every rank's GEMM on its lane: what the fusion costs over the GEMM), in the virtual world
+on one H200 (W ranks on W green-context lanes of one GPU). At W = 1 (nothing to
+communicate) the ratio is the cost of the communication machinery alone.
 
     python benchmarks/fused_ar_ir.py --out DIR    # on the GPU machine (xdsl carried as wheels)
     python benchmarks/fused_ar_ir.py --list       # the cases, no GPU
@@ -10,13 +10,12 @@ green-context lanes of one GPU).
 Per case: random bf16 operands per rank (inputs never zero); the IR kernel's result
 against torch (the f32 sum of the ranks' f32 products; tolerance: a bf16 step of the
 result's scale per rounding, W + 1 of them: each partial is rounded to bf16 before it is
-added, the sum once more), at W = 2 every rank's all-reduce result bitwise equal, and
-bitwise against the hand kernel where one runs (M a multiple of W); then IR and hand
-launched in alternation, ``rounds`` rounds behind a ``torch.cuda._sleep``, the order
-rotated each round (as benchmarks/gemm_ir.py); medians and the paired ratio hand / IR
-(> 1: the IR kernel is faster). A fresh output is given as ``out=`` (one tensor reused,
-as the hand world reuses its own) so that both time the kernel alone. W = 1 rows: the
-fused kernel vs the IR GEMM (schedule-matmul's pick for the shape) and vs the hand kernel.
+added, the sum once more), a fresh output NaN-poisoned first, at W = 2 every rank's
+all-reduce result bitwise equal; then the fused kernel and the GEMM alone launched in
+alternation, ``rounds`` rounds behind a ``torch.cuda._sleep``, the order rotated each
+round (benchmarks/timing.py ``rotated``); medians and the paired ratio fused / GEMM. A
+fresh output is given as ``out=`` (one tensor per rank reused) so that the kernel alone is
+timed; the result is checked again after the timed launches.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -49,6 +47,9 @@ CASES = [
     ("ar 4096^3 W=1", "ar", 1, 4096, 4096, 4096, "nk"),
     ("rs 8192x8192x1024 W=1", "rs", 1, 8192, 8192, 1024, "nk"),
     ("ar 8192x8192x1024 W=1", "ar", 1, 8192, 8192, 1024, "nk"),
+    # the W = 1 GEMM + RS shapes of the earlier fused_w1.py (PK's N x N x N/8, 8192^3)
+    ("rs 16384x16384x2048 W=1", "rs", 1, 16384, 16384, 2048, "nk"),
+    ("rs 8192^3 W=1", "rs", 1, 8192, 8192, 8192, "nk"),
 ]
 
 
@@ -85,33 +86,15 @@ def compile_ir(kind: str, W: int, M: int, N: int, K: int, layout: str, dt: str =
     return compile_kernel(kop, "sm_90a"), kop
 
 
-def _hand(kind, W, M, N, K, kop, peers, name):
-    from fused_ir import gemm_config_of
-    from pkc.codegen.hopper.fused import FusedConfig, FusedWorld
-    from pkc.passes.remarks import plan_of
-
-    if M % W:
-        return None                 # the hand kernels need equal chunks
-    fresh = bool(plan_of(kop).get("fresh_output"))
-    fcfg = FusedConfig(kind=kind, world=W, gemm=gemm_config_of(kop), out=fresh)
-    return FusedWorld(fcfg, M // W, N, K, peers=peers, owner=("bench-hand", name),
-                      sig_timeout_ns=500_000_000)
-
-
-def _time(fns, rounds: int) -> list[list[float]]:
-    from gemm_ir import _time as t
-    return t(fns, rounds)
-
-
 def run_case(name, kind, W, M, N, K, layout, rounds: int, peers) -> dict:
     import torch
+    from fused_ir import fused_vs_gemm, gemm_alone
     from pkc.passes.remarks import plan_of
     from pkc.runtime.scheduled_fused import ScheduledFused
 
     ck, kop = compile_ir(kind, W, M, N, K, layout)
     plan = plan_of(kop)
     ir = ScheduledFused(ck.ptx, ck.meta, peers, owner=("bench-ar", name), timeout_ns=500_000_000)
-    hand = _hand(kind, W, M, N, K, kop, peers, name)
     torch.manual_seed(0)
     a = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(W)]
     w = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5 for _ in range(W)]
@@ -121,13 +104,12 @@ def run_case(name, kind, W, M, N, K, layout, rounds: int, peers) -> dict:
 
     def refs(r):
         return full[r * Mc:(r + 1) * Mc] if kind == "rs" else full
-
-    outs = ir.run(a, b)
-    houts = hand.run(a, b) if hand is not None else None
+    # fresh outputs: one NaN-poisoned tensor per rank, reused by the timed launches
+    keep = ({r: torch.full((Mc, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+             for r in range(W)} if plan["fresh_output"] else None)
+    outs = ir.run(a, b, out=keep)
     torch.cuda.synchronize()
     ir.check()
-    if hand is not None:
-        hand.check()
     scale = float(full.abs().max())
     tol = 2 ** -7 * scale * (W + 1)
     errs = [float((outs[r].float() - refs(r)).abs().max()) for r in range(W)]
@@ -139,56 +121,18 @@ def run_case(name, kind, W, M, N, K, layout, rounds: int, peers) -> dict:
            "registers": ir.kernel.num_regs}
     if kind == "ar" and W > 1:
         row["ranks_bitwise_equal"] = all(torch.equal(outs[0], outs[r]) for r in range(W))
-    if hand is not None:
-        row["bitwise_equal_hand"] = all(torch.equal(outs[r], houts[r]) for r in range(W))
-        row["hand_grid"] = hand.grid
     if not row["correct"]:
         return row                  # no timing of a wrong kernel
-    # fresh outputs: one tensor per rank reused, as the hand world reuses its own
-    keep = {r: torch.empty_like(outs[r]) for r in range(W)} if plan["fresh_output"] else None
-    fns = [lambda: ir.run(a, b, out=keep)]
-    if hand is not None:
-        fns.append(lambda: hand.run(a, b))
-    gemm = None
-    if W == 1:
-        gemm = _gemm_alone(M, N, K, layout, a[0], b[0])
-        fns.append(gemm)
-    for _ in range(3):
-        for fn in fns:
-            fn()
-    times = _time(fns, rounds)
+    gemm, g = gemm_alone(kop, M, N, K, layout, peers, a, b)
+    fused_vs_gemm(row, [lambda: ir.run(a, b, out=keep), gemm], rounds, g)
     torch.cuda.synchronize()
     ir.check()
-    med = [statistics.median(t) for t in times]
-    row["us_ir"] = med[0] * 1e6
-    if hand is not None:
-        row.update({"us_hand": med[1] * 1e6,
-                    "hand_over_ir": statistics.median(h / i for i, h in zip(times[0], times[1]))})
-    if gemm is not None:
-        row.update({"us_gemm_ir": med[-1] * 1e6, "gemm_variant": gemm.variant,
-                    "fused_over_gemm": statistics.median(i / g for i, g in zip(times[0], times[-1]))})
     # correct after the timed launches too (epochs advanced, persistent buffers reused)
-    outs = ir.run(a, b)
+    outs = ir.run(a, b, out=keep)
     torch.cuda.synchronize()
     row["correct_after_timing"] = all(
         float((outs[r].float() - refs(r)).abs().max()) <= tol for r in range(W))
     return row
-
-
-def _gemm_alone(M, N, K, layout, a, b):
-    """The IR-built GEMM (schedule-matmul's own pick for the shape) as a callable."""
-    import torch
-    from gemm_ir import compile_ir as gemm_compile
-    from pkc.runtime.scheduled import ScheduledKernel
-
-    ck = gemm_compile(M, N, K, "", layout)
-    k = ScheduledKernel(ck.ptx, ck.meta)
-    c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-
-    def run():
-        k([a, b, c])
-    run.variant = ck.meta.name
-    return run
 
 
 def main() -> None:
@@ -220,16 +164,14 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     with open(os.path.join(args.out, "fused_ar_ir.json"), "w") as f:
         json.dump(rows, f, indent=1)
-    print(f"\n{'case':24} {'tile':12} {'ok':5} {'=hand':5} {'IR us':>8} {'hand us':>8} "
-          f"{'hand/IR':>7} {'GEMM us':>8} {'fused/GEMM':>10}")
+    print(f"\n{'case':24} {'tile':12} {'ok':5} {'fused us':>8} {'GEMM us':>8} {'fused/GEMM':>10}")
     for r in rows:
         if "error" in r:
             print(f"{r['case']:24} ERROR {r['error'][:100]}")
             continue
         print(f"{r['case']:24} {r['tile']:12} {str(r['correct'] and r.get('correct_after_timing', False)):5} "
-              f"{str(r.get('bitwise_equal_hand', '-')):5} {r.get('us_ir', 0):8.1f} "
-              f"{r.get('us_hand', 0):8.1f} {r.get('hand_over_ir', 0):7.3f} "
-              f"{r.get('us_gemm_ir', 0):8.1f} {r.get('fused_over_gemm', 0):10.3f}")
+              f"{r.get('us_fused', 0):8.1f} {r.get('us_gemm', 0):8.1f} "
+              f"{r.get('fused_over_gemm', 0):10.3f}")
 
 
 if __name__ == "__main__":

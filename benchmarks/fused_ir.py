@@ -1,7 +1,8 @@
 """The IR-built fused GEMM + reduce-scatter (graph pk.matmul -> pk.reduce_scatter -> the
 default pipeline (overlap forced) -> schedule-fused -> sm_90a lowering -> PTX) against the
-hand-written kernel it replaces (``GemmRsKernel``, the same tile), in the virtual world on
-one H200 (W ranks on W green-context lanes of one GPU).
+IR-built GEMM alone of the same per-rank problem (``[W*Mc, K] x [K, N]``, the same tile,
+every rank's GEMM on its lane: what the fusion costs over the GEMM), in the virtual world
+on one H200 (W ranks on W green-context lanes of one GPU).
 
     python benchmarks/fused_ir.py --out DIR       # on the GPU machine (xdsl carried as wheels)
     python benchmarks/fused_ir.py --list          # the cases, no GPU
@@ -9,10 +10,11 @@ one H200 (W ranks on W green-context lanes of one GPU).
 Per case: random bf16 operands per rank; the IR kernel's output (each rank's reduced
 chunk, in the symmetric output) against torch (the f32 sum of the ranks' products,
 rounded once; tolerance: a few bf16 steps of the result's scale, since the partials are
-rounded to bf16 and added in arrival order at W > 2) and bitwise against the hand kernel
-(equal at W <= 2, where the own store and one add give one order); then both launched in
-alternation, ``rounds`` rounds, each behind a ``torch.cuda._sleep``, the order rotated
-every round (as benchmarks/gemm_ir.py); medians and the paired ratio hand / IR.
+rounded to bf16 and added in arrival order at W > 2), a fresh output NaN-poisoned first;
+then the fused kernel and the GEMM alone launched in alternation, ``rounds`` rounds, each
+behind a ``torch.cuda._sleep``, the order rotated every round (benchmarks/timing.py
+``rotated``); medians and the paired ratio fused / GEMM (> 1: the fusion's cost); the
+result checked again after the timed launches.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -80,7 +81,7 @@ def compile_ir(W: int, Mc: int, N: int, K: int, layout: str, dt: str = "bf16", v
 
 
 def gemm_config_of(kop):
-    """The GEMM tile of a scheduled fused kernel (its pk.plan), as the hand kernel's config."""
+    """The GEMM tile of a scheduled fused kernel (its pk.plan), as a GemmConfig."""
     from pkc.passes.remarks import plan_of
     from pkc.target.gemm_tuning import GemmConfig
 
@@ -89,65 +90,68 @@ def gemm_config_of(kop):
                       group_m=p["group_m"], b_layout=p["b_layout"])
 
 
-def _time(fns, rounds: int) -> list[list[float]]:
-    from gemm_ir import _time as t
-    return t(fns, rounds)
+def gemm_alone(kop, M: int, N: int, K: int, layout: str, peers, a, b):
+    """(launcher, LaneGemm) of the IR-built GEMM alone of a fused kernel's per-rank problem
+    (``[M, K] x B``, the fused kernel's tile), into one C per rank allocated once."""
+    import torch
+    from gemm_ir import LaneGemm, variant_of
+    from pkc.passes.remarks import plan_of
+
+    g = LaneGemm(M, N, K, layout, peers, variant_of(plan_of(kop)))
+    c = {r: torch.empty(M, N, device=peers.device, dtype=torch.bfloat16) for r in peers.ranks}
+    return (lambda: g(a, b, c)), g
+
+
+def fused_vs_gemm(row: dict, fns: list, rounds: int, g) -> None:
+    """Warm up, time ``fns`` = [fused, GEMM alone] in alternation, record into ``row``."""
+    from timing import paired, rotated
+
+    for _ in range(3):
+        for fn in fns:
+            fn()
+    row.update(paired(rotated(fns, rounds), ["fused", "gemm"], base=1),
+               gemm_variant=g.variant, gemm_grid=g.grid)
 
 
 def run_case(name, W, Mc, N, K, layout, rounds: int, peers) -> dict:
     import torch
-    from pkc.codegen.hopper.fused import FusedConfig, FusedWorld
     from pkc.passes.remarks import plan_of
     from pkc.runtime.scheduled_fused import ScheduledFused
 
     ck, kop = compile_ir(W, Mc, N, K, layout)
     cfg = gemm_config_of(kop)
     ir = ScheduledFused(ck.ptx, ck.meta, peers, owner=("bench", name), timeout_ns=500_000_000)
-    fresh = bool(plan_of(kop).get("fresh_output"))     # W = 2: GemmRsOutKernel's variant
-    hand = FusedWorld(FusedConfig(kind="rs", world=W, gemm=cfg, out=fresh), Mc, N, K,
-                      peers=peers, owner=("bench-hand", name), sig_timeout_ns=500_000_000)
+    fresh = bool(plan_of(kop).get("fresh_output"))     # W = 2: into a fresh output
     torch.manual_seed(0)
     M = W * Mc
     a = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(W)]
     w = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5 for _ in range(W)]
     b = [wi if layout == "nk" else wi.t().contiguous() for wi in w]
-    outs = ir.run({r: a[r] for r in range(W)}, {r: b[r] for r in range(W)})
-    houts = hand.run(a, b)
+    keep = ({r: torch.full((Mc, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+             for r in range(W)} if fresh else None)
+    outs = ir.run(a, b, out=keep)
     torch.cuda.synchronize()
     ir.check()
-    hand.check()
     full = sum(a[r].float() @ w[r].float().t() for r in range(W))
     scale = float(full.abs().max())
-    errs, hand_eq, nan = [], True, False
-    for r in range(W):
-        ref = full[r * Mc:(r + 1) * Mc]
-        got = outs[r].float()
-        nan = nan or bool(torch.isnan(got).any())
-        errs.append(float((got - ref).abs().max()))
-        hand_eq = hand_eq and bool(torch.equal(outs[r], houts[r]))
     tol = 2 ** -6 * scale * W          # bf16: each of W roundings a step of the scale
+
+    def errors(res):
+        return [float((res[r].float() - full[r * Mc:(r + 1) * Mc]).abs().max()) for r in range(W)]
+    errs = errors(outs)
+    nan = any(bool(torch.isnan(outs[r]).any()) for r in range(W))
     row = {"case": name, "W": W, "Mc": Mc, "N": N, "K": K, "layout": layout,
-           "tile": f"{cfg.bm}x{cfg.bn}_s{cfg.stages}", "max_abs_err": max(errs),
-           "tol": tol, "correct": (max(errs) <= tol) and not nan, "nan": nan,
-           "bitwise_equal_hand": hand_eq, "grid": ir.grid, "hand_grid": hand.grid,
-           "registers": ir.kernel.num_regs}
+           "tile": f"{cfg.bm}x{cfg.bn}_s{cfg.stages}", "fresh_output": fresh,
+           "max_abs_err": max(errs), "tol": tol, "correct": (max(errs) <= tol) and not nan,
+           "nan": nan, "grid": ir.grid, "registers": ir.kernel.num_regs}
     if not row["correct"]:
         return row                  # no timing of a wrong kernel
-    for _ in range(3):
-        ir.run(a, b)
-        hand.run(a, b)
-    t_ir, t_hand = _time([lambda: ir.run(a, b), lambda: hand.run(a, b)], rounds)
+    gemm, g = gemm_alone(kop, M, N, K, layout, peers, a, b)
+    fused_vs_gemm(row, [lambda: ir.run(a, b, out=keep), gemm], rounds, g)
     torch.cuda.synchronize()
     ir.check()
-    hand.check()
-    med = [statistics.median(t) for t in (t_ir, t_hand)]
-    row.update({"us_ir": med[0] * 1e6, "us_hand": med[1] * 1e6,
-                "hand_over_ir": statistics.median(h / i for i, h in zip(t_ir, t_hand))})
     # correct after the timed launches too (epochs advanced, persistent buffers reused)
-    outs = ir.run(a, b)
-    torch.cuda.synchronize()
-    row["correct_after_timing"] = all(
-        float((outs[r].float() - full[r * Mc:(r + 1) * Mc]).abs().max()) <= tol for r in range(W))
+    row["correct_after_timing"] = max(errors(ir.run(a, b, out=keep))) <= tol
     return row
 
 
@@ -176,16 +180,16 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     with open(os.path.join(args.out, "fused_ir.json"), "w") as f:
         json.dump(rows, f, indent=1)
-    print(f"\n{'case':14} {'W':>2} {'Mc x N x K':18} {'lay':3} {'tile':12} {'ok':5} {'=hand':5} "
-          f"{'IR us':>8} {'hand us':>8} {'hand/IR':>7}")
+    print(f"\n{'case':14} {'W':>2} {'Mc x N x K':18} {'lay':3} {'tile':12} {'ok':5} "
+          f"{'fused us':>8} {'GEMM us':>8} {'fused/GEMM':>10}")
     for r in rows:
         if "error" in r:
             print(f"{r['case']:14} ERROR {r['error'][:100]}")
             continue
         print(f"{r['case']:14} {r['W']:2} {str(r['Mc']) + 'x' + str(r['N']) + 'x' + str(r['K']):18} "
               f"{r['layout']:3} {r['tile']:12} {str(r['correct'] and r.get('correct_after_timing', False)):5} "
-              f"{str(r['bitwise_equal_hand']):5} {r.get('us_ir', 0):8.1f} {r.get('us_hand', 0):8.1f} "
-              f"{r.get('hand_over_ir', 0):7.3f}")
+              f"{r.get('us_fused', 0):8.1f} {r.get('us_gemm', 0):8.1f} "
+              f"{r.get('fused_over_gemm', 0):10.3f}")
 
 
 if __name__ == "__main__":

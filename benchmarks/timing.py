@@ -55,3 +55,40 @@ def alternate(impls: dict, iters: int, chunk: int = 8, warmup: int | None = None
     last_stats.clear()
     last_stats.update(late_chunks=tainted, chunks=-(-iters // chunk), sleep_cycles=sleep_cycles)
     return out
+
+
+def rotated(fns: list, rounds: int, sleep_cycles: int = 2_000_000) -> list[list[float]]:
+    """Seconds per launch of each zero-argument launcher in ``fns``: ``rounds`` rounds,
+    each queued behind a ``torch.cuda._sleep`` (so that launch overhead is not timed), every
+    launcher once per round between its own CUDA events, the order rotated each round so
+    that none always runs first. The caller warms up."""
+    import torch
+
+    times = [[] for _ in fns]
+    n = len(fns)
+    for r in range(rounds):
+        torch.cuda._sleep(sleep_cycles)
+        evs = []
+        for i in [(r + j) % n for j in range(n)]:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fns[i]()
+            e.record()
+            evs.append((i, s, e))
+        torch.cuda.synchronize()
+        for i, s, e in evs:
+            times[i].append(s.elapsed_time(e) * 1e-3)
+    return times
+
+
+def paired(times: list[list[float]], names: list[str], base: int = 0) -> dict:
+    """Medians (us) of each launcher and the median of the per-round ratios other / base
+    (``<name>_over_<base name>``; > 1: the base is faster)."""
+    import statistics
+
+    out = {f"us_{n}": statistics.median(t) * 1e6 for n, t in zip(names, times)}
+    for i, n in enumerate(names):
+        if i != base:
+            out[f"{n}_over_{names[base]}"] = statistics.median(
+                o / b for b, o in zip(times[base], times[i]))
+    return out
