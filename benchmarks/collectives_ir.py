@@ -1,29 +1,34 @@
 """The IR-built collectives (graph collective -> lower-collectives -> schedule-collectives ->
-sm_90a lowering -> PTX) against the hand-written kernels they replace
-(pkc/codegen/hopper/collectives.py), in the virtual world (W ranks on one H200, each on
-its own SM partition), in one run.
+sm_90a lowering -> PTX) in the virtual world (W ranks on one H200, each on its own SM
+partition): correct against the rank-order reference, and timed against torch doing the
+same job for all ranks at once on the whole GPU, in one run.
 
     python benchmarks/collectives_ir.py --out DIR [--group G]   # on the GPU machine
     python benchmarks/collectives_ir.py --out DIR --summary     # the table of DIR/rows.jsonl
     python benchmarks/collectives_ir.py --list | --groups       # the cases, no GPU
 
-Per case (collective x size x W x dtype): the IR kernel and the hand kernel of the kind the
-pass chose (the two-shot with the fast path's gather and CTA groups), each with its own persistent buffers; ``launches`` launches in a row (epochs,
-double-buffered staging) with fresh random inputs, outputs NaN-poisoned: the IR output
-compared bitwise with the hand kernel's and with the rank-order f32 reference; the error
-records checked. Then the two launched in alternation (benchmarks/timing.py: each launch
-between its own CUDA events, the host queued ahead behind a sleep); medians and the
-paired ratio hand / IR (> 1: the IR kernel is faster). Last, a missing peer: only rank 0
-launches an IR kernel with a 20 ms timeout, which must come back as a timeout record.
+Per case (collective x size x W x dtype): the IR kernel of the kind the pass chose, with its
+persistent buffers; ``launches`` launches in a row (epochs, double-buffered staging) with
+fresh random inputs, outputs NaN-poisoned: the IR output compared bitwise with the
+rank-order f32 reference (sums in rank order 0..W-1, rounded once); the error records
+checked. Then the IR kernel and the torch baseline launched in alternation
+(benchmarks/timing.py ``alternate``: each launch between its own CUDA events, the host
+queued ahead behind a sleep); medians and the paired ratio torch / IR (> 1: the IR kernel
+is faster). The torch baseline moves the same bytes within one GPU (NCCL needs one process
+per GPU: benchmarks/collectives.py compares with it): all-reduce ``torch.sum`` over the
+ranks' inputs then a copy to every rank's output; all-gather one copy of all the shards
+into every rank's output; reduce-scatter ``torch.sum`` into the ranks' chunks. Last, a
+missing peer: only rank 0 launches an IR kernel with a 20 ms timeout, which must come back
+as a timeout record.
 
 Groups beyond the graph collectives (``--extra`` runs them all, ``--group agp|a2a|mm-ar-pair`` one):
 the pull all-gather ``agp`` (chunks already in a symmetric allocation, pulled into a
-fresh output) against the hand ``agp`` on the same source; the all-to-all ``a2a`` (no
-hand kernel) against a torch copy that moves the same bytes for all ranks at once (the
-``[src, chunk]`` -> ``[chunk, src]`` transpose, the whole GPU); the GEMM + all-reduce at
-W = 3, 4 (schedule-fused's pair: GEMM + reduce-scatter, then the pull all-gather of its
-symmetric output) against the hand fast path's GEMM + RS + agp on the same tile, against
-torch, odd shapes.
+fresh output) against a torch copy of the chunks into every rank's output; the
+all-to-all ``a2a`` against a torch copy that moves the same bytes for all ranks at once
+(the ``[src, chunk]`` -> ``[chunk, src]`` transpose, the whole GPU); the GEMM + all-reduce
+at W = 3, 4 (schedule-fused's pair: GEMM + reduce-scatter, then the pull all-gather of its
+symmetric output) against torch (f32 reference for correctness; cuBLAS ``mm`` of every
+rank, ``sum`` and a copy to every rank for time), odd shapes.
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -145,63 +149,69 @@ def peers(W):
     return _PEERS[W]
 
 
+def torch_same_bytes(coll: str, X, Y, W: int):
+    """The torch baseline of a collective in the virtual world: every rank's result for all
+    ranks at once on the whole GPU. ``X`` [W, n_in] (row r: rank r's input), ``Y`` [W, n_out]
+    (row r: rank r's output)."""
+    import torch
+
+    if coll == "all_gather":
+        n = X.shape[1]
+        return lambda: Y.view(W, W, n).copy_(X.unsqueeze(0).expand(W, W, n))
+    if coll == "reduce_scatter":
+        return lambda: torch.sum(X, 0, out=Y.view(-1))
+    S = torch.empty(X.shape[1], dtype=X.dtype, device=X.device)
+
+    def ar():
+        torch.sum(X, 0, out=S)
+        Y.copy_(S.unsqueeze(0).expand_as(Y))
+    return ar
+
+
 def run_case(coll, algo, W, nbytes, dt, iters: int, launches: int = 3) -> dict:
     import torch
-    from pkc.codegen.hopper.collectives import CollectiveRunner
-    from pkc.codegen.hopper.collectives import hand_collective_config as collective_config
     from pkc.runtime.scheduled_comm import ScheduledCollective
-    from timing import alternate, last_stats
 
     TD = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dt]
     ck, plan, n_in, n_out = compile_ir(coll, algo, W, nbytes, dt)
     kind = plan["comm_kind"]
     pr = peers(W)
     ir = ScheduledCollective(ck.ptx, ck.meta, pr, [n_in], [n_out], dt, timeout_ns=TIMEOUT_NS)
-    hand = CollectiveRunner(collective_config(kind, W, dt, n_in), n_in, pr, timeout_ns=TIMEOUT_NS)
     row = {"collective": coll, "kind": kind, "W": W, "bytes": nbytes, "dtype": dt,
            "ir_grid": ir.grid, "ir_threads": ir.threads, "ir_slice": ir.slice,
-           "hand_grid": hand.grid, "hand_threads": hand.threads, "hand_slice": hand.per,
-           "ir_regs": ir.kernel.num_regs, "hand_regs": hand.kernel.num_regs, "lanes": pr.mode,
+           "ir_regs": ir.kernel.num_regs, "lanes": pr.mode,
            "gather": plan.get("gather"), "groups": plan.get("groups")}
     g = torch.Generator(device="cuda").manual_seed(nbytes + W)
+    X = torch.empty(W, n_in, dtype=TD, device="cuda")        # row r: rank r's input
     outs_ir = {r: torch.empty(n_out, dtype=TD, device="cuda") for r in range(W)}
-    equal_hand = equal_ref = True
+    equal_ref = True
     nan = False
     for _ in range(launches):
-        xs = [torch.randn(n_in, device="cuda", dtype=TD, generator=g) for _ in range(W)]
+        X.normal_(generator=g)
+        xs = [X[r] for r in range(W)]
         for r in range(W):
             outs_ir[r].fill_(float("nan"))
-            if hand.local_output:
-                hand.out[r].fill_(float("nan"))
         got_ir = ir.run({r: xs[r] for r in range(W)}, outs=outs_ir)
         got_ir = {r: t.clone() for r, t in got_ir.items()}   # ag: the next launch overwrites
-        got_hand = hand.run({r: xs[r] for r in range(W)})
         torch.cuda.synchronize()
         ir.check()
-        hand.check()
         want = reference(coll, xs, W)
         for r in range(W):
-            a, h, w = got_ir[r].view(-1), got_hand[r].view(-1), want[r].view(-1)
+            a, w = got_ir[r].view(-1), want[r].view(-1)
             nan |= bool(torch.isnan(a).any())
-            equal_hand &= bool(torch.equal(a, h))
             equal_ref &= bool(torch.equal(a, w))
             if not torch.equal(a, w) and "first_diff" not in row:
                 bad = (a != w).nonzero().view(-1)
                 row["first_diff"] = {"rank": r, "count": int(bad.numel()), "at": bad[:8].tolist(),
-                                     "got": a[bad[:8]].float().tolist(), "want": w[bad[:8]].float().tolist(),
-                                     "hand_ok": bool(torch.equal(h, w))}
-    row.update(bitwise_equal_hand=equal_hand, bitwise_equal_reference=equal_ref, nan=nan)
-    if not (equal_hand and equal_ref):
+                                     "got": a[bad[:8]].float().tolist(), "want": w[bad[:8]].float().tolist()}
+    row.update(bitwise_equal_reference=equal_ref, nan=nan)
+    if not equal_ref:
         return row          # no timing of a wrong kernel
-    xs = {r: torch.randn(n_in, device="cuda", dtype=TD, generator=g) for r in range(W)}
-    times = alternate({"ir": [lambda: ir.run(xs, outs=outs_ir)], "hand": [lambda: hand.run(xs)]},
-                      iters, chunk=8)
+    xs = {r: X[r] for r in range(W)}
+    Y = torch.empty(W, n_out, dtype=TD, device="cuda")
+    row.update(_time_pair(lambda: ir.run(xs, outs=outs_ir), torch_same_bytes(coll, X, Y, W), iters))
+    row["baseline"] = "torch: the same result for all ranks at once, whole GPU"
     ir.check()
-    hand.check()
-    t_ir, t_hand = times["ir"], times["hand"]
-    row.update(us_ir=statistics.median(t_ir) * 1e3, us_hand=statistics.median(t_hand) * 1e3,
-               ir_speed_over_hand=statistics.median(h / i for i, h in zip(t_ir, t_hand)),
-               late_chunks=last_stats.get("late_chunks"))
     return row
 
 
@@ -261,8 +271,6 @@ def _agp_kernel(W: int, n: int, dt: str):
 
 def run_agp_case(W: int, n: int, iters: int, dt: str = "bf16") -> dict:
     import torch
-    from pkc.codegen.hopper.collectives import CollectiveRunner
-    from pkc.codegen.hopper.collectives import hand_collective_config as collective_config
     from pkc.runtime.scheduled_comm import ScheduledCollective
 
     TD = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dt]
@@ -270,33 +278,31 @@ def run_agp_case(W: int, n: int, iters: int, dt: str = "bf16") -> dict:
     pr = peers(W)
     src = pr.symmetric(("bench-agp-src", W, n), [n], TD)
     ir = ScheduledCollective(ck.ptx, ck.meta, pr, [1, 1, n], [1, W, n], dt, timeout_ns=TIMEOUT_NS)
-    hand = CollectiveRunner(collective_config("agp", W, dt, n), n, pr, timeout_ns=TIMEOUT_NS,
-                            source=src)
     row = {"group": "agp", "kind": "agp", "W": W, "bytes": W * n * ESIZE[dt], "dtype": dt,
-           "ir_grid": ir.grid, "hand_grid": hand.grid, "ir_regs": ir.kernel.num_regs,
-           "hand_regs": hand.kernel.num_regs}
+           "ir_grid": ir.grid, "ir_regs": ir.kernel.num_regs}
     outs = {r: torch.empty(1, W, n, dtype=TD, device="cuda") for r in range(W)}
-    houts = {r: torch.empty(W * n, dtype=TD, device="cuda") for r in range(W)}
     ok = True
     for _ in range(3):
         for r in range(W):
             src.tensors[r].normal_()
             outs[r].fill_(float("nan"))
-            houts[r].fill_(float("nan"))
         ir.run({r: src.tensors[r] for r in range(W)}, outs=outs)
-        hand.run(outs=houts)
         torch.cuda.synchronize()
         ir.check()
-        hand.check()
         want = torch.stack([src.tensors[r] for r in range(W)])
-        ok &= all(torch.equal(outs[r].view(W, n), want) and torch.equal(houts[r].view(W, n), want)
-                  for r in range(W))
-    row["bitwise_equal_reference"] = row["bitwise_equal_hand"] = bool(ok)
+        ok &= all(torch.equal(outs[r].view(W, n), want) for r in range(W))
+    row["bitwise_equal_reference"] = bool(ok)
     if ok:
+        Y = torch.empty(W, W, n, dtype=TD, device="cuda")
+        chunks = [src.tensors[q] for q in range(W)]
+
+        def torch_copy():       # every rank's output from the W chunks, whole GPU
+            for r in range(W):
+                torch.stack(chunks, out=Y[r])
         row.update(_time_pair(lambda: ir.run({r: src.tensors[r] for r in range(W)}, outs=outs),
-                              lambda: hand.run(outs=houts), iters))
+                              torch_copy, iters))
+        row["baseline"] = "torch.stack of the W chunks into every rank's output, whole GPU"
         ir.check()
-        hand.check()
     return row
 
 
@@ -349,17 +355,14 @@ def _a2a_compile(W: int, n: int, dt: str):
 
 
 def run_pair_case(name, W, Mc, N, K, layout, iters: int) -> dict:
-    """schedule-fused's GEMM + all-reduce pair against the hand fast path's GEMM + RS +
-    agp (same tile), against torch."""
+    """schedule-fused's GEMM + all-reduce pair against torch (the f32 reference; the time of
+    cuBLAS ``mm`` per rank, ``sum`` and a copy to every rank, whole GPU)."""
     import torch
     from fused_ir import gemm_config_of
     from pkc.codegen import compile_kernel
     from pkc.codegen.emit import kernels_of
-    from pkc.codegen.hopper.collectives import CollectiveRunner
-    from pkc.codegen.hopper.fused import FusedConfig, FusedWorld
     from pkc.ir import make_context, parse_module, verify_module
     from pkc.passes.registry import parse_pipeline
-    from pkc.codegen.hopper.collectives import hand_collective_config as collective_config
     from pkc.runtime.scheduled_comm import ScheduledPair
 
     M = W * Mc
@@ -381,41 +384,39 @@ def run_pair_case(name, W, Mc, N, K, layout, iters: int) -> dict:
     ir = ScheduledPair(rs_op, compile_kernel(rs_op, "sm_90a"), ag_op, compile_kernel(ag_op, "sm_90a"),
                        pr, owner=("bench-pair", name), timeout_ns=TIMEOUT_NS)
     cfg = gemm_config_of(rs_op)
-    fw = FusedWorld(FusedConfig(kind="rs", world=W, gemm=cfg), Mc, N, K, peers=pr,
-                    owner=("bench-pair-hand", name), sig_timeout_ns=TIMEOUT_NS)
-    hagp = CollectiveRunner(collective_config("agp", W, "bf16", Mc * N), Mc * N, pr,
-                            timeout_ns=TIMEOUT_NS, source=fw.acc_sym)
     torch.manual_seed(W)
     a = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(W)]
     w = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5 for _ in range(W)]
     b = [wi if layout == "nk" else wi.t().contiguous() for wi in w]
     outs = {r: torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for r in range(W)}
-    houts = {r: torch.empty(M * N, device="cuda", dtype=torch.bfloat16) for r in range(W)}
-
-    def hand():
-        fw.run(a, b)
-        return hagp.run(outs=houts)
     full = sum(a[r].float() @ w[r].float().t() for r in range(W))
     tol = 2 ** -6 * float(full.abs().max()) * W
     for r in range(W):
         outs[r].fill_(float("nan"))
     ir.run({r: a[r] for r in range(W)}, {r: b[r] for r in range(W)}, outs=outs)
-    hand()
     torch.cuda.synchronize()
     ir.check()
-    fw.check()
-    hagp.check()
     err = max(float((outs[r].float() - full).abs().max()) for r in range(W))
     nan = any(bool(torch.isnan(outs[r]).any()) for r in range(W))
     same = all(torch.equal(outs[r], outs[0]) for r in range(W))
-    heq = all(torch.equal(outs[r].view(-1), houts[r]) for r in range(W))
     row = {"group": "mm-ar-pair", "case": name, "W": W, "Mc": Mc, "N": N, "K": K, "layout": layout,
            "tile": f"{cfg.bm}x{cfg.bn}_s{cfg.stages}", "max_abs_err": err, "tol": tol,
            "correct": err <= tol and not nan and same, "ranks_equal": same,
-           "bitwise_equal_hand": heq, "rs_grid": ir.rs.grid, "ag_grid": ir.ag.grid}
+           "rs_grid": ir.rs.grid, "ag_grid": ir.ag.grid}
     if row["correct"]:
         xa, xb = {r: a[r] for r in range(W)}, {r: b[r] for r in range(W)}
-        row.update(_time_pair(lambda: ir.run(xa, xb, outs=outs), hand, iters))
+        bts = [wi.t() if layout == "nk" else wi for wi in b]
+        P = torch.empty(W, M, N, device="cuda", dtype=torch.bfloat16)
+        S = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        Y = torch.empty(W, M, N, device="cuda", dtype=torch.bfloat16)
+
+        def torch_mm_sum():
+            for r in range(W):
+                torch.mm(a[r], bts[r], out=P[r])
+            torch.sum(P, 0, out=S)
+            Y.copy_(S.unsqueeze(0).expand_as(Y))
+        row.update(_time_pair(lambda: ir.run(xa, xb, outs=outs), torch_mm_sum, iters))
+        row["baseline"] = "torch: mm per rank, sum, copy to every rank (whole GPU)"
         ir.check()
         out2 = ir.run(xa, xb, outs=outs)
         torch.cuda.synchronize()
@@ -439,23 +440,21 @@ def run_extra(group: str, iters: int, emit) -> None:
 
 def summary(path: str) -> None:
     rows = [json.loads(line) for line in open(path)]
-    print(f"\n{'kind':5} {'W':>2} {'dt':4} {'bytes':>10} {'=hand':5} {'=ref':5} {'IR us':>9} "
-          f"{'hand us':>9} {'hand/IR':>7} {'grid':>9} {'regs':>7}")
+    print(f"\n{'kind':5} {'W':>2} {'dt':4} {'bytes':>10} {'=ref':5} {'IR us':>9} "
+          f"{'torch us':>9} {'torch/IR':>8} {'grid':>5} {'regs':>4}")
     for r in rows:
         if "kind" not in r or "us_ir" not in r or r.get("group"):
             continue
-        print(f"{r['kind']:5} {r['W']:2} {r['dtype']:4} {r['bytes']:10} {str(r['bitwise_equal_hand']):5} "
-              f"{str(r['bitwise_equal_reference']):5} {r['us_ir']:9.2f} {r['us_hand']:9.2f} "
-              f"{r['ir_speed_over_hand']:7.3f} {r['ir_grid']:4}/{r['hand_grid']:<4} "
-              f"{r['ir_regs']:3}/{r['hand_regs']:<3}")
+        print(f"{r['kind']:5} {r['W']:2} {r['dtype']:4} {r['bytes']:10} "
+              f"{str(r['bitwise_equal_reference']):5} {r['us_ir']:9.2f} {r['us_other']:9.2f} "
+              f"{r['other_over_ir']:8.3f} {r['ir_grid']:5} {r['ir_regs']:4}")
     extra = [r for r in rows if r.get("group") and "us_ir" in r]
     if extra:
-        print(f"\n{'group':10} {'case':22} {'W':>2} {'=ref':5} {'=hand':5} {'IR us':>9} {'other us':>9} "
-              f"{'other/IR':>8}")
+        print(f"\n{'group':10} {'case':22} {'W':>2} {'ok':5} {'IR us':>9} {'torch us':>9} {'torch/IR':>8}")
     for r in extra:
         case = r.get("case") or f"{r['kind']} {r['bytes']} B"
         ok = r.get("bitwise_equal_reference", r.get("correct"))
-        print(f"{r['group']:10} {str(case):22} {r['W']:2} {str(ok):5} {str(r.get('bitwise_equal_hand')):5} "
+        print(f"{r['group']:10} {str(case):22} {r['W']:2} {str(ok):5} "
               f"{r['us_ir']:9.2f} {r['us_other']:9.2f} {r['other_over_ir']:8.3f}")
     for r in rows:
         if "error" in r or "missing_peer" in r or ("kind" in r and "us_ir" not in r) \
