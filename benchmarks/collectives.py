@@ -18,12 +18,13 @@ Implementations (outputs checked against NCCL's on the first call):
   pkc's runtime under torch.distributed (pkc.runtime.executable: the lowered kernel takes
   the sm_90a fast path when it has one; ``pkc_path`` in the JSON says which), output
   copied out of the persistent buffer as a compiled graph's result is;
-- ``pkc_ll``, ``pkc_1shot``, ``pkc_2shot``, ``pkc_direct``: pkc's collective kernels
-  (``pkc_2copy`` / ``pkc_2pull``: the two-shot into a fresh output, push / pull gather)
-  (pkc/codegen/hopper/collectives.py) driven directly: LL (flags in the data; up to
-  4 MiB) for all three; all-reduce one-shot push (out of place) and two-shot (in place on
-  its symmetric buffer, as torch's two_shot_all_reduce_); all-gather / reduce-scatter
-  direct push (2 CTAs per SM).
+- ``pkc_one_shot``, ``pkc_two_shot`` (all-reduce), ``pkc_direct`` (all-gather,
+  reduce-scatter): pkc's IR-built collective kernels (lower-collectives with that
+  algorithm, schedule-collectives, sm_90a lowering: benchmarks/collectives_ir.py's
+  ``compile_ir``) driven directly (pkc.runtime.scheduled_comm.ScheduledCollective over the
+  compiled programs' symmetric-memory peers): the kernel without the compiled path's
+  per-call graph walk and output copy; into one output tensor allocated once (the
+  all-gather: its persistent symmetric output).
 
 Timing as in fused_sweep.py: CUDA events around every call, implementations interleaved,
 host queued ahead with torch.cuda._sleep, medians. Bus bandwidth as in nccl-tests
@@ -155,54 +156,31 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
         row["pkc_path"] = prog.kernel_report()
         return lambda: prog(x)
 
-    def pkc_kernel(kind, ctas_per_sm=None, ll_cta_vecs=None, fresh=False, **cfg):
-        """pkc's collective kernel driven directly (what the compiled path runs, without
-        its per-call graph walk and output copy). ar2 is in place on its symmetric buffer
-        (like two_shot_all_reduce_): filled with x once, then values grow, as NCCL's.
-        ``ctas_per_sm=None``: the runner's default, what the compiled path uses."""
+    def pkc_kernel(algo):
+        """The IR-built kernel of ``algo`` for this collective and size, driven directly;
+        its first launch's error record checked."""
         def make():
-            from pkc.codegen.hopper.collectives import CollectiveConfig, CollectiveRunner
+            from collectives_ir import compile_ir
+            from pkc.runtime.scheduled_comm import ScheduledCollective
 
-            run = CollectiveRunner(CollectiveConfig(kind, W, "bf16", **cfg), x.numel(), pkc_peers(),
-                                   ctas_per_sm=ctas_per_sm, ll_cta_vecs=ll_cta_vecs)
-            if run.in_place:
-                run.buffer(ctx.rank).copy_(x.view(-1))
-                ctx.barrier()
-                return lambda: run.run()[ctx.rank]
-            flat = x.view(-1)
-            if fresh:
-                return lambda: run.run({ctx.rank: flat}, outs={ctx.rank: torch.empty_like(
-                    run.out[ctx.rank])})[ctx.rank]
-            return lambda: run.run({ctx.rank: flat})[ctx.rank]
+            ck, plan, n_in, n_out = compile_ir(op, algo, W, size, "bf16")
+            k = ScheduledCollective(ck.ptx, ck.meta, pkc_peers(), [n_in], [n_out], "bf16")
+            row.setdefault("pkc_kinds", {})[f"pkc_{algo}"] = plan.get("comm_kind")
+            r, flat = ctx.rank, x.reshape(-1)
+            out = {r: torch.full((n_out,), float("nan"), device=dev, dtype=bf)}
+
+            def call():
+                return k.run({r: flat}, outs=out)[r]
+            call()
+            torch.cuda.synchronize()
+            k.check()
+            return call
         return make
 
     if not args.no_pkc:
         try_impl("pkc", pkc_compiled)
-        ll, big = {"all_reduce": ("ll", None), "all_gather": ("llag", "ag"),
-                   "reduce_scatter": ("llrs", "rs")}[op]
-        if size <= 4 << 20:
-            try_impl("pkc_ll", pkc_kernel(ll))
-            if args.ll_fresh:               # its output a new tensor per call, as compiled
-                try_impl("pkc_ll_fresh", pkc_kernel(ll, fresh=True))
-            for v in args.ll_vecs:          # LL spread over more CTAs (v vectors each)
-                try_impl(f"pkc_ll{v}", pkc_kernel(ll, ll_cta_vecs=v, ctas_per_sm=args.ll_ctas_per_sm))
-        for var in args.variants:           # KIND:UNROLL:CTAS_PER_SM[:GROUPS]
-            kind, unroll, cps, *grp = var.split(":")
-            if kind in {"all_reduce": ("ar1", "ar2", "ar2c", "ar2p"), "all_gather": ("ag",),
-                        "reduce_scatter": ("rs",)}[op]:
-                # ar2c / ar2p: the two-shot into a fresh output, push / pull gather
-                extra = {"ar2c": dict(copy_in=True), "ar2p": dict(copy_in=True, gather="pull")}
-                extra = dict(extra.get(kind, {}), **({"groups": int(grp[0])} if grp else {}))
-                try_impl(f"pkc_{kind}_u{unroll}c{cps}" + (f"g{grp[0]}" if grp else ""),
-                         pkc_kernel(kind[:3], ctas_per_sm=int(cps), unroll=int(unroll), **extra))
-        if op == "all_reduce":
-            try_impl("pkc_1shot", pkc_kernel("ar1"))
-            try_impl("pkc_2shot", pkc_kernel("ar2"))
-            # into a fresh output, as the compiled path runs it (kernel alone)
-            try_impl("pkc_2copy", pkc_kernel("ar2", copy_in=True))
-            try_impl("pkc_2pull", pkc_kernel("ar2", copy_in=True, gather="pull"))
-        else:
-            try_impl("pkc_direct", pkc_kernel(big))
+        for algo in (("one_shot", "two_shot") if op == "all_reduce" else ("direct",)):
+            try_impl(f"pkc_{algo}", pkc_kernel(algo))
     if op == "all_reduce":
         def one():
             s1 = symm_copy((rows, cols), x)
@@ -251,8 +229,8 @@ def tables(res: dict) -> str:
         rows = [r for r in res["rows"] if r["op"] == op]
         if not rows:
             continue
-        fixed = ("pkc", "pkc_ll", "pkc_1shot", "pkc_2shot", "pkc_2copy", "pkc_2pull",
-                 "pkc_direct", "one_shot", "two_shot", "ce")
+        fixed = ("pkc", "pkc_one_shot", "pkc_two_shot", "pkc_direct", "one_shot", "two_shot",
+                 "ce")
         extra = sorted({k for r in rows for k in r["ms"] if k not in fixed and k != "nccl"})
         impls = [k for k in fixed[:2] + tuple(extra) + fixed[2:] if any(k in r["ms"] for r in rows)]
         headers = ["size", "nccl us", "nccl busbw"] + [f"{k} x" for k in impls] + \
@@ -318,15 +296,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipeline", default="default")
     ap.add_argument("--budget-s", type=float, default=600.0, help="start no new size after this")
     ap.add_argument("--no-plot", action="store_true")
-    ap.add_argument("--ll-vecs", type=int, nargs="*", default=[], metavar="V",
-                    help="also time the LL kernels with V vectors per CTA (columns pkc_llV)")
-    ap.add_argument("--variants", nargs="*", default=[], metavar="KIND:UNROLL:CTAS_PER_SM[:GROUPS]",
-                    help="also time pkc kernels ar1 / ar2 (in place) / ar2c / ar2p (fresh "
-                         "output, push / pull gather) / ag / rs with these settings")
-    ap.add_argument("--ll-fresh", action="store_true",
-                    help="also time the LL kernel writing a new output tensor per call (pkc_ll_fresh)")
-    ap.add_argument("--ll-ctas-per-sm", type=int, default=None,
-                    help="CTAs per SM of the --ll-vecs kernels (default: the runner's)")
     args = ap.parse_args(argv)
     import torch
 

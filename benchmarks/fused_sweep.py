@@ -20,10 +20,6 @@ baseline's: relative Frobenius error < 2e-2 for bf16, no NaN):
 - ``base``: cuBLAS (torch.mm) and NCCL (torch.distributed) back to back (the unfused sequence);
 - ``gemm``, ``coll``: each half alone (the roofline's GEMM time; the collective's time);
 - ``symm``: torch.ops.symm_mem.fused_all_gather_matmul / fused_matmul_reduce_scatter (AG, RS);
-- ``pkc_hand`` (``pkc_hand16``: AG with 16 put CTAs): pkc's hand-built Hopper kernels (pkc/codegen/hopper/fused.py: TMA + wgmma
-  GEMM with the collective in its epilogue / producer), one process per GPU with the peer
-  pointers and signal pads from torch symmetric memory (:func:`hand_world`:
-  ``FusedWorld`` over ``pkc.runtime.peers.DistributedPeers``) (AG, RS);
 - ``pkc``: the compiler's path: graph-level pk IR of the pattern, the ``default`` pipeline
   (the cost model decides whether to fuse), run by pkc's runtime under torch.distributed
   (pkc.runtime.executable: kernels with a fast plan run pkc's sm_90a kernels; ``pkc_path``
@@ -277,25 +273,7 @@ def have_matplotlib() -> bool:
 
 # ---- the fused sweep's table --------------------------------------------------------
 
-FUSED_COLUMNS = ["base", "gemm", "coll", "symm", "pkc_hand", "pkc_hand16", "pkc"]
-
-
-def parse_put_spec(spec: str) -> dict:
-    """``CTAS:PIECE_KIB:RING:LAG`` (an AG put-side variant) -> FusedConfig fields."""
-    try:
-        ctas, piece, ring, lag = (int(x) for x in spec.split(":"))
-    except ValueError:
-        raise ValueError(f"--ag-puts {spec!r}: want CTAS:PIECE_KIB:RING:LAG, e.g. 16:32:4:2") from None
-    return dict(comm_ctas=ctas, put_piece=piece * 1024, put_ring=ring, put_lag=lag)
-
-
-def parse_tile_spec(spec: str) -> dict:
-    """``BM:BN:STAGES:GROUP_M`` (a hand kernel's tile config) -> GemmConfig fields."""
-    try:
-        bm, bn, stages, group_m = (int(x) for x in spec.split(":"))
-    except ValueError:
-        raise ValueError(f"--tiles {spec!r}: want BM:BN:STAGES:GROUP_M, e.g. 128:128:6:8") from None
-    return dict(bm=bm, bn=bn, stages=stages, group_m=group_m)
+FUSED_COLUMNS = ["base", "gemm", "coll", "symm", "pkc"]
 
 
 def summarize_fused(row: dict) -> dict:
@@ -312,14 +290,11 @@ def summarize_fused(row: dict) -> dict:
         out["comm_over_compute"] = ratio(out["comm_est_ms"], gemm)
     out["speedup"] = {
         "pkc": ratio(base, t.get("pkc")),
-        "pkc_hand": ratio(base, t.get("pkc_hand")),
-        "pkc_hand16": ratio(base, t.get("pkc_hand16")),
         "symm": ratio(base, t.get("symm")),
         "roofline": ratio(base, out.get("roofline_ms")),
     }
-    for name, ms in t.items():            # extra variants (--ag-puts, --hand-fresh)
-        if name.startswith(("pkc_ag_", "pkc_arf", "pkc_t")) or name in ("pkc_hand_fresh", "pkc_hand_other",
-                                                                         "pkc_hand_out"):
+    for name, ms in t.items():            # any other implementation of the row
+        if name not in FUSED_COLUMNS:
             out["speedup"][name] = ratio(base, ms)
     out["pkc_vs_symm"] = ratio(t.get("symm"), t.get("pkc"))
     out["pkc_vs_roofline"] = ratio(out.get("roofline_ms"), t.get("pkc"))
@@ -327,22 +302,25 @@ def summarize_fused(row: dict) -> dict:
 
 
 def fused_table(res: dict) -> str:
-    headers = ["shape", "MxNxK", "base ms", "gemm ms", "roof ms", "c/c", "pkc x", "symm x",
-               "hand x", "hand16 x", "roof x", "pkc/symm", "pkc/roof", "checks"]
+    """One line per shape: times, speedups over cuBLAS+NCCL (``x``), the roofline; a column
+    for every further implementation that a row timed (``<name> x``)."""
+    shapes = res.get("shapes", [])
+    extra = sorted({k for r in shapes for k in r.get("ms", {}) if k not in FUSED_COLUMNS})
+    headers = ["shape", "MxNxK", "base ms", "gemm ms", "roof ms", "c/c", "pkc x", "symm x"] + \
+        [f"{k} x" for k in extra] + ["roof x", "pkc/symm", "pkc/roof", "checks"]
     rows = []
-    for r in res.get("shapes", []):
+    for r in shapes:
         if "error" in r and "ms" not in r:
-            rows.append([r["label"], f"{r['M']}x{r['N']}x{r['K']}", None, None, None, None, None,
-                         None, None, None, None, None, None, "ERROR " + r["error"][:60]])
+            rows.append([r["label"], f"{r['M']}x{r['N']}x{r['K']}"] + [None] * (len(headers) - 3)
+                        + ["ERROR " + r["error"][:60]])
             continue
         s = summarize_fused(r)
         bad = [k for k, c in r.get("checks", {}).items() if not c.get("ok")]
         rows.append([r["label"], f"{r['M']}x{r['N']}x{r['K']}", r["ms"].get("base"), r["ms"].get("gemm"),
                      s.get("roofline_ms"), s.get("comm_over_compute"), s["speedup"]["pkc"],
-                     s["speedup"]["symm"], s["speedup"]["pkc_hand"], s["speedup"]["pkc_hand16"],
-                     s["speedup"]["roofline"],
-                     s["pkc_vs_symm"], s["pkc_vs_roofline"],
-                     "ok" if not bad else "BAD " + ",".join(bad)])
+                     s["speedup"]["symm"]] + [s["speedup"].get(k) for k in extra]
+                    + [s["speedup"]["roofline"], s["pkc_vs_symm"], s["pkc_vs_roofline"],
+                       "ok" if not bad else "BAD " + ",".join(bad)])
     return format_table(headers, rows)
 
 
@@ -358,7 +336,7 @@ def plot_fused(res: dict, path: Path | str) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(max(8, 0.55 * len(rows)), 5))
     xs = range(len(rows))
-    for key, mark in (("pkc", "o"), ("symm", "s"), ("pkc_hand", "x"), ("roofline", "_")):
+    for key, mark in (("pkc", "o"), ("symm", "s"), ("roofline", "_")):
         ys = [r["speedup"][key] if r["speedup"][key] is not None else float("nan") for r in rows]
         ax.plot(list(xs), ys, mark, label=key, markersize=8)
     ax.axhline(1.0, color="gray", lw=0.8)
@@ -559,18 +537,6 @@ class PkcProgram:
         return run_kernel_module_distributed(self.module, list(inputs), runner=self.runner())[0]
 
 
-def hand_world(ctx: Ctx, fcfg, Mc: int, N: int, K: int):
-    """pkc's hand-built fused kernel for this rank: a FusedWorld over the group's symmetric
-    memory (pkc.runtime.peers.DistributedPeers; the pads are zeroed and the group passes a
-    barrier before any rank can signal). All ranks must build it and launch it alike."""
-    from pkc.codegen.hopper.fused import FusedWorld
-    from pkc.runtime.peers import DistributedPeers
-
-    if fcfg.world != ctx.world:
-        raise ValueError("the kernel's world must be the group's")
-    return FusedWorld(fcfg, Mc, N, K, peers=DistributedPeers(ctx.group, ctx.device))
-
-
 def measure_link_bw(ctx: Ctx, mib: int = 256, iters: int = 8) -> dict:
     """Per-rank link bandwidth (bytes/s per direction) two ways: an NCCL all-gather's bus
     bandwidth and a pull of a peer's symmetric buffer (every rank pulls at once)."""
@@ -628,7 +594,6 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
     import torch
     import torch.distributed._symmetric_memory  # noqa: F401  (registers torch.ops.symm_mem.fused_*)
 
-    from pkc.codegen.hopper.fused import FusedConfig
     from pkc.target.fused_tuning import fused_gemm_config
 
     W, dev, fam = ctx.world, ctx.device, shape.family
@@ -693,57 +658,10 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
             impls.pop("symm", None)
             outs.pop("symm", None)
             row["notes"].append(f"symm failed: {err}")
-    # pkc's hand-built fused kernels with symmetric-memory peers
-    hand = None
-    hand = None
-    if not args.no_hand:
-        # the tile config the compiled path picks (fused_tuning.fused_gemm_config)
-        cfg = fused_gemm_config(fam, M, N, K, W, "bf16", "nk",
-                                torch.cuda.get_device_properties(dev).multi_processor_count)
-        row["hand_cfg"] = cfg.tag() if hasattr(cfg, "tag") else str(cfg)
-        variants = [("pkc_hand", FusedConfig(kind=fam, world=W, gemm=cfg))]
-        if fam in ("ar", "rs") and W == 2:   # into the kernel's output (no copy after it)
-            variants.append(("pkc_hand_out", FusedConfig(kind=fam, world=W, gemm=cfg, out=True)))
-        if fam == "ar" and W == 2:      # GEMM + all-reduce into a fresh output (reducer CTAs)
-            from pkc.codegen.hopper.fused import arf_reducer_ctas
-
-            variants.append(("pkc_arf", FusedConfig(kind="arf", world=W, gemm=cfg,
-                                                    comm_ctas=arf_reducer_ctas(M, N, K, W))))
-            for n in args.arf_ctas:     # the reducer side's size
-                variants.append((f"pkc_arf{n}", FusedConfig(kind="arf", world=W, gemm=cfg,
-                                                            comm_ctas=n)))
-        for spec in args.tiles:         # other tile configs of the hand kernel
-            variants.append((f"pkc_t{spec.replace(':', '_')}", FusedConfig(
-                kind=fam, world=W, gemm=cfg.with_(**parse_tile_spec(spec)))))
-        if fam == "ag" and W > 1:       # how many put CTAs the all-gather side needs
-            variants.append(("pkc_hand16", FusedConfig(kind=fam, world=W, gemm=cfg, comm_ctas=16)))
-            for spec in args.ag_puts:
-                variants.append((f"pkc_ag_{spec}", FusedConfig(
-                    kind=fam, world=W, gemm=cfg, **parse_put_spec(spec))))
-        for name, fcfg in variants:
-            err = None
-            try:
-                world = hand_world(ctx, fcfg, M // W, N, K)
-                outs[name] = world.run_rank(a, b)
-                torch.cuda.synchronize()
-                world.check()
-                impls[name] = (lambda w: lambda: w.run_rank(a, b))(world)
-                if name == "pkc_hand":
-                    hand = world
-                    if fam == "ag" and args.hand_fresh:   # C into a new tensor per call
-                        r = ctx.rank
-                        impls["pkc_hand_fresh"] = lambda: world.run(
-                            {r: a}, {r: b}, outs={r: torch.empty(M, N, device=dev, dtype=bf)})[r]
-                        other = torch.empty(M, N, device=dev, dtype=bf)   # allocated once
-                        impls["pkc_hand_other"] = lambda: world.run({r: a}, {r: b}, outs={r: other})[r]
-            except Exception as e:
-                err = f"{type(e).__name__}: {e}"[:400]
-                traceback.print_exc()
-            if ctx.agree(err is not None):
-                impls.pop(name, None)
-                outs.pop(name, None)
-                hand = None if name == "pkc_hand" else hand
-                row["notes"].append(f"{name} failed on some rank: {err}")
+    # the GEMM tile the compiled path picks for the fused kernel (fused_tuning)
+    cfg = fused_gemm_config(fam, M, N, K, W, "bf16", "nk",
+                            torch.cuda.get_device_properties(dev).multi_processor_count)
+    row["pkc_tile"] = cfg.tag()
     # pkc's compiled path: graph-level IR -> pipeline -> Executable (fast path where planned)
     prog = None
     if not args.no_compiled:
@@ -793,20 +711,15 @@ def bench_fused_shape(ctx: Ctx, shape: FusedShape, link_bw: float | None, args) 
         except Exception as e:
             row["notes"].append(f"pkc step profile: {type(e).__name__}: {e}"[:200])
     # the results after many launches (epochs) are still right
-    for name, fn in (("pkc_hand", (lambda: hand.run_rank(a, b)) if hand is not None else None),
-                     ("pkc", (lambda: prog(a, b_kn)) if prog is not None else None)):
-        if fn is None:
-            continue
+    if prog is not None:
         try:
-            after = fn()
+            after = prog(a, b_kn)
             torch.cuda.synchronize()
-            if name == "pkc_hand":
-                hand.check()
             e, nan = rel_err(after, ref)
-            row["checks"][name + "_after_timing"] = {"rel_err": e, "nan": nan, "ok": nan == 0 and e < 2e-2}
+            row["checks"]["pkc_after_timing"] = {"rel_err": e, "nan": nan, "ok": nan == 0 and e < 2e-2}
         except Exception as e:
-            row["notes"].append(f"{name} after timing: {type(e).__name__}: {e}"[:300])
-            row["checks"][name + "_after_timing"] = {"ok": False, "error": str(e)[:200]}
+            row["notes"].append(f"pkc after timing: {type(e).__name__}: {e}"[:300])
+            row["checks"]["pkc_after_timing"] = {"ok": False, "error": str(e)[:200]}
     return row
 
 
@@ -853,10 +766,7 @@ def run_sweep(args) -> int:
             s = summarize_fused(row)
             print(f"[{row['secs']:6.1f} s] {shape.label:28s} base {row['ms'].get('base'):.3f} ms  "
                   f"speedups pkc {s['speedup']['pkc']}  symm {s['speedup']['symm']}  "
-                  f"hand {s['speedup']['pkc_hand']}  roof {s['speedup']['roofline']}  "
-                  + "".join(f"{k[4:]} {v:.3f}  " for k, v in s["speedup"].items()
-                            if k.startswith(("pkc_ag_", "pkc_arf", "pkc_t", "pkc_hand_out")) and v)
-                  + "checks "
+                  f"roof {s['speedup']['roofline']}  checks "
                   f"{ {k: round(v.get('rel_err', -1), 5) for k, v in row['checks'].items()} } "
                   f"{'; '.join(row['notes'])}" + (f" pkc steps {row['pkc_steps_ms']}"
                                                   if row.get("pkc_steps_ms") else "")
@@ -870,8 +780,7 @@ def run_sweep(args) -> int:
             print(f"plot: {out_dir / 'fused_sweep.png'}")
         print(f"\nfused sweep W={W} ({res['device']}), {args.iters} interleaved calls per "
               f"implementation, medians; x = speedup over cuBLAS+NCCL (base ms / ms, >1 faster);\n"
-              f"hand = pkc hand-built fused kernels (symmetric-memory peers), symm = torch "
-              f"symm_mem fused op, pkc = compiled default pipeline (events per call, as all), "
+              f"symm = torch symm_mem fused op, pkc = compiled default pipeline (events per call, as all), "
               f"roof = "
               f"max(GEMM, bytes/link) limit, c/c = est. comm / GEMM time; link "
               f"{(link.get('link_bw') or 0) / 1e9:.0f} GB/s")
@@ -1001,21 +910,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
     ap.add_argument("--no-llama", action="store_true")
     ap.add_argument("--no-symm", action="store_true")
-    ap.add_argument("--no-hand", action="store_true")
     ap.add_argument("--no-compiled", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--pipeline", default="default")
     ap.add_argument("--budget-s", type=float, default=600.0, help="start no new shape after this")
     ap.add_argument("--max-shapes", type=int, default=0)
-    ap.add_argument("--hand-fresh", action="store_true",
-                    help="AG+GEMM: also time the hand kernel writing C into a new tensor per call "
-                         "(pkc_hand_fresh) and into one other tensor allocated once (pkc_hand_other)")
-    ap.add_argument("--ag-puts", nargs="*", default=[], metavar="CTAS:PIECE_KIB:RING:LAG",
-                    help="extra AG+GEMM hand variants of the put side (timed as pkc_ag_<spec>)")
-    ap.add_argument("--arf-ctas", type=int, nargs="*", default=[], metavar="CTAS",
-                    help="GEMM+AR at W = 2: the arf kernel with CTAS reducer CTAs (pkc_arf<CTAS>)")
-    ap.add_argument("--tiles", nargs="*", default=[], metavar="BM:BN:STAGES:GROUP_M",
-                    help="the hand kernel with other tile configs (timed as pkc_t<spec>)")
     ap.add_argument("--list", action="store_true", help="print the shapes and their traffic; no GPU")
     ap.add_argument("--world", type=int, default=None, help="with --list: the world size")
     ap.add_argument("--device-run", action="store_true", help="the whole issue-7 device run")

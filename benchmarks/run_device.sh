@@ -1,47 +1,55 @@
 #!/usr/bin/env bash
-# One run on the GPU machine (the device tool): correctness of every GEMM variant, then the
-# benchmark against cuBLAS. Writes under $OUT: env.txt, check.jsonl, check.log,
-# gemm_bench.{jsonl,log,json,png}; prints the correctness summary and the table last.
-#   run: bash benchmarks/run_device.sh        (carry build/pkc_whl: the xdsl wheels that
-#   pkc/codegen/__init__ needs; the GEMM itself needs only torch and cuda-bindings)
-set -uo pipefail
+# One run on the GPU machine (the device tool, one H200): the single-GPU benchmarks of the
+# IR-built kernels against their baselines. Parts (default: all, in this order):
+#   gemm       benchmarks/gemm_ir.py: the 11 shapes and the tile variants, IR GEMM vs cuBLAS
+#   fused      benchmarks/fused_ir.py, fused_ar_ir.py, fused_ag_ir.py: each fused kernel vs
+#              the IR GEMM alone of its per-rank problem on the same lanes (W = 1..4)
+#   coll       benchmarks/collectives_ir.py: every graph collective, then the extra groups
+#              (bitwise vs the rank-order reference; time vs torch on the whole GPU)
+#   transfer   benchmarks/transfer.py: TMA / ld-st / copy-engine rates per SM
+# Logs and JSON under $OUT/<part>; the tables last. The multi-GPU sweeps (fused_sweep.py,
+# collectives.py: vs cuBLAS + NCCL, torch symm_mem) run under torchrun instead.
+#   bash benchmarks/run_device.sh [part ...]       (carry .whl: the xdsl wheels)
+set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-if ls build/pkc_whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-        --target /tmp/site build/pkc_whl/*.whl && export PYTHONPATH=/tmp/site
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
 fi
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
-{
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu --format=csv
-    python3 -c "import torch, cuda.bindings; print('torch', torch.__version__, 'cuda-bindings', cuda.bindings.__version__)"
-    ptxas --version | tail -1
-} > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
-CHECK_S=${CHECK_S:-150}
-BENCH_S=${BENCH_S:-240}
-if [ "$CHECK_S" != 0 ]; then
-    timeout $((CHECK_S + 20)) python3 benchmarks/supervise.py 100000 "$CHECK_S" "$OUT/check.jsonl" -- \
-        python3 -u tests/gpu/test_hopper_gemm.py > "$OUT/check.log" 2>&1
-    python3 - "$OUT/check.jsonl" <<'PY'
-import json, sys, collections
-recs = [json.loads(l) for l in open(sys.argv[1])]
-by = collections.OrderedDict()
-for r in recs:
-    k = (r.get("name") or r.get("cfg"), r.get("dtype"))
-    by.setdefault(k, []).append(r)
-print(f"correctness: {sum(r.get('ok', False) for r in recs)}/{len(recs)} cases ok")
-for k, rs in by.items():
-    bad = [r for r in rs if not r.get("ok")]
-    worst = max((r.get("rel_err", 0) or 0) for r in rs)
-    print(f"  {str(k[0]):22s} {str(k[1]):5s} {len(rs)-len(bad)}/{len(rs)} ok, worst rel err {worst:.1e}"
-          + ("" if not bad else "  FIRST BAD: " + json.dumps(bad[0])[:300]))
-PY
-fi
-nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> "$OUT/env.txt"
-if [ "$BENCH_S" != 0 ]; then
-    timeout $((BENCH_S + 40)) python3 benchmarks/gemm.py --out "$OUT" --timeout "$BENCH_S"
-fi
-nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> "$OUT/env.txt"
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PKC_CACHE_DIR=/tmp/pkc-cache
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PARTS=${*:-gemm fused coll transfer}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv > "$OUT/env.txt" 2>&1
+for part in $PARTS; do
+  mkdir -p "$OUT/$part"
+  case $part in
+    gemm)
+      timeout 400 python3 benchmarks/gemm_ir.py --out "$OUT/gemm" --rounds 30 > "$OUT/gemm/gemm.log" 2>&1 ;;
+    fused)
+      timeout 200 python3 benchmarks/fused_ir.py --out "$OUT/fused" --rounds 40 > "$OUT/fused/rs.log" 2>&1
+      timeout 240 python3 benchmarks/fused_ar_ir.py --out "$OUT/fused" --rounds 30 > "$OUT/fused/ar.log" 2>&1
+      timeout 240 python3 benchmarks/fused_ag_ir.py --out "$OUT/fused" --rounds 40 > "$OUT/fused/ag.log" 2>&1 ;;
+    coll)
+      timeout 330 python3 benchmarks/collectives_ir.py --out "$OUT/coll" --iters 60 --budget-s 300 \
+          > "$OUT/coll/main.log" 2>&1
+      timeout 200 python3 benchmarks/collectives_ir.py --out "$OUT/coll" --extra --iters 60 --budget-s 180 \
+          > "$OUT/coll/extra.log" 2>&1
+      timeout 60 python3 benchmarks/collectives_ir.py --out "$OUT/coll" --missing-peer \
+          > "$OUT/coll/missing_peer.log" 2>&1
+      python3 benchmarks/collectives_ir.py --out "$OUT/coll" --summary > "$OUT/coll/summary.txt" 2>&1 ;;
+    transfer)
+      timeout 300 python3 benchmarks/transfer.py --out "$OUT/transfer" > "$OUT/transfer/transfer.log" 2>&1 ;;
+    *) echo "unknown part $part" ;;
+  esac
+done
+for part in $PARTS; do
+  echo "=== $part"
+  case $part in
+    gemm) tail -24 "$OUT/gemm/gemm.log" ;;
+    fused) for f in rs ar ag; do grep -A40 "^case" "$OUT/fused/$f.log" || tail -5 "$OUT/fused/$f.log"; done ;;
+    coll) cat "$OUT/coll/summary.txt" ;;
+    transfer) tail -44 "$OUT/transfer/transfer.log" ;;
+  esac
+done

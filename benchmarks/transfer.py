@@ -8,7 +8,7 @@ torch ``copy_``) for 64 KB..1 GB.
 Everything here is device-to-device on one GPU: each copied byte is read from and written
 to HBM, so this measures the rate at which an SM (or the copy path) drives memory traffic,
 the per-SM drive rate that bounds a put over NVLink, not NVLink itself. Rates are bytes
-copied per second (HBM sees twice that). Kernels: pkc/codegen/hopper/transfer.py. Each
+copied per second (HBM sees twice that). Kernels: benchmarks/transfer_kernels.py. Each
 point: one warm-up, then ``reps`` launches between their own CUDA events, median. Writes
 ``transfer.json`` and prints the tables and the figures proposed for pkc/target/targets.py
 (per-SM rate at 8 SMs and 32 KB messages, where the link, not HBM, would be the limit).
@@ -25,9 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hopper_only import skip_pkc_init  # noqa: E402
-
-skip_pkc_init()       # the Hopper modules without pkc/__init__ (frontend, xdsl, ...)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SMS = [1, 2, 4, 8, 16, 32, 66, 132]
 SIZES = [2 << 10 << i for i in range(10)]             # 2 KB .. 1 MB
@@ -65,7 +63,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from pkc.codegen.hopper.transfer import launch_copy, tma_lag, tma_piece, tma_ring
+    from transfer_kernels import launch_copy, tma_lag, tma_piece, tma_ring
 
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
