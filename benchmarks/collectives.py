@@ -179,7 +179,7 @@ def bench_baselines(ctx: Ctx, op: str, size: int, args) -> dict:
 
     if not args.no_pkc:
         try_impl("pkc", pkc_compiled)
-        for algo in (("one_shot", "two_shot") if op == "all_reduce" else ("direct",)):
+        for algo in (("one_shot", "two_shot") if op == "all_reduce" else ("direct",)) if W > 1 else ():
             try_impl(f"pkc_{algo}", pkc_kernel(algo))
     if op == "all_reduce":
         def one():

@@ -354,16 +354,13 @@ def _a2a_compile(W: int, n: int, dt: str):
     return compile_kernel(kop, "sm_90a"), plan, W * n, W * n
 
 
-def run_pair_case(name, W, Mc, N, K, layout, iters: int) -> dict:
-    """schedule-fused's GEMM + all-reduce pair against torch (the f32 reference; the time of
-    cuBLAS ``mm`` per rank, ``sum`` and a copy to every rank, whole GPU)."""
-    import torch
-    from fused_ir import gemm_config_of
+def pair_compile(W: int, Mc: int, N: int, K: int, layout: str):
+    """((pk.kernel, compiled) of the GEMM + reduce-scatter, (...) of the pull all-gather):
+    schedule-fused's pair for a GEMM + all-reduce over W > 2 ranks."""
     from pkc.codegen import compile_kernel
     from pkc.codegen.emit import kernels_of
     from pkc.ir import make_context, parse_module, verify_module
     from pkc.passes.registry import parse_pipeline
-    from pkc.runtime.scheduled_comm import ScheduledPair
 
     M = W * Mc
     bt = f"tensor<{N}x{K}xbf16>" if layout == "nk" else f"tensor<{K}x{N}xbf16>"
@@ -380,9 +377,21 @@ def run_pair_case(name, W, Mc, N, K, layout, iters: int) -> dict:
         p.apply(ctx, m)
     verify_module(m)
     rs_op, ag_op = [k for k in kernels_of(m) if k.schedule() is not None]
+    return (rs_op, compile_kernel(rs_op, "sm_90a")), (ag_op, compile_kernel(ag_op, "sm_90a"))
+
+
+def run_pair_case(name, W, Mc, N, K, layout, iters: int) -> dict:
+    """schedule-fused's GEMM + all-reduce pair against torch (the f32 reference; the time of
+    cuBLAS ``mm`` per rank, ``sum`` and a copy to every rank, whole GPU)."""
+    import torch
+    from fused_ir import gemm_config_of
+    from pkc.runtime.scheduled_comm import ScheduledPair
+
+    M = W * Mc
+    (rs_op, rs_ck), (ag_op, ag_ck) = pair_compile(W, Mc, N, K, layout)
     pr = peers(W)
-    ir = ScheduledPair(rs_op, compile_kernel(rs_op, "sm_90a"), ag_op, compile_kernel(ag_op, "sm_90a"),
-                       pr, owner=("bench-pair", name), timeout_ns=TIMEOUT_NS)
+    ir = ScheduledPair(rs_op, rs_ck, ag_op, ag_ck, pr, owner=("bench-pair", name),
+                       timeout_ns=TIMEOUT_NS)
     cfg = gemm_config_of(rs_op)
     torch.manual_seed(W)
     a = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(W)]

@@ -42,7 +42,8 @@ NVLink multicast stays off (environment set before torch.distributed is imported
 ``--device-run`` is the one command of the issue-7 device run: environment, the torchrun
 examples and the robustness tests (concurrently: correctness only), then
 benchmarks/collectives.py and this sweep under torchrun on every GPU, each step with a
-time limit, logs under $OUT (at most 8 files), summary tables printed last.
+time limit, logs under $OUT (at most 8 files), summary tables printed last
+(benchmarks/device_run.py). The CPU-only pieces live in benchmarks/sweep_common.py.
 """
 
 from __future__ import annotations
@@ -55,13 +56,10 @@ for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,287 +68,14 @@ if str(ROOT) not in sys.path:
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/timing.py
 from timing import last_stats as timing_stats  # noqa: E402
 
-# ======================================================================================
-# CPU-only pieces: shapes, traffic, roofline, bus bandwidth, tables, files
-# ======================================================================================
-
-PK_NS = (2048, 4096, 8192, 16384, 32768)
-LLAMA70B = {"hidden": 8192, "ffn": 28672, "q_heads": 64, "kv_heads": 8, "head_dim": 128}
-FAMILIES = ("ag", "rs", "ar")
-FAMILY_NAMES = {"ag": "AG+GEMM", "rs": "GEMM+RS", "ar": "GEMM+AR"}
-
-
-@dataclass(frozen=True)
-class FusedShape:
-    """One rank's problem: the local GEMM is M x N x K (A [M, K] @ B[N, K]^T), with the
-    collective of ``family`` before (ag: A is gathered from W row shards) or after it
-    (rs: the [M, N] partial sums are reduce-scattered by rows; ar: all-reduced)."""
-
-    family: str
-    label: str
-    M: int
-    N: int
-    K: int
-
-    def valid(self, world: int) -> bool:
-        return (self.M % world == 0 and self.N % 8 == 0 and self.K % 8 == 0
-                and self.family in FAMILIES)
-
-    def operand_shapes(self, world: int) -> dict[str, tuple[int, ...]]:
-        """Each rank's tensors: a (its A, or its shard for ag), b ([N, K]), out."""
-        a = (self.M // world, self.K) if self.family == "ag" else (self.M, self.K)
-        out = (self.M // world, self.N) if self.family == "rs" else (self.M, self.N)
-        return {"a": a, "b": (self.N, self.K), "out": out}
-
-    def flops(self) -> float:
-        return 2.0 * self.M * self.N * self.K
-
-    def comm_bytes(self, world: int, esize: int = 2) -> float:
-        """Bytes each rank must receive over its links (and, symmetrically, send):
-        ag (W-1)/W of the gathered A; rs (W-1)/W of the partial C; ar twice that (the
-        reduce-scatter + all-gather lower bound of an all-reduce)."""
-        if world <= 1:
-            return 0.0
-        f = (world - 1) / world
-        if self.family == "ag":
-            return f * self.M * self.K * esize
-        if self.family == "rs":
-            return f * self.M * self.N * esize
-        return 2 * f * self.M * self.N * esize
-
-
-def fused_shapes(world: int, ns=PK_NS, tokens=(8192,), llama: bool = True,
-                 families=FAMILIES) -> list[FusedShape]:
-    """The sweep for ``world`` ranks, in the order it runs: PK's shapes by N, then the
-    Llama-70B TP layers (shapes that do not divide by W are left out)."""
-    out: list[FusedShape] = []
-    for n in ns:
-        for fam in families:
-            if fam == "ag":
-                out.append(FusedShape("ag", f"pk ag+gemm N={n}", n, n // 8, n))
-            else:
-                out.append(FusedShape(fam, f"pk gemm+{fam} N={n}", n, n, n // 8))
-    if llama:
-        L = LLAMA70B
-        h, f = L["hidden"], L["ffn"]
-        qkv = (L["q_heads"] + 2 * L["kv_heads"]) * L["head_dim"]
-        for t in tokens:
-            if "ag" in families:
-                out.append(FusedShape("ag", f"llama70b qkv T={t} (sp)", t, qkv // world, h))
-                out.append(FusedShape("ag", f"llama70b up+gate T={t} (sp)", t, 2 * f // world, h))
-            if "rs" in families:
-                out.append(FusedShape("rs", f"llama70b o T={t} (sp)", t, h, h // world))
-                out.append(FusedShape("rs", f"llama70b down T={t} (sp)", t, h, f // world))
-            if "ar" in families:
-                out.append(FusedShape("ar", f"llama70b o T={t} (tp)", t, h, h // world))
-                out.append(FusedShape("ar", f"llama70b down T={t} (tp)", t, h, f // world))
-    return [s for s in out if s.valid(world) and s.N > 0 and s.K > 0]
-
-
-def priority_order(shapes: list[FusedShape], big: int = 16384) -> list[FusedShape]:
-    """Run order under a time budget: everything below N=``big`` first (PK, then Llama),
-    the big PK shapes last."""
-    return [s for s in shapes if max(s.M, s.N, s.K) < big or s.label.startswith("llama")] + \
-           [s for s in shapes if not (max(s.M, s.N, s.K) < big or s.label.startswith("llama"))]
-
-
-def comm_ms(nbytes: float, link_bw: float | None) -> float:
-    """Time to move ``nbytes`` at ``link_bw`` bytes/s (0 when nothing moves)."""
-    if nbytes <= 0:
-        return 0.0
-    if not link_bw:
-        return math.inf
-    return nbytes / link_bw * 1e3
-
-
-def roofline_ms(gemm_ms: float, nbytes: float, link_bw: float | None) -> float:
-    """The limit of a perfectly overlapped kernel: max(GEMM time, bytes / link bandwidth)."""
-    return max(gemm_ms, comm_ms(nbytes, link_bw))
-
-
-def bus_factor(op: str, world: int) -> float:
-    """nccl-tests' bus-bandwidth factor: all-reduce 2(W-1)/W, all-gather and
-    reduce-scatter (W-1)/W (0 for one rank: nothing crosses a link)."""
-    if op in ("all_reduce", "ar"):
-        return 2 * (world - 1) / world
-    if op in ("all_gather", "reduce_scatter", "ag", "rs"):
-        return (world - 1) / world
-    raise ValueError(f"unknown collective {op!r}")
-
-
-def alg_bw(size_bytes: float, ms: float) -> float:
-    """Algorithm bandwidth in GB/s: the message size over the time (nccl-tests' algbw;
-    size = the all-reduce buffer, the gathered output, the reduce-scatter input)."""
-    return size_bytes / (ms * 1e-3) / 1e9 if ms > 0 else 0.0
-
-
-def bus_bw(op: str, size_bytes: float, world: int, ms: float) -> float:
-    return alg_bw(size_bytes, ms) * bus_factor(op, world)
-
-
-def collective_sizes(lo: int = 4096, hi: int = 1 << 30, step: int = 4) -> list[int]:
-    out, s = [], lo
-    while s <= hi:
-        out.append(s)
-        s *= step
-    return out
-
-
-def fmt_size(n: int) -> str:
-    for unit, v in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= v and n % v == 0:
-            return f"{n // v}{unit}"
-    return str(n)
-
-
-def ratio(num: float | None, den: float | None) -> float | None:
-    """num / den, or None where either is missing (a time of an implementation that did
-    not run) or den is 0."""
-    if num is None or den is None or den == 0 or (isinstance(num, float) and math.isnan(num)):
-        return None
-    return num / den
-
-
-def format_table(headers: list[str], rows: list[list], floatfmt: str = "{:.3f}") -> str:
-    """Right-aligned text table; None is printed as '-', floats with ``floatfmt``."""
-    def cell(v):
-        if v is None:
-            return "-"
-        if isinstance(v, float):
-            if math.isinf(v) or math.isnan(v):
-                return str(v)
-            return floatfmt.format(v)
-        return str(v)
-    body = [[cell(v) for v in r] for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
-              for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(headers, widths)))]
-    for r in body:
-        lines.append("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))))
-    return "\n".join(lines)
-
-
-def machine_tag(name: str | None = None, count: int | None = None) -> str:
-    """``h200x2`` for two NVIDIA H200s (the torch device name's last word, lower case), or
-    ``cpu`` without a GPU."""
-    if name is None:
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                name, count = torch.cuda.get_device_name(0), torch.cuda.device_count()
-        except Exception:
-            name = None
-    if not name:
-        return "cpu"
-    word = name.replace("NVIDIA", "").strip().split()[0].lower() if name.strip() else "gpu"
-    word = "".join(c for c in word if c.isalnum() or c in "-_") or "gpu"
-    return f"{word}x{count}" if count and count > 1 else word
-
-
-def results_dir(tag: str | None = None, date: str | None = None, root: Path | None = None) -> Path:
-    """benchmarks/results/<machine>_<date>/"""
-    date = date or datetime.date.today().isoformat()
-    return (root or ROOT / "benchmarks" / "results") / f"{tag or machine_tag()}_{date}"
-
-
-def write_json(path: Path | str, obj) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=1, default=str)
-    os.replace(tmp, path)
-
-
-def have_matplotlib() -> bool:
-    try:
-        import matplotlib  # noqa: F401,F811
-        return True
-    except ImportError:
-        return False
-
-
-# ---- the fused sweep's table --------------------------------------------------------
-
-FUSED_COLUMNS = ["base", "gemm", "coll", "symm", "pkc"]
-
-
-def summarize_fused(row: dict) -> dict:
-    """Derived numbers of one shape's result: roofline, ratios (speedups: baseline time /
-    implementation time, > 1 is faster), comm/compute balance."""
-    t = row.get("ms", {})
-    base, gemm = t.get("base"), t.get("gemm")
-    link = row.get("link_bw")
-    nbytes = row.get("comm_bytes", 0.0)
-    out = dict(row)
-    if gemm is not None:
-        out["roofline_ms"] = roofline_ms(gemm, nbytes, link)
-        out["comm_est_ms"] = comm_ms(nbytes, link)
-        out["comm_over_compute"] = ratio(out["comm_est_ms"], gemm)
-    out["speedup"] = {
-        "pkc": ratio(base, t.get("pkc")),
-        "symm": ratio(base, t.get("symm")),
-        "roofline": ratio(base, out.get("roofline_ms")),
-    }
-    for name, ms in t.items():            # any other implementation of the row
-        if name not in FUSED_COLUMNS:
-            out["speedup"][name] = ratio(base, ms)
-    out["pkc_vs_symm"] = ratio(t.get("symm"), t.get("pkc"))
-    out["pkc_vs_roofline"] = ratio(out.get("roofline_ms"), t.get("pkc"))
-    return out
-
-
-def fused_table(res: dict) -> str:
-    """One line per shape: times, speedups over cuBLAS+NCCL (``x``), the roofline; a column
-    for every further implementation that a row timed (``<name> x``)."""
-    shapes = res.get("shapes", [])
-    extra = sorted({k for r in shapes for k in r.get("ms", {}) if k not in FUSED_COLUMNS})
-    headers = ["shape", "MxNxK", "base ms", "gemm ms", "roof ms", "c/c", "pkc x", "symm x"] + \
-        [f"{k} x" for k in extra] + ["roof x", "pkc/symm", "pkc/roof", "checks"]
-    rows = []
-    for r in shapes:
-        if "error" in r and "ms" not in r:
-            rows.append([r["label"], f"{r['M']}x{r['N']}x{r['K']}"] + [None] * (len(headers) - 3)
-                        + ["ERROR " + r["error"][:60]])
-            continue
-        s = summarize_fused(r)
-        bad = [k for k, c in r.get("checks", {}).items() if not c.get("ok")]
-        rows.append([r["label"], f"{r['M']}x{r['N']}x{r['K']}", r["ms"].get("base"), r["ms"].get("gemm"),
-                     s.get("roofline_ms"), s.get("comm_over_compute"), s["speedup"]["pkc"],
-                     s["speedup"]["symm"]] + [s["speedup"].get(k) for k in extra]
-                    + [s["speedup"]["roofline"], s["pkc_vs_symm"], s["pkc_vs_roofline"],
-                       "ok" if not bad else "BAD " + ",".join(bad)])
-    return format_table(headers, rows)
-
-
-def plot_fused(res: dict, path: Path | str) -> bool:
-    if not have_matplotlib():
-        return False
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [summarize_fused(r) for r in res.get("shapes", []) if "ms" in r]
-    if not rows:
-        return False
-    fig, ax = plt.subplots(figsize=(max(8, 0.55 * len(rows)), 5))
-    xs = range(len(rows))
-    for key, mark in (("pkc", "o"), ("symm", "s"), ("roofline", "_")):
-        ys = [r["speedup"][key] if r["speedup"][key] is not None else float("nan") for r in rows]
-        ax.plot(list(xs), ys, mark, label=key, markersize=8)
-    ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xticks(list(xs))
-    ax.set_xticklabels([r["label"] for r in rows], rotation=70, ha="right", fontsize=7)
-    ax.set_ylabel("speedup over cuBLAS+NCCL (base time / time)")
-    ax.set_title(f"fused GEMM+collective, W={res.get('world')} ({res.get('device')})")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
+# the CPU-only pieces (shapes, arithmetic, tables, files): benchmarks/sweep_common.py;
+# re-exported here for benchmarks/collectives.py and tests/unit/test_benchmarks_cpu.py
+from sweep_common import (  # noqa: E402,F401
+    PK_NS, LLAMA70B, FAMILIES, FAMILY_NAMES, FusedShape, fused_shapes, priority_order, comm_ms,
+    roofline_ms, bus_factor, alg_bw, bus_bw, collective_sizes, fmt_size, ratio, format_table,
+    machine_tag, results_dir, write_json, have_matplotlib, FUSED_COLUMNS, summarize_fused,
+    fused_table, plot_fused,
+)
 
 # ======================================================================================
 # GPU pieces
@@ -790,117 +515,6 @@ def run_sweep(args) -> int:
     return 0
 
 
-# ======================================================================================
-# The issue-7 device run
-# ======================================================================================
-
-
-def device_run(out: str, budget: dict) -> int:
-    """Every step in its own process with a time limit; at most 8 files under ``out``."""
-    import subprocess
-
-    os.makedirs(out, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    py = sys.executable
-    try:
-        import torch
-
-        ngpu = torch.cuda.device_count()
-    except Exception:
-        ngpu = 0
-    t_all = time.time()
-    with open(os.path.join(out, "env.txt"), "w") as fh:
-        for cmd in (["nvidia-smi", "--query-gpu=index,name,clocks.sm,clocks.max.sm,power.draw,power.limit,"
-                     "temperature.gpu", "--format=csv"], ["nvidia-smi", "topo", "-m"],
-                    ["nvidia-smi", "nvlink", "-s"],
-                    [py, "-c", "import torch, cuda.bindings; print('torch', torch.__version__, "
-                     "'cuda-bindings', cuda.bindings.__version__, 'nccl', torch.cuda.nccl.version())"]):
-            try:
-                fh.write(subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout[-6000:])
-            except Exception as e:
-                fh.write(f"{cmd[0]}: {e}\n")
-        fh.write(f"GPUs: {ngpu}\n")
-
-    def start(cmd, log, extra_env=None):
-        fh = open(os.path.join(out, log), "a")
-        fh.write(f"$ {' '.join(cmd)}\n")
-        fh.flush()
-        p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=dict(env, **(extra_env or {})),
-                             cwd=str(ROOT), start_new_session=True)
-        return p, fh, time.time()
-
-    def finish(p, fh, t0, limit, name):
-        try:
-            rc = p.wait(timeout=max(1, limit - (time.time() - t0)))
-        except subprocess.TimeoutExpired:
-            import signal
-
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            rc = "timeout"
-        fh.write(f"\n[{name}: rc={rc}, {time.time() - t0:.0f} s]\n")
-        fh.close()
-        print(f"[{name}: rc={rc}, {time.time() - t0:.0f} s]", flush=True)
-        return rc
-
-    n = max(1, ngpu)
-    trun = [py, "-m", "torch.distributed.run", f"--nproc_per_node={n}", "--master_port"]
-    # phase A (correctness only, concurrent): examples | robustness (virtual world, last GPU)
-    # | rank-failure tests (torchrun W=2 inside the test)
-    procs, rcs = [], {}
-    if budget["phase_a"]:  # a budget of 0 skips a step
-        procs.append(("examples", budget["phase_a"], *start(
-            trun + ["29511", "examples/torchrun_all.py", "--calls", "3"], "examples.log")))
-        last = str(max(0, ngpu - 1))
-        procs.append(("robustness", budget["phase_a"], *start(
-            [py, "-m", "pytest", "-q", "-s", "-rfEsx", "-p", "no:cacheprovider", "tests/gpu/test_robustness.py",
-             "-k", "not torchrun"], "robustness.log", {"CUDA_VISIBLE_DEVICES": last})))
-        if ngpu >= 2:
-            procs.append(("rank-failure", budget["phase_a"], *start(
-                [py, "-m", "pytest", "-q", "-s", "-rfEsx", "-p", "no:cacheprovider",
-                 "tests/gpu/test_robustness.py", "-k", "torchrun"], "failure.log")))
-        rcs = {name: finish(p, fh, t0, lim, name) for name, lim, p, fh, t0 in procs}
-        fail_log = os.path.join(out, "failure.log")
-        if os.path.exists(fail_log):  # at most 8 files come back: fold it into robustness.log
-            with open(os.path.join(out, "robustness.log"), "a") as dst:
-                dst.write("\n==== rank-failure tests (torchrun W=2)\n" + open(fail_log, errors="replace").read())
-            os.remove(fail_log)
-    # phase B (timing, one at a time)
-    for name, port, script, margin in (("collectives", "29512", "benchmarks/collectives.py", 12),
-                                       ("fused", "29513", "benchmarks/fused_sweep.py", 30)):
-        if budget[name]:
-            p = start(trun + [port, script, "--out", out, "--budget-s", str(budget[name] - margin)], "bench.log")
-            rcs[name] = finish(*p, budget[name], name)
-    # summary
-    print(f"\n==== summary ({time.time() - t_all:.0f} s; rcs {rcs})")
-    rpath = os.path.join(out, "robustness.log")
-    if os.path.exists(rpath):
-        keys = ("passed", "failed", "skipped", "SKIPPED", "FAILED", "ERROR", "back-to-back", "CUDA graph",
-                "absent", "torchrun W=2", "captured", "RANK0-", "HANG", "rc=")
-        lines = [ln for ln in open(rpath, errors="replace").read().splitlines() if any(k in ln for k in keys)]
-        print("\n---- robustness.log (key lines)")
-        print("\n".join(ln[:300] for ln in lines[-24:]))
-    for log, marker, n_lines in (("examples.log", "torchrun examples, W=", 12),
-                                 ("bench.log", "collectives W=", 60), ("bench.log", "fused sweep W=", 40)):
-        path = os.path.join(out, log)
-        if not os.path.exists(path):
-            continue
-        text = open(path, errors="replace").read()
-        if marker and marker in text:
-            seg = text[text.rindex(marker):].splitlines()[:n_lines]
-        else:
-            seg = text.splitlines()[-n_lines:]
-        print(f"\n---- {log}" + (f" ({marker})" if marker else " (tail)"))
-        print("\n".join(seg))
-    found = [f for f in ("fused_sweep.json", "collectives.json") if os.path.exists(os.path.join(out, f))]
-    if found:
-        import done_when
-
-        print("\n---- issue 7's Done-when (benchmarks/done_when.py)")
-        print("\n".join(done_when.report(Path(out) / f) for f in found))
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results/<machine>_<date>)")
@@ -924,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.device_run:
         out = args.out or os.environ.get("OUT") or str(results_dir())
+        from device_run import device_run
+
         return device_run(out, {"phase_a": args.phase_a_s, "collectives": args.collectives_s,
                                 "fused": args.fused_s})
     if args.list:
