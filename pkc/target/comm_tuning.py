@@ -2,8 +2,8 @@
 kind, world and message size, and the launch shape of each algorithm.
 
 The compiler decides once (``schedule-collectives`` writes the choice into the IR); the
-runtime reads nothing here. Each figure says where it was measured (hand kernels of
-``pkc/codegen/hopper/collectives.py``, which the IR-built ones replace).
+runtime reads nothing here. Each figure says where it was measured (first with the
+hand-written kernels that the IR-built ones replaced at parity, 2026-12-01: docs/PERF_NOTES.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The IR-built collectives (graph collective -> lower-collectives -> schedule-collectives ->
 sm_90a PTX, launched by pkc/runtime/scheduled_comm.py) on a Hopper GPU in the virtual world:
-bitwise equal to the rank-order f32 reference and to the hand kernels
-(pkc/codegen/hopper/collectives.py), several launches in a row (epochs, double-buffered
-staging), and a missing peer reported as a timeout.
+bitwise equal to the rank-order f32 reference (the hand-written kernels they replaced gave
+the same bits: benchmarks/results/h200_2026-12-01*), several launches in a row (epochs,
+double-buffered staging), and a missing peer reported as a timeout.
 
     python -m pytest tests/gpu/test_scheduled_collectives.py      # needs an sm_90 GPU
 
@@ -36,11 +36,9 @@ CASES = [("all_reduce", "one_shot", 4 * KIB), ("all_reduce", "one_shot", 1 * MIB
 
 @pytest.mark.parametrize("W", [2, 3, 4])
 @pytest.mark.parametrize("coll,algo,nbytes", CASES)
-def test_ir_collective_equals_reference_and_hand(coll, algo, nbytes, W):
+def test_ir_collective_equals_reference(coll, algo, nbytes, W):
     from collectives_ir import compile_ir, peers, reference
 
-    from pkc.codegen.hopper.collectives import CollectiveRunner
-    from pkc.codegen.hopper.collectives import hand_collective_config as collective_config
     from pkc.runtime.scheduled_comm import ScheduledCollective
 
     unit = 16 if coll == "all_reduce" else 16 * W      # whole vectors per chunk
@@ -48,21 +46,18 @@ def test_ir_collective_equals_reference_and_hand(coll, algo, nbytes, W):
     ck, plan, n_in, n_out = compile_ir(coll, algo, W, nbytes, "bf16")
     pr = peers(W)
     ir = ScheduledCollective(ck.ptx, ck.meta, pr, [n_in], [n_out], "bf16")
-    hand = CollectiveRunner(collective_config(plan["comm_kind"], W, "bf16", n_in), n_in, pr)
     g = torch.Generator(device="cuda").manual_seed(nbytes + W)
     for launch in range(3):
         xs = [torch.randn(n_in, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(W)]
         outs = {r: torch.full((n_out,), float("nan"), device="cuda", dtype=torch.bfloat16)
                 for r in range(W)}
         got = {r: t.clone() for r, t in ir.run({r: xs[r] for r in range(W)}, outs=outs).items()}
-        want_hand = hand.run({r: xs[r] for r in range(W)})
         torch.cuda.synchronize()
         ir.check()
         want = reference(coll, xs, W)
         for r in range(W):
             name = f"{plan['comm_kind']} W={W} {nbytes} B rank {r} launch {launch}"
             assert torch.equal(got[r].view(-1), want[r].view(-1)), name
-            assert torch.equal(got[r].view(-1), want_hand[r].view(-1)), name
 
 
 def test_missing_peer_is_a_timeout_not_a_hang():

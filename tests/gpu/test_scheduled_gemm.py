@@ -1,5 +1,6 @@
-"""The IR-built GEMM on the GPU: every tile variant against torch and bitwise against the
-hand generator's kernel, and a compiled program whose matmul the schedule-matmul pass
+"""The IR-built GEMM on the GPU: every tile variant against torch, the same bits on every
+launch (the hand-written generator it replaced gave the same bits on the benchmark shapes:
+benchmarks/results/h200_2026-12-01*), and a compiled program whose matmul the schedule-matmul pass
 turned into a scheduled kernel (the runtime only loads and launches it)."""
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ SHAPES = [(200, 136, 72), (1000, 264, 200), (512, 512, 1024)]
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_variant_matches_torch_and_the_hand_kernel(variant, shape):
-    from pkc.codegen.hopper.launch import HopperGemm
+def test_variant_matches_torch_and_repeats_its_bits(variant, shape):
     from pkc.runtime.scheduled import ScheduledKernel
 
     M, N, K = shape
@@ -36,13 +36,15 @@ def test_variant_matches_torch_and_the_hand_kernel(variant, shape):
     w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
     b = w if layout == "nk" else w.t().contiguous()
     out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    ScheduledKernel(ck.ptx, ck.meta)([a, b, out])
+    kernel = ScheduledKernel(ck.ptx, ck.meta)
+    kernel([a, b, out])
+    again = torch.full_like(out, float("nan"))
+    kernel([a, b, again])
     ref = (a.float() @ w.float().t()).to(torch.bfloat16)
-    hand = HopperGemm(cfg.with_(b_layout=layout))(a, b)
     torch.cuda.synchronize()
     assert not torch.isnan(out).any()
     torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-1)
-    assert torch.equal(out, hand), "IR-built and hand kernels differ"
+    assert torch.equal(out, again), "two launches of the same kernel gave different bits"
 
 
 def test_compiled_program_runs_the_scheduled_kernel():
