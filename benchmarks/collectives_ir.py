@@ -357,26 +357,10 @@ def _a2a_compile(W: int, n: int, dt: str):
 def pair_compile(W: int, Mc: int, N: int, K: int, layout: str):
     """((pk.kernel, compiled) of the GEMM + reduce-scatter, (...) of the pull all-gather):
     schedule-fused's pair for a GEMM + all-reduce over W > 2 ranks."""
+    from fused_ar_ir import scheduled_kernels
     from pkc.codegen import compile_kernel
-    from pkc.codegen.emit import kernels_of
-    from pkc.ir import make_context, parse_module, verify_module
-    from pkc.passes.registry import parse_pipeline
 
-    M = W * Mc
-    bt = f"tensor<{N}x{K}xbf16>" if layout == "nk" else f"tensor<{K}x{N}xbf16>"
-    wt = "%wt" if layout == "nk" else "%w"
-    text = (f"func.func @mm_ar(%x: tensor<{M}x{K}xbf16>, %w: {bt}) -> tensor<{M}x{N}xbf16> {{\n"
-            + (f"  %wt = pk.transpose %w {{perm = [1, 0]}} : {bt} -> tensor<{K}x{N}xbf16>\n"
-               if layout == "nk" else "")
-            + f"  %c = pk.matmul %x, {wt} : (tensor<{M}x{K}xbf16>, tensor<{K}x{N}xbf16>) -> tensor<{M}x{N}xbf16>\n"
-            f'  %o = pk.all_reduce %c {{world = {W} : i64, reduce = "sum"}} : tensor<{M}x{N}xbf16> -> tensor<{M}x{N}xbf16>\n'
-            f"  func.return %o : tensor<{M}x{N}xbf16>\n}}\n")
-    m = parse_module(text, "pair.mlir")
-    ctx = make_context()
-    for p in parse_pipeline("default{force=true},schedule-fused,dce"):
-        p.apply(ctx, m)
-    verify_module(m)
-    rs_op, ag_op = [k for k in kernels_of(m) if k.schedule() is not None]
+    rs_op, ag_op = scheduled_kernels("ar", W, W * Mc, N, K, layout)
     return (rs_op, compile_kernel(rs_op, "sm_90a")), (ag_op, compile_kernel(ag_op, "sm_90a"))
 
 

@@ -70,9 +70,9 @@ def module_text(kind: str, W: int, M: int, N: int, K: int, layout: str, dt: str 
                    f"  func.return %o : tensor<{M}x{N}x{dt}>\n}}\n")
 
 
-def compile_ir(kind: str, W: int, M: int, N: int, K: int, layout: str, dt: str = "bf16"):
-    """(compiled kernel, its pk.kernel) after ``default{force=true},schedule-fused,dce``."""
-    from pkc.codegen import compile_kernel
+def scheduled_kernels(kind: str, W: int, M: int, N: int, K: int, layout: str, dt: str = "bf16"):
+    """The scheduled pk.kernels after ``default{force=true},schedule-fused,dce`` (one fused
+    kernel; at W > 2 an all-reduce is a pair: GEMM + reduce-scatter, then a pull gather)."""
     from pkc.codegen.emit import kernels_of
     from pkc.ir import make_context, parse_module, verify_module
     from pkc.passes.registry import parse_pipeline
@@ -82,7 +82,14 @@ def compile_ir(kind: str, W: int, M: int, N: int, K: int, layout: str, dt: str =
     for p in parse_pipeline("default{force=true},schedule-fused,dce"):
         p.apply(ctx, m)
     verify_module(m)
-    (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
+    return [k for k in kernels_of(m) if k.schedule() is not None]
+
+
+def compile_ir(kind: str, W: int, M: int, N: int, K: int, layout: str, dt: str = "bf16"):
+    """(compiled kernel, its pk.kernel) after ``default{force=true},schedule-fused,dce``."""
+    from pkc.codegen import compile_kernel
+
+    (kop,) = scheduled_kernels(kind, W, M, N, K, layout, dt)
     return compile_kernel(kop, "sm_90a"), kop
 
 
