@@ -184,7 +184,7 @@ H200 = _make("h200", "sm_90a", dict(
     nvlink_achievable_bw=(370e9, MEASURED_NVL + ": the best of a peer pull through symmetric "
                                  "memory and NCCL all-gather bus bandwidth at 256 MiB, 370-371 "
                                  "GB/s on 2 and on 4 GPUs"),
-    intra_sm_slowdown_tma=(1.02, "measured here 2026-11-29 (benchmarks/fused_w1.py): the fused GEMM + "
+    intra_sm_slowdown_tma=(1.02, "measured here 2026-11-29 (benchmarks/results/h200_2026-11-29/fused_w1.json; the W = 1 cases of benchmarks/fused_ar_ir.py re-measure it): the fused GEMM + "
                                  "reduce-scatter kernel at W = 1 costs 1.00-1.03x the GEMM "
                                  "alone"),
 ), _hopper_link(DS_H200), _common(DS_HOPPER_SMEM, MEAS_GC))

@@ -1,6 +1,6 @@
 """The IR-built pull all-gather (agp), all-to-all (a2a) and the GEMM + all-reduce pair at
 W > 2 (schedule-fused: GEMM + reduce-scatter, then the agp of its symmetric output) on a
-Hopper GPU in the virtual world: agp bitwise equal to the reference and to the hand agp on
+Hopper GPU in the virtual world: agp bitwise equal to the reference (and, until they were deleted, to the hand agp) on
 the same symmetric source, a2a bitwise equal to the reference, the pair within a bf16 step
 of torch and equal on every rank (three launches each; benchmarks/collectives_ir.py's
 cases, a few timed launches included); and whole programs with an all_to_all run by the
@@ -32,11 +32,11 @@ pytestmark = pytest.mark.skipif(not _hopper(), reason="needs an sm_90 GPU")
 
 
 @pytest.mark.parametrize("W,n", [(2, 8 * 1001), (3, 8 * 12345), (4, 8 * 4099)])
-def test_agp_equals_reference_and_hand(W, n):
+def test_agp_equals_reference(W, n):
     from collectives_ir import run_agp_case
 
     row = run_agp_case(W, n, iters=8)
-    assert row["bitwise_equal_reference"] and row["bitwise_equal_hand"], row
+    assert row["bitwise_equal_reference"], row
 
 
 @pytest.mark.parametrize("W,n", [(2, 8 * 1001), (3, 8 * 12345), (4, 8 * 4099)])
@@ -49,7 +49,7 @@ def test_a2a_equals_reference(W, n):
 
 @pytest.mark.parametrize("case", [("odd W=3", 3, 333, 776, 520, "nk"),
                                   ("odd W=4", 4, 257, 1048, 712, "kn")])
-def test_mm_all_reduce_pair_against_torch_and_hand(case):
+def test_mm_all_reduce_pair_against_torch(case):
     from collectives_ir import run_pair_case
 
     row = run_pair_case(*case, iters=8)

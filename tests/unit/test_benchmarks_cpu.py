@@ -53,7 +53,7 @@ def test_pk_shapes_follow_the_paper():
 
 
 def test_llama70b_tp8_shapes_match_the_gemm_benchmark():
-    # benchmarks/gemm.py: QKV 8192 x 1280 x 8192, O 8192 x 8192 x 1024, up+gate
+    # benchmarks/gemm_ir.py: QKV 8192 x 1280 x 8192, O 8192 x 8192 x 1024, up+gate
     # 8192 x 7168 x 8192, down 8192 x 8192 x 3584 (TP-8, 8192 tokens)
     by = {s.label: (s.M, s.N, s.K) for s in fs.fused_shapes(8)}
     assert by["llama70b qkv T=8192 (sp)"] == (8192, 1280, 8192)

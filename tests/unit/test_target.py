@@ -9,7 +9,7 @@ from pkc.target import TARGETS, Target, get_target
 SOURCE_KINDS = ("measured here 2026-11-29 (PLATFORM.md)",
                 "measured here 2026-11-29 (benchmarks/transfer.py",
                 "measured here 2026-11-29 (benchmarks/fused_sweep.py",
-                "measured here 2026-11-29 (benchmarks/fused_w1.py", "datasheet:", "PK paper",
+                "measured here 2026-11-29 (benchmarks/results/", "datasheet:", "PK paper",
                 "estimate:")
 NAMES = ["h100", "h200", "b200", "nvl72"]
 
@@ -72,7 +72,7 @@ def test_pk_sourced_and_estimated_figures_are_marked():
         assert h.sources[f].startswith("estimate:"), f
     # measured on the multi-GPU machines / the W = 1 fused kernel
     assert h.sources["nvlink_achievable_bw"].startswith("measured here 2026-11-29 (benchmarks/fused_sweep.py")
-    assert h.sources["intra_sm_slowdown_tma"].startswith("measured here 2026-11-29 (benchmarks/fused_w1.py")
+    assert h.sources["intra_sm_slowdown_tma"].startswith("measured here 2026-11-29 (benchmarks/results/h200_2026-11-29/fused_w1.json")
     # H200 per-SM drive rates: pkc's transfer microbenchmark (device to device)
     for f in ("tma_bw_per_sm", "ldst_bw_per_sm"):
         assert h.sources[f].startswith("measured here 2026-11-29 (benchmarks/transfer.py"), f
