@@ -28,6 +28,8 @@ import json
 import zlib
 from dataclasses import asdict, dataclass, field
 
+from pkc.kinds import Kind
+
 ERROR_WORDS = 16
 # Fields of the error record (u32 words).
 ERR_FLAG, ERR_SITE, ERR_RANK, ERR_WORKER, ERR_CTA, ERR_SLOT, ERR_EXPECTED, ERR_SEEN, ERR_KERNEL = range(9)
@@ -57,15 +59,26 @@ class WorkerInfo:
     explicit: bool       # ``sms`` was set in the IR
 
 
+class SiteKind(Kind):
+    """What a timeout site waits on (its value is the ``kind`` of the JSON metadata)."""
+
+    WAIT = "wait"            # a pk.wait on a signal
+    BARRIER = "barrier"      # a worker barrier across the worker's CTAs
+    MBARRIER = "mbarrier"    # an mbarrier's expected bulk-copy bytes
+
+
 @dataclass
 class WaitSite:
     """A place that can time out: a ``pk.wait`` or a worker barrier."""
 
     id: int
-    kind: str            # "wait" | "barrier"
+    kind: SiteKind
     where: str           # "'pk.wait' at file:line:col"
     worker: int
     signals: str | None = None
+
+    def __post_init__(self):
+        self.kind = SiteKind.parse(self.kind, f"wait site {self.id}'s kind")
 
 
 @dataclass
