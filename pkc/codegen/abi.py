@@ -228,6 +228,14 @@ class CommLaunch:
         return per, grid, threads
 
 
+class FusedLaunchKind(Kind):
+    """Which launcher runs a fused kernel (``FusedLaunch.kind`` in the JSON metadata)."""
+
+    RS = "rs"      # GEMM + reduce-scatter or all-reduce (runtime: ScheduledFused)
+    AG = "ag"      # all-gather + GEMM (ScheduledAgGemm)
+    MOE = "moe"    # MoE dispatch + grouped GEMM + combine (ScheduledMoe)
+
+
 @dataclass
 class FusedLaunch:
     """What a fused GEMM + collective takes beyond its tensor maps and buffers
@@ -248,7 +256,7 @@ class FusedLaunch:
     sym_outputs: list[int]
     shapes: list[list[int]]     # every kernel buffer's shape (inputs, then outputs)
     dtype: str                  # their element type
-    kind: str = "rs"
+    kind: FusedLaunchKind = FusedLaunchKind.RS
     inputs: int = -1            # kernel inputs (-1: every buffer not a symmetric output);
     #                             outputs that are not symmetric are fresh per launch
     side_ctas: int = 0          # the grid's last CTAs that run a side role (the grid rule)
@@ -264,6 +272,9 @@ class FusedLaunch:
         ps += [("rank", "u32"), ("err", "u64"), ("timeout", "u64"), ("mbox", "u64"),
                ("trap", "u32")]
         return ps
+
+    def __post_init__(self):
+        self.kind = FusedLaunchKind.parse(self.kind, "the fused launch's kind")
 
 
 @dataclass
