@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from xdsl.dialects.builtin import ModuleOp, TensorType
 
-from pkc.frontend.capture import CapturedGraph, GraphInput, GraphOutput, capture, capture_backend
+from pkc.frontend.capture import (CapturedGraph, GraphInput, GraphOutput, InputKind, OutputKind,
+                                  capture, capture_backend)
 from pkc.frontend.errors import PkcFrontendError
 from pkc.frontend.importer import import_graph
 
@@ -57,7 +58,7 @@ class CompiledProgram:
         self.target = target
         self.graph = captured.gm
         self.inputs: list[GraphInput] = list(inputs if inputs is not None else captured.inputs) + [
-            GraphInput(name, "constant", tuple(v.shape), v.dtype, value=v) for name, v in extra_args
+            GraphInput(name, InputKind.CONSTANT, tuple(v.shape), v.dtype, value=v) for name, v in extra_args
         ]
         self.outputs: list[GraphOutput] = captured.outputs
         self.not_compiled = not_compiled
@@ -174,7 +175,7 @@ class CompiledProgram:
                 )
             args = []
             for i, spec in enumerate(self.inputs):
-                if spec.kind == "input":
+                if spec.kind is InputKind.INPUT:
                     assert spec.user_index is not None
                     if spec.user_index >= len(user):
                         raise PkcFrontendError(
@@ -182,7 +183,7 @@ class CompiledProgram:
                             f"is missing; got {len(user)} input(s)"
                         )
                     x = user[spec.user_index]
-                elif spec.kind == "constant":
+                elif spec.kind is InputKind.CONSTANT:
                     x = spec.value
                 else:
                     x = _param_for_rank(spec, per_rank_params, r, w)
@@ -242,7 +243,7 @@ class CompiledProgram:
         return lambda args: fn(*args)
 
     def _user_outputs(self, results: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
-        keep = [i for i, o in enumerate(self.outputs) if o.kind == "output"]
+        keep = [i for i, o in enumerate(self.outputs) if o.kind is OutputKind.OUTPUT]
         if len(self.outputs) != len(results[0]):
             keep = list(range(len(results[0])))
         return [[res[i] for i in keep] for res in results]
@@ -359,7 +360,7 @@ def _check_arg(spec: GraphInput, t: TensorType, x: Any, rank: int) -> None:
         raise PkcFrontendError(f"rank {rank}: {spec.kind} '{spec.name}' must be a tensor, got {type(x).__name__}")
     if tuple(x.shape) != shape or x.dtype != dtype:
         hint = None
-        if spec.kind in ("parameter", "buffer"):
+        if spec.kind in _MODULE_STATE:
             hint = ("the compiled program takes each rank's local shard; pass a list of per-rank "
                     "state dicts for a Megatron-style model")
         raise PkcFrontendError(
@@ -436,7 +437,9 @@ def _finish_uncached(captured: CapturedGraph, *, target: str, pipeline: str | No
     return program
 
 
-_KIND_ORDER = {"input": 0, "parameter": 1, "buffer": 2, "constant": 3}
+_KIND_ORDER = {InputKind.INPUT: 0, InputKind.PARAMETER: 1, InputKind.BUFFER: 2,
+               InputKind.CONSTANT: 3}
+_MODULE_STATE = (InputKind.PARAMETER, InputKind.BUFFER)   # a module's state_dict entries
 
 
 def _argument_order(inputs: Sequence[GraphInput]) -> list[int]:
@@ -444,7 +447,7 @@ def _argument_order(inputs: Sequence[GraphInput]) -> list[int]:
     constants (in the order the program first uses them)."""
     return sorted(
         range(len(inputs)),
-        key=lambda i: (_KIND_ORDER.get(inputs[i].kind, 9),
+        key=lambda i: (_KIND_ORDER[inputs[i].kind],
                        inputs[i].user_index if inputs[i].user_index is not None else 0, i),
     )
 
@@ -618,7 +621,7 @@ def _graph_runner(program: CompiledProgram, captured: CapturedGraph) -> Callable
     """The callable torch.compile runs in place of the graph: pkc's program with this
     process's arguments, or the aten graph through torch where pkc cannot run it."""
     order = _argument_order(captured.inputs)
-    constants = [i.value for i in program.inputs if i.kind == "constant"]
+    constants = [i.value for i in program.inputs if i.kind is InputKind.CONSTANT]
     mode = _execution_mode(program.world_size)
     runner: list = []
 
@@ -675,7 +678,7 @@ def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: st
                        n_inputs=len(phs), device=device, target=target,
                        distributed=program.world_size > 1)
     static = [tensor_idx[i] for i, spec in enumerate(captured.inputs)
-              if spec.kind in ("parameter", "buffer")]
+              if spec.kind in _MODULE_STATE]
     program.runtime_remarks.append(tp.remark())
     return compile_with_inductor(tp, vals, mode=mode, options=options, static_inputs=static)
 

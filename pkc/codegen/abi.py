@@ -28,6 +28,8 @@ import json
 import zlib
 from dataclasses import asdict, dataclass, field
 
+from pkc.kinds import Kind
+
 ERROR_WORDS = 16
 # Fields of the error record (u32 words).
 ERR_FLAG, ERR_SITE, ERR_RANK, ERR_WORKER, ERR_CTA, ERR_SLOT, ERR_EXPECTED, ERR_SEEN, ERR_KERNEL = range(9)
@@ -57,15 +59,26 @@ class WorkerInfo:
     explicit: bool       # ``sms`` was set in the IR
 
 
+class SiteKind(Kind):
+    """What a timeout site waits on (its value is the ``kind`` of the JSON metadata)."""
+
+    WAIT = "wait"            # a pk.wait on a signal
+    BARRIER = "barrier"      # a worker barrier across the worker's CTAs
+    MBARRIER = "mbarrier"    # an mbarrier's expected bulk-copy bytes
+
+
 @dataclass
 class WaitSite:
     """A place that can time out: a ``pk.wait`` or a worker barrier."""
 
     id: int
-    kind: str            # "wait" | "barrier"
+    kind: SiteKind
     where: str           # "'pk.wait' at file:line:col"
     worker: int
     signals: str | None = None
+
+    def __post_init__(self):
+        self.kind = SiteKind.parse(self.kind, f"wait site {self.id}'s kind")
 
 
 @dataclass
@@ -215,6 +228,14 @@ class CommLaunch:
         return per, grid, threads
 
 
+class FusedLaunchKind(Kind):
+    """Which launcher runs a fused kernel (``FusedLaunch.kind`` in the JSON metadata)."""
+
+    RS = "rs"      # GEMM + reduce-scatter or all-reduce (runtime: ScheduledFused)
+    AG = "ag"      # all-gather + GEMM (ScheduledAgGemm)
+    MOE = "moe"    # MoE dispatch + grouped GEMM + combine (ScheduledMoe)
+
+
 @dataclass
 class FusedLaunch:
     """What a fused GEMM + collective takes beyond its tensor maps and buffers
@@ -235,7 +256,7 @@ class FusedLaunch:
     sym_outputs: list[int]
     shapes: list[list[int]]     # every kernel buffer's shape (inputs, then outputs)
     dtype: str                  # their element type
-    kind: str = "rs"
+    kind: FusedLaunchKind = FusedLaunchKind.RS
     inputs: int = -1            # kernel inputs (-1: every buffer not a symmetric output);
     #                             outputs that are not symmetric are fresh per launch
     side_ctas: int = 0          # the grid's last CTAs that run a side role (the grid rule)
@@ -251,6 +272,9 @@ class FusedLaunch:
         ps += [("rank", "u32"), ("err", "u64"), ("timeout", "u64"), ("mbox", "u64"),
                ("trap", "u32")]
         return ps
+
+    def __post_init__(self):
+        self.kind = FusedLaunchKind.parse(self.kind, "the fused launch's kind")
 
 
 @dataclass

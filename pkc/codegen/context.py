@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from xdsl.ir import Operation, SSAValue
 
 from pkc.codegen import ptx
-from pkc.codegen.abi import BufferArg, KernelMeta, WaitSite
+from pkc.codegen.abi import BufferArg, KernelMeta, SiteKind, WaitSite
 from pkc.codegen.builder import Builder
 from pkc.codegen.elements import Elem, elem
 from pkc.codegen.errors import CodegenError
@@ -194,7 +194,7 @@ class WorkerCtx:
             stride *= shape[d]
         return acc
 
-    def site(self, kind: str, op: Operation, signals: str | None = None) -> int:
+    def site(self, kind: SiteKind, op: Operation, signals: str | None = None) -> int:
         from pkc.ir import op_where as where
 
         sid = len(self.meta.sites)

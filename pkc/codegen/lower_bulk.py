@@ -27,6 +27,7 @@ from __future__ import annotations
 from xdsl.ir import SSAValue
 
 from pkc.codegen import ptx
+from pkc.codegen.abi import SiteKind
 from pkc.codegen.context import TileRef, WorkerCtx
 from pkc.codegen.elements import load_raw, store_raw
 from pkc.codegen.smem import HDR_MBARRIER
@@ -107,7 +108,7 @@ def try_bulk_load(ctx: WorkerCtx, g, tile: TileRef) -> bool:
         b.add(ptx.YieldOp([b.add32(total, issued)]))
     state = b.add(ptx.MbarrierOp("arrive_expect_tx", mbar, loop.res[0])).results[0]
     wait = b.add(ptx.MbarrierWaitOp(mbar, state, ctx.timeout))
-    site = ctx.site("mbarrier", g.op)
+    site = ctx.site(SiteKind.MBARRIER, g.op)
     record_timeout(ctx, wait.timed_out, site, b.u32(0xFFFFFFFF), loop.res[0], b.u32(0))
     exit_if_timed_out(ctx)
     return True

@@ -21,27 +21,34 @@ here.
 from __future__ import annotations
 
 from pkc.codegen import ptx, ptx_sm90
-from pkc.codegen.abi import ScheduledKernelMeta, TmapArg
+from pkc.codegen.abi import FusedLaunchKind, ScheduledKernelMeta, TmapArg
 from pkc.codegen.errors import CodegenError
 from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, TMAP_ARGS, Lowering,
                                         _block, lower_tma_kernel)
 from pkc.codegen.lower_schedule_fused import FusedExtend, is_fused_kernel
 from pkc.dialects import schedule_ag as ag
 from pkc.dialects.kernel import KernelOp
+from pkc.target.fused_tuning import FusedKind
 
 
 def is_ag_kernel(kop: KernelOp) -> bool:
     if not is_fused_kernel(kop):
         return False
     kind = kop.attributes["pk.plan"].data.get("fused_kind")
-    return kind is not None and kind.data == "ag"
+    if kind is None:
+        return False
+    try:
+        return FusedKind.parse(kind.data, f"kernel @{kop.kernel_name.data}: pk.plan.fused_kind") \
+            is FusedKind.AG
+    except ValueError as e:
+        raise CodegenError(str(e)) from None
 
 
 class _AgExtend(FusedExtend):
     """The fused kernel's parameters, plus the gathered operand's peer pointers (its
     symmetric outputs) and the side CTAs of the grid rule."""
 
-    kind = "ag"
+    kind = FusedLaunchKind.AG
 
     def __init__(self, kop: KernelOp):
         args = list(kop.block.args)

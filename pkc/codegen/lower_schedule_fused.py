@@ -22,7 +22,8 @@ trap), bound to the same registers the collectives' lowering reads
 from __future__ import annotations
 
 from pkc.codegen import ptx, ptx_sm90
-from pkc.codegen.abi import CommBufferArg, FusedLaunch, ScheduledKernelMeta, TmapArg
+from pkc.codegen.abi import (CommBufferArg, FusedLaunch, FusedLaunchKind, ScheduledKernelMeta,
+                             TmapArg)
 from pkc.codegen.errors import CodegenError
 from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, TMAP_ARGS, Lowering,
                                         lower_tile_loop, lower_tma_kernel, select_b64)
@@ -50,7 +51,7 @@ class FusedExtend:
     (the MoE kernel's) say their launch kind, the symmetric outputs peers store into through
     pointers (``peer_out``) and how many tiles the grid rule counts (:meth:`tiles`)."""
 
-    kind = "rs"
+    kind = FusedLaunchKind.RS
 
     def __init__(self, kop: KernelOp, peer_out: list[int] | None = None):
         self.kop = kop

@@ -22,7 +22,7 @@ decided here.
 from __future__ import annotations
 
 from pkc.codegen import ptx
-from pkc.codegen.abi import ScheduledKernelMeta
+from pkc.codegen.abi import FusedLaunchKind, ScheduledKernelMeta
 from pkc.codegen.errors import CodegenError
 from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, Lowering, _block,
                                         lower_tma_kernel)
@@ -42,7 +42,7 @@ class _MoeExtend(FusedExtend):
     peers store into; the result is written through peer tensor maps only) and the grid
     rule's tile count from the grouped tile loop."""
 
-    kind = "moe"
+    kind = FusedLaunchKind.MOE
 
     def __init__(self, kop: KernelOp):
         n_in, args = len(kop.inputs), list(kop.block.args)

@@ -28,6 +28,7 @@ from pkc.codegen.abi import (
     ERR_SITE,
     ERR_SLOT,
     ERR_WORKER,
+    SiteKind,
 )
 from pkc.codegen.context import WorkerCtx, lowers
 from pkc.codegen.smem import HDR_BARRIER_GEN, HDR_TIMEOUT_FLAG
@@ -64,7 +65,7 @@ def worker_barrier(ctx: WorkerCtx, op: Operation) -> None:
     code and other CTAs' foreach iterations (see :mod:`pkc.codegen.lower`)."""
     b = ctx.b
     ctx.wrote = ctx.read = False
-    site = ctx.site("barrier", op)
+    site = ctx.site(SiteKind.BARRIER, op)
     with b.if_(b.setp("gt", "u32", ctx.ncta, 1)):
         b.comment(f"worker barrier ({op.name})")
         b.bar()
@@ -115,7 +116,7 @@ def _signal(ctx: WorkerCtx, op: k.SignalOp) -> None:
 def _wait(ctx: WorkerCtx, op: k.WaitOp) -> None:
     b = ctx.b
     sig = ctx.signals(op.signals)
-    site = ctx.site("wait", op, sig.name)
+    site = ctx.site(SiteKind.WAIT, op, sig.name)
     b.comment(f"pk.wait {sig.name}: bounded ld.acquire.sys spin (site {site})")
     with b.if_(ctx.thread0):
         slot = _u32_of_index(ctx, op.slot)

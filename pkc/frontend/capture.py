@@ -31,11 +31,14 @@ import torch.distributed as dist
 import torch.fx
 
 from pkc.frontend.errors import PkcFrontendError, SourceLine, _is_library
+from pkc.kinds import Kind
 
 __all__ = [
     "CapturedGraph",
     "GraphInput",
     "GraphOutput",
+    "InputKind",
+    "OutputKind",
     "capture",
     "capture_backend",
     "fake_process_group",
@@ -48,19 +51,36 @@ __all__ = [
 # --------------------------------------------------------------------------------------
 
 
+class InputKind(Kind):
+    """What a tensor argument of the captured graph is (printed in messages as its value)."""
+
+    INPUT = "input"            # a user input
+    PARAMETER = "parameter"    # a module parameter
+    BUFFER = "buffer"          # a module buffer
+    CONSTANT = "constant"      # a tensor the program closes over
+
+
+class OutputKind(Kind):
+    """What a result of the captured graph is."""
+
+    OUTPUT = "output"          # one of the user's flattened outputs
+    MUTATION = "mutation"      # the new value of a graph input mutated in place
+    EXTRA = "extra"            # aot_autograd bookkeeping (bases, saved tensors)
+
+
 @dataclass
 class GraphInput:
     """One tensor argument of the captured graph (and of ``@main``), in order.
 
-    ``kind``: ``"input"`` (a user input; ``user_index`` is its position in
-    ``example_inputs``), ``"parameter"``, ``"buffer"`` (of the module; ``name`` is the
-    ``state_dict`` key) or ``"constant"`` (a tensor the program closes over). ``value``
+    ``kind``: ``INPUT`` (a user input; ``user_index`` is its position in
+    ``example_inputs``), ``PARAMETER``, ``BUFFER`` (of the module; ``name`` is the
+    ``state_dict`` key) or ``CONSTANT`` (a tensor the program closes over). ``value``
     holds the captured tensor for all but inputs. For a DTensor parameter, ``placements``/``mesh_size``/``global_shape``
     describe its sharding and ``shape`` is the local (per-rank) shape.
     """
 
     name: str
-    kind: str
+    kind: InputKind
     shape: tuple[int, ...]
     dtype: torch.dtype
     user_index: int | None = None
@@ -69,16 +89,22 @@ class GraphInput:
     global_shape: tuple[int, ...] | None = None
     value: torch.Tensor | None = field(default=None, repr=False)
 
+    def __post_init__(self):
+        self.kind = InputKind.parse(self.kind, f"graph input '{self.name}'")
+
 
 @dataclass
 class GraphOutput:
-    """One result of the graph: ``kind`` is ``"output"`` (the user's ``index``-th
-    flattened output), ``"mutation"`` (the new value of graph input ``index``, which the
-    program mutated in place) or ``"extra"`` (aot_autograd bookkeeping: intermediate
+    """One result of the graph: ``kind`` is ``OUTPUT`` (the user's ``index``-th
+    flattened output), ``MUTATION`` (the new value of graph input ``index``, which the
+    program mutated in place) or ``EXTRA`` (aot_autograd bookkeeping: intermediate
     bases, tensors saved for backward)."""
 
-    kind: str
+    kind: OutputKind
     index: int
+
+    def __post_init__(self):
+        self.kind = OutputKind.parse(self.kind, f"graph output {self.index}")
 
 
 @dataclass
@@ -209,7 +235,7 @@ def _dotted(source_name: str) -> str:
 @dataclass
 class _DynamoArg:
     name: str
-    kind: str
+    kind: InputKind
     example: torch.Tensor
     user_index: int | None = None
     local_shape: tuple[int, ...] = ()
@@ -240,17 +266,17 @@ def _classify_dynamo_inputs(
     user_names: Sequence[str] | None,
 ) -> list[_DynamoArg]:
     """The tensor placeholders of dynamo's graph, each named and classified."""
-    by_id: dict[int, tuple[str, str, int | None]] = {}
+    by_id: dict[int, tuple[InputKind, str, int | None]] = {}
     if module is not None:
         for name, p in module.named_parameters(remove_duplicate=False):
-            by_id.setdefault(id(p), ("parameter", name, None))
+            by_id.setdefault(id(p), (InputKind.PARAMETER, name, None))
         for name, b in module.named_buffers(remove_duplicate=False):
-            by_id.setdefault(id(b), ("buffer", name, None))
+            by_id.setdefault(id(b), (InputKind.BUFFER, name, None))
     if example_inputs is not None:
         for i, x in enumerate(example_inputs):
             if isinstance(x, torch.Tensor):
                 name = user_names[i] if user_names and i < len(user_names) else f"input{i}"
-                by_id[id(x)] = ("input", name, i)
+                by_id[id(x)] = (InputKind.INPUT, name, i)
 
     args: list[_DynamoArg] = []
     user_count = 0
@@ -276,15 +302,15 @@ def _classify_dynamo_inputs(
             kind, name, user_index = by_id[id(example)]
         elif module is None and example_inputs is None:
             # torch.compile backend: no module at hand, classify by dynamo's source.
-            kind = "parameter" if "_parameters[" in source else (
-                "buffer" if "_buffers[" in source else "input")
+            kind = InputKind.PARAMETER if "_parameters[" in source else (
+                InputKind.BUFFER if "_buffers[" in source else InputKind.INPUT)
             name = _dotted(source)
             user_index = None
-            if kind == "input":
+            if kind is InputKind.INPUT:
                 user_index = user_count
                 user_count += 1
         else:
-            kind, name, user_index = "constant", _dotted(source), None
+            kind, name, user_index = InputKind.CONSTANT, _dotted(source), None
         args.append(_DynamoArg(name, kind, example, user_index, _local_shape(example),
                                _dtensor_info(example)))
     return args
@@ -351,7 +377,7 @@ def _graph_inputs(
                 placements=info[0] if info else None,
                 mesh_size=info[1] if info else None,
                 global_shape=info[2] if info else None,
-                value=arg.example if arg.kind != "input" else None,
+                value=arg.example if arg.kind is not InputKind.INPUT else None,
             )
         )
     return inputs
@@ -368,9 +394,9 @@ def _graph_outputs(fw: torch.fx.GraphModule) -> list[GraphOutput]:
         n_user = meta.num_outputs
     except Exception:  # noqa: BLE001 - without metadata, every result is an output
         mutated, n_user = [], n_out
-    outputs = [GraphOutput("mutation", i) for i in mutated]
-    outputs += [GraphOutput("output", j) for j in range(n_user)]
-    outputs += [GraphOutput("extra", k) for k in range(n_out - len(outputs))]
+    outputs = [GraphOutput(OutputKind.MUTATION, i) for i in mutated]
+    outputs += [GraphOutput(OutputKind.OUTPUT, j) for j in range(n_user)]
+    outputs += [GraphOutput(OutputKind.EXTRA, k) for k in range(n_out - len(outputs))]
     return outputs[:n_out]
 
 

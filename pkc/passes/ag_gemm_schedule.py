@@ -49,7 +49,7 @@ from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_schedule import b_operand, fused_config
 from pkc.passes.gemm_schedule import Epi, GemmParts, _for, _Ops, _tma_epilogue, build_gemm
 from pkc.passes.remarks import add_remark, plan_of, set_plan
-from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, ag_put_ctas
+from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind, ag_put_ctas
 from pkc.target.gemm_tuning import GemmConfig
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
@@ -294,7 +294,7 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
     N = b.type.get_shape()[1]
     dt, asked = _dtype(a.type), len(kop.outputs) == 2
     b_val, layout = b_operand(b)
-    cfg = fused_config("ag", W * Mc, N, K, W, dt, layout, target, variant)
+    cfg = fused_config(FusedKind.AG, W * Mc, N, K, W, dt, layout, target, variant)
     plan = plan_of(kop)
     # the put CTAs: sm-partition's plan (from the GEMM's predicted time), else the rule
     side, why_side = 0, "W = 1: nothing to put"
@@ -330,7 +330,7 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
     new = k.KernelOp("all_gather_matmul", W, [a, b_val], [y, gtype], Region(block),
                      attributes=attrs)
     comm_sms = plan.get("comm_sms", 0) or 0
-    set_plan(new, schedule="fused", fused_kind="ag", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
+    set_plan(new, schedule="fused", fused_kind=FusedKind.AG, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout, chunk_rows=Mc,
              tiles_per_chunk=parts.tiles_per_chunk, row_blocks=parts.G,
              scheduled_overlap="inter" if side else "none", comm_ctas=side,

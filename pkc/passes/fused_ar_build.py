@@ -74,7 +74,7 @@ def schedule_ar(kop: k.KernelOp, target: str, variant: str, dt: str) -> None:
     M, K = a.type.get_shape()
     N = kop.inputs[1].type.get_shape()[1]
     fresh = ar_into_output(W)
-    cfg = fused_config("ar", M, N, K, W, dt, layout, target, variant, fresh)
+    cfg = fused_config(ft.FusedKind.AR, M, N, K, W, dt, layout, target, variant, fresh)
     y = kop.outputs[0].type
     block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
@@ -98,7 +98,7 @@ def schedule_ar(kop: k.KernelOp, target: str, variant: str, dt: str) -> None:
     where = ("a fresh output (the peer's chunk summed in the epilogue, the own chunk copied "
              "from the accumulator after the final wait; nothing persistent returned)"
              if fresh else "the symmetric output (persistent, overwritten by the next launch)")
-    _replace(kop, "matmul_all_reduce", a, b_val, block, cfg, layout, "ar", fresh, parts,
+    _replace(kop, "matmul_all_reduce", a, b_val, block, cfg, layout, ft.FusedKind.AR, fresh, parts,
              f"scheduled GEMM + all-reduce W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, {W} chunks of "
              f"{parts.tiles_per_chunk} tiles (rows {'/'.join(map(str, rows))}), own chunk "
              f"first, every tile to every rank (broadcast); result in {where}",
@@ -113,7 +113,7 @@ def schedule_rs_out(kop: k.KernelOp, target: str, variant: str, dt: str) -> None
     M, K = a.type.get_shape()
     N = kop.inputs[1].type.get_shape()[1]
     Mc = M // W
-    cfg = fused_config("rs", M, N, K, W, dt, layout, target, variant, True)
+    cfg = fused_config(ft.FusedKind.RS, M, N, K, W, dt, layout, target, variant, True)
     y = kop.outputs[0].type
     block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
@@ -128,7 +128,7 @@ def schedule_rs_out(kop: k.KernelOp, target: str, variant: str, dt: str) -> None
     parts = RsOutParts(W, Mc, N, cfg, pad.result, ctl.result, stage.result)
     build_gemm(block, A, B, C, Mc, N, K, cfg, parts)
     block.add_op(k.YieldOp())
-    _replace(kop, "matmul_reduce_scatter", a, b_val, block, cfg, layout, "rs", True, parts,
+    _replace(kop, "matmul_reduce_scatter", a, b_val, block, cfg, layout, ft.FusedKind.RS, True, parts,
              f"scheduled GEMM + reduce-scatter W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, {W} chunks "
              f"of {parts.tiles_per_chunk} tiles, the peer's chunk first (its partial stored "
              "into the peer's staging, the half of the epoch's parity), the own chunk summed "
@@ -136,8 +136,8 @@ def schedule_rs_out(kop: k.KernelOp, target: str, variant: str, dt: str) -> None
              chunk_rows=Mc, M=M, N=N, K=K)
 
 
-def _replace(kop, name, a, b_val, block, cfg, layout, kind, fresh, parts, text, *, chunk_rows,
-             M, N, K) -> None:
+def _replace(kop, name, a, b_val, block, cfg, layout, kind: ft.FusedKind, fresh, parts, text,
+             *, chunk_rows, M, N, K) -> None:
     W = kop.world_size
     y = kop.outputs[0].type
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}

@@ -32,6 +32,7 @@ from pkc.dialects import kernel as k
 from pkc.passes.remarks import add_remark, set_plan
 from pkc.passes.schedule_collectives import build_collective
 from pkc.target.comm_tuning import choose_pull_gather
+from pkc.target.fused_tuning import FusedKind
 from pkc.target.targets import get_target
 
 PATTERN = "mm_all_reduce"
@@ -84,7 +85,7 @@ def schedule_pair(kop: k.KernelOp, target: str, dtype: str, build_rs: Callable) 
            f"rank sends {link_pair:.2f}x its product (2(W-1)/W) where the one-kernel "
            f"broadcast sends {W - 1}x (W-1)")
     set_plan(rs, pair=PATTERN, pair_role="reduce_scatter")
-    set_plan(ag, pair=PATTERN, pair_role="all_gather", fused_kind="agp")
+    set_plan(ag, pair=PATTERN, pair_role="all_gather", fused_kind=FusedKind.AGP)
     add_remark(rs, why + "; this kernel's reduced chunk stays in its symmetric output for "
                "the all-gather")
     add_remark(ag, why + "; this kernel pulls every rank's reduced chunk from the GEMM "

@@ -52,7 +52,7 @@ def b_operand(b: SSAValue) -> tuple[SSAValue, str]:
     return b, "kn"
 
 
-def fused_config(kind: str, M: int, N: int, K: int, W: int, dt: str, layout: str, target: str,
+def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, layout: str, target: str,
                  variant: str = "", fresh: bool = False) -> GemmConfig:
     """The GEMM tile of a fused kernel: the forced ``variant``, else the tuning table's
     (:func:`pkc.target.fused_tuning.fused_gemm_config`), with what the fused epilogue needs

@@ -51,7 +51,7 @@ from pkc.passes.gather_many import is_gather_many, split_gather_many
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
-from pkc.target.fused_tuning import rs_into_output
+from pkc.target.fused_tuning import FusedKind, rs_into_output
 from pkc.target.gemm_tuning import check_variant
 from pkc.target.targets import get_target
 
@@ -156,7 +156,7 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
     N = b.type.get_shape()[1]
     Mc, dt = M // W, _dtype(a.type)
     b_val, layout = b_operand(b)
-    cfg = fused_config("rs", M, N, K, W, dt, layout, target, variant)
+    cfg = fused_config(FusedKind.RS, M, N, K, W, dt, layout, target, variant)
     y = chunk or kop.outputs[0].type
     block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
@@ -176,7 +176,7 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
     plan = plan_of(kop)
     planned = plan.get("overlap", "intra")
     comm_sms = plan.get("comm_sms", 0) or 0
-    set_plan(new, schedule="fused", fused_kind="rs", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
+    set_plan(new, schedule="fused", fused_kind=FusedKind.RS, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout, chunk_rows=Mc,
              tiles_per_chunk=parts.tiles_per_chunk, scheduled_overlap="intra", comm_ctas=0,
              fresh_output=False, add_order=add_order(W, ordered))

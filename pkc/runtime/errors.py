@@ -15,6 +15,7 @@ from pkc.codegen.abi import (
     ERR_SLOT,
     ERR_WORKER,
     KernelMeta,
+    SiteKind,
 )
 
 
@@ -56,10 +57,10 @@ def decode_error(meta: KernelMeta, rank: int, record: list[int], timeout_s: floa
             f"(worker {worker} \"{role}\", CTA {record[ERR_CTA]})")
     if site is None:
         body = f"at unknown wait site {site_id}"
-    elif site.kind == "wait":
+    elif site.kind is SiteKind.WAIT:
         body = (f"in {site.where}: signal %{site.signals}[{slot}] is {seen}, it waits until "
                 f">= {expected} (a signal that never came: check the producers' pk.signal)")
-    elif site.kind == "mbarrier":
+    elif site.kind is SiteKind.MBARRIER:
         body = (f"in {site.where}: the bulk copies into the tile did not complete "
                 f"({expected} bytes expected on the mbarrier)")
     else:

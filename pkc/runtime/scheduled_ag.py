@@ -12,7 +12,7 @@ graph's business), and the all-gather's wait sites in errors.
 
 from __future__ import annotations
 
-from pkc.codegen.abi import describe_record
+from pkc.codegen.abi import FusedLaunchKind, describe_record
 from pkc.runtime.scheduled_fused import ScheduledFused, ScheduledFusedTimeout, launch_ranks
 
 AG_WAIT_SITES = {1: "a row block of the peer's shard put here (or the peer's launch started)",
@@ -24,7 +24,7 @@ class ScheduledAgGemm(ScheduledFused):
 
     def __init__(self, ptx: str, meta, peers, owner=None, timeout_ns: int = 2_000_000_000):
         super().__init__(ptx, meta, peers, owner=owner, timeout_ns=timeout_ns)
-        if self.fz.kind != "ag":
+        if self.fz.kind is not FusedLaunchKind.AG:
             raise ValueError(f"kernel {meta.name} is a fused '{self.fz.kind}' kernel, not an "
                              "all-gather + GEMM")
         side = self.fz.side_ctas
@@ -55,11 +55,11 @@ def ag_step(op, ck, peers, timeout_ns: int):
     """The step of a prepared program that runs this kernel (``pk.kernel`` ``op``, compiled
     ``ck``): operands (shard, weight) per rank in; results [C (fresh), gathered A
     (persistent)] per rank out."""
-    from pkc.runtime.scheduled_step import ScheduledStep
+    from pkc.runtime.scheduled_step import ScheduledStep, StepKind
 
     ag = ScheduledAgGemm(ck.ptx, ck.meta, peers, owner=id(op), timeout_ns=timeout_ns)
 
     def run(vals):
         return ag.run({r: v[0].contiguous() for r, v in vals.items()},
                       {r: v[1].contiguous() for r, v in vals.items()}, ranks=list(vals))
-    return ScheduledStep(run, [False, True], "fused")
+    return ScheduledStep(run, [False, True], StepKind.FUSED)

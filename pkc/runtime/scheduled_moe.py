@@ -25,7 +25,7 @@ import ctypes
 
 import torch
 
-from pkc.codegen.abi import ScheduledKernelMeta, describe_record
+from pkc.codegen.abi import FusedLaunchKind, ScheduledKernelMeta, describe_record
 from pkc.runtime.tma_launch import KernelArgs, encode_tmap, load_kernel
 from pkc.runtime.scheduled_fused import launch_ranks
 
@@ -45,7 +45,7 @@ class ScheduledMoe:
     def __init__(self, ptx: str, meta: ScheduledKernelMeta, peers, owner=None,
                  timeout_ns: int = 2_000_000_000):
         fz = meta.fused
-        if fz is None or fz.kind != "moe":
+        if fz is None or fz.kind is not FusedLaunchKind.MOE:
             raise ValueError(f"kernel {meta.name} is not a scheduled MoE kernel")
         if fz.world != peers.world:
             raise ValueError(f"{meta.name} is built for {fz.world} ranks, the peers are {peers.world}")
@@ -142,7 +142,7 @@ def moe_step(op, ck, peers, timeout_ns: int):
     compiled MoE kernel ``ck`` of ``op``: inputs (tokens, weights, counts) per rank ->
     (the result[, the expert operand with W > 1]), in the kernel's persistent symmetric
     buffers."""
-    from pkc.runtime.scheduled_step import ScheduledStep
+    from pkc.runtime.scheduled_step import ScheduledStep, StepKind
 
     moe = ScheduledMoe(ck.ptx, ck.meta, peers, owner=id(op), timeout_ns=timeout_ns)
     extra = moe.fz.sym_outputs[1:]          # the expert operand (W > 1)
@@ -151,7 +151,7 @@ def moe_step(op, ck, peers, timeout_ns: int):
         outs = moe.run(*[{r: v[i].contiguous() for r, v in vals.items()} for i in range(moe.n_in)],
                        ranks=list(vals))
         return {r: [outs[r], *[moe.sym_out[i].tensors[r] for i in extra]] for r in outs}
-    return ScheduledStep(run, [True] * (1 + len(extra)), "moe")
+    return ScheduledStep(run, [True] * (1 + len(extra)), StepKind.MOE)
 
 
 __all__ = ["ScheduledMoe", "ScheduledMoeTimeout", "moe_step"]

@@ -23,7 +23,19 @@ from dataclasses import dataclass
 
 import torch
 
+from pkc.codegen.abi import FusedLaunchKind
+from pkc.kinds import Kind
+
 Step = Callable[[dict], dict]
+
+
+class StepKind(Kind):
+    """Which launcher a scheduled step runs (for reports)."""
+
+    KERNEL = "kernel"            # a rank-local kernel (the GEMM)
+    COLLECTIVE = "collective"    # a scheduled collective
+    FUSED = "fused"              # a fused GEMM + collective (or all-gather + GEMM)
+    MOE = "moe"                  # the MoE kernel
 
 
 @dataclass
@@ -32,7 +44,7 @@ class ScheduledStep:
 
     run: Step
     persistent: list[bool]
-    kind: str                 # "kernel", "collective" or "fused": for reports
+    kind: StepKind
 
 
 def _dtype_name(t) -> str:
@@ -50,13 +62,14 @@ def scheduled_step(op, peers, target: str, timeout_s: float) -> ScheduledStep:
     timeout_ns = int(timeout_s * 1e9)
     if getattr(ck.meta, "comm", None) is not None:
         return _collective(op, ck, peers, timeout_ns)
-    if getattr(ck.meta, "fused", None) is not None and ck.meta.fused.kind == "moe":
+    fused = getattr(ck.meta, "fused", None)
+    if fused is not None and fused.kind is FusedLaunchKind.MOE:
         from pkc.runtime.scheduled_moe import moe_step      # the MoE kernel's launcher
         return moe_step(op, ck, peers, timeout_ns)
-    if getattr(ck.meta, "fused", None) is not None and ck.meta.fused.kind == "ag":
+    if fused is not None and fused.kind is FusedLaunchKind.AG:
         from pkc.runtime.scheduled_ag import ag_step        # C and the gathered A
         return ag_step(op, ck, peers, timeout_ns)
-    if getattr(ck.meta, "fused", None) is not None:
+    if fused is not None:
         return _fused(op, ck, peers, timeout_ns)
     return _local(op, ck, peers)
 
@@ -79,7 +92,7 @@ def _local(op, ck, peers) -> ScheduledStep:
             kernel([t.contiguous() for t in ins] + ys)
             res[r] = ys
         return res
-    return ScheduledStep(run, [False] * len(outs), "kernel")
+    return ScheduledStep(run, [False] * len(outs), StepKind.KERNEL)
 
 
 def _collective(op, ck, peers, timeout_ns: int) -> ScheduledStep:
@@ -92,7 +105,7 @@ def _collective(op, ck, peers, timeout_ns: int) -> ScheduledStep:
     def run(vals):
         outs = coll.run({r: v[0].contiguous() for r, v in vals.items()}, ranks=list(vals))
         return {r: [o] for r, o in outs.items()}
-    return ScheduledStep(run, [not coll.fresh_output], "collective")
+    return ScheduledStep(run, [not coll.fresh_output], StepKind.COLLECTIVE)
 
 
 def _fused(op, ck, peers, timeout_ns: int) -> ScheduledStep:
@@ -108,7 +121,7 @@ def _fused(op, ck, peers, timeout_ns: int) -> ScheduledStep:
         outs = fused.run(*[{r: v[i].contiguous() for r, v in vals.items()} for i in range(n_in)],
                          ranks=list(vals))
         return {r: outs[r] if isinstance(outs[r], list) else [outs[r]] for r in outs}
-    return ScheduledStep(run, persistent, "fused")
+    return ScheduledStep(run, persistent, StepKind.FUSED)
 
 
 __all__ = ["ScheduledStep", "scheduled_step"]

@@ -11,7 +11,18 @@ from __future__ import annotations
 
 import math
 
+from pkc.kinds import Kind
 from pkc.target.gemm_tuning import GemmConfig, choose_config
+
+
+class FusedKind(Kind):
+    """Which fused GEMM + collective a kernel is (``pk.plan.fused_kind``)."""
+
+    RS = "rs"      # GEMM + reduce-scatter
+    AR = "ar"      # GEMM + all-reduce (broadcast)
+    AG = "ag"      # all-gather + GEMM
+    AGP = "agp"    # the pull all-gather after a GEMM + reduce-scatter (fused_ar_pair)
+
 
 # AG + GEMM: bytes per second one put CTA moved over NVLink (cp.async.bulk through a
 # 4 x 32 KiB ring), measured on 2 and 4 H200s: 16 CTAs reached about the link's 370 GB/s.
@@ -61,25 +72,25 @@ def side_ctas_for(rate: float) -> int:
     return min(16, max(4, 4 * math.ceil(1.25 * rate / PUT_CTA_BW / 4)))
 
 
-def link_over_gemm(kind: str, M: int, N: int, K: int, world: int, target: str = "h200") -> float:
+def link_over_gemm(kind: FusedKind, M: int, N: int, K: int, world: int, target: str = "h200") -> float:
     """A fused GEMM + all-reduce broadcast's ("ar": the M x N 16-bit partial to each of the
     W - 1 peers) or GEMM + reduce-scatter's ("rs": (W-1)/W of it) link time over its GEMM
     time."""
     from pkc.target.cost import gemm_time
     from pkc.target.targets import get_target
 
-    sent = M * N * 2 * (world - 1) / (1 if kind == "ar" else world)
+    sent = M * N * 2 * (world - 1) / (1 if kind is FusedKind.AR else world)
     return sent / get_target(target).nvlink_achievable_bw / gemm_time(target, M, N, K)
 
 
-def fused_gemm_config(kind: str, M: int, N: int, K: int, world: int, dtype: str,
+def fused_gemm_config(kind: FusedKind, M: int, N: int, K: int, world: int, dtype: str,
                       b_layout: str, sms: int, target: str = "h200") -> GemmConfig:
     """The GEMM tile config of a fused kernel over the whole ``[M, N, K]`` product: the
     one for the whole GPU (choose_config; picking it for the SMs the put CTAs leave
     measured 4-7% slower on Llama up+gate and N = 32768 AG + GEMM, 2 / 4 GPUs), except
     128 x 128 for a link-bound GEMM + all-reduce / reduce-scatter at W <= 2 (above)."""
     cfg = choose_config(M, N, K, dtype, b_layout, sms)
-    if kind in ("ar", "rs") and world <= 2 and \
+    if kind in (FusedKind.AR, FusedKind.RS) and world <= 2 and \
             link_over_gemm(kind, M, N, K, world, target) >= LINK_BOUND:
         cfg = cfg.with_(**LINK_BOUND_TILE)
     return cfg
