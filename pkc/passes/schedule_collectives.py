@@ -88,7 +88,7 @@ def why_not(kop: k.KernelOp) -> str | None:
         return f"{coll} of {elems} elements: chunks are not whole 16-byte vectors"
     cfg = _config(kop)
     if cfg.kind not in SCHEDULED:
-        return f"{cfg.tag()}: not scheduled yet (the hand kernel runs it)"
+        return f"{cfg.tag()}: not scheduled yet (the portable path runs it)"
     return None
 
 

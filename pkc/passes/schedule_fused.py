@@ -72,7 +72,7 @@ def why_not(kop: k.KernelOp) -> str | None:
     """Why a fused kernel cannot be scheduled (None: it can)."""
     pattern = _fusion(kop).get("pattern")
     if pattern not in SCHEDULED_PATTERNS:
-        return f"pattern {pattern}: not scheduled yet (the hand kernel runs it)"
+        return f"pattern {pattern}: not scheduled yet (the portable path runs it)"
     if pattern == "mm_all_reduce":
         return why_not_ar(kop, _dtype)
     fz = _fusion(kop)  # overlap's column / row-block scatter layouts are not built here

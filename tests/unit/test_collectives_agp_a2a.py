@@ -1,8 +1,8 @@
 """The scheduled pull all-gather (agp) and all-to-all (a2a) of schedule-collectives, and
 the GEMM + all-reduce at W > 2 that schedule-fused turns into two scheduled kernels (the
 fused GEMM + reduce-scatter, then the pull all-gather of its symmetric output): the
-passes' decisions, the verifier's rule for symmetric inputs, the grid rule equal to the
-hand kernel's, ptxas with no spills, check_transform through the schedule-level
+passes' decisions, the verifier's rule for symmetric inputs, the grid rule the kernels
+were measured with, ptxas with no spills, check_transform through the schedule-level
 interpreter, and every kernel run in the emulator for W = 2, 3, 4 on small odd sizes
 against torch (bitwise where the kernel only moves data)."""
 

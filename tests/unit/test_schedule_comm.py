@@ -1,6 +1,6 @@
 """The scheduled collectives: the pks communication ops' verifiers, the
-schedule-collectives pass (decisions equal to the fast path's, the tuning table's
-thresholds), the grid rule equal to the hand kernels', and the sm_90a lowering of every
+schedule-collectives pass (the tuning table's
+thresholds), the grid rule the kernels were measured with, and the sm_90a lowering of every
 kind (ptxas assembles it with no spills; the PTX has the protocol's instructions)."""
 
 from __future__ import annotations
