@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
+from pkc.target.collectives import Algorithm, Collective
 from pkc.target.targets import Target, get_target
 
 # Output tile shapes a Hopper/Blackwell persistent GEMM uses (cuBLAS / CUTLASS / PK).
@@ -172,9 +173,9 @@ def launch_time(target, n: int = 1) -> float:
 @dataclass(frozen=True)
 class Choice:
     """A picked algorithm, its predicted time, and the time of every alternative."""
-    kind: str
+    kind: Algorithm
     time: float
-    alternatives: Mapping[str, float]
+    alternatives: Mapping[Algorithm, float]
 
 
 def _xfer(t: Target, link_bytes: float, hbm_bytes: float, mechanism: str) -> float:
@@ -188,7 +189,8 @@ def _xfer(t: Target, link_bytes: float, hbm_bytes: float, mechanism: str) -> flo
     return max(link, hbm) + 0.5 * min(link, hbm)
 
 
-def all_reduce_time(target, nbytes: float, W: int, algo: str = "two_shot") -> float:
+def all_reduce_time(target, nbytes: float, W: int,
+                    algo: Algorithm | str = Algorithm.TWO_SHOT) -> float:
     """All-reduce of an nbytes tensor on each of W ranks, over symmetric memory.
 
     one_shot: every rank pushes its whole buffer to all W-1 peers (ld/st) and sums the W
@@ -199,51 +201,64 @@ def all_reduce_time(target, nbytes: float, W: int, algo: str = "two_shot") -> fl
     """
     t = _target(target)
     _check_world(t, W)
+    algo = _algorithm(algo, Collective.ALL_REDUCE, _ALL_REDUCE_ALGOS)
     if W == 1:
         return 0.0
     n = float(nbytes)
-    if algo == "one_shot":
+    if algo is Algorithm.ONE_SHOT:
         # local traffic: read the input, W slots written (pushed), W slots read, output
         body = signal_time(t, 2) + _xfer(t, (W - 1) * n, (2 * W + 2) * n, "ldst")
-    elif algo == "two_shot":
+    elif algo is Algorithm.TWO_SHOT:
         # per phase: n read and n written locally (slots in, results out)
         body = signal_time(t, 3) + 2 * _xfer(t, (W - 1) / W * n, 2 * n, "ldst")
-    elif algo == "ring":
+    else:
         step = t.one_way_latency + _xfer(t, n / W, 3 * n / W, "ldst")
         body = signal_time(t) + 2 * (W - 1) * step
-    else:
-        raise ValueError(f"unknown all_reduce algo {algo!r}; known: one_shot, two_shot, ring")
     return launch_time(t) + body
 
 
-def _gather_like(t: Target, nbytes: float, W: int, algo: str, mechanism: str, op: str) -> float:
+_ALL_REDUCE_ALGOS = (Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.RING)
+_GATHER_ALGOS = (Algorithm.DIRECT, Algorithm.RING)
+
+
+def _algorithm(algo: Algorithm | str, op: Collective, known: Sequence[Algorithm]) -> Algorithm:
+    """``algo`` as one of the algorithms the model rates for ``op``; a ValueError naming it
+    and the known ones otherwise."""
+    if algo not in known:
+        raise ValueError(f"unknown {op} algo {algo!r}; known: {', '.join(known)}")
+    return Algorithm(algo)
+
+
+def _gather_like(t: Target, nbytes: float, W: int, algo: Algorithm | str, mechanism: str,
+                 op: Collective) -> float:
     """All-gather / reduce-scatter with nbytes = the full (W-shard) tensor on each rank.
 
     direct: barrier, each rank moves (W-1)/W*nbytes to/from all peers at once, barrier.
     ring: W-1 neighbour steps of nbytes/W, each waiting one one-way flag latency.
     """
     _check_world(t, W)
+    algo = _algorithm(algo, op, _GATHER_ALGOS)
     if W == 1:
         return 0.0
     n = float(nbytes)
-    if algo == "direct":
+    if algo is Algorithm.DIRECT:
         body = signal_time(t, 2) + _xfer(t, (W - 1) / W * n, n, mechanism)
-    elif algo == "ring":
-        body = signal_time(t) + (W - 1) * (t.one_way_latency + _xfer(t, n / W, 2 * n / W, mechanism))
     else:
-        raise ValueError(f"unknown {op} algo {algo!r}; known: direct, ring")
+        body = signal_time(t) + (W - 1) * (t.one_way_latency + _xfer(t, n / W, 2 * n / W, mechanism))
     return launch_time(t) + body
 
 
-def all_gather_time(target, nbytes: float, W: int, algo: str = "direct") -> float:
+def all_gather_time(target, nbytes: float, W: int,
+                    algo: Algorithm | str = Algorithm.DIRECT) -> float:
     """All-gather producing an nbytes tensor (W shards of nbytes/W); TMA copies."""
-    return _gather_like(_target(target), nbytes, W, algo, "tma", "all_gather")
+    return _gather_like(_target(target), nbytes, W, algo, "tma", Collective.ALL_GATHER)
 
 
-def reduce_scatter_time(target, nbytes: float, W: int, algo: str = "direct") -> float:
+def reduce_scatter_time(target, nbytes: float, W: int,
+                        algo: Algorithm | str = Algorithm.DIRECT) -> float:
     """Reduce-scatter of an nbytes tensor on each rank into nbytes/W; TMA reduce-add puts
     (cp.reduce.async.bulk) so the link, not the adds, bounds it."""
-    return _gather_like(_target(target), nbytes, W, algo, "tma", "reduce_scatter")
+    return _gather_like(_target(target), nbytes, W, algo, "tma", Collective.REDUCE_SCATTER)
 
 
 def all_to_all_time(target, nbytes: float, W: int) -> float:
@@ -265,22 +280,22 @@ def _choose(times: dict) -> Choice:
 
 def choose_all_reduce(target, nbytes: float, W: int) -> Choice:
     """Fastest of one_shot / two_shot / ring for this message size."""
-    return _choose({a: all_reduce_time(target, nbytes, W, a) for a in ("one_shot", "two_shot", "ring")})
+    return _choose({a: all_reduce_time(target, nbytes, W, a) for a in _ALL_REDUCE_ALGOS})
 
 
 def choose_all_gather(target, nbytes: float, W: int) -> Choice:
     """Fastest of direct / ring."""
-    return _choose({a: all_gather_time(target, nbytes, W, a) for a in ("direct", "ring")})
+    return _choose({a: all_gather_time(target, nbytes, W, a) for a in _GATHER_ALGOS})
 
 
 def choose_reduce_scatter(target, nbytes: float, W: int) -> Choice:
     """Fastest of direct / ring."""
-    return _choose({a: reduce_scatter_time(target, nbytes, W, a) for a in ("direct", "ring")})
+    return _choose({a: reduce_scatter_time(target, nbytes, W, a) for a in _GATHER_ALGOS})
 
 
 def choose_all_to_all(target, nbytes: float, W: int) -> Choice:
     """Only the direct algorithm is modelled (NVSwitch gives every pair a path)."""
-    return _choose({"direct": all_to_all_time(target, nbytes, W)})
+    return _choose({Algorithm.DIRECT: all_to_all_time(target, nbytes, W)})
 
 
 # --------------------------------------------------------------------------------------
