@@ -45,6 +45,7 @@ from pkc.dialects import schedule as s
 from pkc.dialects import schedule_ag as ag
 from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
+from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_schedule import b_operand, fused_config
 from pkc.passes.gemm_schedule import Epi, GemmParts, _for, _Ops, _tma_epilogue, build_gemm
@@ -330,7 +331,7 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
     new = k.KernelOp("all_gather_matmul", W, [a, b_val], [y, gtype], Region(block),
                      attributes=attrs)
     comm_sms = plan.get("comm_sms", 0) or 0
-    set_plan(new, schedule="fused", fused_kind=FusedKind.AG, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
+    set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=FusedKind.AG, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout, chunk_rows=Mc,
              tiles_per_chunk=parts.tiles_per_chunk, row_blocks=parts.G,
              scheduled_overlap="inter" if side else "none", comm_ctas=side,

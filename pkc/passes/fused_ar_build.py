@@ -22,6 +22,7 @@ from xdsl.ir import Block, Region
 from xdsl.rewriter import Rewriter
 
 from pkc.dialects import kernel as k
+from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_ar_schedule import ArOutParts, ArParts, RsOutParts, chunk_rows
 from pkc.passes.fused_schedule import b_operand, fused_config
@@ -146,7 +147,7 @@ def _replace(kop, name, a, b_val, block, cfg, layout, kind: ft.FusedKind, fresh,
     comm_sms = plan.get("comm_sms", 0) or 0
     ratio = ft.link_over_gemm(kind, M, N, K, W) if W > 1 else 0.0
     link_bound = W <= 2 and W > 1 and ratio >= ft.LINK_BOUND
-    set_plan(new, schedule="fused", fused_kind=kind, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
+    set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=kind, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
              chunk_rows=chunk_rows, tiles_per_chunk=parts.tiles_per_chunk,
              scheduled_overlap="intra", comm_ctas=0, fresh_output=fresh,

@@ -34,6 +34,7 @@ from xdsl.rewriter import Rewriter
 
 from pkc.dialects import kernel as k
 from pkc.dialects import schedule as s
+from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.comm_schedule import CommBuilder, sym_vecs
 from pkc.passes.registry import register_pass
@@ -186,7 +187,7 @@ def build_collective(name: str, cfg: CommConfig, inputs: list[SSAValue], x, y, s
     CommBuilder(sched.block, cfg, nv, cv, src, out, sym, pads.result, ctl.result).build()
     block.add_op(k.YieldOp())
     new = k.KernelOp(name, W, inputs, [y], Region(block), attributes=dict(attributes or {}))
-    set_plan(new, schedule="collective", comm_kind=cfg.kind.value, unroll=cfg.unroll,
+    set_plan(new, schedule=ScheduleKind.COLLECTIVE, comm_kind=cfg.kind.value, unroll=cfg.unroll,
              vecs=nv, chunk_vecs=cv, cta_vecs=cfg.cta_vecs, slice_align=cfg.slice_align,
              shrink_threads=cfg.kind.is_ll, ctas_per_sm=cfg.ctas_per_sm,
              min_ctas_per_sm=cfg.min_ctas_per_sm, max_ctas=gmax, fresh_output=out_space == LOCAL,

@@ -41,6 +41,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from pkc.dialects import kernel as k
+from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes import fused_ar_pair
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
@@ -176,7 +177,7 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
     plan = plan_of(kop)
     planned = plan.get("overlap", "intra")
     comm_sms = plan.get("comm_sms", 0) or 0
-    set_plan(new, schedule="fused", fused_kind=FusedKind.RS, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
+    set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=FusedKind.RS, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout, chunk_rows=Mc,
              tiles_per_chunk=parts.tiles_per_chunk, scheduled_overlap="intra", comm_ctas=0,
              fresh_output=False, add_order=add_order(W, ordered))

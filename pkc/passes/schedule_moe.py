@@ -38,6 +38,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
+from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.moe_schedule import MoeParts, pieces
@@ -174,7 +175,7 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
     kop.results[0].replace_all_uses_with(out.result)
     plan = plan_of(kop)
     comm_sms = plan.get("comm_sms", 0) or 0
-    set_plan(new, schedule="moe", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
+    set_plan(new, schedule=ScheduleKind.MOE, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, b_layout="nk", experts=E, capacity=C,
              pieces=pieces(C), scheduled_overlap="intra", comm_ctas=0)
     why = ("dispatch copies run on every CTA before its roles, the combine from the "

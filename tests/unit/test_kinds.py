@@ -166,3 +166,24 @@ def test_a_bad_fused_kind_in_the_ir_is_a_codegen_error():
     with pytest.raises(CodegenError, match=r"kernel @mm: pk.plan.fused_kind: 'gather' is not a "
                                            r"FusedKind \(one of 'rs', 'ar', 'ag', 'agp'\)"):
         is_ag_kernel(_Kop())
+
+
+def test_a_bad_schedule_kind_in_the_ir_is_a_codegen_error():
+    from xdsl.dialects.builtin import DictionaryAttr, StringAttr
+
+    from pkc.codegen.errors import CodegenError
+    from pkc.codegen.lower_schedule_fused import is_fused_kernel
+    from pkc.dialects.plan import ScheduleKind, schedule_kind
+
+    class _Kop:
+        kernel_name = StringAttr("mm")
+        attributes = {"pk.plan": DictionaryAttr({"schedule": StringAttr("fuse")})}
+
+        def schedule(self):
+            return object()
+
+    with pytest.raises(CodegenError, match=r"kernel @mm: pk.plan.schedule: 'fuse' is not a "
+                                           r"ScheduleKind \(one of 'collective', 'fused', 'moe'\)"):
+        is_fused_kernel(_Kop())
+    _Kop.attributes = {"pk.plan": DictionaryAttr({"schedule": StringAttr("moe")})}
+    assert schedule_kind(_Kop()) is ScheduleKind.MOE
