@@ -68,9 +68,10 @@ class Case:
     extra: dict = field(default_factory=dict)
 
 
-def _comm(name, coll, algo, W, nbytes, expect, tuning=()):
-    return Case(name, Family.COMM, f"{expect} {coll}", W, {"bytes": nbytes, "dtype": "bf16"},
-                tuning=tuning, expect=expect, extra={"coll": coll, "algo": algo})
+def _comm(name, coll, algo, W, nbytes, expect, tuning=(), dt="bf16"):
+    return Case(name, Family.COMM, f"{expect} {coll}" + ("" if dt == "bf16" else f" {dt}"), W,
+                {"bytes": nbytes, "dtype": dt}, tuning=tuning, expect=expect,
+                extra={"coll": coll, "algo": algo})
 
 
 GEMMS = [("gemm_128x128x64", (128, 128, 64), "", "nk"),
@@ -92,6 +93,8 @@ def cases() -> list[Case]:
         _comm("comm_ar1_w2", "all_reduce", "one_shot", 2, 64 << 10, "ar1", NO_LL),
         _comm("comm_ar2_w2", "all_reduce", "two_shot", 2, 256 << 10, "ar2"),
         _comm("comm_ar2_w4", "all_reduce", "two_shot", 4, 128 << 10, "ar2"),
+        _comm("comm_f32_ll_ar_w2", "all_reduce", "one_shot", 2, 32 << 10, "ll", dt="f32"),
+        _comm("comm_f16_ar2_w4", "all_reduce", "two_shot", 4, 128 << 10, "ar2", dt="f16"),
         _comm("comm_llag_w2", "all_gather", "direct", 2, 64 << 10, "llag"),
         _comm("comm_ag_w2", "all_gather", "direct", 2, 256 << 10, "ag", NO_LL),
         _comm("comm_llrs_w2", "reduce_scatter", "direct", 2, 64 << 10, "llrs"),
@@ -105,6 +108,8 @@ def cases() -> list[Case]:
     mm = {"Mc": 67, "N": 136, "K": 72, "layout": "nk"}
     out += [
         Case("fused_rs_w2_fresh", Family.FUSED, "gemm+rs fresh output", 2, mm, extra={"op": "rs"}),
+        Case("fused_f16_rs_w2_fresh", Family.FUSED, "gemm+rs fresh output f16", 2,
+             {**mm, "dtype": "f16"}, extra={"op": "rs"}),
         Case("fused_rs_w2_persistent", Family.FUSED, "gemm+rs persistent", 2, mm,
              tuning=((FT, "RS_INTO_OUTPUT", False),), extra={"op": "rs"}),
         Case("fused_rs_w3", Family.FUSED, "gemm+rs reduce-add", 3, {**mm, "layout": "kn"},
@@ -191,9 +196,10 @@ def _general(c: Case) -> list:
 def _comm_kops(c: Case) -> list:
     from collectives_ir import module_text
 
-    coll, W, n = c.extra["coll"], c.W, c.shapes["bytes"] // 2
+    coll, W, dt = c.extra["coll"], c.W, c.shapes["dtype"]
+    n = c.shapes["bytes"] // {"bf16": 2, "f16": 2, "f32": 4}[dt]
     if coll == "all_to_all":
-        t = f"tensor<{n}xbf16>"
+        t = f"tensor<{n}x{dt}>"
         return _kernels(f"func.func @f(%x: {t}) -> {t} {{\n  %y = pk.all_to_all %x {{world = {W} : "
                         f"i64, split_dim = 0 : i64, concat_dim = 0 : i64}} : {t} -> {t}\n"
                         f"  func.return %y : {t}\n}}\n", "lower-collectives,schedule-collectives",
@@ -201,8 +207,8 @@ def _comm_kops(c: Case) -> list:
     if c.extra["algo"] == "pull":
         from collectives_ir import _agp_kernel
 
-        return [_agp_kernel(W, n // W, "bf16")[1]]
-    text, _, _ = module_text(coll, W, c.shapes["bytes"], "bf16")
+        return [_agp_kernel(W, n // W, dt)[1]]
+    text, _, _ = module_text(coll, W, c.shapes["bytes"], dt)
     return _kernels(text, f"lower-collectives{{{coll}={c.extra['algo']}}},schedule-collectives",
                     "collectives.mlir")
 
@@ -213,7 +219,7 @@ def _fused_kops(c: Case) -> list:
         from fused_ar_ir import module_text
 
         M = s["Mc"] * (c.W if c.extra["op"] == "rs" else 1)
-        text = module_text(c.extra["op"], c.W, M, s["N"], s["K"], s["layout"])
+        text = module_text(c.extra["op"], c.W, M, s["N"], s["K"], s["layout"], s.get("dtype", "bf16"))
         return _kernels(text, "default{force=true},schedule-fused,dce", "fused.mlir")
     if c.family is Family.AG_GEMM:
         from fused_ag_ir import scheduled_module
@@ -317,6 +323,9 @@ def valid_mask(c: Case, x, r: int, j: int, t: torch.Tensor):
 # ---- the GPU --------------------------------------------------------------------------
 
 _PEERS: dict = {}
+# every runner stays alive to the end: ScheduledCollective keys its persistent buffers by
+# id(self), and a reused id would hand a later case the pads (epochs) of an earlier one
+_KEEP: list = []
 
 
 def _peers(W: int):
@@ -355,6 +364,7 @@ def launch_case(c: Case, kernels, x) -> list[list[torch.Tensor]]:
         tin, tout = kop.inputs[0].type, kop.results[0].type
         sc = ScheduledCollective(ck.ptx, ck.meta, _peers(W), tin.get_shape(), tout.get_shape(),
                                  str(tin.element_type), timeout_ns=TIMEOUT_NS)
+        _KEEP.append(sc)
         outs = {r: _nan(tout.get_shape(), xs[r][0].dtype) for r in range(W)}
         got = sc.run({r: xs[r][0] for r in range(W)}, outs=outs)
         torch.cuda.synchronize()
@@ -365,6 +375,7 @@ def launch_case(c: Case, kernels, x) -> list[list[torch.Tensor]]:
 
         (rs_op, rs_ck), (ag_op, ag_ck) = kernels
         pr = ScheduledPair(rs_op, rs_ck, ag_op, ag_ck, _peers(W), owner=owner, timeout_ns=TIMEOUT_NS)
+        _KEEP.append(pr)
         outs = {r: _nan(ag_op.results[0].type.get_shape(), xs[r][0].dtype) for r in range(W)}
         got = pr.run({r: xs[r][0] for r in range(W)}, {r: xs[r][1] for r in range(W)}, outs=outs)
         torch.cuda.synchronize()
@@ -375,6 +386,7 @@ def launch_case(c: Case, kernels, x) -> list[list[torch.Tensor]]:
         from pkc.runtime.scheduled_moe import ScheduledMoe
 
         run = ScheduledMoe(ck.ptx, ck.meta, _peers(W), owner=owner, timeout_ns=TIMEOUT_NS)
+        _KEEP.append(run)
         run.run(*[[xs[r][i] for r in range(W)] for i in range(run.n_in)])
         torch.cuda.synchronize()
         run.check()
@@ -384,6 +396,7 @@ def launch_case(c: Case, kernels, x) -> list[list[torch.Tensor]]:
     else:
         from pkc.runtime.scheduled_fused import ScheduledFused as Runner
     f = Runner(ck.ptx, ck.meta, _peers(W), owner=owner, timeout_ns=TIMEOUT_NS)
+    _KEEP.append(f)
     if len(f.fresh) > 1:
         raise RuntimeError(f"{c.name}: {len(f.fresh)} fresh outputs (one is supported)")
     fresh = {r: [_nan(f.fz.shapes[i], f.tdt) for i in f.fresh] for r in range(W)}

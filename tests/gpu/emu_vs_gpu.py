@@ -1,10 +1,11 @@
 """The emulator against the H200: the same kernels on the same inputs, outputs compared
 bitwise.
 
-    python tests/gpu/emu_vs_gpu.py prepare DIR [--seed S] [--only SUBSTR]  # CPU: compile,
+    python tests/gpu/emu_vs_gpu.py prepare DIR [--seed S] [--only PREFIX]  # CPU: compile,
                                                   # inputs, emulate
-    python tests/gpu/emu_vs_gpu.py run DIR OUT [--only SUBSTR]   # on the GPU machine:
+    python tests/gpu/emu_vs_gpu.py run DIR OUT [--only PREFIX]   # on the GPU machine:
                                                   # compile, launch, compare with DIR's
+                                                  # (merged into OUT's JSON)
     python tests/gpu/emu_vs_gpu.py table OUT      # the table of OUT/emu_vs_gpu.json
     python tests/gpu/emu_vs_gpu.py list           # the cases
 
@@ -40,7 +41,7 @@ import emu_cases as E  # noqa: E402
 
 
 def _selected(only: str) -> list[E.Case]:
-    return [c for c in E.cases() if not only or only in c.name]
+    return [c for c in E.cases() if c.name.startswith(only)]
 
 
 def prepare(folder: Path, seed: int = 0, only: str = "") -> None:
@@ -49,7 +50,7 @@ def prepare(folder: Path, seed: int = 0, only: str = "") -> None:
     index = json.loads(idx_path.read_text()) if idx_path.exists() else {}
     t_all = time.time()
     for i, c in enumerate(E.cases()):
-        if only and only not in c.name:
+        if not c.name.startswith(only):
             continue
         t0 = time.time()
         try:
@@ -117,7 +118,8 @@ def _head(c: E.Case) -> dict:
 def run(folder: Path, out: Path, only: str = "") -> None:
     index = json.loads((folder / "index.json").read_text())
     out.mkdir(parents=True, exist_ok=True)
-    report = {}
+    rep_path = out / "emu_vs_gpu.json"      # merged: one process per group of cases
+    report = json.loads(rep_path.read_text()) if rep_path.exists() else {}
     for c in _selected(only):
         rec = _head(c)
         try:
@@ -135,12 +137,14 @@ def run(folder: Path, out: Path, only: str = "") -> None:
             rec["error"] = f"{type(e).__name__}: {e}"
             rec["trace"] = traceback.format_exc()[-1500:]
         report[c.name] = rec
+        rep_path.write_text(json.dumps(report, indent=1))    # a later crash keeps this one
         print(c.name, json.dumps({k: v for k, v in rec.items() if k != "outputs"})[:400], flush=True)
-    (out / "emu_vs_gpu.json").write_text(json.dumps(report, indent=1))
     table(report)
 
 
 def table(report: dict) -> None:
+    """One line per case (``case`` heads it); cases the report lacks (a crashed process)
+    are listed as not run."""
     print(f"\n{'case':26} {'kind':34} {'W':>1} {'bitwise':7} {'differ':>7} {'max diff':>9} "
           f"{'tol(abs)':>9} ok")
     for name, r in report.items():
@@ -151,6 +155,14 @@ def table(report: dict) -> None:
         ok = r["bitwise"] or r.get("within_tolerance", False)
         print(f"{name:26} {r['kind'][:34]:34} {r['W']} {str(r['bitwise']):7} {r['differing']:7} "
               f"{r['max_abs']:9.3g} {tol} {'yes' if ok else 'NO'}")
+    missing = [c.name for c in E.cases() if c.name not in report]
+    if missing:
+        print(f"not run: {' '.join(missing)}")
+    done = [r for r in report.values() if "error" not in r]
+    print(f"{sum(r['bitwise'] for r in done)} bitwise, "
+          f"{sum(not r['bitwise'] and r.get('within_tolerance', False) for r in done)} within "
+          f"their tolerance, {sum(not (r['bitwise'] or r.get('within_tolerance', False)) for r in done)} "
+          f"differ, {len(report) - len(done)} errors, {len(missing)} not run")
 
 
 def main(argv=None) -> None:
@@ -158,7 +170,7 @@ def main(argv=None) -> None:
     ap.add_argument("cmd", choices=["prepare", "run", "table", "list"])
     ap.add_argument("paths", nargs="*")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", default="", help="the cases whose name contains this")
+    ap.add_argument("--only", default="", help="the cases whose name starts with this")
     a = ap.parse_args(argv)
     if a.cmd == "list":
         for c in _selected(a.only):

@@ -50,7 +50,16 @@ def test_prepare_a_comm_and_a_fused_case(tmp_path, monkeypatch, capsys):
         assert "error" not in rep, rep
         assert rep["bitwise"] and rep["differing"] == 0 and rep["elements"] > 0, rep
         assert rep["kind"] == _case(name).kind and rep["W"] == _case(name).W
-    assert "fused_ar_w1" in capsys.readouterr().out.splitlines()[-1]     # the table, last
+    lines = capsys.readouterr().out.splitlines()       # the table, last
+    assert lines[-1].startswith("2 bitwise, 0 within their tolerance, 0 differ, 0 errors")
+    assert any(x.startswith("fused_ar_w1 ") and x.endswith(" yes") for x in lines[-4:])
+
+
+def test_case_names_select_one_case_each():
+    """``--only NAME`` (a prefix) must select exactly that case."""
+    names = [c.name for c in E.cases()]
+    assert len(set(names)) == len(names)
+    assert not [(a, b) for a in names for b in names if a != b and b.startswith(a)]
 
 
 def test_compare_counts_bits_and_applies_the_tolerance():
