@@ -68,10 +68,11 @@ class Case:
     extra: dict = field(default_factory=dict)
 
 
-def _comm(name, coll, algo, W, nbytes, expect, tuning=(), dt="bf16"):
-    return Case(name, Family.COMM, f"{expect} {coll}" + ("" if dt == "bf16" else f" {dt}"), W,
+def _comm(name, coll, algo, W, nbytes, expect, tuning=(), dt="bf16", plan=None):
+    label = f"{expect} {coll}" + "".join(f" {v}" for v in (plan or {}).values())
+    return Case(name, Family.COMM, label + ("" if dt == "bf16" else f" {dt}"), W,
                 {"bytes": nbytes, "dtype": dt}, tuning=tuning, expect=expect,
-                extra={"coll": coll, "algo": algo})
+                extra={"coll": coll, "algo": algo, "plan": plan or {}})
 
 
 GEMMS = [("gemm_128x128x64", (128, 128, 64), "", "nk"),
@@ -93,6 +94,9 @@ def cases() -> list[Case]:
         _comm("comm_ar1_w2", "all_reduce", "one_shot", 2, 64 << 10, "ar1", NO_LL),
         _comm("comm_ar2_w2", "all_reduce", "two_shot", 2, 256 << 10, "ar2"),
         _comm("comm_ar2_w4", "all_reduce", "two_shot", 4, 128 << 10, "ar2"),
+        _comm("comm_ar2_pull_w4", "all_reduce", "two_shot", 4, 256 << 10, "ar2",
+              ((CT, "AR2_PULL_MIN_BYTES", 0), (CT, "AR2_GROUPS_MIN_BYTES", 0)),
+              plan={"gather": "pull", "groups": 2}),
         _comm("comm_f32_ll_ar_w2", "all_reduce", "one_shot", 2, 32 << 10, "ll", dt="f32"),
         _comm("comm_f16_ar2_w4", "all_reduce", "two_shot", 4, 128 << 10, "ar2", dt="f16"),
         _comm("comm_llag_w2", "all_gather", "direct", 2, 64 << 10, "llag"),
@@ -249,9 +253,11 @@ def build(c: Case) -> list:
         want = 2 if c.family is Family.PAIR else 1
         if len(kops) != want:
             raise RuntimeError(f"{c.name}: {len(kops)} scheduled kernels, expected {want}")
-        if c.expect and plan_of(kops[0]).get("comm_kind") != c.expect:
-            raise RuntimeError(f"{c.name}: the pass chose {plan_of(kops[0]).get('comm_kind')}, "
-                               f"not {c.expect} (a tuning constant not applied?)")
+        want_plan = {"comm_kind": c.expect, **c.extra.get("plan", {})} if c.expect else {}
+        got = {k: plan_of(kops[0]).get(k) for k in want_plan}
+        if got != want_plan:
+            raise RuntimeError(f"{c.name}: the pass chose {got}, not {want_plan} (a tuning "
+                               "constant not applied?)")
         return [(k, compile_kernel(k, "sm_90a")) for k in kops]
 
 
@@ -290,6 +296,27 @@ def emulate_case(c: Case, kernels, x) -> list[list[torch.Tensor]]:
         ag_op, ag_ck = kernels[1]
         out = [o + g for o, g in zip(out, emulate(ag_ck, [[o[0]] for o in out], kop=ag_op, sms=sms))]
     return out
+
+
+def reference_equal(c: Case, x, out) -> bool | None:
+    """A collective's emulated outputs against torch, bitwise (the kernels sum the ranks
+    in rank order in f32 and round once): a check of the emulator run itself, recorded by
+    ``prepare``; None for the other families (their tests compare within bounds)."""
+    if c.family is not Family.COMM:
+        return None
+    W, coll = c.W, c.extra["coll"]
+    xs = [x[r][0].reshape(-1) for r in range(W)]
+    acc = xs[0].float()
+    for t in xs[1:]:
+        acc = acc + t.float()
+    total = acc.to(xs[0].dtype)
+    for r in range(W):
+        want = {"all_reduce": lambda: total, "reduce_scatter": lambda: total.chunk(W)[r],
+                "all_gather": lambda: torch.cat(xs),
+                "all_to_all": lambda: torch.cat([xs[p].reshape(W, -1)[r] for p in range(W)])}[coll]()
+        if not torch.equal(out[r][0].reshape(-1), want):
+            return False
+    return True
 
 
 def valid_mask(c: Case, x, r: int, j: int, t: torch.Tensor):

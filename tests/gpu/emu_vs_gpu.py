@@ -63,8 +63,11 @@ def prepare(folder: Path, seed: int = 0, only: str = "") -> None:
             traceback.print_exc()
             continue
         torch.save({"inputs": x, "emulated": out}, folder / f"{c.name}.pt")
-        index[c.name] = {"ptx_sha256": E.ptx_hash(kernels), "emulate_s": round(time.time() - t0, 2)}
-        print(f"prepared {c.name} ({time.time() - t0:.1f} s)", flush=True)
+        ref = E.reference_equal(c, x, out)
+        index[c.name] = {"ptx_sha256": E.ptx_hash(kernels), "emulate_s": round(time.time() - t0, 2),
+                         "emulator_equals_reference": ref}
+        print(f"prepared {c.name} ({time.time() - t0:.1f} s)"
+              + ("" if ref is None else f", emulator = torch reference: {ref}"), flush=True)
     idx_path.write_text(json.dumps(index, indent=1))
     print(f"prepare: {time.time() - t_all:.1f} s", flush=True)
 
@@ -133,6 +136,7 @@ def run(folder: Path, out: Path, only: str = "") -> None:
             gpu = E.launch_case(c, kernels, saved["inputs"])
             torch.save(gpu, out / f"gpu_{c.name}.pt")    # for fitting models offline
             rec.update(compare(c, gpu, saved["emulated"], saved["inputs"]))
+            rec["emulator_equals_reference"] = want.get("emulator_equals_reference")
         except Exception as e:  # noqa: BLE001 - one case's failure must not hide the others
             rec["error"] = f"{type(e).__name__}: {e}"
             rec["trace"] = traceback.format_exc()[-1500:]

@@ -33,6 +33,8 @@ def test_prepare_a_comm_and_a_fused_case(tmp_path, monkeypatch, capsys):
         assert len(saved["inputs"]) == len(saved["emulated"]) == c.W
         for per in saved["emulated"]:
             assert per and not any(torch.isnan(t.float()).any() for t in per)
+    assert index["comm_ll_ar_w2"]["emulator_equals_reference"] is True
+    assert index["fused_ar_w1"]["emulator_equals_reference"] is None
     # the LL all-reduce: every rank holds the sum of the two ranks' inputs
     saved = torch.load(tmp_path / "comm_ll_ar_w2.pt")
     x = saved["inputs"]
