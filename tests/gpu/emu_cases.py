@@ -64,7 +64,8 @@ class Case:
     tolerance: float | None = None    # max |gpu - emu| / max |emu| accepted, not bitwise
     reason: str = ""
     sms: int = 2                # the emulator's SMs per rank
-    expect: str = ""            # the plan's comm_kind the compile must give (COMM)
+    expect: str = ""            # the plan's comm_kind the compile must give (COMM); the
+    # plan's other entries it must give: extra["plan"] (a tuning constant that took effect)
     extra: dict = field(default_factory=dict)
 
 
@@ -109,22 +110,25 @@ def cases() -> list[Case]:
         _comm("comm_a2a_w2", "all_to_all", "direct", 2, 64 << 10, "a2a"),
         _comm("comm_a2a_w3", "all_to_all", "direct", 3, 3 * 3 * 2 * 4104, "a2a"),
     ]
-    mm = {"Mc": 67, "N": 136, "K": 72, "layout": "nk"}
+    mm = {"Mc": 67, "N": 136, "K": 72, "layout": "nk"}      # reduce-scatter: chunk rows Mc
+
+    def fused(name, kind, W, shapes, fresh, **kw):
+        op = kind[5:7]
+        return Case(name, Family.FUSED, kind, W, shapes, extra={"op": op, "plan": {
+            "fused_kind": op, "fresh_output": fresh}}, **kw)
     out += [
-        Case("fused_rs_w2_fresh", Family.FUSED, "gemm+rs fresh output", 2, mm, extra={"op": "rs"}),
-        Case("fused_f16_rs_w2_fresh", Family.FUSED, "gemm+rs fresh output f16", 2,
-             {**mm, "dtype": "f16"}, extra={"op": "rs"}),
-        Case("fused_rs_w2_persistent", Family.FUSED, "gemm+rs persistent", 2, mm,
-             tuning=((FT, "RS_INTO_OUTPUT", False),), extra={"op": "rs"}),
-        Case("fused_rs_w3", Family.FUSED, "gemm+rs reduce-add", 3, {**mm, "layout": "kn"},
-             tolerance=3 * 2 ** -7, reason=REDUCE_ADD_WHY, extra={"op": "rs"}),
-        Case("fused_ar_w1", Family.FUSED, "gemm+ar", 1, {"Mc": 137, "N": 136, "K": 72, "layout": "nk"},
-             extra={"op": "ar"}),
-        Case("fused_ar_w2_fresh", Family.FUSED, "gemm+ar fresh output", 2,
-             {"Mc": 137, "N": 136, "K": 72, "layout": "kn"}, extra={"op": "ar"}),
-        Case("fused_ar_w2_persistent", Family.FUSED, "gemm+ar persistent", 2,
-             {"Mc": 129, "N": 72, "K": 136, "layout": "nk"},
-             tuning=((FT, "AR_INTO_OUTPUT", False),), extra={"op": "ar"}),
+        fused("fused_rs_w2_fresh", "gemm+rs fresh output", 2, mm, True),
+        fused("fused_f16_rs_w2_fresh", "gemm+rs fresh output f16", 2, {**mm, "dtype": "f16"}, True),
+        fused("fused_rs_w2_persistent", "gemm+rs persistent", 2, mm, False,
+              tuning=((FT, "RS_INTO_OUTPUT", False),)),
+        fused("fused_rs_w3", "gemm+rs reduce-add", 3, {**mm, "layout": "kn"}, False,
+              tolerance=3 * 2 ** -7, reason=REDUCE_ADD_WHY),
+        fused("fused_ar_w1", "gemm+ar", 1, {"M": 137, "N": 136, "K": 72, "layout": "nk"}, False),
+        fused("fused_ar_w2_fresh", "gemm+ar fresh output", 2,
+              {"M": 137, "N": 136, "K": 72, "layout": "kn"}, True),
+        fused("fused_ar_w2_persistent", "gemm+ar persistent", 2,
+              {"M": 129, "N": 72, "K": 136, "layout": "nk"}, False,
+              tuning=((FT, "AR_INTO_OUTPUT", False),)),
         Case("ag_gemm_w2", Family.AG_GEMM, "ag+gemm", 2, {**mm, "gathered": True}),
         Case("ag_gemm_w3_kn", Family.AG_GEMM, "ag+gemm", 3,
              {"Mc": 45, "N": 200, "K": 136, "layout": "kn", "gathered": False}),
@@ -222,7 +226,7 @@ def _fused_kops(c: Case) -> list:
     if c.family is Family.FUSED:
         from fused_ar_ir import module_text
 
-        M = s["Mc"] * (c.W if c.extra["op"] == "rs" else 1)
+        M = s["Mc"] * c.W if c.extra["op"] == "rs" else s["M"]
         text = module_text(c.extra["op"], c.W, M, s["N"], s["K"], s["layout"], s.get("dtype", "bf16"))
         return _kernels(text, "default{force=true},schedule-fused,dce", "fused.mlir")
     if c.family is Family.AG_GEMM:
@@ -253,7 +257,7 @@ def build(c: Case) -> list:
         want = 2 if c.family is Family.PAIR else 1
         if len(kops) != want:
             raise RuntimeError(f"{c.name}: {len(kops)} scheduled kernels, expected {want}")
-        want_plan = {"comm_kind": c.expect, **c.extra.get("plan", {})} if c.expect else {}
+        want_plan = {**({"comm_kind": c.expect} if c.expect else {}), **c.extra.get("plan", {})}
         got = {k: plan_of(kops[0]).get(k) for k in want_plan}
         if got != want_plan:
             raise RuntimeError(f"{c.name}: the pass chose {got}, not {want_plan} (a tuning "
