@@ -44,6 +44,7 @@ from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.moe_schedule import MoeParts, pieces
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
+from pkc.target.cost import OverlapStyle
 from pkc.target.gemm_tuning import VARIANTS, check_variant, choose_config
 from pkc.target.targets import get_target
 
@@ -177,11 +178,13 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
     comm_sms = plan.get("comm_sms", 0) or 0
     set_plan(new, schedule=ScheduleKind.MOE, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, b_layout="nk", experts=E, capacity=C,
-             pieces=pieces(C), scheduled_overlap="intra", comm_ctas=0)
+             pieces=pieces(C), scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0)
     why = ("dispatch copies run on every CTA before its roles, the combine from the "
            "consumers' epilogue by TMA (intra-SM, no communicate CTAs)" if W > 1 else
            "one rank: counts read by the tile loop, tokens straight from X, no signals")
-    if plan.get("overlap") == "inter" and comm_sms:
+    planned = OverlapStyle.parse(plan.get("overlap", OverlapStyle.INTRA),
+                                 f"kernel @{kop.kernel_name.data}: pk.plan.overlap")
+    if planned is OverlapStyle.INTER and comm_sms:
         why += f"; sm-partition's {comm_sms} communicate SMs are not used"
     add_remark(new, f"scheduled MoE W={W} E={E} C={C} {N}x{K} {dt}: {cfg.tag()}; counts per "
                     f"(rank, expert) read at run time (from the graph: every row, {C}); "

@@ -142,10 +142,10 @@ def test_a_bad_kind_read_from_text_names_it_and_the_valid_ones():
     bad = json.dumps({"name": "k", "target": "sm_90a", "threads": 1, "smem_bytes": 0,
                       "buffers": [], "signals": [], "workers": [],
                       "sites": [{"id": 3, "kind": "spin", "where": "x", "worker": 0}]})
-    with pytest.raises(ValueError, match=r"wait site 3's kind: 'spin' is not a SiteKind "
+    with pytest.raises(ValueError, match=r"wait site 3's kind: 'spin' is not a valid SiteKind "
                                          r"\(one of 'wait', 'barrier', 'mbarrier'\)"):
         KernelMeta.from_json(bad)
-    with pytest.raises(ValueError, match=r"'broadcast' is not a Collective \(one of 'all_reduce'"):
+    with pytest.raises(ValueError, match=r"'broadcast' is not a valid Collective \(one of 'all_reduce'"):
         choose("broadcast", "direct", 2, "bf16", 1024)
 
 
@@ -163,7 +163,7 @@ def test_a_bad_fused_kind_in_the_ir_is_a_codegen_error():
         def schedule(self):
             return object()
 
-    with pytest.raises(CodegenError, match=r"kernel @mm: pk.plan.fused_kind: 'gather' is not a "
+    with pytest.raises(CodegenError, match=r"kernel @mm: pk.plan.fused_kind: 'gather' is not a valid "
                                            r"FusedKind \(one of 'rs', 'ar', 'ag', 'agp'\)"):
         is_ag_kernel(_Kop())
 
@@ -182,7 +182,7 @@ def test_a_bad_schedule_kind_in_the_ir_is_a_codegen_error():
         def schedule(self):
             return object()
 
-    with pytest.raises(CodegenError, match=r"kernel @mm: pk.plan.schedule: 'fuse' is not a "
+    with pytest.raises(CodegenError, match=r"kernel @mm: pk.plan.schedule: 'fuse' is not a valid "
                                            r"ScheduleKind \(one of 'collective', 'fused', 'moe'\)"):
         is_fused_kernel(_Kop())
     _Kop.attributes = {"pk.plan": DictionaryAttr({"schedule": StringAttr("moe")})}
