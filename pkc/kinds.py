@@ -21,5 +21,5 @@ class Kind(StrEnum):
         try:
             return cls(value)
         except ValueError:
-            raise ValueError(f"{what}: {value!r} is not a {cls.__name__} (one of "
+            raise ValueError(f"{what}: {value!r} is not a valid {cls.__name__} (one of "
                              f"{', '.join(repr(m.value) for m in cls)})") from None

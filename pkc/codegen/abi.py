@@ -35,15 +35,26 @@ ERROR_WORDS = 16
 ERR_FLAG, ERR_SITE, ERR_RANK, ERR_WORKER, ERR_CTA, ERR_SLOT, ERR_EXPECTED, ERR_SEEN, ERR_KERNEL = range(9)
 
 
+class BufferOrigin(Kind):
+    """Where a kernel buffer comes from (``BufferArg.origin`` in the JSON metadata)."""
+
+    INPUT = "input"      # one of the kernel's inputs
+    OUTPUT = "output"    # one of its outputs
+    ALLOC = "alloc"      # a pk.alloc of the kernel
+
+
 @dataclass
 class BufferArg:
     name: str
-    origin: str          # "input" | "output" | "alloc"
+    origin: BufferOrigin
     index: int           # position among the kernel's inputs / outputs / allocs
     shape: list[int]
     dtype: str           # pk element type: bf16, f16, f32, f64, i1, i8, i32, i64
     symmetric: bool
     zero: bool = False   # allocs only: zero before launch (else poisoned)
+
+    def __post_init__(self):
+        self.origin = BufferOrigin.parse(self.origin, f"the origin of buffer '{self.name}'")
 
 
 @dataclass

@@ -25,7 +25,7 @@ from xdsl.dialects.builtin import IntegerAttr, IntegerType
 from xdsl.ir import Block, Operation
 
 from pkc.codegen import ptx
-from pkc.codegen.abi import BufferArg, KernelMeta, SignalsArg, WorkerInfo
+from pkc.codegen.abi import BufferArg, BufferOrigin, KernelMeta, SignalsArg, WorkerInfo
 from pkc.codegen.builder import Builder
 from pkc.codegen.context import BufferRef, SignalsRef, TileRef, WorkerCtx, lowering_for, lowers
 from pkc.codegen.errors import CodegenError
@@ -80,7 +80,7 @@ def kernel_meta(kop: k.KernelOp, target: CodegenTarget, plans: list[SmemPlan]) -
     buffers = []
     for i, arg in enumerate(kop.block.args):
         t = arg.type
-        origin, idx = ("input", i) if i < n_in else ("output", i - n_in)
+        origin, idx = (BufferOrigin.INPUT, i) if i < n_in else (BufferOrigin.OUTPUT, i - n_in)
         buffers.append(BufferArg(arg.name_hint or f"{origin}{idx}", origin, idx,
                                  list(t.get_shape()), _dtype(t), t.symmetric))
     signals = []
@@ -88,7 +88,7 @@ def kernel_meta(kop: k.KernelOp, target: CodegenTarget, plans: list[SmemPlan]) -
     for op in kop.block.ops:
         if isinstance(op, k.AllocOp):
             t = op.result.type
-            buffers.append(BufferArg(op.result.name_hint or f"alloc{n_alloc}", "alloc", n_alloc,
+            buffers.append(BufferArg(op.result.name_hint or f"alloc{n_alloc}", BufferOrigin.ALLOC, n_alloc,
                                      list(t.get_shape()), _dtype(t), t.symmetric,
                                      zero=op.zero is not None))
             n_alloc += 1

@@ -30,13 +30,20 @@ from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, TMAP_
 from pkc.codegen.lower_schedule_comm import CommState
 from pkc.dialects import schedule_fused as f
 from pkc.dialects.kernel import AllocOp, KernelOp
+from pkc.dialects.plan import ScheduleKind, schedule_kind
 from pkc.dialects.types import BufferType
 
 
 def is_fused_kernel(kop: KernelOp) -> bool:
-    plan = kop.attributes.get("pk.plan")
-    sched = plan.data.get("schedule") if plan is not None else None
-    return kop.schedule() is not None and sched is not None and sched.data == "fused"
+    return kop.schedule() is not None and plan_schedule(kop) is ScheduleKind.FUSED
+
+
+def plan_schedule(kop: KernelOp) -> ScheduleKind | None:
+    """The kernel's ``pk.plan.schedule``; a CodegenError for a value that is not one."""
+    try:
+        return schedule_kind(kop)
+    except ValueError as e:
+        raise CodegenError(str(e)) from None
 
 
 def _elements(t: BufferType) -> int:

@@ -26,15 +26,14 @@ from pkc.codegen.abi import FusedLaunchKind, ScheduledKernelMeta
 from pkc.codegen.errors import CodegenError
 from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, Lowering, _block,
                                         lower_tma_kernel)
-from pkc.codegen.lower_schedule_fused import FusedExtend, const_int
+from pkc.codegen.lower_schedule_fused import FusedExtend, const_int, plan_schedule
 from pkc.dialects import schedule_moe as m
 from pkc.dialects.kernel import KernelOp
+from pkc.dialects.plan import ScheduleKind
 
 
 def is_moe_kernel(kop: KernelOp) -> bool:
-    plan = kop.attributes.get("pk.plan")
-    sched = plan.data.get("schedule") if plan is not None else None
-    return kop.schedule() is not None and sched is not None and sched.data == "moe"
+    return kop.schedule() is not None and plan_schedule(kop) is ScheduleKind.MOE
 
 
 class _MoeExtend(FusedExtend):

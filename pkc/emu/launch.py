@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from pkc.codegen import ptx
-from pkc.codegen.abi import ERROR_WORDS
+from pkc.codegen.abi import ERROR_WORDS, BufferOrigin
 from pkc.emu import control, ops_async, ops_core, ops_memory, ops_mma  # noqa: F401 (handlers)
 from pkc.emu.errors import EmuTimeoutRecord
 from pkc.emu.machine import DEFAULT_MAX_STEPS, Machine
@@ -119,7 +119,7 @@ def emulate(ck, inputs: list[list[torch.Tensor]], *, sms: int = DEFAULT_SMS,
         dt = dtype_of(b.dtype)
         addrs = []
         for r in range(W):
-            if b.origin == "input":
+            if b.origin is BufferOrigin.INPUT:
                 t = _host_tensor(inputs[r][b.index]).to(dt)
             else:
                 t = torch.empty(b.shape, dtype=dt)
@@ -127,7 +127,7 @@ def emulate(ck, inputs: list[list[torch.Tensor]], *, sms: int = DEFAULT_SMS,
             a = gm.alloc(t.numel() * t.element_size(), b.name, r)
             tensors.append((a, t))
             addrs.append(a)
-        if b.origin == "output":
+        if b.origin is BufferOrigin.OUTPUT:
             outputs[b.index] = [(a, list(b.shape), dt) for a in addrs]
         if b.symmetric:
             arr = gm.alloc(8 * W, f"{b.name} (peer pointers)")

@@ -25,6 +25,7 @@ from xdsl.dialects import arith
 
 from pkc.dialects import schedule_comm as c
 from pkc.dialects.kernel import KernelOp
+from pkc.dialects.plan import ScheduleKind, schedule_kind
 from pkc.interp.schedule_rules import BLOCKED, blocking, simple
 from pkc.interp.schedule_state import Actor, join
 from pkc.interp.schedule_world import (INIT, POISON_WORD, Ptr, acquire, active, lanes,
@@ -62,9 +63,13 @@ class CommGrid:
 
     @staticmethod
     def of(op: KernelOp, ctas: int | None) -> CommGrid | None:
-        plan = _plan(op)
-        if plan.get("schedule") != "collective":
+        try:
+            kind = schedule_kind(op)
+        except ValueError as e:
+            raise InterpError(f"{where(op)} {e}") from None
+        if kind is not ScheduleKind.COLLECTIVE:
             return None
+        plan = _plan(op)
         try:
             cv, cta_vecs, align = plan["chunk_vecs"], plan["cta_vecs"], plan["slice_align"]
             max_ctas, vecs = plan["max_ctas"] or 1 << 30, plan["vecs"]

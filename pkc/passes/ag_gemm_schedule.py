@@ -45,10 +45,12 @@ from pkc.dialects import schedule as s
 from pkc.dialects import schedule_ag as ag
 from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
+from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_schedule import b_operand, fused_config
 from pkc.passes.gemm_schedule import Epi, GemmParts, _for, _Ops, _tma_epilogue, build_gemm
 from pkc.passes.remarks import add_remark, plan_of, set_plan
+from pkc.target.cost import OverlapStyle
 from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind, ag_put_ctas
 from pkc.target.gemm_tuning import GemmConfig
 
@@ -330,10 +332,10 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
     new = k.KernelOp("all_gather_matmul", W, [a, b_val], [y, gtype], Region(block),
                      attributes=attrs)
     comm_sms = plan.get("comm_sms", 0) or 0
-    set_plan(new, schedule="fused", fused_kind=FusedKind.AG, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
-             consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout, chunk_rows=Mc,
-             tiles_per_chunk=parts.tiles_per_chunk, row_blocks=parts.G,
-             scheduled_overlap="inter" if side else "none", comm_ctas=side,
+    set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=FusedKind.AG, bm=cfg.bm, bn=cfg.bn,
+             stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
+             chunk_rows=Mc, tiles_per_chunk=parts.tiles_per_chunk, row_blocks=parts.G,
+             scheduled_overlap=OverlapStyle.INTER if side else OverlapStyle.NONE, comm_ctas=side,
              put_piece=piece, put_ring=ring, put_lag=parts.lag, gathered_output=asked)
     followed = ""
     if comm_sms and comm_sms != side:

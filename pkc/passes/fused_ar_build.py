@@ -22,12 +22,14 @@ from xdsl.ir import Block, Region
 from xdsl.rewriter import Rewriter
 
 from pkc.dialects import kernel as k
+from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_ar_schedule import ArOutParts, ArParts, RsOutParts, chunk_rows
 from pkc.passes.fused_schedule import b_operand, fused_config
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target import fused_tuning as ft
+from pkc.target.cost import OverlapStyle
 
 MAX_AR_WORLD = 2        # above, GEMM + reduce-scatter and an all-gather (not built here)
 
@@ -128,7 +130,8 @@ def schedule_rs_out(kop: k.KernelOp, target: str, variant: str, dt: str) -> None
     parts = RsOutParts(W, Mc, N, cfg, pad.result, ctl.result, stage.result)
     build_gemm(block, A, B, C, Mc, N, K, cfg, parts)
     block.add_op(k.YieldOp())
-    _replace(kop, "matmul_reduce_scatter", a, b_val, block, cfg, layout, ft.FusedKind.RS, True, parts,
+    _replace(kop, "matmul_reduce_scatter", a, b_val, block, cfg, layout, ft.FusedKind.RS, True,
+             parts,
              f"scheduled GEMM + reduce-scatter W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, {W} chunks "
              f"of {parts.tiles_per_chunk} tiles, the peer's chunk first (its partial stored "
              "into the peer's staging, the half of the epoch's parity), the own chunk summed "
@@ -146,14 +149,16 @@ def _replace(kop, name, a, b_val, block, cfg, layout, kind: ft.FusedKind, fresh,
     comm_sms = plan.get("comm_sms", 0) or 0
     ratio = ft.link_over_gemm(kind, M, N, K, W) if W > 1 else 0.0
     link_bound = W <= 2 and W > 1 and ratio >= ft.LINK_BOUND
-    set_plan(new, schedule="fused", fused_kind=kind, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
-             consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
+    set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=kind, bm=cfg.bm, bn=cfg.bn,
+             stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
              chunk_rows=chunk_rows, tiles_per_chunk=parts.tiles_per_chunk,
-             scheduled_overlap="intra", comm_ctas=0, fresh_output=fresh,
+             scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, fresh_output=fresh,
              link_over_gemm=round(ratio, 3), link_bound_tile=link_bound)
     why = ("tiles move by TMA from the consumers' epilogue while the SM computes the next "
            "tile (intra-SM, no communicate CTAs)")
-    if plan.get("overlap") == "inter" and comm_sms:
+    planned = OverlapStyle.parse(plan.get("overlap", OverlapStyle.INTRA),
+                                 f"kernel @{kop.kernel_name.data}: pk.plan.overlap")
+    if planned is OverlapStyle.INTER and comm_sms:
         why += (f"; sm-partition's inter-SM plan ({comm_sms} communicate SMs) is not followed: "
                 "the TMA engine, not SMs, moves the tiles, as in the hand kernel")
     if link_bound:

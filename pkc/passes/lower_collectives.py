@@ -96,16 +96,19 @@ from pkc.ir import diagnostic_at, op_position
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, remarks_of, set_plan
 from pkc.target import cost
+from pkc.target.collectives import Algorithm, Collective
 from pkc.target.targets import get_target
 
 TILE_ELEMENTS = 8192  # elements per tile at most (16 KiB of bf16)
 TILE_MAX_ROWS = 128
 ALGORITHMS = {
-    "all_reduce": ("one_shot", "two_shot"),
-    "all_gather": ("direct", "ring"),
-    "reduce_scatter": ("direct", "ring"),
-    "all_to_all": ("direct",),
+    Collective.ALL_REDUCE: (Algorithm.ONE_SHOT, Algorithm.TWO_SHOT),
+    Collective.ALL_GATHER: (Algorithm.DIRECT, Algorithm.RING),
+    Collective.REDUCE_SCATTER: (Algorithm.DIRECT, Algorithm.RING),
+    Collective.ALL_TO_ALL: (Algorithm.DIRECT,),
 }
+# the collectives with an option forcing their algorithm (all_to_all has one algorithm)
+_FORCEABLE = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER)
 COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
 
 Index = SSAValue | int
@@ -133,7 +136,7 @@ class LowerCollectives(ModulePass):
 
     def __post_init__(self):
         get_target(self.target)  # ValueError naming the known targets
-        for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+        for coll in _FORCEABLE:
             algo = _normalize(getattr(self, coll))
             if algo != "auto" and algo not in ALGORITHMS[coll]:
                 known = ", ".join(("auto", *ALGORITHMS[coll]))
@@ -141,8 +144,10 @@ class LowerCollectives(ModulePass):
         if self.tile_rows < 0 or self.tile_cols < 0:
             raise ValueError("tile_rows and tile_cols must be >= 0 (0 = choose)")
 
-    def forced(self, collective: str) -> str:
-        return _normalize(getattr(self, collective, "auto"))
+    def forced(self, collective: Collective) -> Algorithm | None:
+        """The algorithm the options force for ``collective`` (None: chosen by cost)."""
+        algo = _normalize(getattr(self, collective, "auto"))
+        return None if algo == "auto" else Algorithm(algo)
 
     def apply(self, ctx, op: ModuleOp) -> None:
         taken = {kop.kernel_name.data for kop in op.walk() if isinstance(kop, k.KernelOp)}
@@ -213,7 +218,7 @@ class _LowerPattern(RewritePattern):
                                     f"NVLink domain of {t.name} (1..{t.max_gpus} GPUs)")
         times = _model_times(t, lay)
         forced = self.options.forced(lay.collective)
-        if forced != "auto":
+        if forced is not None:
             return cost.Choice(forced, times[forced], times)
         best = min(times.values())
         kind = next(a for a, v in times.items() if v <= best * (1 + 1e-9))
@@ -225,7 +230,7 @@ class _LowerPattern(RewritePattern):
         tr = min(lay.rows, self.options.tile_rows or default_rows)
         return tr, tc
 
-    def _name(self, collective: str, algo: str) -> str:
+    def _name(self, collective: Collective, algo: Algorithm) -> str:
         base, n = f"{collective}_{algo}", 0
         name = base
         while name in self.taken:
@@ -242,14 +247,14 @@ def _name_new(ops: Sequence[Operation], hint: str) -> None:
 
 
 _CHOOSERS = {
-    "all_reduce": cost.choose_all_reduce,
-    "all_gather": cost.choose_all_gather,
-    "reduce_scatter": cost.choose_reduce_scatter,
-    "all_to_all": cost.choose_all_to_all,
+    Collective.ALL_REDUCE: cost.choose_all_reduce,
+    Collective.ALL_GATHER: cost.choose_all_gather,
+    Collective.REDUCE_SCATTER: cost.choose_reduce_scatter,
+    Collective.ALL_TO_ALL: cost.choose_all_to_all,
 }
 
 
-def _model_times(t, lay: "Layout") -> dict[str, float]:
+def _model_times(t, lay: "Layout") -> dict[Algorithm, float]:
     """Predicted time of each algorithm this pass can emit (the cost model also rates a
     ring all-reduce, which is not lowered: at W = 2 it is two-shot in two steps)."""
     alternatives = _CHOOSERS[lay.collective](t, lay.message_bytes, lay.world).alternatives
@@ -264,7 +269,7 @@ def _model_times(t, lay: "Layout") -> dict[str, float]:
 class Layout:
     """How one collective is viewed: chunks of rows x cols, W or 1 of them per buffer."""
 
-    collective: str
+    collective: Collective
     world: int
     element: Attribute
     rows: int          # rows of one chunk
@@ -315,16 +320,16 @@ def layout_of(op: Operation) -> "Layout":
     W, elem = op.world_size, op.input.type.element_type
     if isinstance(op, g.AllReduceOp):
         d = _widest_rows(S)
-        return Layout("all_reduce", W, elem, _prod(S[:d]), _prod(S[d:]), 1, 1)
+        return Layout(Collective.ALL_REDUCE, W, elem, _prod(S[:d]), _prod(S[d:]), 1, 1)
     if isinstance(op, g.AllGatherOp):
         d = op.dim.value.data
-        return Layout("all_gather", W, elem, _prod(S[:d]), _prod(S[d:]), 1, W)
+        return Layout(Collective.ALL_GATHER, W, elem, _prod(S[:d]), _prod(S[d:]), 1, W)
     if isinstance(op, g.ReduceScatterOp):
         d = op.dim.value.data
-        return Layout("reduce_scatter", W, elem, _prod(S[:d]), _prod(S[d:]) // W, W, 1)
+        return Layout(Collective.REDUCE_SCATTER, W, elem, _prod(S[:d]), _prod(S[d:]) // W, W, 1)
     sd, cd = op.split_dim.value.data, op.concat_dim.value.data
     if sd == cd:
-        return Layout("all_to_all", W, elem, _prod(S[:sd]), _prod(S[sd:]) // W, W, W)
+        return Layout(Collective.ALL_TO_ALL, W, elem, _prod(S[:sd]), _prod(S[sd:]) // W, W, W)
     return _all_to_all_across_dims(W, elem, S, sd, cd)
 
 
@@ -347,7 +352,7 @@ def _all_to_all_across_dims(W: int, elem, S: list[int], sd: int, cd: int) -> Lay
     def moved(perm):  # None when the transpose would not move anything
         return None if perm == sorted(perm) else perm
 
-    return Layout("all_to_all", W, elem, 1, _prod(chunk), W, W,
+    return Layout(Collective.ALL_TO_ALL, W, elem, 1, _prod(chunk), W, W,
                   in_perm=moved(in_perm), in_split=split, out_chunk=chunk,
                   out_perm=moved(out_perm))
 
@@ -582,7 +587,7 @@ class _Kernel:
         return _named(self.cast(total, self.lay.element), "sum")
 
 
-def _build_kernel(name: str, op: Operation, lay: Layout, algo: str, tiles: tuple[int, int],
+def _build_kernel(name: str, op: Operation, lay: Layout, algo: Algorithm, tiles: tuple[int, int],
                   x: SSAValue) -> k.KernelOp:
     """pk.kernel @name(x) with one communicate worker running `algo`."""
     symmetric_out = (lay.collective, algo) in _SYMMETRIC_OUTPUT
@@ -772,31 +777,33 @@ def _all_to_all_direct(kern: _Kernel) -> list[Operation]:
 
 
 _ALGORITHMS = {
-    ("all_reduce", "one_shot"): _all_reduce_one_shot,
-    ("all_reduce", "two_shot"): _all_reduce_two_shot,
-    ("all_gather", "direct"): _all_gather_direct,
-    ("all_gather", "ring"): _all_gather_ring,
-    ("reduce_scatter", "direct"): _reduce_scatter_direct,
-    ("reduce_scatter", "ring"): _reduce_scatter_ring,
-    ("all_to_all", "direct"): _all_to_all_direct,
+    (Collective.ALL_REDUCE, Algorithm.ONE_SHOT): _all_reduce_one_shot,
+    (Collective.ALL_REDUCE, Algorithm.TWO_SHOT): _all_reduce_two_shot,
+    (Collective.ALL_GATHER, Algorithm.DIRECT): _all_gather_direct,
+    (Collective.ALL_GATHER, Algorithm.RING): _all_gather_ring,
+    (Collective.REDUCE_SCATTER, Algorithm.DIRECT): _reduce_scatter_direct,
+    (Collective.REDUCE_SCATTER, Algorithm.RING): _reduce_scatter_ring,
+    (Collective.ALL_TO_ALL, Algorithm.DIRECT): _all_to_all_direct,
 }
 # Outputs that peers put into must be symmetric.
-_SYMMETRIC_OUTPUT = {("all_reduce", "two_shot"), ("all_gather", "direct"),
-                     ("all_gather", "ring"), ("all_to_all", "direct")}
+_SYMMETRIC_OUTPUT = {(Collective.ALL_REDUCE, Algorithm.TWO_SHOT),
+                     (Collective.ALL_GATHER, Algorithm.DIRECT),
+                     (Collective.ALL_GATHER, Algorithm.RING),
+                     (Collective.ALL_TO_ALL, Algorithm.DIRECT)}
 
 
 # ----------------------------------------------------------------------------------------
 # Decision records
 
 
-def _link_bytes(lay: Layout, algo: str) -> int:
+def _link_bytes(lay: Layout, algo: Algorithm) -> int:
     """Bytes one rank puts to other ranks (its NVLink traffic, one direction)."""
     W, n = lay.world, lay.message_bytes
-    if algo == "one_shot":
+    if algo is Algorithm.ONE_SHOT:
         return (W - 1) * n
-    if algo == "two_shot":
+    if algo is Algorithm.TWO_SHOT:
         return 2 * (W - 1) * n // W
-    if lay.collective == "reduce_scatter" and algo == "ring":
+    if lay.collective is Collective.REDUCE_SCATTER and algo is Algorithm.RING:
         acc = _element_bytes(_accumulation_type(lay.element))
         return (W - 1) * n // W * acc // lay.element_bytes
     return (W - 1) * n // W
@@ -804,7 +811,7 @@ def _link_bytes(lay: Layout, algo: str) -> int:
 
 def _record(kernel: k.KernelOp, op: Operation, lay: Layout, choice: cost.Choice,
             tiles: tuple[int, int], options: LowerCollectives) -> None:
-    forced = options.forced(lay.collective) != "auto"
+    forced = options.forced(lay.collective) is not None
     tr, tc = tiles
     grid = (-(-lay.rows // tr), -(-lay.cols // tc))
     set_plan(kernel, collective=lay.collective, algorithm=choice.kind, forced=forced,
@@ -819,7 +826,7 @@ def _record(kernel: k.KernelOp, op: Operation, lay: Layout, choice: cost.Choice,
 
 
 def _decision_remark(lay: Layout, choice: cost.Choice, forced: bool) -> str:
-    def label(a: str) -> str:
+    def label(a: Algorithm) -> str:
         return a.replace("_", "-")
 
     others = ", ".join(f"{label(a)} {_us(v)}" for a, v in choice.alternatives.items()

@@ -71,6 +71,7 @@ from pkc.passes.patterns import Fusion, build_kernel
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, remarks_of, set_plan
 from pkc.target import PATTERNS, FusionPlan, get_target, plan_fusion
+from pkc.target.cost import OverlapStyle
 
 _OPERAND_TYPES = (BFloat16Type, Float16Type, Float32Type)
 
@@ -111,7 +112,7 @@ class Overlap(ModulePass):
 
     def __post_init__(self):
         get_target(self.target)  # ValueError naming the known targets
-        if self.overlap not in ("auto", "intra", "inter"):
+        if self.overlap != "auto" and self.overlap not in (OverlapStyle.INTRA, OverlapStyle.INTER):
             raise ValueError(f"overlap must be auto, intra or inter, got {self.overlap!r}")
         if self.tile < 1 or self.tile_k < 1:
             raise ValueError(f"tile sizes must be positive, got {self.tile}, {self.tile_k}")
@@ -168,24 +169,25 @@ class Overlap(ModulePass):
         if (note := group_remark(kernel)) is not None:
             add_remark(kernel, note)
 
-    def _style(self, plan: FusionPlan) -> tuple[str, int]:
+    def _style(self, plan: FusionPlan) -> tuple[OverlapStyle, int]:
         """(overlap style, comm SMs): the plan's, or the best of the forced style."""
-        if self.overlap == "auto" or self.overlap == plan.overlap:
+        forced = None if self.overlap == "auto" else OverlapStyle(self.overlap)
+        if forced is None or forced is plan.overlap:
             return plan.overlap, plan.comm_sms
-        if self.overlap == "intra":
-            return "intra", 0
+        if forced is OverlapStyle.INTRA:
+            return OverlapStyle.INTRA, 0
         inter = {k: v for k, v in plan.alternatives.items() if k.startswith("inter:")}
         best = min(inter, key=lambda k: (inter[k], int(k.split(":")[1])))
-        return "inter", int(best.split(":")[1])
+        return OverlapStyle.INTER, int(best.split(":")[1])
 
-    def _remarks(self, plan: FusionPlan, style: str, comm_sms: int) -> list[str]:
+    def _remarks(self, plan: FusionPlan, style: OverlapStyle, comm_sms: int) -> list[str]:
         name = PATTERNS[plan.pattern]
         lines = [plan.remark()]
         if not plan.fuse:
             lines = [f"fused {name} (force=true overrides the cost model, which says: "
                      f"{plan.remark()})"]
         if style != plan.overlap:
-            how = "intra-SM" if style == "intra" else f"inter-SM, {comm_sms} comm SMs"
+            how = "intra-SM" if style is OverlapStyle.INTRA else f"inter-SM, {comm_sms} comm SMs"
             lines.append(f"overlap forced to {how} (overlap={self.overlap})")
         return lines
 
@@ -195,9 +197,9 @@ def _remark_once(op: Operation, text: str) -> None:
         add_remark(op, text)
 
 
-def _plan_values(plan: FusionPlan, style: str, comm_sms: int, forced: bool,
+def _plan_values(plan: FusionPlan, style: OverlapStyle, comm_sms: int, forced: bool,
                  target: str) -> dict:
-    fused = plan.alternatives.get("intra" if style == "intra" else f"inter:{comm_sms}",
+    fused = plan.alternatives.get(style if style is OverlapStyle.INTRA else f"inter:{comm_sms}",
                                   plan.fused_time)
     sh = plan.shapes  # what the prediction was made from, so it can be redrawn (trace)
     return dict(pattern=plan.pattern, fuse=plan.fuse, overlap=style, comm_sms=comm_sms,

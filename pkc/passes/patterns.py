@@ -59,6 +59,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from pkc.dialects import kernel as k
 from pkc.dialects.types import BufferType, TileType
+from pkc.target.cost import OverlapStyle
 
 INDEX = IndexType()
 F32 = Float32Type()
@@ -81,7 +82,7 @@ class Fusion:
     """What a fused kernel is; enough to rebuild it from its operands and result types."""
 
     pattern: str  # mm_reduce_scatter | mm_all_reduce | all_gather_mm | all_to_all_mm_all_to_all
-    overlap: str  # "intra" | "inter"
+    overlap: OverlapStyle  # INTRA | INTER
     tile_m: int
     tile_n: int
     tile_k: int
@@ -105,7 +106,7 @@ class Fusion:
             elif isinstance(v, int):
                 entries[key] = IntegerAttr(v, i64)
             else:
-                entries[key] = StringAttr(v)
+                entries[key] = StringAttr(str(v))
         return DictionaryAttr(entries)
 
     @staticmethod
@@ -125,8 +126,10 @@ class Fusion:
             stage = d["stage"].data
         except (KeyError, AttributeError, TypeError):
             return None
-        if values["pattern"] not in KERNEL_NAMES or values["overlap"] not in ("intra", "inter"):
+        if values["pattern"] not in KERNEL_NAMES or \
+                values["overlap"] not in (OverlapStyle.INTRA, OverlapStyle.INTER):
             return None
+        values["overlap"] = OverlapStyle(values["overlap"])
         return Fusion(**values), stage
 
 
@@ -497,7 +500,7 @@ def _build_mm_reduce_scatter(kb: KernelBuilder, f: Fusion, W: int, elide: bool) 
     bm, bn, bk = min(f.tile_m, Sc), min(f.tile_n, Nc), min(f.tile_k, K)
     nrb, TN = ceil_div(Sc, bm), ceil_div(Nc, bn)
     T = Bt * nrb * TN  # output tiles of one chunk
-    inter, direct = f.overlap == "inter", elide and odt == F32
+    inter, direct = f.overlap is OverlapStyle.INTER, elide and odt == F32
     send = kb.alloc("send", [W * Ro, Nc], F32) if inter else None
     if not elide:
         dest = kb.alloc("recv", [W * Ro, Nc], F32, symmetric=True, staging=True)
@@ -622,7 +625,7 @@ def _build_mm_all_reduce(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> N
     bm, bn, bk = min(f.tile_m, M), min(f.tile_n, N), min(f.tile_k, K)
     TM, TN = ceil_div(M, bm), ceil_div(N, bn)
     T, Mp = TM * TN, TM * bm  # tiles; rows of a recv slot (padded to whole tiles)
-    inter = f.overlap == "inter"
+    inter = f.overlap is OverlapStyle.INTER
     send = kb.alloc("send", [M, N], F32) if inter else None
     if elide:
         accum = kb.alloc("accum", [M, N], F32, symmetric=True, zero=True)
@@ -727,7 +730,7 @@ def _build_all_gather_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> N
     M, dt = W * Ms, X.type.element_type
     bm, bk = min(f.tile_m, Ms), min(f.tile_k, K)
     nrb = ceil_div(Ms, bm)
-    inter = f.overlap == "inter"
+    inter = f.overlap is OverlapStyle.INTER
     if f.gathered:
         G = args[-1]
     else:
@@ -847,7 +850,7 @@ def _build_moe(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> None:
     bm, bn, bk = min(f.tile_m, C), min(f.tile_n, N), min(f.tile_k, K)
     nrb, TN = ceil_div(C, bm), ceil_div(N, bn)
     blocks = W * E * nrb
-    inter, exact_k = f.overlap == "inter", E > 1
+    inter, exact_k = f.overlap is OverlapStyle.INTER, E > 1
     if elide:
         D, dstage, combine_to = kb.alloc("recv", [E * W * C, K], dt, symmetric=True), None, O
     else:

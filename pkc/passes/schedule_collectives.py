@@ -34,17 +34,24 @@ from xdsl.rewriter import Rewriter
 
 from pkc.dialects import kernel as k
 from pkc.dialects import schedule as s
+from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.comm_schedule import CommBuilder, sym_vecs
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
+from pkc.target.collectives import Algorithm, Collective
 from pkc.target.comm_tuning import (ESIZE, THREADS, VEC_BYTES, CommConfig, CommKind, choose,
                                     choose_pull_gather)
 from pkc.target.targets import get_target
 
 SCHEDULED = (CommKind.LL, CommKind.LLAG, CommKind.LLRS, CommKind.AR1, CommKind.RS, CommKind.AG,
              CommKind.AR2, CommKind.AGP, CommKind.A2A)
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+# a ring gather / scatter runs as the direct kernel (what the ring's steps would move in
+# W - 1 hops goes in one; measured on H200s as the hand kernels, which were direct)
+ALGORITHMS = {Collective.ALL_REDUCE: (Algorithm.ONE_SHOT, Algorithm.TWO_SHOT),
+              Collective.ALL_GATHER: (Algorithm.DIRECT, Algorithm.RING),
+              Collective.REDUCE_SCATTER: (Algorithm.DIRECT, Algorithm.RING),
+              Collective.ALL_TO_ALL: (Algorithm.DIRECT,)}
 
 
 def _dtype(t) -> str | None:
@@ -56,13 +63,11 @@ def why_not(kop: k.KernelOp) -> str | None:
     """Why a lowered collective kernel cannot be scheduled (None: it can)."""
     plan = plan_of(kop)
     coll = plan.get("collective")
-    if coll not in COLLECTIVES:
+    if coll not in ALGORITHMS:
         return f"no scheduled kernel for {coll}"
-    # a ring gather / scatter runs as the direct kernel (what the ring's steps would move
-    # in W - 1 hops goes in one; measured on H200s as the hand kernels, which were direct)
+    coll = Collective(coll)
     algo = plan.get("algorithm")
-    if algo not in ("one_shot", "two_shot", "direct") and not (
-            algo == "ring" and coll in ("all_gather", "reduce_scatter")):
+    if algo not in ALGORITHMS[coll]:
         return f"{coll} {algo}: only one-shot, two-shot, direct and ring are scheduled"
     # the reduction is in the lowered body (rank-order sums of the slots): only sums are
     # scheduled (a max / min all-reduce keeps its lowered kernel)
@@ -76,14 +81,14 @@ def why_not(kop: k.KernelOp) -> str | None:
     if dt is None or _dtype(y) != dt:
         return f"element type {x.element_type}: bf16, f16 or f32"
     shape = x.get_shape()
-    if coll != "all_reduce" and (len(shape) != 3 or shape[0] != 1):
+    if coll is not Collective.ALL_REDUCE and (len(shape) != 3 or shape[0] != 1):
         return f"{coll} along a non-leading dim (view {list(shape)}): chunks are not contiguous"
     elems = 1
     for d in shape:
         elems *= d
     ve = VEC_BYTES // ESIZE[dt]
     W = kop.world_size
-    chunk = elems // W if coll in ("reduce_scatter", "all_to_all") else elems
+    chunk = elems // W if coll in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL) else elems
     if elems % ve or chunk % ve:
         return f"{coll} of {elems} elements: chunks are not whole 16-byte vectors"
     cfg = _config(kop)
@@ -96,13 +101,13 @@ def _config(kop: k.KernelOp) -> CommConfig:
     """The tuning table's choice; an all-gather whose input already lies in symmetric memory
     (the kernel's input buffer is symmetric: a producer left it there) is pulled."""
     plan = plan_of(kop)
-    coll, W = plan["collective"], kop.world_size
+    coll, W = Collective.parse(plan["collective"], "pk.plan.collective"), kop.world_size
     x = kop.inputs[0].type
     dt = _dtype(x)
     elems = 1
     for d in x.get_shape():
         elems *= d
-    if coll == "all_gather" and kop.block.args[0].type.symmetric:
+    if coll is Collective.ALL_GATHER and kop.block.args[0].type.symmetric:
         return choose_pull_gather(W, dt, elems)
     return choose(coll, plan["algorithm"], W, dt, elems)
 
@@ -137,7 +142,7 @@ def _schedule(kop: k.KernelOp, sms: int) -> None:
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
     new = build_collective(f"{coll}_{cfg.kind.value}", cfg, list(kop.inputs),
                            kop.inputs[0].type, kop.outputs[0].type, sms, attrs)
-    if plan.get("algorithm") == "ring":
+    if plan.get("algorithm") == Algorithm.RING:
         add_remark(new, f"lower-collectives planned a ring {coll}; scheduled as the direct "
                         "kernel (every chunk in one hop, no ring kernel at the schedule level)")
     new.location = kop.location
@@ -182,7 +187,7 @@ def build_collective(name: str, cfg: CommConfig, inputs: list[SSAValue], x, y, s
     CommBuilder(sched.block, cfg, nv, cv, src, out, sym, pads.result, ctl.result).build()
     block.add_op(k.YieldOp())
     new = k.KernelOp(name, W, inputs, [y], Region(block), attributes=dict(attributes or {}))
-    set_plan(new, schedule="collective", comm_kind=cfg.kind.value, unroll=cfg.unroll,
+    set_plan(new, schedule=ScheduleKind.COLLECTIVE, comm_kind=cfg.kind.value, unroll=cfg.unroll,
              vecs=nv, chunk_vecs=cv, cta_vecs=cfg.cta_vecs, slice_align=cfg.slice_align,
              shrink_threads=cfg.kind.is_ll, ctas_per_sm=cfg.ctas_per_sm,
              min_ctas_per_sm=cfg.min_ctas_per_sm, max_ctas=gmax, fresh_output=out_space == LOCAL,

@@ -41,6 +41,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from pkc.dialects import kernel as k
+from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes import fused_ar_pair
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
@@ -51,6 +52,7 @@ from pkc.passes.gather_many import is_gather_many, split_gather_many
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
+from pkc.target.cost import OverlapStyle
 from pkc.target.fused_tuning import FusedKind, rs_into_output
 from pkc.target.gemm_tuning import check_variant
 from pkc.target.targets import get_target
@@ -174,15 +176,17 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
     new = k.KernelOp("matmul_reduce_scatter", W, [a, b_val], [y], Region(block), attributes=attrs)
     plan = plan_of(kop)
-    planned = plan.get("overlap", "intra")
+    planned = OverlapStyle.parse(plan.get("overlap", OverlapStyle.INTRA),
+                                 f"kernel @{kop.kernel_name.data}: pk.plan.overlap")
     comm_sms = plan.get("comm_sms", 0) or 0
-    set_plan(new, schedule="fused", fused_kind=FusedKind.RS, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
-             consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout, chunk_rows=Mc,
-             tiles_per_chunk=parts.tiles_per_chunk, scheduled_overlap="intra", comm_ctas=0,
-             fresh_output=False, add_order=add_order(W, ordered))
+    set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=FusedKind.RS, bm=cfg.bm, bn=cfg.bn,
+             stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
+             chunk_rows=Mc, tiles_per_chunk=parts.tiles_per_chunk,
+             scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, fresh_output=False,
+             add_order=add_order(W, ordered))
     why_intra = ("tiles move by TMA from the consumers' epilogue while the SM computes the "
                  "next tile (intra-SM, no communicate CTAs)")
-    if planned == "inter" and comm_sms:
+    if planned is OverlapStyle.INTER and comm_sms:
         why_intra += (f"; sm-partition's inter-SM plan ({comm_sms} communicate SMs) is not "
                       "followed: the TMA engine, not SMs, moves the tiles, as in the hand kernel")
     add_remark(new, f"scheduled GEMM + reduce-scatter W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, "

@@ -38,11 +38,13 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
+from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.moe_schedule import MoeParts, pieces
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
+from pkc.target.cost import OverlapStyle
 from pkc.target.gemm_tuning import VARIANTS, check_variant, choose_config
 from pkc.target.targets import get_target
 
@@ -174,13 +176,15 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
     kop.results[0].replace_all_uses_with(out.result)
     plan = plan_of(kop)
     comm_sms = plan.get("comm_sms", 0) or 0
-    set_plan(new, schedule="moe", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
+    set_plan(new, schedule=ScheduleKind.MOE, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, b_layout="nk", experts=E, capacity=C,
-             pieces=pieces(C), scheduled_overlap="intra", comm_ctas=0)
+             pieces=pieces(C), scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0)
     why = ("dispatch copies run on every CTA before its roles, the combine from the "
            "consumers' epilogue by TMA (intra-SM, no communicate CTAs)" if W > 1 else
            "one rank: counts read by the tile loop, tokens straight from X, no signals")
-    if plan.get("overlap") == "inter" and comm_sms:
+    planned = OverlapStyle.parse(plan.get("overlap", OverlapStyle.INTRA),
+                                 f"kernel @{kop.kernel_name.data}: pk.plan.overlap")
+    if planned is OverlapStyle.INTER and comm_sms:
         why += f"; sm-partition's {comm_sms} communicate SMs are not used"
     add_remark(new, f"scheduled MoE W={W} E={E} C={C} {N}x{K} {dt}: {cfg.tag()}; counts per "
                     f"(rank, expert) read at run time (from the graph: every row, {C}); "

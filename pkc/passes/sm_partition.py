@@ -43,6 +43,7 @@ from pkc.ir import diagnostic_at
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target import cost
+from pkc.target.cost import OverlapStyle
 from pkc.target.targets import Target, get_target
 
 
@@ -68,14 +69,16 @@ def _partition(kernel: k.KernelOp, t: Target) -> None:
     comm = [w for w in workers if w.role.data == "communicate"]
     compute = [w for w in workers if w.role.data == "compute"]
     plan = plan_of(kernel)
-    if comm and compute and plan.get("overlap") == "intra":
+    where = f"kernel @{kernel.kernel_name.data}: pk.plan.overlap"
+    intra = "overlap" in plan and OverlapStyle.parse(plan["overlap"], where) is OverlapStyle.INTRA
+    if comm and compute and intra:
         _assign(workers, [t.num_sms] * len(workers))
         add_remark(kernel, f"sm-partition: intra-SM overlap, communicate and compute workers "
                            f"share all {t.num_sms} SMs ({t.name})")
         set_plan(kernel, sms_communicate=t.num_sms, sms_compute=t.num_sms)
         return
     per_comm, why = _communicate_sms(kernel, t, plan) if comm else (0, "")
-    if not comm and plan.get("overlap") == "intra":
+    if not comm and intra:
         why = "intra-SM overlap: the compute workers also put their tiles"
     shares = _compute_shares(kernel, t, len(compute), per_comm * len(comm), len(comm), per_comm)
     _assign(comm, [per_comm] * len(comm))

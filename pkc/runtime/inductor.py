@@ -40,11 +40,9 @@ from pkc.dialects import graph as g
 from pkc.dialects.common import int_list
 from pkc.dialects.kernel import KernelOp
 from pkc.runtime.kernel_call import RunKind, register
+from pkc.target.collectives import Collective
 
 __all__ = ["TorchProgram", "torch_program", "compile_with_inductor", "is_identity_kernel"]
-
-_COLLECTIVE_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-
 
 def is_identity_kernel(op: KernelOp) -> bool:
     """A 1-rank lowered collective: its output is its input (every collective of one rank
@@ -53,7 +51,7 @@ def is_identity_kernel(op: KernelOp) -> bool:
         return False
     plan = op.attributes.get("pk.plan")
     coll = getattr(plan, "data", {}).get("collective") if plan is not None else None
-    if coll is None or getattr(coll, "data", None) not in _COLLECTIVE_NAMES:
+    if coll is None or getattr(coll, "data", None) not in tuple(Collective):
         return False
     a, r = op.inputs[0].type, op.outputs[0].type
     return a.element_type == r.element_type and _numel(a.get_shape()) == _numel(r.get_shape())
@@ -121,14 +119,27 @@ def _kernel(key: int, *xs: torch.Tensor) -> list[torch.Tensor]:
     return torch.ops.pkc.kernel(list(xs), key)
 
 
-def _funcol(kind: str, dim: int, group: str, x: torch.Tensor) -> torch.Tensor:
+def _funcol_all_reduce(dim: int, group: str, x: torch.Tensor) -> torch.Tensor:
     import torch.distributed._functional_collectives as funcol
 
-    if kind == "all_reduce":
-        return funcol.all_reduce(x, "sum", group)
-    if kind == "all_gather":
-        return funcol.all_gather_tensor(x, dim, group)
+    return funcol.all_reduce(x, "sum", group)
+
+
+def _funcol_all_gather(dim: int, group: str, x: torch.Tensor) -> torch.Tensor:
+    import torch.distributed._functional_collectives as funcol
+
+    return funcol.all_gather_tensor(x, dim, group)
+
+
+def _funcol_reduce_scatter(dim: int, group: str, x: torch.Tensor) -> torch.Tensor:
+    import torch.distributed._functional_collectives as funcol
+
     return funcol.reduce_scatter_tensor(x, "sum", dim, group)
+
+
+# the collectives NCCL runs for pkc (torch's functional collectives; no all_to_all)
+_FUNCOLS = {Collective.ALL_REDUCE: _funcol_all_reduce, Collective.ALL_GATHER: _funcol_all_gather,
+            Collective.REDUCE_SCATTER: _funcol_reduce_scatter}
 
 
 def _opaque(target: Any, spec: str, *xs: torch.Tensor) -> Any:
@@ -271,7 +282,7 @@ def torch_program(module: ModuleOp, *, world: int, kind: RunKind, arg_map: Seque
 
 
 def _collective(op, x, shape, graph, counts, world, kind, target, distributed):
-    name = op.name.removeprefix("pk.")
+    coll = Collective.parse(op.name.removeprefix("pk."), f"'{op.name}'")
     if op.world_size == 1:
         counts["identity"] += 1
         return graph.call_function(_identity, (shape, x))
@@ -279,12 +290,12 @@ def _collective(op, x, shape, graph, counts, world, kind, target, distributed):
         counts["kernel"] += 1
         res = graph.call_function(_kernel, (register(op, world, kind, target), x))
         return graph.call_function(operator.getitem, (res, 0))
-    if distributed and name != "all_to_all":
+    if distributed and coll in _FUNCOLS:
         import torch.distributed as dist
 
         counts["nccl"] += 1
         dim = op.dim.value.data if hasattr(op, "dim") else 0
-        return graph.call_function(_funcol, (name, dim, _group_name(op, dist), x))
+        return graph.call_function(_FUNCOLS[coll], (dim, _group_name(op, dist), x))
     raise NotImplementedError(
         f"'{op.name}' of {op.world_size} ranks outside a pk.kernel cannot run here; run a pipeline "
         f"with lower-collectives (e.g. pipeline='default')")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from pkc.codegen.abi import ERROR_WORDS
+from pkc.codegen.abi import ERROR_WORDS, BufferOrigin
 from pkc.codegen.emit import CompiledKernel
 from pkc.runtime import driver  # noqa: F401  (sets the no-multicast environment first)
 from pkc.runtime import launch as L
@@ -70,7 +70,7 @@ class DistributedRunner:
         for i, b in enumerate(meta.buffers):
             dt = dtype_of(b.dtype)
             key = (ck.ptx, "buf", i)
-            if b.origin == "input":
+            if b.origin is BufferOrigin.INPUT:
                 t = inputs[b.index].to(self.device, dt).contiguous()
                 bufs.append(t.data_ptr())
                 continue
@@ -81,7 +81,7 @@ class DistributedRunner:
                 t = self._scratch(key, b.shape, dt)
                 bufs.append(t.data_ptr())
             t.zero_() if b.zero else poison_(t)
-            if b.origin == "output":
+            if b.origin is BufferOrigin.OUTPUT:
                 outputs[b.index] = t
         sigs = []
         for i, s in enumerate(meta.signals):

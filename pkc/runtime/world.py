@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from pkc.codegen.abi import ERROR_WORDS
+from pkc.codegen.abi import ERROR_WORDS, BufferOrigin
 from pkc.codegen.emit import CompiledKernel
 from pkc.interp.values import torch_dtype
 from pkc.runtime import launch as L
@@ -103,13 +103,13 @@ class VirtualWorld:
         with torch.cuda.device(dev):
             for b in meta.buffers:
                 dt = dtype_of(b.dtype)
-                if b.origin == "input":
+                if b.origin is BufferOrigin.INPUT:
                     ts = [inputs[r][b.index].to(dev, dt).contiguous() for r in range(W)]
                 else:
                     ts = [torch.empty(b.shape, dtype=dt, device=dev) for _ in range(W)]
                     for t in ts:
                         t.zero_() if b.zero else poison_(t)
-                    if b.origin == "output":
+                    if b.origin is BufferOrigin.OUTPUT:
                         outputs[b.index] = ts
                 keep += ts
                 if b.symmetric:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from pkc.target.collectives import Algorithm, Collective
+
 ESIZE = {"bf16": 2, "f16": 2, "f32": 4}
 VEC_BYTES = 16
 THREADS = 512              # threads per CTA of every collective kernel (one CTA fits any SM)
@@ -135,32 +137,36 @@ class CommConfig:
         return f"{self.kind.value} W={self.world} {self.dtype}{extra}"
 
 
-def choose(collective: str, algorithm: str, world: int, dtype: str, elems: int) -> CommConfig:
+def choose(collective: Collective | str, algorithm: Algorithm | str, world: int, dtype: str,
+           elems: int) -> CommConfig:
     """The scheduled collective of a lowered ``collective`` (``algorithm`` as lower-collectives
     chose it) on ``elems`` elements of the input: LL for small messages, else the one-shot
     / two-shot / direct kernel; the two-shot's gather and CTA groups by size."""
+    collective = Collective.parse(collective, "the scheduled collective")
+    algorithm = Algorithm.parse(algorithm, f"the scheduled {collective}'s algorithm")
     cfg = _choose(collective, algorithm, world, dtype, elems)
     nbytes = elems * ESIZE[dtype]
-    if collective == "all_reduce" and algorithm == "one_shot":
+    if collective is Collective.ALL_REDUCE and algorithm is Algorithm.ONE_SHOT:
         lim = ll_limit(LL_MAX_BYTES, world)
         why = f"{nbytes} B {'<=' if cfg.kind.is_ll else '>'} the LL limit {lim} B at W = {world}"
-    elif collective == "all_to_all":
+    elif collective is Collective.ALL_TO_ALL:
         why = (f"{nbytes} B: direct puts of each chunk into its rank's slot (no LL all-to-all "
                "yet, so small messages pay a signal round trip)")
-    elif collective == "all_reduce":
+    elif collective is Collective.ALL_REDUCE:
         why = (f"{nbytes} B; the pull gather from {AR2_PULL_MIN_BYTES} B at W > 2, "
                f"2 CTA groups from {AR2_GROUPS_MIN_BYTES} B")
     else:
-        full = nbytes * world if collective == "all_gather" else nbytes
+        full = nbytes * world if collective is Collective.ALL_GATHER else nbytes
         lim = ll_limit(LL_GATHER_MAX_BYTES, world)
         why = f"{full} B {'<=' if cfg.kind.is_ll else '>'} the LL limit {lim} B at W = {world}"
     return replace(cfg, reason=why)
 
 
-def _choose(collective: str, algorithm: str, world: int, dtype: str, elems: int) -> CommConfig:
+def _choose(collective: Collective, algorithm: Algorithm, world: int, dtype: str,
+            elems: int) -> CommConfig:
     nbytes = elems * ESIZE[dtype]
-    if collective == "all_reduce":
-        if algorithm == "one_shot":
+    if collective is Collective.ALL_REDUCE:
+        if algorithm is Algorithm.ONE_SHOT:
             kind = CommKind.LL if nbytes <= ll_limit(LL_MAX_BYTES, world) else CommKind.AR1
             return CommConfig(kind, world, dtype)
         pull = world > 2 and nbytes >= AR2_PULL_MIN_BYTES
@@ -169,15 +175,13 @@ def _choose(collective: str, algorithm: str, world: int, dtype: str, elems: int)
         return CommConfig(CommKind.AR2, world, dtype, unroll=3 if pull else 2,
                           gather=Gather.PULL if pull else Gather.PUSH,
                           groups=2 if nbytes >= AR2_GROUPS_MIN_BYTES else 1)
-    full = nbytes * world if collective == "all_gather" else nbytes
+    full = nbytes * world if collective is Collective.ALL_GATHER else nbytes
     small = full <= ll_limit(LL_GATHER_MAX_BYTES, world)
-    if collective == "all_gather":
+    if collective is Collective.ALL_GATHER:
         return CommConfig(CommKind.LLAG if small else CommKind.AG, world, dtype)
-    if collective == "reduce_scatter":
+    if collective is Collective.REDUCE_SCATTER:
         return CommConfig(CommKind.LLRS if small else CommKind.RS, world, dtype)
-    if collective == "all_to_all":
-        return CommConfig(CommKind.A2A, world, dtype)
-    raise ValueError(f"no scheduled collective for {collective}")
+    return CommConfig(CommKind.A2A, world, dtype)
 
 
 def choose_pull_gather(world: int, dtype: str, elems: int) -> CommConfig:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
+from pkc.kinds import Kind
+from pkc.target.collectives import Algorithm, Collective
 from pkc.target.targets import Target, get_target
 
 # Output tile shapes a Hopper/Blackwell persistent GEMM uses (cuBLAS / CUTLASS / PK).
@@ -47,6 +49,14 @@ PATTERNS = MappingProxyType({
     "all_gather_mm": "all_gather+mm",
     "all_to_all_mm_all_to_all": "all_to_all+grouped_mm+all_to_all",
 })
+
+
+class OverlapStyle(Kind):
+    """How a fused kernel overlaps communication with its GEMM (``pk.plan.overlap``)."""
+
+    INTRA = "intra"    # every SM computes; a producer warp in each SM communicates
+    INTER = "inter"    # comm_sms SMs only communicate; the GEMM runs on the rest
+    NONE = "none"      # nothing communicates beside the GEMM (a scheduled kernel's record)
 
 
 # --------------------------------------------------------------------------------------
@@ -172,9 +182,9 @@ def launch_time(target, n: int = 1) -> float:
 @dataclass(frozen=True)
 class Choice:
     """A picked algorithm, its predicted time, and the time of every alternative."""
-    kind: str
+    kind: Algorithm
     time: float
-    alternatives: Mapping[str, float]
+    alternatives: Mapping[Algorithm, float]
 
 
 def _xfer(t: Target, link_bytes: float, hbm_bytes: float, mechanism: str) -> float:
@@ -188,7 +198,8 @@ def _xfer(t: Target, link_bytes: float, hbm_bytes: float, mechanism: str) -> flo
     return max(link, hbm) + 0.5 * min(link, hbm)
 
 
-def all_reduce_time(target, nbytes: float, W: int, algo: str = "two_shot") -> float:
+def all_reduce_time(target, nbytes: float, W: int,
+                    algo: Algorithm | str = Algorithm.TWO_SHOT) -> float:
     """All-reduce of an nbytes tensor on each of W ranks, over symmetric memory.
 
     one_shot: every rank pushes its whole buffer to all W-1 peers (ld/st) and sums the W
@@ -199,51 +210,64 @@ def all_reduce_time(target, nbytes: float, W: int, algo: str = "two_shot") -> fl
     """
     t = _target(target)
     _check_world(t, W)
+    algo = _algorithm(algo, Collective.ALL_REDUCE, _ALL_REDUCE_ALGOS)
     if W == 1:
         return 0.0
     n = float(nbytes)
-    if algo == "one_shot":
+    if algo is Algorithm.ONE_SHOT:
         # local traffic: read the input, W slots written (pushed), W slots read, output
         body = signal_time(t, 2) + _xfer(t, (W - 1) * n, (2 * W + 2) * n, "ldst")
-    elif algo == "two_shot":
+    elif algo is Algorithm.TWO_SHOT:
         # per phase: n read and n written locally (slots in, results out)
         body = signal_time(t, 3) + 2 * _xfer(t, (W - 1) / W * n, 2 * n, "ldst")
-    elif algo == "ring":
+    else:
         step = t.one_way_latency + _xfer(t, n / W, 3 * n / W, "ldst")
         body = signal_time(t) + 2 * (W - 1) * step
-    else:
-        raise ValueError(f"unknown all_reduce algo {algo!r}; known: one_shot, two_shot, ring")
     return launch_time(t) + body
 
 
-def _gather_like(t: Target, nbytes: float, W: int, algo: str, mechanism: str, op: str) -> float:
+_ALL_REDUCE_ALGOS = (Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.RING)
+_GATHER_ALGOS = (Algorithm.DIRECT, Algorithm.RING)
+
+
+def _algorithm(algo: Algorithm | str, op: Collective, known: Sequence[Algorithm]) -> Algorithm:
+    """``algo`` as one of the algorithms the model rates for ``op``; a ValueError naming it
+    and the known ones otherwise."""
+    if algo not in known:
+        raise ValueError(f"unknown {op} algo {algo!r}; known: {', '.join(known)}")
+    return Algorithm(algo)
+
+
+def _gather_like(t: Target, nbytes: float, W: int, algo: Algorithm | str, mechanism: str,
+                 op: Collective) -> float:
     """All-gather / reduce-scatter with nbytes = the full (W-shard) tensor on each rank.
 
     direct: barrier, each rank moves (W-1)/W*nbytes to/from all peers at once, barrier.
     ring: W-1 neighbour steps of nbytes/W, each waiting one one-way flag latency.
     """
     _check_world(t, W)
+    algo = _algorithm(algo, op, _GATHER_ALGOS)
     if W == 1:
         return 0.0
     n = float(nbytes)
-    if algo == "direct":
+    if algo is Algorithm.DIRECT:
         body = signal_time(t, 2) + _xfer(t, (W - 1) / W * n, n, mechanism)
-    elif algo == "ring":
-        body = signal_time(t) + (W - 1) * (t.one_way_latency + _xfer(t, n / W, 2 * n / W, mechanism))
     else:
-        raise ValueError(f"unknown {op} algo {algo!r}; known: direct, ring")
+        body = signal_time(t) + (W - 1) * (t.one_way_latency + _xfer(t, n / W, 2 * n / W, mechanism))
     return launch_time(t) + body
 
 
-def all_gather_time(target, nbytes: float, W: int, algo: str = "direct") -> float:
+def all_gather_time(target, nbytes: float, W: int,
+                    algo: Algorithm | str = Algorithm.DIRECT) -> float:
     """All-gather producing an nbytes tensor (W shards of nbytes/W); TMA copies."""
-    return _gather_like(_target(target), nbytes, W, algo, "tma", "all_gather")
+    return _gather_like(_target(target), nbytes, W, algo, "tma", Collective.ALL_GATHER)
 
 
-def reduce_scatter_time(target, nbytes: float, W: int, algo: str = "direct") -> float:
+def reduce_scatter_time(target, nbytes: float, W: int,
+                        algo: Algorithm | str = Algorithm.DIRECT) -> float:
     """Reduce-scatter of an nbytes tensor on each rank into nbytes/W; TMA reduce-add puts
     (cp.reduce.async.bulk) so the link, not the adds, bounds it."""
-    return _gather_like(_target(target), nbytes, W, algo, "tma", "reduce_scatter")
+    return _gather_like(_target(target), nbytes, W, algo, "tma", Collective.REDUCE_SCATTER)
 
 
 def all_to_all_time(target, nbytes: float, W: int) -> float:
@@ -265,22 +289,22 @@ def _choose(times: dict) -> Choice:
 
 def choose_all_reduce(target, nbytes: float, W: int) -> Choice:
     """Fastest of one_shot / two_shot / ring for this message size."""
-    return _choose({a: all_reduce_time(target, nbytes, W, a) for a in ("one_shot", "two_shot", "ring")})
+    return _choose({a: all_reduce_time(target, nbytes, W, a) for a in _ALL_REDUCE_ALGOS})
 
 
 def choose_all_gather(target, nbytes: float, W: int) -> Choice:
     """Fastest of direct / ring."""
-    return _choose({a: all_gather_time(target, nbytes, W, a) for a in ("direct", "ring")})
+    return _choose({a: all_gather_time(target, nbytes, W, a) for a in _GATHER_ALGOS})
 
 
 def choose_reduce_scatter(target, nbytes: float, W: int) -> Choice:
     """Fastest of direct / ring."""
-    return _choose({a: reduce_scatter_time(target, nbytes, W, a) for a in ("direct", "ring")})
+    return _choose({a: reduce_scatter_time(target, nbytes, W, a) for a in _GATHER_ALGOS})
 
 
 def choose_all_to_all(target, nbytes: float, W: int) -> Choice:
     """Only the direct algorithm is modelled (NVSwitch gives every pair a path)."""
-    return _choose({"direct": all_to_all_time(target, nbytes, W)})
+    return _choose({Algorithm.DIRECT: all_to_all_time(target, nbytes, W)})
 
 
 # --------------------------------------------------------------------------------------
@@ -396,18 +420,18 @@ def _simulate(tasks: Sequence[_Task]) -> list:
     return out
 
 
-def _resources(t: Target, overlap: str, comm_sms: int, mechanism: str):
+def _resources(t: Target, overlap: OverlapStyle, comm_sms: int, mechanism: str):
     """(compute SMs, link SMs, MMA slowdown) of an overlap style.
 
     inter: comm_sms SMs only communicate; the GEMM runs on the rest at full speed.
     intra: every SM computes and a producer warp in every SM communicates, so the link is
       driven by all SMs and the MMA runs slower by the target's intra-SM factor.
     """
-    if overlap == "inter":
+    if overlap is OverlapStyle.INTER:
         if not 1 <= comm_sms < t.num_sms:
             raise ValueError(f"inter-SM overlap needs 1 <= comm_sms < {t.num_sms}, got {comm_sms}")
         return t.num_sms - comm_sms, comm_sms, 1.0
-    if overlap == "intra":
+    if overlap is OverlapStyle.INTRA:
         slow = t.intra_sm_slowdown_ldst if mechanism == "ldst" else t.intra_sm_slowdown_tma
         return t.num_sms, t.num_sms, slow
     raise ValueError(f"unknown overlap {overlap!r}; known: 'intra', 'inter'")
@@ -418,11 +442,11 @@ def _steps(units: int, per: int = 1) -> int:
     return max(1, min(units, MAX_STEPS // per))
 
 
-def _build(t: Target, pattern: str, sh: Shapes, W: int, dt: int, overlap: str,
+def _build(t: Target, pattern: str, sh: Shapes, W: int, dt: int, overlap: OverlapStyle,
            comm_sms: int, mechanism: str) -> list:
     """Tasks of the fused kernel's pipeline (see predict_fused)."""
     # intra-SM all-reduce: the compute SMs sum peers' partial tiles in registers (ld/st)
-    mech = "ldst" if (pattern == "mm_all_reduce" and overlap == "intra") else mechanism
+    mech = "ldst" if (pattern == "mm_all_reduce" and overlap is OverlapStyle.INTRA) else mechanism
     csms, lsms, slow = _resources(t, overlap, comm_sms, mech)
     compute = _gemms(t, sh, dt, csms) * slow
     til = gemm_tiling(t, sh.M, sh.n_total, sh.K, csms, sh.groups)
@@ -448,7 +472,7 @@ def _build(t: Target, pattern: str, sh: Shapes, W: int, dt: int, overlap: str,
             _bcast(add, S - 1, m, sig, last_sig[S - 1], one_way)
     elif pattern == "all_gather_mm":
         per = _steps(math.ceil(sh.M / W / til.tm), W)       # steps per rank chunk
-        reuse = 1 if overlap == "inter" else math.ceil(sh.n_total / til.tn)
+        reuse = 1 if overlap is OverlapStyle.INTER else math.ceil(sh.n_total / til.tn)
         c = compute / (W * per)
         m = sh.M / W * sh.K * dt * reuse / per / rate
         ready = {}
@@ -489,7 +513,8 @@ def _bcast(add, i, m, sig, after, one_way):
     add(f"signal broadcast {i}", "comm", "signal", sig, [put], step=i)
 
 
-def predict_fused(target, pattern: str, shapes, W: int, dtype=2, overlap: str = "inter",
+def predict_fused(target, pattern: str, shapes, W: int, dtype=2,
+                  overlap: OverlapStyle | str = OverlapStyle.INTER,
                   comm_sms: int | None = None, mechanism: str = "tma") -> float:
     """Predicted time of one fused kernel: launch + entry barrier + pipeline + exit barrier.
 
@@ -505,6 +530,7 @@ def predict_fused(target, pattern: str, shapes, W: int, dtype=2, overlap: str = 
     """
     t, sh, dt = _target(target), as_shapes(pattern, shapes), dtype_bytes(dtype)
     _check_world(t, W)
+    overlap = OverlapStyle.parse(overlap, "predict_fused's overlap")
     if W == 1:
         return launch_time(t) + _gemms(t, sh, dt)
     if _rs_then_all_gather(t, pattern, W):
@@ -555,7 +581,7 @@ class FusionPlan:
     """The decision for one pattern instance, with what it was decided from."""
     pattern: str
     fuse: bool
-    overlap: str               # overlap style of the best fused variant ("intra" / "inter")
+    overlap: OverlapStyle           # overlap style of the best fused variant (INTRA / INTER)
     comm_sms: int              # dedicated communication SMs (0 for intra-SM)
     fused_time: float
     unfused_time: float
@@ -564,7 +590,11 @@ class FusionPlan:
     W: int
     dtype_bytes: int
     mechanism: str = "tma"
-    alternatives: Mapping[str, float] = field(default_factory=dict)
+    alternatives: Mapping[str, float] = field(default_factory=dict)   # "intra", "inter:<SMs>"
+
+    def __post_init__(self):
+        style = OverlapStyle.parse(self.overlap, "the fusion plan's overlap")
+        object.__setattr__(self, "overlap", style)
 
     def remark(self) -> str:
         """One line for `pkc-opt` / IR attributes explaining the decision."""
@@ -572,7 +602,7 @@ class FusionPlan:
         f, u = _ms(self.fused_time), _ms(self.unfused_time)
         if self.W == 1:
             return f"left unfused: {name} on 1 rank has no communication to overlap"
-        how = ("intra-SM, communication warp in every SM" if self.overlap == "intra"
+        how = ("intra-SM, communication warp in every SM" if self.overlap is OverlapStyle.INTRA
                else f"inter-SM, {self.comm_sms} comm SMs")
         if self.fuse:
             return f"fused {name}: predicted {f} ms vs {u} ms unfused; {how}{self._runner_up()}"
@@ -591,11 +621,11 @@ class FusionPlan:
         alts = self.alternatives
         inter = {k: v for k, v in alts.items() if k.startswith("inter:")}
         parts = []
-        if self.overlap == "inter" and "intra" in alts:
-            parts.append(f"intra-SM {_ms(alts['intra'])} ms")
+        if self.overlap is OverlapStyle.INTER and OverlapStyle.INTRA in alts:
+            parts.append(f"intra-SM {_ms(alts[OverlapStyle.INTRA])} ms")
         if inter:
             best = min(inter, key=inter.get)
-            if self.overlap == "intra":
+            if self.overlap is OverlapStyle.INTRA:
                 parts.append(f"inter-SM best {_ms(inter[best])} ms with {best.split(':')[1]} comm SMs")
             else:
                 more = [k for k in inter if int(k.split(":")[1]) > self.comm_sms]
@@ -616,15 +646,17 @@ def plan_fusion(target, pattern: str, shapes, W: int, dtype=2, mechanism: str = 
     t, sh, dt = _target(target), as_shapes(pattern, shapes), dtype_bytes(dtype)
     _check_world(t, W)
     unfused = predict_unfused(t, pattern, sh, W, dt)
-    variants = {("intra", 0): predict_fused(t, pattern, sh, W, dt, "intra", 0, mechanism)}
+    intra, inter = OverlapStyle.INTRA, OverlapStyle.INTER
+    variants = {(intra, 0): predict_fused(t, pattern, sh, W, dt, intra, 0, mechanism)}
     for k in fused_comm_sms_candidates(t):
-        variants[("inter", k)] = predict_fused(t, pattern, sh, W, dt, "inter", k, mechanism)
+        variants[(inter, k)] = predict_fused(t, pattern, sh, W, dt, inter, k, mechanism)
     (overlap, k), fused = min(variants.items(), key=lambda kv: (kv[1], kv[0][1]))
     # compare the work without any launch (one fused, several unfused): launch costs
     # depend on how the program runs (eager, CUDA graph), the decision must not
     fuse = W > 1 and fused - launch_time(t, 1) < \
         (unfused - launch_time(t, unfused_kernels(pattern, sh))) * (1 - FUSE_MIN_GAIN)
-    alts = MappingProxyType({f"{o}:{n}" if o == "inter" else o: v for (o, n), v in variants.items()})
+    alts = MappingProxyType({f"{o}:{n}" if o is OverlapStyle.INTER else str(o): v
+                             for (o, n), v in variants.items()})
     return FusionPlan(pattern, fuse, overlap, k, fused, unfused, t, sh, W, dt, mechanism, alts)
 
 
@@ -649,8 +681,8 @@ def schedule_timeline(plan: FusionPlan, min_wait: float = 0.0) -> list:
     pipeline steps of both workers, idle intervals spent waiting on flags or on the other
     worker (op "wait", only those longer than `min_wait`), exit barrier."""
     t = plan.target
-    k = plan.comm_sms if plan.overlap == "inter" else 0
-    if plan.overlap == "inter":
+    k = plan.comm_sms if plan.overlap is OverlapStyle.INTER else 0
+    if plan.overlap is OverlapStyle.INTER:
         names = {"compute": f"compute SMs ({t.num_sms - k})", "comm": f"comm SMs ({k})"}
     else:
         names = {"compute": f"consumer warpgroups ({t.num_sms} SMs)",

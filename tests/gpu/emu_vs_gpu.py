@@ -1,158 +1,191 @@
 """The emulator against the H200: the same kernels on the same inputs, outputs compared
 bitwise.
 
-    python tests/gpu/emu_vs_gpu.py prepare DIR [SEED]   # here (CPU): compile, inputs, emulate
-    python tests/gpu/emu_vs_gpu.py run DIR OUT    # on the GPU machine: compile, launch,
-                                                  # compare with DIR's emulator outputs
+    python tests/gpu/emu_vs_gpu.py prepare DIR [--seed S] [--only PREFIX]  # CPU: compile,
+                                                  # inputs, emulate
+    python tests/gpu/emu_vs_gpu.py run DIR OUT [--only PREFIX]   # on the GPU machine:
+                                                  # compile, launch, compare with DIR's
+                                                  # (merged into OUT's JSON)
+    python tests/gpu/emu_vs_gpu.py table OUT      # the table of OUT/emu_vs_gpu.json
+    python tests/gpu/emu_vs_gpu.py list           # the cases
+
+The cases (tests/gpu/emu_cases.py): the IR-built GEMM tile variants, the portable path's
+kernels, the scheduled collectives (LL / one-shot / two-shot all-reduce, LL / direct
+all-gather and reduce-scatter, pull all-gather, all-to-all) in the virtual world, the
+fused GEMM + reduce-scatter / all-reduce (fresh and persistent outputs, W = 1, 2, 3),
+all-gather + GEMM, the GEMM + all-reduce pair at W = 3 and the MoE kernel.
 
 ``prepare`` writes, per case, the inputs, the emulator's outputs and the PTX's hash;
 ``run`` compiles the same IR again (the hash must match: the same kernel), launches it
-(an IR-built scheduled kernel through :class:`pkc.runtime.scheduled.ScheduledKernel`, a
-general-path kernel in the virtual world of W ranks) and writes ``OUT/emu_vs_gpu.json``:
-per case and output, bitwise equal or not, the count of differing elements and the
-largest difference.
+through the runtime's runner of its kind (fresh runners: the first launch, the same epochs
+as the emulator's) and writes ``OUT/emu_vs_gpu.json``: per case its kind, W, shapes,
+bitwise equal or not, differing elements, largest difference, and, where the hardware's
+order of the sums is open, the tolerance, its reason and whether it held; per output and
+rank the same. Outputs are compared where they are the result (MoE: the rows below the
+counts). The table is printed last.
 """
 
 from __future__ import annotations
 
-import hashlib
+import argparse
 import json
 import sys
+import time
+import traceback
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-GEMMS = [("gemm_128x128x64", (128, 128, 64), "", "nk"),
-         ("gemm_200x136x72_tails", (200, 136, 72), "128x128_s6_tma", "nk"),
-         ("gemm_256x256x128_kn", (256, 256, 128), "128x256_s4_kn", "kn"),
-         ("gemm_256x256x128_cl2", (256, 256, 128), "128x128_s6_cl2", "nk"),
-         ("gemm_256x512x192_128x256", (256, 512, 192), "128x256_s4_tma", "nk")]
-GENERAL = ["ar_f32", "mm_rs", "ag_mm", "a2a_mm"]
-WORLD = 2
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import emu_cases as E  # noqa: E402
 
 
-def _gemm_kernel(shape, variant, layout):
-    from gemm_ir import module_text
-
-    from pkc.codegen import compile_kernel
-    from pkc.codegen.emit import kernels_of
-    from pkc.ir import make_context, parse_module
-    from pkc.passes.schedule_matmul import ScheduleMatmul
-
-    m = parse_module(module_text(*shape, layout), "gemm.mlir")
-    ScheduleMatmul(variant=variant).apply(make_context(), m)
-    (kop,) = kernels_of(m)
-    return kop, compile_kernel(kop, "sm_90a")
+def _selected(only: str) -> list[E.Case]:
+    return [c for c in E.cases() if c.name.startswith(only)]
 
 
-def _general_kernel(name):
-    sys.path.insert(0, str(ROOT / "tests" / "unit"))
-    from test_emu_kernels import GRAPHS
-
-    from pkc.codegen import compile_kernel
-    from pkc.codegen.emit import kernels_of
-    from pkc.ir import make_context, parse_module
-    from pkc.passes import parse_pipeline
-
-    ctx = make_context()
-    m = parse_module(GRAPHS[name].format(W=WORLD, M=16 * WORLD, M8=8 * WORLD), name, ctx=ctx)
-    for p in parse_pipeline("default{force=true}"):
-        p.apply(ctx, m)
-    kop = kernels_of(m)[0]
-    return kop, compile_kernel(kop, "sm_90a")
-
-
-def _cases():
-    for name, shape, variant, layout in GEMMS:
-        yield name, lambda s=shape, v=variant, lay=layout: _gemm_kernel(s, v, lay), 1
-    for name in GENERAL:
-        yield f"general_{name}_w{WORLD}", lambda n=name: _general_kernel(n), WORLD
-
-
-def _inputs(kop, world: int, seed: int):
-    from pkc.interp.values import torch_dtype
-
-    gen = torch.Generator().manual_seed(seed)
-    return [[torch.randn(tuple(v.type.get_shape()), generator=gen).to(torch_dtype(v.type.element_type))
-             for v in kop.inputs] for _ in range(world)]
-
-
-def prepare(folder: Path, seed: int = 0) -> None:
-    from pkc.emu import emulate
-
+def prepare(folder: Path, seed: int = 0, only: str = "") -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    index = {}
-    for i, (name, make, world) in enumerate(_cases()):
-        kop, ck = make()
-        x = _inputs(kop, world, 1000 * seed + i)
-        out = emulate(ck, x, kop=kop)
-        torch.save({"inputs": x, "emulated": out}, folder / f"{name}.pt")
-        index[name] = hashlib.sha256(ck.ptx.encode()).hexdigest()
-        print(f"prepared {name}", flush=True)
-    (folder / "index.json").write_text(json.dumps(index, indent=1))
-
-
-def _launch(kop, ck, x, world):
-    from pkc.codegen.abi import ScheduledKernelMeta
-
-    if isinstance(ck.meta, ScheduledKernelMeta):
-        from pkc.runtime.scheduled import ScheduledKernel
-
-        k = ScheduledKernel(ck.ptx, ck.meta)
-        outs = []
-        for r in range(world):
-            bufs = [t.cuda() for t in x[r]]
-            res = [torch.full(tuple(v.type.get_shape()), float("nan"), dtype=bufs[0].dtype,
-                              device="cuda") for v in kop.results]
-            k(bufs + res)
-            torch.cuda.synchronize()
-            outs.append([t.cpu() for t in res])
-        return outs
-    from pkc.runtime.world import VirtualWorld
-
-    outs = VirtualWorld(world).run(ck, x)
-    return [[t.cpu() for t in per] for per in outs]
-
-
-def run(folder: Path, out: Path) -> None:
-    index = json.loads((folder / "index.json").read_text())
-    report = {}
-    for name, make, world in _cases():
+    idx_path = folder / "index.json"
+    index = json.loads(idx_path.read_text()) if idx_path.exists() else {}
+    t_all = time.time()
+    for i, c in enumerate(E.cases()):
+        if not c.name.startswith(only):
+            continue
+        t0 = time.time()
         try:
-            kop, ck = make()
-            if hashlib.sha256(ck.ptx.encode()).hexdigest() != index.get(name):
-                report[name] = {"error": "the kernel compiled here differs from the emulated one"}
-                continue
-            saved = torch.load(folder / f"{name}.pt")
-            gpu = _launch(kop, ck, saved["inputs"], world)
-            out.mkdir(parents=True, exist_ok=True)
-            torch.save(gpu, out / f"gpu_{name}.pt")   # for fitting models offline
-            rows = []
-            for r in range(world):
-                for j, (g, e) in enumerate(zip(gpu[r], saved["emulated"][r])):
-                    gi = g.contiguous().view(torch.int16 if g.element_size() == 2 else torch.int32)
-                    ei = e.contiguous().view(gi.dtype)
-                    diff = gi != ei
-                    both_nan = torch.isnan(g.float()) & torch.isnan(e.float())
-                    diff &= ~both_nan
-                    mx = float((g.double() - e.double()).abs().nan_to_num(0).max())
-                    rows.append({"rank": r, "output": j, "bitwise": not bool(diff.any()),
-                                 "differing": int(diff.sum()), "elements": g.numel(),
-                                 "max_abs": mx, "nan_gpu": int(torch.isnan(g.float()).sum())})
-            report[name] = {"outputs": rows, "bitwise": all(x["bitwise"] for x in rows)}
+            kernels = E.build(c)
+            x = E.make_inputs(c, kernels, 1000 * seed + i)
+            out = E.emulate_case(c, kernels, x)
         except Exception as e:  # noqa: BLE001 - one case's failure must not hide the others
-            report[name] = {"error": f"{type(e).__name__}: {e}"}
-        print(name, json.dumps(report[name])[:300], flush=True)
+            index[c.name] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"FAILED {c.name}: {index[c.name]['error']}", flush=True)
+            traceback.print_exc()
+            continue
+        torch.save({"inputs": x, "emulated": out}, folder / f"{c.name}.pt")
+        ref = E.reference_equal(c, x, out)
+        index[c.name] = {"ptx_sha256": E.ptx_hash(kernels), "emulate_s": round(time.time() - t0, 2),
+                         "emulator_equals_reference": ref}
+        print(f"prepared {c.name} ({time.time() - t0:.1f} s)"
+              + ("" if ref is None else f", emulator = torch reference: {ref}"), flush=True)
+    idx_path.write_text(json.dumps(index, indent=1))
+    print(f"prepare: {time.time() - t_all:.1f} s", flush=True)
+
+
+def compare(c: E.Case, gpu, emu, x) -> dict:
+    """Per rank and output: bitwise (NaN where both are NaN counts as equal), differing
+    elements and the largest difference, over the valid part of the output."""
+    rows = []
+    if len(gpu) != len(emu) or any(len(g) != len(e) for g, e in zip(gpu, emu)):
+        return {"error": f"outputs per rank: GPU {[len(g) for g in gpu]}, emulator "
+                         f"{[len(e) for e in emu]}"}
+    scale = 0.0
+    for r in range(len(gpu)):
+        for j, (g, e) in enumerate(zip(gpu[r], emu[r])):
+            if tuple(g.shape) != tuple(e.shape) or g.dtype != e.dtype:
+                return {"error": f"rank {r} output {j}: GPU {list(g.shape)} {g.dtype}, emulator "
+                                 f"{list(e.shape)} {e.dtype}"}
+            m = E.valid_mask(c, x, r, j, e)
+            if m is not None:
+                g, e = g[m], e[m]
+            ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[g.element_size()]
+            diff = g.contiguous().view(ints) != e.contiguous().view(ints)
+            lone_nan = 0
+            if g.dtype.is_floating_point:
+                diff &= ~(torch.isnan(g) & torch.isnan(e))
+                lone_nan = int((torch.isnan(g) != torch.isnan(e)).sum())
+                d = (g.double() - e.double()).abs().nan_to_num(0)
+                scale = max(scale, float(e.double().abs().nan_to_num(0).max()) if e.numel() else 0.0)
+            else:
+                d = (g.long() - e.long()).abs().double()
+            rows.append({"rank": r, "output": j, "bitwise": not bool(diff.any()),
+                         "differing": int(diff.sum()), "elements": g.numel(),
+                         "max_abs": float(d.max()) if d.numel() else 0.0,
+                         "nan_gpu": int(torch.isnan(g).sum()) if g.dtype.is_floating_point else 0,
+                         "nan_one_side": lone_nan})
+    res = {"outputs": rows, "bitwise": all(x["bitwise"] for x in rows),
+           "differing": sum(x["differing"] for x in rows), "elements": sum(x["elements"] for x in rows),
+           "max_abs": max((x["max_abs"] for x in rows), default=0.0), "scale": scale}
+    if c.tolerance is not None:
+        res.update(tolerance=c.tolerance, tolerance_abs=c.tolerance * scale, reason=c.reason,
+                   within_tolerance=res["max_abs"] <= c.tolerance * scale
+                   and not any(x["nan_one_side"] for x in rows))
+    return res
+
+
+def _head(c: E.Case) -> dict:
+    return {"kind": c.kind, "family": c.family.value, "W": c.W, "shapes": c.shapes,
+            "tuning": [f"{m.rsplit('.', 1)[-1]}.{n}={v}" for m, n, v in c.tuning]}
+
+
+def run(folder: Path, out: Path, only: str = "") -> None:
+    index = json.loads((folder / "index.json").read_text())
     out.mkdir(parents=True, exist_ok=True)
-    (out / "emu_vs_gpu.json").write_text(json.dumps(report, indent=1))
+    rep_path = out / "emu_vs_gpu.json"      # merged: one process per group of cases
+    report = json.loads(rep_path.read_text()) if rep_path.exists() else {}
+    for c in _selected(only):
+        rec = _head(c)
+        try:
+            want = index.get(c.name, {})
+            if "ptx_sha256" not in want:
+                raise RuntimeError(f"not prepared: {want.get('error', 'missing from index.json')}")
+            kernels = E.build(c)
+            if E.ptx_hash(kernels) != want["ptx_sha256"]:
+                raise RuntimeError("the kernel compiled here differs from the emulated one")
+            saved = torch.load(folder / f"{c.name}.pt")
+            gpu = E.launch_case(c, kernels, saved["inputs"])
+            torch.save(gpu, out / f"gpu_{c.name}.pt")    # for fitting models offline
+            rec.update(compare(c, gpu, saved["emulated"], saved["inputs"]))
+            rec["emulator_equals_reference"] = want.get("emulator_equals_reference")
+        except Exception as e:  # noqa: BLE001 - one case's failure must not hide the others
+            rec["error"] = f"{type(e).__name__}: {e}"
+            rec["trace"] = traceback.format_exc()[-1500:]
+        report[c.name] = rec
+        rep_path.write_text(json.dumps(report, indent=1))    # a later crash keeps this one
+        print(c.name, json.dumps({k: v for k, v in rec.items() if k != "outputs"})[:400], flush=True)
+    table(report)
+
+
+def table(report: dict) -> None:
+    """One line per case (``case`` heads it); cases the report lacks (a crashed process)
+    are listed as not run."""
+    print(f"\n{'case':26} {'kind':34} {'W':>1} {'bitwise':7} {'differ':>7} {'max diff':>9} "
+          f"{'tol(abs)':>9} ok")
+    for name, r in report.items():
+        if "error" in r:
+            print(f"{name:26} {r['kind'][:34]:34} {r['W']} ERROR {r['error'][:90]}")
+            continue
+        tol = f"{r['tolerance_abs']:9.3g}" if "tolerance" in r else f"{'-':>9}"
+        ok = r["bitwise"] or r.get("within_tolerance", False)
+        print(f"{name:26} {r['kind'][:34]:34} {r['W']} {str(r['bitwise']):7} {r['differing']:7} "
+              f"{r['max_abs']:9.3g} {tol} {'yes' if ok else 'NO'}")
+    missing = [c.name for c in E.cases() if c.name not in report]
+    if missing:
+        print(f"not run: {' '.join(missing)}")
+    done = [r for r in report.values() if "error" not in r]
+    print(f"{sum(r['bitwise'] for r in done)} bitwise, "
+          f"{sum(not r['bitwise'] and r.get('within_tolerance', False) for r in done)} within "
+          f"their tolerance, {sum(not (r['bitwise'] or r.get('within_tolerance', False)) for r in done)} "
+          f"differ, {len(report) - len(done)} errors, {len(missing)} not run")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cmd", choices=["prepare", "run", "table", "list"])
+    ap.add_argument("paths", nargs="*")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default="", help="the cases whose name starts with this")
+    a = ap.parse_args(argv)
+    if a.cmd == "list":
+        for c in _selected(a.only):
+            print(c.name, json.dumps(_head(c)))
+    elif a.cmd == "prepare":
+        prepare(Path(a.paths[0]), a.seed, a.only)
+    elif a.cmd == "run":
+        run(Path(a.paths[0]), Path(a.paths[1]), a.only)
+    else:
+        table(json.loads((Path(a.paths[0]) / "emu_vs_gpu.json").read_text()))
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "prepare":
-        prepare(Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0)
-    else:
-        run(Path(sys.argv[2]), Path(sys.argv[3]))
+    main()

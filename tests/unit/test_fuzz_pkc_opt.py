@@ -27,14 +27,20 @@ SEED = int(os.environ.get("PKC_FUZZ_SEED", "20261201"))
 # Per input: generous for a slow CI core (the slowest mutants take ~2 s here: a 400-deep
 # nest through -p default --emit=ptx).
 LIMIT_S = float(os.environ.get("PKC_FUZZ_LIMIT_S", "20"))
+# The mutants run as SHARDS tests (mutant i in shard i % SHARDS), so that pytest-xdist's
+# workers share them (scripts/test); together they are the same MUTANTS mutants.
+SHARDS = 4
 
 
-def test_fuzz_mutants_never_crash_or_hang(tmp_path):
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_fuzz_mutants_never_crash_or_hang(tmp_path, shard):
     out_dir = os.environ.get("PKC_FUZZ_OUT") or str(tmp_path)
     failures: list[str] = []
     seen_errors = seen_ok = 0
     t0 = time.perf_counter()
-    for i, (origin, text, args) in enumerate(fuzz_ir.mutants(SEED, MUTANTS)):
+    every = list(enumerate(fuzz_ir.mutants(SEED, MUTANTS)))   # the whole sequence: seeded
+    mine = every[shard::SHARDS]
+    for i, (origin, text, args) in mine:
         outcome = fuzz_ir.run_one(text, args, LIMIT_S)
         problem = fuzz_ir.problem(outcome)
         if outcome.status == 0:
@@ -56,8 +62,9 @@ def test_fuzz_mutants_never_crash_or_hang(tmp_path):
     assert not failures, f"{len(failures)} bad outcome(s):\n" + "\n".join(failures)
     # The mutants exercise both outcomes (a fuzzer whose mutants all fail to parse, or
     # that never runs pkc-opt at all, would pass vacuously).
-    assert seen_errors > MUTANTS // 10 and seen_ok > MUTANTS // 20, (seen_ok, seen_errors)
-    print(f"{MUTANTS} mutants in {elapsed:.1f} s: {seen_ok} exit 0, {seen_errors} exit 1")
+    # (In each shard, hence in all of them together.)
+    assert seen_errors > len(mine) // 10 and seen_ok > len(mine) // 20, (seen_ok, seen_errors)
+    print(f"{len(mine)} of {MUTANTS} mutants in {elapsed:.1f} s: {seen_ok} exit 0, {seen_errors} exit 1")
 
 
 # One hand-written case per class of bad input the issue found, so that a regression
