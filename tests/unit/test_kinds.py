@@ -3,9 +3,8 @@
 - No source of pkc compares a ``kind`` (a name or attribute called ``kind`` or ending in
   ``_kind``, its ``.data``, or a ``.get("..._kind")`` / ``["..._kind"]`` lookup) with a
   string literal, nor matches one against string cases: such a family is a
-  :class:`pkc.kinds.Kind`. PTX spellings (pkc/emu, pkc/codegen/ptx*.py) and the hand
-  kernels (pkc/codegen/hopper, being deleted) are not scanned; numpy's ``dtype.kind`` is
-  numpy's.
+  :class:`pkc.kinds.Kind`. PTX spellings (pkc/emu, pkc/codegen/ptx*.py) are not
+  scanned; numpy's ``dtype.kind`` is numpy's.
 - A kind prints, formats and serializes as the string it replaced (IR attributes, JSON
   metadata and remarks stay byte-identical), and a bad value read from text is an error
   that names it and the valid ones.
@@ -21,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "pkc"
-SKIP_DIRS = ("pkc/codegen/hopper/", "pkc/emu/")
+SKIP_DIRS = ("pkc/emu/",)
 
 
 def _scanned() -> list[Path]:
