@@ -26,6 +26,7 @@ from pkc.frontend.capture import (CapturedGraph, GraphInput, GraphOutput, InputK
                                   capture, capture_backend)
 from pkc.frontend.errors import PkcFrontendError
 from pkc.frontend.importer import import_graph
+from pkc.kinds import Kind
 
 __all__ = ["compile", "backend", "CompiledProgram", "PkcBackend", "PkcFrontendError"]
 
@@ -585,7 +586,7 @@ class PkcBackend:
                               cache=self.cache and dump is None)
             self.programs.append(program)
             t1 = time.perf_counter()
-            if self.inductor and _execution_mode(program.world_size) != "eager":
+            if self.inductor and _execution_mode(program.world_size) is not ExecutionMode.EAGER:
                 runner = _inductor_runner(program, captured, mode, options)
             else:
                 runner = _graph_runner(program, captured)
@@ -601,10 +602,18 @@ class PkcBackend:
         return self.programs[-1].module if self.programs else None
 
 
-def _execution_mode(world: int) -> str:
-    """Where a backend graph runs: "gpu" (pkc's kernels; one rank, or one rank per process
-    under a real torch.distributed group), "interp" (one rank on a CPU-only machine), or
-    "eager" (several ranks without GPUs: each process holds one rank's data, which the
+class ExecutionMode(Kind):
+    """Where a backend graph runs (see :func:`_execution_mode`)."""
+
+    GPU = "gpu"          # pkc's kernels
+    INTERP = "interp"    # the reference interpreter on the CPU
+    EAGER = "eager"      # torch runs the captured graph
+
+
+def _execution_mode(world: int) -> ExecutionMode:
+    """Where a backend graph runs: GPU (pkc's kernels; one rank, or one rank per process
+    under a real torch.distributed group), INTERP (one rank on a CPU-only machine), or
+    EAGER (several ranks without GPUs: each process holds one rank's data, which the
     interpreter cannot run alone, so torch runs the graph)."""
     import torch.distributed as dist
 
@@ -613,8 +622,8 @@ def _execution_mode(world: int) -> str:
     if gpu_available():
         real_group = dist.is_initialized() and dist.get_backend() in ("nccl", "cuda")
         if world == 1 or real_group:
-            return "gpu"
-    return "interp" if world == 1 else "eager"
+            return ExecutionMode.GPU
+    return ExecutionMode.INTERP if world == 1 else ExecutionMode.EAGER
 
 
 def _graph_runner(program: CompiledProgram, captured: CapturedGraph) -> Callable[..., Any]:
@@ -626,12 +635,12 @@ def _graph_runner(program: CompiledProgram, captured: CapturedGraph) -> Callable
     runner: list = []
 
     def run(*args: Any) -> Any:
-        if mode == "eager" or len(args) != len(captured.inputs):
+        if mode is ExecutionMode.EAGER or len(args) != len(captured.inputs):
             _note_once(f"pkc: {program.world_size} ranks without GPUs: torch runs the graph "
                        "(pkc's program is recorded, see backend.programs)")
             return captured.gm.forward(*args)
         main_args = [args[i] for i in order] + constants
-        if mode == "interp":
+        if mode is ExecutionMode.INTERP:
             from pkc.interp import interpret
 
             _note_once("pkc: no GPU available; running on the reference interpreter (CPU)")
@@ -667,7 +676,7 @@ def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: st
     arg_map: list = [tensor_idx[i] for i in order]
     arg_map += [spec.value for spec in program.inputs[len(order):]]
     device = vals[tensor_idx[0]].device if tensor_idx else torch.device("cpu")
-    gpu = _execution_mode(program.world_size) == "gpu"
+    gpu = _execution_mode(program.world_size) is ExecutionMode.GPU
     target = "sm_90a"
     if gpu:
         from pkc.runtime.execute import target_for

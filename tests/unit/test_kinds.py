@@ -144,7 +144,8 @@ def test_a_bad_kind_read_from_text_names_it_and_the_valid_ones():
     with pytest.raises(ValueError, match=r"wait site 3's kind: 'spin' is not a valid SiteKind "
                                          r"\(one of 'wait', 'barrier', 'mbarrier'\)"):
         KernelMeta.from_json(bad)
-    with pytest.raises(ValueError, match=r"'broadcast' is not a valid Collective \(one of 'all_reduce'"):
+    with pytest.raises(ValueError,
+                       match=r"'broadcast' is not a valid Collective \(one of 'all_reduce'"):
         choose("broadcast", "direct", 2, "bf16", 1024)
 
 
@@ -162,8 +163,8 @@ def test_a_bad_fused_kind_in_the_ir_is_a_codegen_error():
         def schedule(self):
             return object()
 
-    with pytest.raises(CodegenError, match=r"kernel @mm: pk.plan.fused_kind: 'gather' is not a valid "
-                                           r"FusedKind \(one of 'rs', 'ar', 'ag', 'agp'\)"):
+    with pytest.raises(CodegenError, match=r"kernel @mm: pk.plan.fused_kind: 'gather' is not a "
+                                           r"valid FusedKind \(one of 'rs', 'ar', 'ag', 'agp'\)"):
         is_ag_kernel(_Kop())
 
 
