@@ -43,13 +43,13 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Dialect, Operation
 from xdsl.parser import Parser
 from xdsl.parser.core import ForwardDeclaredValue
-from xdsl.printer import Printer
 from xdsl.traits import NoTerminator
 from xdsl.utils.exceptions import MultipleSpansParseError, ParseError, VerifyException
 from xdsl.utils.lexer import Span
 from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
 
 from pkc.dominance import DominanceChecker
+from pkc.mlir_ints import GenericPrinter, retype_integer_attributes
 
 __all__ = [
     "PkcDiagnostic",
@@ -427,6 +427,8 @@ def parse_module(
         parser = PkcParser(ctx, padded, filename)
         module = parser.parse_module()
         _check_forward_references(module, padded, filename)
+        # mlir-opt prints pkc's plain integers back as `N : i64` (pkc.mlir_ints).
+        retype_integer_attributes(module)
         return module
     except ParseError as err:
         raise _parse_error_to_diagnostic(err, filename) from None
@@ -540,11 +542,14 @@ def print_module(module: Operation, *, generic: bool = False) -> str:
     """Print ``module`` (custom or generic form), without locations, ending in a newline.
 
     The generic form is what mlir-opt reads and writes, so its attribute dictionaries are
-    sorted as mlir-opt sorts them: a round trip through mlir-opt compares as text."""
+    sorted as mlir-opt sorts them and their plain integers print as ``N : i64``
+    (:mod:`pkc.mlir_ints`): a round trip through mlir-opt compares as text."""
     if generic:
         sort_attributes(module)
     out = StringIO()
-    printer = Printer(stream=out, print_generic_format=generic)
+    # The generic form prints plain integers (IntAttr) as MLIR's `N : i64`: upstream
+    # mlir-opt cannot parse `#builtin.int<N>` (pkc.mlir_ints, read back by parse_module).
+    printer = GenericPrinter(stream=out, print_generic_format=generic)
     printer.print_op(module)
     text = out.getvalue()
     return text if text.endswith("\n") else text + "\n"

@@ -37,12 +37,14 @@ class CompiledKernel:
     entry_op: ptx.EntryOp
 
     def ptx_ir(self) -> str:
-        """The ptx dialect IR in MLIR's generic form."""
-        from xdsl.printer import Printer
+        """The ptx dialect IR in MLIR's generic form (plain integers as ``N : i64``, so
+        that upstream mlir-opt reads it: pkc.mlir_ints)."""
         import io
 
+        from pkc.mlir_ints import GenericPrinter
+
         s = io.StringIO()
-        Printer(stream=s, print_generic_format=True).print_op(self.entry_op)
+        GenericPrinter(stream=s, print_generic_format=True).print_op(self.entry_op)
         return s.getvalue()
 
 

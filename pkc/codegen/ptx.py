@@ -967,12 +967,17 @@ PTX_OPS = [
 ]
 
 def __getattr__(name: str):
-    # The dialect also holds the sm_90 / sm_100 ops of pkc.codegen.ptx_sm90 / ptx_sm100, which import this
+    # The dialect also holds the sm_90 / sm_100 / communication ops of pkc.codegen.ptx_sm90 /
+    # ptx_sm100 / ptx_comm, which import this
     # module; assembling it on first use keeps either import order working.
     if name == "PTX":
         from pkc.codegen.ptx_sm90 import SM90_OPS, SM90_TYPES
+        from pkc.codegen.ptx_comm import COMM_PTX_OPS
         from pkc.codegen.ptx_sm100 import SM100_OPS
-        dialect = Dialect("ptx", [*PTX_OPS, *SM90_OPS, *SM100_OPS], [RegType, *SM90_TYPES])
+        # Every ptx op, the communication ones included: the IR that --dump-kernels writes
+        # parses back (through mlir-opt too) only with all of them registered.
+        dialect = Dialect("ptx", [*PTX_OPS, *SM90_OPS, *SM100_OPS, *COMM_PTX_OPS],
+                          [RegType, *SM90_TYPES])
         globals()["PTX"] = dialect
         return dialect
     raise AttributeError(name)

@@ -152,7 +152,7 @@ class TmapViewOp(IRDLOperation):
 
     name = "pks.tmap_view"
     buffer = operand_def(BufferType)
-    dims = attr_def(ArrayAttr)
+    dims = attr_def(ArrayAttr[IntAttr])  # typed, so the generic `[4 : i64]` reads back
     result = result_def()
 
     def __init__(self, buffer: SSAValue, dims: Sequence[int], t: Attribute):

@@ -50,6 +50,7 @@ from pkc.dialects.rank_groups import copy_groups
 from pkc.passes.patterns import FUSION, STAGING, Fusion, build_kernel
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import PLAN, REMARKS, add_remark, remarks_of
+from pkc.target.cost import Pattern
 
 _IGNORED = (PLAN, REMARKS, "sms")  # attributes later passes may add; not part of the form
 
@@ -140,17 +141,17 @@ def _describe(kernel: k.KernelOp, f: Fusion) -> str:
     gone = ", ".join(f"{op.result.name_hint or 'buffer'} ({op.result.type})"
                      for op in _staging_allocs(kernel))
     odt = kernel.outputs[0].type.element_type
-    if f.pattern == "mm_reduce_scatter":
+    if f.pattern is Pattern.MM_REDUCE_SCATTER:
         how = ("partial tiles put-add straight into the owner's symmetric f32 output, zeroed "
                "in the kernel behind a 'zeroed' signal" if isinstance(odt, Float32Type) else
                "partial tiles put-add into the owner's zeroed f32 accumulator; the final "
                f"f32 -> {odt} conversion stays (correctness first)")
-    elif f.pattern == "mm_all_reduce":
+    elif f.pattern is Pattern.MM_ALL_REDUCE:
         how = ("partial tiles put-add into the owner's zeroed f32 accumulator; the owner "
                "converts each reduced tile once" + ("" if isinstance(odt, Float32Type) else
                                                     f" (f32 -> {odt}, kept: correctness first)")
                + " and puts it straight into every rank's symmetric output")
-    elif f.pattern == "all_gather_mm":
+    elif f.pattern is Pattern.ALL_GATHER_MM:
         how = ("peers put their shards straight into the GEMM operand (symmetric), which the "
                "MMAs read as row blocks arrive, with no copy"
                + ("; that operand is the kernel's gathered output" if f.gathered else ""))

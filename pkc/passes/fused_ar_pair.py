@@ -32,15 +32,16 @@ from pkc.dialects import kernel as k
 from pkc.passes.remarks import add_remark, set_plan
 from pkc.passes.schedule_collectives import build_collective
 from pkc.target.comm_tuning import choose_pull_gather
+from pkc.target.cost import Pattern
 from pkc.target.fused_tuning import FusedKind
 from pkc.target.targets import get_target
 
-PATTERN = "mm_all_reduce"
+PATTERN = Pattern.MM_ALL_REDUCE
 
 
-def is_pair(kop: k.KernelOp, pattern: str | None) -> bool:
+def is_pair(kop: k.KernelOp, pattern: Pattern | None) -> bool:
     """A fused GEMM + all-reduce that runs as GEMM + reduce-scatter then a pull all-gather."""
-    return pattern == PATTERN and kop.world_size > 2
+    return pattern is PATTERN and kop.world_size > 2
 
 
 def why_not(kop: k.KernelOp, dtype_of: Callable) -> str | None:

@@ -24,10 +24,11 @@ from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects.rank_groups import copy_groups
 from pkc.passes.remarks import add_remark, remarks_of
+from pkc.target.cost import Pattern
 
 
-def is_gather_many(kop: k.KernelOp, pattern: str | None) -> bool:
-    return pattern == "all_gather_mm" and len(kop.inputs) > 2
+def is_gather_many(kop: k.KernelOp, pattern: Pattern | None) -> bool:
+    return pattern is Pattern.ALL_GATHER_MM and len(kop.inputs) > 2
 
 
 def split_gather_many(kop: k.KernelOp, target: str) -> None:

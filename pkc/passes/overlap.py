@@ -71,7 +71,7 @@ from pkc.passes.patterns import Fusion, build_kernel
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, remarks_of, set_plan
 from pkc.target import PATTERNS, FusionPlan, get_target, plan_fusion
-from pkc.target.cost import OverlapStyle
+from pkc.target.cost import OverlapStyle, Pattern
 
 _OPERAND_TYPES = (BFloat16Type, Float16Type, Float32Type)
 
@@ -80,7 +80,7 @@ _OPERAND_TYPES = (BFloat16Type, Float16Type, Float32Type)
 class Match:
     """One instance of a pattern, ready to be replaced by a kernel."""
 
-    pattern: str
+    pattern: Pattern
     anchor: Operation  # the collective: remarks go here when it stays unfused
     world: int
     inputs: list[SSAValue]  # kernel operands (before the 2-d views)
@@ -131,17 +131,18 @@ class Overlap(ModulePass):
                     why = moe_near_miss(candidate)
                     if why is not None:
                         _remark_once(candidate, f"left unfused: "
-                                     f"{PATTERNS['all_to_all_mm_all_to_all']}: {why}")
+                                     f"{PATTERNS[Pattern.MOE]}: {why}")
                 elif isinstance(candidate, g.AllGatherOp):
                     why = gather_near_miss(candidate)
                     if why is not None:
-                        _remark_once(candidate, f"left unfused: {PATTERNS['all_gather_mm']}: {why}")
+                        name = PATTERNS[Pattern.ALL_GATHER_MM]
+                        _remark_once(candidate, f"left unfused: {name}: {why}")
                 elif isinstance(candidate, (g.ReduceScatterOp, g.AllReduceOp)):
                     why = reduction_near_miss(candidate)
                     if why is not None:
-                        kind = "mm_reduce_scatter" if isinstance(candidate, g.ReduceScatterOp) \
-                            else "mm_all_reduce"
-                        _remark_once(candidate, f"left unfused: {PATTERNS[kind]}: {why}")
+                        pattern = Pattern.MM_REDUCE_SCATTER if isinstance(
+                            candidate, g.ReduceScatterOp) else Pattern.MM_ALL_REDUCE
+                        _remark_once(candidate, f"left unfused: {PATTERNS[pattern]}: {why}")
 
     def _rewrite(self, m: Match) -> None:
         if m.problem is not None:
@@ -256,9 +257,9 @@ def _view_name(v: SSAValue) -> str | None:
 
 def match(op: Operation) -> Match | None:
     if isinstance(op, g.ReduceScatterOp):
-        return _match_reduction(op, "mm_reduce_scatter")
+        return _match_reduction(op, Pattern.MM_REDUCE_SCATTER)
     if isinstance(op, g.AllReduceOp):
-        return _match_reduction(op, "mm_all_reduce")
+        return _match_reduction(op, Pattern.MM_ALL_REDUCE)
     if isinstance(op, g.AllGatherOp):
         return _match_all_gather(op)
     if isinstance(op, g.AllToAllOp):
@@ -291,7 +292,7 @@ def _operand_problem(*mms: g.MatmulOp) -> str | None:
     return None
 
 
-def _match_reduction(coll: g.ReduceScatterOp | g.AllReduceOp, pattern: str) -> Match | None:
+def _match_reduction(coll: g.ReduceScatterOp | g.AllReduceOp, pattern: Pattern) -> Match | None:
     """A 2-d matmul whose product, directly or through a reshape that only splits its rows
     (the 3-d result of a linear layer), is all-reduced or reduce-scattered along any dim.
     The kernel works on the 2-d product [R, N]: a scatter along the last dim owns columns,
@@ -390,7 +391,7 @@ def _match_all_gather(ag: g.AllGatherOp) -> Match | None:
         len([x for x in u.operands if x == ag.result]) > 1 for u in consumers)
     K = _shape(ag.input)[1]
     replaced = [mm.result for mm in consumers] + ([ag.result] if gathered else [])
-    m = Match("all_gather_mm", ag, ag.world_size, [ag.input, *[mm.rhs for mm in consumers]],
+    m = Match(Pattern.ALL_GATHER_MM, ag, ag.world_size, [ag.input, *[mm.rhs for mm in consumers]],
               [None] * (1 + len(consumers)), replaced, [v.type for v in replaced],
               (_shape(ag.result)[0], tuple(_shape(mm.rhs)[1] for mm in consumers), K),
               dead=[*consumers, ag], insert_before=first,
@@ -426,7 +427,7 @@ def _match_moe(a2: g.AllToAllOp) -> Match | None:
     views = [None if len(_shape(x)) == 2 else TensorType(xt.element_type, [R, K]),
              None if len(_shape(w)) == 2 else TensorType(wt.element_type, [E * K, N])]
     out = TensorType(a2.result.type.element_type, [R, N])
-    m = Match("all_to_all_mm_all_to_all", a2, W, [x, w], views, [a2.result], [out],
+    m = Match(Pattern.MOE, a2, W, [x, w], views, [a2.result], [out],
               (R, N, K, E), dead=[a2, *reversed(down), mm, *reversed(up_chain), a1],
               experts=E, capacity=C)
     m.problem = _operand_problem(mm)

@@ -59,7 +59,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from pkc.dialects import kernel as k
 from pkc.dialects.types import BufferType, TileType
-from pkc.target.cost import OverlapStyle
+from pkc.target.cost import OverlapStyle, Pattern
 
 INDEX = IndexType()
 F32 = Float32Type()
@@ -81,7 +81,7 @@ def ceil_div(a: int, b: int) -> int:
 class Fusion:
     """What a fused kernel is; enough to rebuild it from its operands and result types."""
 
-    pattern: str  # mm_reduce_scatter | mm_all_reduce | all_gather_mm | all_to_all_mm_all_to_all
+    pattern: Pattern
     overlap: OverlapStyle  # INTRA | INTER
     tile_m: int
     tile_n: int
@@ -129,6 +129,7 @@ class Fusion:
         if values["pattern"] not in KERNEL_NAMES or \
                 values["overlap"] not in (OverlapStyle.INTRA, OverlapStyle.INTER):
             return None
+        values["pattern"] = Pattern(values["pattern"])
         values["overlap"] = OverlapStyle(values["overlap"])
         return Fusion(**values), stage
 
@@ -136,10 +137,10 @@ class Fusion:
 _ADDED_LATER = ("scatter_dim", "batches")
 
 KERNEL_NAMES = {
-    "mm_reduce_scatter": "matmul_reduce_scatter",
-    "mm_all_reduce": "matmul_all_reduce",
-    "all_gather_mm": "all_gather_matmul",
-    "all_to_all_mm_all_to_all": "all_to_all_matmul_all_to_all",
+    Pattern.MM_REDUCE_SCATTER: "matmul_reduce_scatter",
+    Pattern.MM_ALL_REDUCE: "matmul_all_reduce",
+    Pattern.ALL_GATHER_MM: "all_gather_matmul",
+    Pattern.MOE: "all_to_all_matmul_all_to_all",
 }
 
 
@@ -470,10 +471,10 @@ def _names_moe(n_in: int, n_out: int) -> list[str]:
 
 
 _ARG_NAMES = {
-    "mm_reduce_scatter": _names_mm,
-    "mm_all_reduce": _names_mm,
-    "all_gather_mm": _names_ag,
-    "all_to_all_mm_all_to_all": _names_moe,
+    Pattern.MM_REDUCE_SCATTER: _names_mm,
+    Pattern.MM_ALL_REDUCE: _names_mm,
+    Pattern.ALL_GATHER_MM: _names_ag,
+    Pattern.MOE: _names_moe,
 }
 
 
@@ -979,8 +980,8 @@ def _build_moe(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> None:
 
 
 _BUILDERS = {
-    "mm_reduce_scatter": _build_mm_reduce_scatter,
-    "mm_all_reduce": _build_mm_all_reduce,
-    "all_gather_mm": _build_all_gather_mm,
-    "all_to_all_mm_all_to_all": _build_moe,
+    Pattern.MM_REDUCE_SCATTER: _build_mm_reduce_scatter,
+    Pattern.MM_ALL_REDUCE: _build_mm_all_reduce,
+    Pattern.ALL_GATHER_MM: _build_all_gather_mm,
+    Pattern.MOE: _build_moe,
 }

@@ -52,13 +52,13 @@ from pkc.passes.gather_many import is_gather_many, split_gather_many
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
-from pkc.target.cost import OverlapStyle
+from pkc.target.cost import OverlapStyle, Pattern
 from pkc.target.fused_tuning import FusedKind, rs_into_output
 from pkc.target.gemm_tuning import check_variant
 from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
-SCHEDULED_PATTERNS = ("mm_reduce_scatter", "mm_all_reduce")
+SCHEDULED_PATTERNS = (Pattern.MM_REDUCE_SCATTER, Pattern.MM_ALL_REDUCE)
 
 
 def _dtype(t) -> str | None:
@@ -70,12 +70,20 @@ def _fusion(kop: k.KernelOp) -> dict:
     return {key: getattr(v, "data", v) for key, v in a.data.items()} if a is not None else {}
 
 
+def fusion_pattern(kop: k.KernelOp) -> Pattern | None:
+    """The pattern of a kernel fused by overlap (``pk.fusion.pattern``), None for others;
+    a ValueError naming the kernel for a value that is not a pattern."""
+    pattern = _fusion(kop).get("pattern")
+    return None if pattern is None else \
+        Pattern.parse(pattern, f"kernel @{kop.kernel_name.data}: pk.fusion.pattern")
+
+
 def why_not(kop: k.KernelOp) -> str | None:
     """Why a fused kernel cannot be scheduled (None: it can)."""
-    pattern = _fusion(kop).get("pattern")
+    pattern = fusion_pattern(kop)
     if pattern not in SCHEDULED_PATTERNS:
         return f"pattern {pattern}: not scheduled yet (the portable path runs it)"
-    if pattern == "mm_all_reduce":
+    if pattern is Pattern.MM_ALL_REDUCE:
         return why_not_ar(kop, _dtype)
     fz = _fusion(kop)  # overlap's column / row-block scatter layouts are not built here
     layout = [getattr(fz.get(key), "value", None) for key in ("scatter_dim", "batches")]
@@ -118,15 +126,16 @@ class ScheduleFused(ModulePass):
 
     def apply(self, ctx, module: ModuleOp) -> None:
         for kop in [o for o in module.walk() if isinstance(o, k.KernelOp)]:
-            if not _fusion(kop).get("pattern") or kop.schedule() is not None:
+            pattern = fusion_pattern(kop)
+            if pattern is None or kop.schedule() is not None:
                 continue
-            if is_gather_many(kop, _fusion(kop).get("pattern")):    # gather, then the GEMMs
+            if is_gather_many(kop, pattern):    # gather, then the GEMMs
                 split_gather_many(kop, self.target)
                 continue
-            if _fusion(kop).get("pattern") == "all_gather_mm":     # its own builder
+            if pattern is Pattern.ALL_GATHER_MM:     # its own builder
                 schedule_all_gather_mm(kop, self.target, self.variant)
                 continue
-            if fused_ar_pair.is_pair(kop, _fusion(kop).get("pattern")):   # W > 2: two kernels
+            if fused_ar_pair.is_pair(kop, pattern):   # W > 2: two kernels
                 reason = fused_ar_pair.why_not(kop, _dtype)
                 if reason:
                     add_remark(kop, f"fused kernel left unscheduled: {reason}")
@@ -140,7 +149,7 @@ class ScheduleFused(ModulePass):
             if reason:
                 add_remark(kop, f"fused kernel left unscheduled: {reason}")
                 continue
-            if _fusion(kop)["pattern"] == "mm_all_reduce":
+            if pattern is Pattern.MM_ALL_REDUCE:
                 schedule_ar(kop, self.target, self.variant, _dtype(kop.inputs[0].type))
             elif rs_into_output(kop.world_size):
                 schedule_rs_out(kop, self.target, self.variant, _dtype(kop.inputs[0].type))

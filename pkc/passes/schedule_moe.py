@@ -44,11 +44,11 @@ from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.moe_schedule import MoeParts, pieces
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
-from pkc.target.cost import OverlapStyle
+from pkc.target.cost import OverlapStyle, Pattern
 from pkc.target.gemm_tuning import VARIANTS, check_variant, choose_config
 from pkc.target.targets import get_target
 
-PATTERN = "all_to_all_mm_all_to_all"
+PATTERN = Pattern.MOE
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
 
 

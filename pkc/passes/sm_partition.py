@@ -43,7 +43,7 @@ from pkc.ir import diagnostic_at
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target import cost
-from pkc.target.cost import OverlapStyle
+from pkc.target.cost import OverlapStyle, Pattern
 from pkc.target.targets import Target, get_target
 
 
@@ -85,7 +85,7 @@ def _partition(kernel: k.KernelOp, t: Target) -> None:
     _assign(compute, shares)
     add_remark(kernel, _remark(t, per_comm * len(comm), sum(shares), why))
     set_plan(kernel, sms_communicate=per_comm * len(comm), sms_compute=sum(shares))
-    if plan.get("pattern") == "all_gather_mm" and len(kernel.inputs) == 2:
+    if plan.get("pattern") == Pattern.ALL_GATHER_MM and len(kernel.inputs) == 2:
         _plan_put_ctas(kernel, t)
 
 

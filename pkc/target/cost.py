@@ -43,11 +43,20 @@ FUSE_MIN_GAIN = 0.02
 DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "half": 2,
                "fp32": 4, "float32": 4, "float": 4, "fp8": 1, "float8_e4m3fn": 1}
 
+class Pattern(Kind):
+    """A GEMM + collective pattern that can be fused (``pk.plan.pattern``, ``pk.fusion``)."""
+
+    MM_REDUCE_SCATTER = "mm_reduce_scatter"
+    MM_ALL_REDUCE = "mm_all_reduce"
+    ALL_GATHER_MM = "all_gather_mm"
+    MOE = "all_to_all_mm_all_to_all"      # dispatch all-to-all, grouped GEMM, combine
+
+
 PATTERNS = MappingProxyType({
-    "mm_reduce_scatter": "mm+reduce_scatter",
-    "mm_all_reduce": "mm+all_reduce",
-    "all_gather_mm": "all_gather+mm",
-    "all_to_all_mm_all_to_all": "all_to_all+grouped_mm+all_to_all",
+    Pattern.MM_REDUCE_SCATTER: "mm+reduce_scatter",
+    Pattern.MM_ALL_REDUCE: "mm+all_reduce",
+    Pattern.ALL_GATHER_MM: "all_gather+mm",
+    Pattern.MOE: "all_to_all+grouped_mm+all_to_all",
 })
 
 
@@ -332,10 +341,15 @@ class Shapes:
         return sum(self.N)
 
 
-def as_shapes(pattern: str, shapes) -> Shapes:
-    """Normalize (M, N, K[, groups]), a dict, or a Shapes; N may be a tuple of consumers."""
+def _pattern(pattern: Pattern | str) -> Pattern:
     if pattern not in PATTERNS:
         raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+    return Pattern(pattern)
+
+
+def as_shapes(pattern: Pattern | str, shapes) -> Shapes:
+    """Normalize (M, N, K[, groups]), a dict, or a Shapes; N may be a tuple of consumers."""
+    pattern = _pattern(pattern)
     if isinstance(shapes, Shapes):
         sh = shapes
     elif isinstance(shapes, Mapping):
@@ -346,7 +360,7 @@ def as_shapes(pattern: str, shapes) -> Shapes:
     sh = Shapes(int(sh.M), tuple(int(x) for x in n), int(sh.K), int(sh.groups))
     if min(sh.M, sh.K, sh.groups, *sh.N) < 1:
         raise ValueError(f"{pattern}: shapes must be positive, got {sh}")
-    if len(sh.N) > 1 and pattern != "all_gather_mm":
+    if len(sh.N) > 1 and pattern is not Pattern.ALL_GATHER_MM:
         raise ValueError(f"{pattern}: several consumers (N={sh.N}) only for all_gather_mm")
     return sh
 
@@ -356,36 +370,37 @@ def _gemms(t: Target, sh: Shapes, dt: int, sms=None) -> float:
     return sum(gemm_time(t, sh.M, n, sh.K, dt, sms, sh.groups) for n in sh.N)
 
 
-def comm_bytes(pattern: str, shapes, W: int, dtype=2) -> float:
+def comm_bytes(pattern: Pattern | str, shapes, W: int, dtype=2) -> float:
     """Bytes each rank moves over its link (one direction) in the fused kernel's ideal
     lowering: (W-1)/W of the tensor for RS / AG / A2A, twice that for AR and for the two
     all-to-alls."""
-    sh, dt = as_shapes(pattern, shapes), dtype_bytes(dtype)
+    pattern, sh, dt = _pattern(pattern), as_shapes(pattern, shapes), dtype_bytes(dtype)
     f = (W - 1) / W
-    return {"mm_reduce_scatter": f * sh.M * sh.N[0] * dt,
-            "mm_all_reduce": 2 * f * sh.M * sh.N[0] * dt,
-            "all_gather_mm": f * sh.M * sh.K * dt,
-            "all_to_all_mm_all_to_all": f * sh.M * (sh.K + sh.N[0]) * dt}[pattern]
+    return {Pattern.MM_REDUCE_SCATTER: f * sh.M * sh.N[0] * dt,
+            Pattern.MM_ALL_REDUCE: 2 * f * sh.M * sh.N[0] * dt,
+            Pattern.ALL_GATHER_MM: f * sh.M * sh.K * dt,
+            Pattern.MOE: f * sh.M * (sh.K + sh.N[0]) * dt}[pattern]
 
 
-def unfused_kernels(pattern: str, shapes) -> int:
+def unfused_kernels(pattern: Pattern | str, shapes) -> int:
     """Kernels the unfused sequence launches: the GEMM(s) and the collective(s)."""
-    sh = as_shapes(pattern, shapes)
-    return {"all_gather_mm": 1 + len(sh.N), "all_to_all_mm_all_to_all": 3}.get(pattern, 2)
+    pattern, sh = _pattern(pattern), as_shapes(pattern, shapes)
+    return {Pattern.ALL_GATHER_MM: 1 + len(sh.N), Pattern.MOE: 3}.get(pattern, 2)
 
 
-def predict_unfused(target, pattern: str, shapes, W: int, dtype=2) -> float:
+def predict_unfused(target, pattern: Pattern | str, shapes, W: int, dtype=2) -> float:
     """Non-overlapped sequence: GEMM kernel(s) on all SMs + best standalone collective(s),
     each with its launch."""
     t, sh, dt = _target(target), as_shapes(pattern, shapes), dtype_bytes(dtype)
+    pattern = _pattern(pattern)
     _check_world(t, W)
     gemms = _gemms(t, sh, dt) + launch_time(t, len(sh.N))
     M, N, K = sh.M, sh.N[0], sh.K
-    if pattern == "mm_reduce_scatter":
+    if pattern is Pattern.MM_REDUCE_SCATTER:
         return gemms + choose_reduce_scatter(t, M * N * dt, W).time
-    if pattern == "mm_all_reduce":
+    if pattern is Pattern.MM_ALL_REDUCE:
         return gemms + choose_all_reduce(t, M * N * dt, W).time
-    if pattern == "all_gather_mm":
+    if pattern is Pattern.ALL_GATHER_MM:
         return choose_all_gather(t, M * K * dt, W).time + gemms
     return choose_all_to_all(t, M * K * dt, W).time + gemms + choose_all_to_all(t, M * N * dt, W).time
 
@@ -442,11 +457,12 @@ def _steps(units: int, per: int = 1) -> int:
     return max(1, min(units, MAX_STEPS // per))
 
 
-def _build(t: Target, pattern: str, sh: Shapes, W: int, dt: int, overlap: OverlapStyle,
+def _build(t: Target, pattern: Pattern, sh: Shapes, W: int, dt: int, overlap: OverlapStyle,
            comm_sms: int, mechanism: str) -> list:
     """Tasks of the fused kernel's pipeline (see predict_fused)."""
     # intra-SM all-reduce: the compute SMs sum peers' partial tiles in registers (ld/st)
-    mech = "ldst" if (pattern == "mm_all_reduce" and overlap is OverlapStyle.INTRA) else mechanism
+    mech = "ldst" if (pattern is Pattern.MM_ALL_REDUCE and overlap is OverlapStyle.INTRA) \
+        else mechanism
     csms, lsms, slow = _resources(t, overlap, comm_sms, mech)
     compute = _gemms(t, sh, dt, csms) * slow
     til = gemm_tiling(t, sh.M, sh.n_total, sh.K, csms, sh.groups)
@@ -458,7 +474,7 @@ def _build(t: Target, pattern: str, sh: Shapes, W: int, dt: int, overlap: Overla
         tasks.append(_Task(name, worker, op, dur, tuple(deps), lag, step))
         return len(tasks) - 1
 
-    if pattern in ("mm_reduce_scatter", "mm_all_reduce"):
+    if pattern in (Pattern.MM_REDUCE_SCATTER, Pattern.MM_ALL_REDUCE):
         S = _steps(til.waves)
         c, m = compute / S, (W - 1) / W * sh.M * sh.N[0] * dt / S / rate
         last_sig = {}
@@ -466,11 +482,11 @@ def _build(t: Target, pattern: str, sh: Shapes, W: int, dt: int, overlap: Overla
             mma = add(f"mma {i}", "compute", "mma", c, step=i)
             put = add(f"put {i}", "comm", "put", m, [mma], step=i)
             last_sig[i] = add(f"signal {i}", "comm", "signal", sig, [put], step=i)
-            if pattern == "mm_all_reduce" and i >= 1:      # broadcast lags one step behind
+            if pattern is Pattern.MM_ALL_REDUCE and i >= 1:   # broadcast lags one step behind
                 _bcast(add, i - 1, m, sig, last_sig[i - 1], one_way)
-        if pattern == "mm_all_reduce":
+        if pattern is Pattern.MM_ALL_REDUCE:
             _bcast(add, S - 1, m, sig, last_sig[S - 1], one_way)
-    elif pattern == "all_gather_mm":
+    elif pattern is Pattern.ALL_GATHER_MM:
         per = _steps(math.ceil(sh.M / W / til.tm), W)       # steps per rank chunk
         reuse = 1 if overlap is OverlapStyle.INTER else math.ceil(sh.n_total / til.tn)
         c = compute / (W * per)
@@ -513,7 +529,7 @@ def _bcast(add, i, m, sig, after, one_way):
     add(f"signal broadcast {i}", "comm", "signal", sig, [put], step=i)
 
 
-def predict_fused(target, pattern: str, shapes, W: int, dtype=2,
+def predict_fused(target, pattern: Pattern | str, shapes, W: int, dtype=2,
                   overlap: OverlapStyle | str = OverlapStyle.INTER,
                   comm_sms: int | None = None, mechanism: str = "tma") -> float:
     """Predicted time of one fused kernel: launch + entry barrier + pipeline + exit barrier.
@@ -530,11 +546,12 @@ def predict_fused(target, pattern: str, shapes, W: int, dtype=2,
     """
     t, sh, dt = _target(target), as_shapes(pattern, shapes), dtype_bytes(dtype)
     _check_world(t, W)
+    pattern = _pattern(pattern)
     overlap = OverlapStyle.parse(overlap, "predict_fused's overlap")
     if W == 1:
         return launch_time(t) + _gemms(t, sh, dt)
     if _rs_then_all_gather(t, pattern, W):
-        rs = predict_fused(t, "mm_reduce_scatter", sh, W, dt, overlap, comm_sms, mechanism)
+        rs = predict_fused(t, Pattern.MM_REDUCE_SCATTER, sh, W, dt, overlap, comm_sms, mechanism)
         return rs + launch_time(t) + choose_all_gather(t, sh.M * sh.N[0] * dt, W).time
     k = _default_comm_sms(t) if comm_sms is None else comm_sms
     times = _simulate(_build(t, pattern, sh, W, dt, overlap, k, mechanism))
@@ -579,7 +596,7 @@ def fused_comm_sms_candidates(target) -> list:
 @dataclass(frozen=True)
 class FusionPlan:
     """The decision for one pattern instance, with what it was decided from."""
-    pattern: str
+    pattern: Pattern
     fuse: bool
     overlap: OverlapStyle           # overlap style of the best fused variant (INTRA / INTER)
     comm_sms: int              # dedicated communication SMs (0 for intra-SM)
@@ -595,6 +612,7 @@ class FusionPlan:
     def __post_init__(self):
         style = OverlapStyle.parse(self.overlap, "the fusion plan's overlap")
         object.__setattr__(self, "overlap", style)
+        object.__setattr__(self, "pattern", _pattern(self.pattern))
 
     def remark(self) -> str:
         """One line for `pkc-opt` / IR attributes explaining the decision."""
@@ -639,12 +657,14 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.3g}"
 
 
-def plan_fusion(target, pattern: str, shapes, W: int, dtype=2, mechanism: str = "tma") -> FusionPlan:
+def plan_fusion(target, pattern: Pattern | str, shapes, W: int, dtype=2,
+                mechanism: str = "tma") -> FusionPlan:
     """Best fused variant (intra-SM, or inter-SM with each candidate comm-SM count) versus
     the unfused sequence; fuse when the fused prediction is at least FUSE_MIN_GAIN faster
     than the unfused one without the launches fusion saves (see FUSE_MIN_GAIN)."""
     t, sh, dt = _target(target), as_shapes(pattern, shapes), dtype_bytes(dtype)
     _check_world(t, W)
+    pattern = _pattern(pattern)
     unfused = predict_unfused(t, pattern, sh, W, dt)
     intra, inter = OverlapStyle.INTRA, OverlapStyle.INTER
     variants = {(intra, 0): predict_fused(t, pattern, sh, W, dt, intra, 0, mechanism)}
@@ -692,7 +712,7 @@ def schedule_timeline(plan: FusionPlan, min_wait: float = 0.0) -> list:
     pattern = plan.pattern
     rs_then_ag = _rs_then_all_gather(t, pattern, plan.W)
     if rs_then_ag:
-        pattern = "mm_reduce_scatter"
+        pattern = Pattern.MM_REDUCE_SCATTER
     tasks = _build(t, pattern, plan.shapes, plan.W, plan.dtype_bytes, plan.overlap,
                    k, plan.mechanism)
     times = _simulate(tasks)
@@ -713,11 +733,11 @@ def schedule_timeline(plan: FusionPlan, min_wait: float = 0.0) -> list:
     return ev
 
 
-def _rs_then_all_gather(t: Target, pattern: str, W: int) -> bool:
+def _rs_then_all_gather(t: Target, pattern: Pattern, W: int) -> bool:
     """GEMM + all-reduce runs as fused GEMM + reduce-scatter, then an all-gather, on
     sm_90a with more than 2 ranks (the fast path: the broadcast kernel would send W-1
     copies of every tile)."""
-    return pattern == "mm_all_reduce" and W > 2 and t.sm_arch == "sm_90a"
+    return pattern is Pattern.MM_ALL_REDUCE and W > 2 and t.sm_arch == "sm_90a"
 
 
 def to_chrome_trace(events: Sequence[Event], process: str = "pkc fused kernel") -> dict:

@@ -9,7 +9,6 @@ import pytest
 from xdsl.context import Context
 from xdsl.dialects.builtin import Builtin
 from xdsl.parser import Parser
-from xdsl.printer import Printer
 
 from pkc.codegen import CodegenError, compile_kernel, emit_ptx
 from pkc.codegen.emit import kernels_of
@@ -17,6 +16,7 @@ from pkc.codegen.lower import default_sms
 from pkc.codegen.ptx import PTX
 from pkc.codegen.smem import HEADER_BYTES, SmemPlan
 from pkc.ir import parse_module, verify_module
+from pkc.mlir_ints import GenericPrinter, retype_integer_attributes
 from tests.gpu import kernels as K
 from tests.gpu.irgen import kernel_function, tile
 
@@ -36,9 +36,13 @@ def test_ptx_ir_verifies_and_round_trips_in_generic_form():
     ctx.load_dialect(Builtin)
     ctx.load_dialect(PTX)
     op = Parser(ctx, text).parse_op()
+    # The generic form's plain integers are MLIR's `N : i64` (so that mlir-opt reads it);
+    # pkc's boundary reads them back as the IntAttr the ops define (pkc.mlir_ints).
+    assert "#builtin.int" not in text and "maxntid = 128 : i64" in text
+    assert retype_integer_attributes(op) > 0
     op.verify()
     s = io.StringIO()
-    Printer(stream=s, print_generic_format=True).print_op(op)
+    GenericPrinter(stream=s, print_generic_format=True).print_op(op)
     assert s.getvalue() == text
 
 

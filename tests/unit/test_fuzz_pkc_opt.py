@@ -14,6 +14,7 @@ command line that reproduces it.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -32,14 +33,19 @@ LIMIT_S = float(os.environ.get("PKC_FUZZ_LIMIT_S", "20"))
 SHARDS = 4
 
 
+@functools.cache
+def _numbered_mutants() -> list[tuple[int, tuple[str, str, tuple[str, ...]]]]:
+    """The whole seeded sequence, made once per process (each shard takes its share)."""
+    return list(enumerate(fuzz_ir.mutants(SEED, MUTANTS)))
+
+
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_fuzz_mutants_never_crash_or_hang(tmp_path, shard):
     out_dir = os.environ.get("PKC_FUZZ_OUT") or str(tmp_path)
     failures: list[str] = []
     seen_errors = seen_ok = 0
     t0 = time.perf_counter()
-    every = list(enumerate(fuzz_ir.mutants(SEED, MUTANTS)))   # the whole sequence: seeded
-    mine = every[shard::SHARDS]
+    mine = _numbered_mutants()[shard::SHARDS]
     for i, (origin, text, args) in mine:
         outcome = fuzz_ir.run_one(text, args, LIMIT_S)
         problem = fuzz_ir.problem(outcome)
