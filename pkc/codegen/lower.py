@@ -47,8 +47,8 @@ def default_sms(workers: list[k.WorkerOp], num_sms: int) -> list[tuple[int, bool
     communicate worker without ``sms`` gets 16, compute workers share the rest)."""
     fixed = sum(w.sm_count or 0 for w in workers)
     unset = [w for w in workers if w.sm_count is None]
-    comm = [w for w in unset if w.role.data == "communicate"]
-    comp = [w for w in unset if w.role.data != "communicate"]
+    comm = [w for w in unset if w.role_kind is k.WorkerRole.COMMUNICATE]
+    comp = [w for w in unset if w.role_kind is not k.WorkerRole.COMMUNICATE]
     left = max(num_sms - fixed, len(unset))
     comm_each = min(DEFAULT_COMM_SMS, max(1, left // max(1, len(unset)))) if comm else 0
     comp_left = max(left - comm_each * len(comm), len(comp))
@@ -56,7 +56,7 @@ def default_sms(workers: list[k.WorkerOp], num_sms: int) -> list[tuple[int, bool
     for w in workers:
         if w.sm_count is not None:
             out.append((w.sm_count, True))
-        elif w.role.data == "communicate":
+        elif w.role_kind is k.WorkerRole.COMMUNICATE:
             out.append((comm_each, False))
         else:
             out.append((max(1, comp_left // len(comp)), False))

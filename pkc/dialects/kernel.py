@@ -70,9 +70,19 @@ from pkc.dialects.rank_groups import verify_groups
 from pkc.dialects.schedule_ag import TmapViewOp
 from pkc.dialects.schedule_fused import PeerTmapOp, RowsTmapOp
 from pkc.dialects.types import BufferType, SignalsType, TileType, is_float, shape_str
+from pkc.kinds import Kind
 
 Value = SSAValue | Operation
-WORKER_ROLES = ("compute", "communicate")
+
+
+class WorkerRole(Kind):
+    """What a ``pk.worker`` does (its ``role`` attribute)."""
+
+    COMPUTE = "compute"            # computes tiles (and, with intra-SM overlap, puts them)
+    COMMUNICATE = "communicate"    # moves tiles between ranks
+
+
+WORKER_ROLES = tuple(WorkerRole)
 
 
 def enclosing_kernel(op: Operation) -> "KernelOp | None":
@@ -290,8 +300,8 @@ class WorkerOp(IRDLOperation):
     traits = traits_def(HasParent(KernelOp))
     assembly_format = "$role attr-dict-with-keyword $body"
 
-    def __init__(self, role: str, body: Region, sms: int | None = None):
-        attrs: dict[str, Attribute] = {"role": StringAttr(role)}
+    def __init__(self, role: WorkerRole | str, body: Region, sms: int | None = None):
+        attrs: dict[str, Attribute] = {"role": StringAttr(str(role))}   # verify_ checks it
         if sms is not None:
             attrs["sms"] = IntegerAttr(sms, i64)
         super().__init__(regions=[body], attributes=attrs)
@@ -299,6 +309,11 @@ class WorkerOp(IRDLOperation):
     @property
     def sm_count(self) -> int | None:
         return None if self.sms is None else self.sms.value.data
+
+    @property
+    def role_kind(self) -> WorkerRole:
+        """The ``role`` (the verifier checked it is one)."""
+        return WorkerRole.parse(self.role.data, "'pk.worker' role")
 
     def verify_(self) -> None:
         if self.role.data not in WORKER_ROLES:

@@ -603,7 +603,7 @@ def _build_kernel(name: str, op: Operation, lay: Layout, algo: Algorithm, tiles:
     allocs = _ALGORITHMS[(lay.collective, algo)](kern)
     b.emit(k.YieldOp())
     b.hoist_constants(worker)
-    body.add_ops([*allocs, k.WorkerOp("communicate", Region(worker)), k.YieldOp()])
+    body.add_ops([*allocs, k.WorkerOp(k.WorkerRole.COMMUNICATE, Region(worker)), k.YieldOp()])
     out_type = TensorType(lay.element, list(lay.out_view))
     return k.KernelOp(name, lay.world, [x], [out_type], Region(body))
 

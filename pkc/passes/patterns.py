@@ -193,7 +193,7 @@ class KernelBuilder:
         self._head.append(op)
         return op.result
 
-    def worker(self, role: str, body: Callable[["Code"], None]) -> None:
+    def worker(self, role: k.WorkerRole, body: Callable[["Code"], None]) -> None:
         block = Block()
         code = Code(self, block, {})
         body(code)
@@ -595,9 +595,9 @@ def _build_mm_reduce_scatter(kb: KernelBuilder, f: Fusion, W: int, elide: bool) 
         c.rank()
         c.loop(0, W, 1, comm_step)
 
-    kb.worker("compute", compute)
+    kb.worker(k.WorkerRole.COMPUTE, compute)
     if inter:
-        kb.worker("communicate", comm)
+        kb.worker(k.WorkerRole.COMMUNICATE, comm)
 
 
 def _sum_slots(c: Code, buf: SSAValue, W: int, slot_rows: int, m0: Ix, n0: Ix, rows: int,
@@ -709,9 +709,9 @@ def _build_mm_all_reduce(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> N
         c.loop(0, W, 1, comm_step)
         reduce_and_broadcast(c)
 
-    kb.worker("compute", compute)
+    kb.worker(k.WorkerRole.COMPUTE, compute)
     if inter:
-        kb.worker("communicate", comm)
+        kb.worker(k.WorkerRole.COMMUNICATE, comm)
 
 
 # -- all_gather -> matmul(s) -------------------------------------------------------------
@@ -826,9 +826,9 @@ def _build_all_gather_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> N
         local(c)
         c.loop(1, W, 1, remote_step)
 
-    kb.worker("compute", compute)
+    kb.worker(k.WorkerRole.COMPUTE, compute)
     if inter:
-        kb.worker("communicate", comm)
+        kb.worker(k.WorkerRole.COMMUNICATE, comm)
 
 
 # -- all_to_all -> grouped matmul -> all_to_all (MoE) ------------------------------------
@@ -974,9 +974,9 @@ def _build_moe(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> None:
             c.loop(1, W, 1, receive_step)
         c.loop(0, W, 1, combine_step)
 
-    kb.worker("compute", compute)
+    kb.worker(k.WorkerRole.COMPUTE, compute)
     if inter:
-        kb.worker("communicate", comm)
+        kb.worker(k.WorkerRole.COMMUNICATE, comm)
 
 
 _BUILDERS = {

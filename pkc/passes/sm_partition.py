@@ -66,8 +66,8 @@ class SmPartition(ModulePass):
 
 def _partition(kernel: k.KernelOp, t: Target) -> None:
     workers = kernel.workers()
-    comm = [w for w in workers if w.role.data == "communicate"]
-    compute = [w for w in workers if w.role.data == "compute"]
+    comm = [w for w in workers if w.role_kind is k.WorkerRole.COMMUNICATE]
+    compute = [w for w in workers if w.role_kind is k.WorkerRole.COMPUTE]
     plan = plan_of(kernel)
     where = f"kernel @{kernel.kernel_name.data}: pk.plan.overlap"
     intra = "overlap" in plan and OverlapStyle.parse(plan["overlap"], where) is OverlapStyle.INTRA

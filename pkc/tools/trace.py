@@ -8,7 +8,7 @@ import dataclasses
 
 from xdsl.dialects.builtin import ModuleOp
 
-from pkc.dialects.kernel import KernelOp
+from pkc.dialects.kernel import KernelOp, WorkerRole
 from pkc.passes.remarks import plan_of
 from pkc.target import plan_fusion
 from pkc.target.cost import schedule_timeline, to_chrome_trace
@@ -29,7 +29,7 @@ def kernel_timeline(kernel: KernelOp) -> dict | None:
 def _communicate_sms(kernel: KernelOp, plan: dict) -> int:
     """The SMs sm-partition gave the communicate worker, else the plan's."""
     for w in kernel.workers():
-        if w.role.data == "communicate" and w.sm_count is not None:
+        if w.role_kind is WorkerRole.COMMUNICATE and w.sm_count is not None:
             return w.sm_count
     return int(plan.get("comm_sms", 0))
 

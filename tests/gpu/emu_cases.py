@@ -81,6 +81,15 @@ GEMMS = [("gemm_128x128x64", (128, 128, 64), "", "nk"),
          ("gemm_256x256x128_kn", (256, 256, 128), "128x256_s4_kn", "kn"),
          ("gemm_256x256x128_cl2", (256, 256, 128), "128x128_s6_cl2", "nk"),
          ("gemm_256x512x192_128x256", (256, 512, 192), "128x256_s4_tma", "nk")]
+# every other tile variant of the tuning table, two output tiles each (the schedule-matmul
+# variants a program can run: the whole table is checked, not a sample)
+GEMMS += [(f"gemm_variant_{v}", (2 * bm if bm == 256 else 256 if bm == 128 else 128, 2 * bn, 128), v, "nk")
+          for v, bm, bn in (("128x160_s5_cl2", 128, 160), ("128x160_s5_tma", 128, 160),
+                            ("128x192_s4_cl2", 128, 192), ("128x192_s4_tma", 128, 192),
+                            ("128x256_s3_global", 128, 256), ("128x256_s4_cl2", 128, 256),
+                            ("128x256_s4_g16", 128, 256), ("128x256_s4_global", 128, 256),
+                            ("256x128_s4_cl2", 256, 128), ("256x128_s4_tma", 256, 128),
+                            ("64x256_c1_s5", 64, 256))]
 GENERAL = ["ar_f32", "mm_rs", "ag_mm", "a2a_mm"]
 NO_LL = ((CT, "LL_MAX_BYTES", 0), (CT, "LL_GATHER_MAX_BYTES", 0))
 
