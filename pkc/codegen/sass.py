@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pkc.target.gemm_tuning import BK, GemmConfig
+from pkc.target.gemm_tuning import BK, BLayout, Epilogue, GemmConfig
 
 
 def _wheel_bins() -> list[Path]:
@@ -110,8 +110,8 @@ class SassSummary:
 
 def expected_pipeline(cfg: GemmConfig) -> dict:
     """What the SASS of the GEMM of ``cfg`` must show."""
-    b_boxes = 1 if cfg.b_layout == "nk" else cfg.bn // 64 // cfg.cluster_m
-    stores = (cfg.m_slices * cfg.bn // cfg.epi_width) if cfg.epilogue == "tma" else 0
+    b_boxes = 1 if cfg.b_layout is BLayout.NK else cfg.bn // 64 // cfg.cluster_m
+    stores = (cfg.m_slices * cfg.bn // cfg.epi_width) if cfg.epilogue is Epilogue.TMA else 0
     return {
         "hgmma_shape": f"HGMMA.64x{cfg.bn}x16.F32{'.BF16' if cfg.dtype == 'bf16' else ''}",
         "hgmma_per_stage": (BK // 16) * cfg.m_slices,

@@ -39,21 +39,21 @@ from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
 from pkc.passes.gemm_schedule import Epi, GemmParts, _Ops, _tma_epilogue
 from pkc.target import fused_tuning as ft
-from pkc.target.gemm_tuning import VARIANTS, GemmConfig
+from pkc.target.gemm_tuning import VARIANTS, BLayout, Epilogue, GemmConfig
 from pkc.target.targets import get_target
 
 
-def b_operand(b: SSAValue) -> tuple[SSAValue, str]:
+def b_operand(b: SSAValue) -> tuple[SSAValue, BLayout]:
     """(B as the kernel reads it, its layout): a ``pk.transpose``d 2-D ``[N, K]`` weight is
     read in place (``"nk"``, no transpose materialized), anything else as ``[K, N]``."""
     src = b.owner
     if isinstance(src, g.TransposeOp) and len(src.input.type.get_shape()) == 2:
-        return src.input, "nk"
-    return b, "kn"
+        return src.input, BLayout.NK
+    return b, BLayout.KN
 
 
-def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, layout: str, target: str,
-                 variant: str = "", fresh: bool = False) -> GemmConfig:
+def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, layout: BLayout,
+                 target: str, variant: str = "", fresh: bool = False) -> GemmConfig:
     """The GEMM tile of a fused kernel: the forced ``variant``, else the tuning table's
     (:func:`pkc.target.fused_tuning.fused_gemm_config`), with what the fused epilogue needs
     (no cluster, TMA stores; 128-column tiles for B [K, N]; two epilogue buffers where the
@@ -63,9 +63,9 @@ def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, la
         cfg = VARIANTS[variant].with_(dtype=dt, b_layout=layout)
     else:
         cfg = ft.fused_gemm_config(kind, M, N, K, W, dt, layout, sms, target)
-    if layout == "kn" and cfg.bn % 64:
+    if layout is BLayout.KN and cfg.bn % 64:
         cfg = cfg.with_(bn=128)         # B [K, N] is loaded in 64-column boxes
-    cfg = cfg.with_(cluster_m=1, epilogue="tma")
+    cfg = cfg.with_(cluster_m=1, epilogue=Epilogue.TMA)
     if fresh:
         cfg = cfg.with_(epi_bufs=2)
     cfg.validate()

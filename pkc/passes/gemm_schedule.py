@@ -27,7 +27,7 @@ from xdsl.dialects.builtin import IntegerAttr, i1, i32
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from pkc.dialects import schedule as s
-from pkc.target.gemm_tuning import BK, ROW_BYTES, GemmConfig
+from pkc.target.gemm_tuning import BK, ROW_BYTES, BLayout, Epilogue, GemmConfig
 
 _SWIZZLE_FOR_ROW_BYTES = {128: 128, 64: 64, 32: 32}
 
@@ -78,12 +78,12 @@ def _for(o: _Ops, lb: SSAValue, ub: SSAValue, step: SSAValue, inits: list[SSAVal
 def tmap_types(cfg: GemmConfig) -> tuple[s.TmapType, s.TmapType, s.TmapType | None]:
     """The A, B and (TMA epilogue) C tensor maps of ``cfg``."""
     a = s.TmapType(cfg.dtype, [BK, cfg.bm], 128)
-    if cfg.b_layout == "nk":
+    if cfg.b_layout is BLayout.NK:
         b = s.TmapType(cfg.dtype, [BK, cfg.bn // cfg.cluster_m], 128)
     else:
         b = s.TmapType(cfg.dtype, [64, BK], 128)
     c = None
-    if cfg.epilogue == "tma":
+    if cfg.epilogue is Epilogue.TMA:
         w = cfg.epi_width
         c = s.TmapType(cfg.dtype, [w, 64], _SWIZZLE_FOR_ROW_BYTES[2 * w])
     return a, b, c
@@ -148,7 +148,7 @@ class GemmParts:
     def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: "Epi", coords: list[SSAValue],
                       row0: SSAValue, ebuf: SSAValue, extra: list[SSAValue]
                       ) -> tuple[SSAValue, list[SSAValue]]:
-        if cfg.epilogue == "tma":
+        if cfg.epilogue is Epilogue.TMA:
             ebuf = _tma_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, coords[1], ebuf,
                                  lambda slot, col, row: t.add(s.TmaStoreOp(e.epi, slot, e.tC,
                                                                            [col, row])))
@@ -194,7 +194,7 @@ def build_gemm(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: in
     a_st = o.add(s.SmemAllocOp(S, cfg.a_stage_bytes)).result
     b_st = o.add(s.SmemAllocOp(S, cfg.b_stage_bytes)).result
     epi = (o.add(s.SmemAllocOp(cfg.consumers * cfg.epi_bufs, cfg.epi_buf_bytes)).result
-           if cfg.epilogue == "tma" else None)
+           if cfg.epilogue is Epilogue.TMA else None)
     full = o.add(s.MbarrierAllocOp(S, 1)).result
     empty = o.add(s.MbarrierAllocOp(S, cfg.consumers * cfg.cluster_m)).result
     dims = (M, N, K)
@@ -223,7 +223,7 @@ def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty,
     tA_tile, m0, outer, pextra = parts.producer_tile(t, coords, tA, pextra)
     mc = cfg.cluster_m if cfg.cluster_m > 1 else 0
     # where this CTA's part of the B tile goes and comes from (loop-invariant over k)
-    if cfg.b_layout == "nk":
+    if cfg.b_layout is BLayout.NK:
         rows = cfg.bn // cfg.cluster_m          # rows of B this CTA loads
         b_parts = [(t.bin(arith.MuliOp, rank, rows * ROW_BYTES),
                     t.bin(arith.AddiOp, t.bin(arith.MuliOp, rank, rows), n0))]
@@ -241,7 +241,7 @@ def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty,
     kc = k.bin(arith.MuliOp, kb, BK)
     k.add(s.TmaLoadOp(tA_tile, [kc, m0, *outer], a_st, ks, k.c(0), full, ks))
     for off, n in b_parts:
-        coords = [kc, n] if cfg.b_layout == "nk" else [n, kc]
+        coords = [kc, n] if cfg.b_layout is BLayout.NK else [n, kc]
         k.add(s.TmaLoadOp(tB, coords, b_st, ks, off, full, ks, multicast=mc))
     k.add(scf.YieldOp(*k.advance(ks, kph, cfg.stages)))
     t.add(s.YieldOp([*kloop.results, *pextra]))
@@ -270,7 +270,7 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
     k.add(s.MbarrierWaitOp(full, ks, kph))
     not_first = k.cmp("ne", kb, 0)
     k.add(s.MmaAsyncOp(acc, a_st, ks, a_row, b_st, ks, not_first, cfg.dtype,
-                       s.BMajor.K if cfg.b_layout == "nk" else s.BMajor.N))
+                       s.BMajor.K if cfg.b_layout is BLayout.NK else s.BMajor.N))
     k.add(s.MmaCommitOp())
     k.add(s.MmaWaitOp(1))
     # the previous k-block's group is complete: release its stage
@@ -285,7 +285,7 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
     ebuf, extra = parts.epilogue_tile(t, cfg, e, coords, row0, ebuf, extra)
     t.add(s.YieldOp([stage2, phase2, ebuf, *extra]))
     parts.epilogue_finish(r, cfg, list(loop.results)[3:])
-    if cfg.epilogue == "tma":
+    if cfg.epilogue is Epilogue.TMA:
         r.add(s.BulkWaitOp(0))
     r.add(s.YieldOp())
 

@@ -34,7 +34,7 @@ from xdsl.ir import Block, SSAValue
 from pkc.dialects import schedule as s
 from pkc.passes.gemm_schedule import (_SWIZZLE_FOR_ROW_BYTES, GemmParts, _for, _Ops, _producer,
                                       _tma_epilogue)
-from pkc.target.gemm_tuning import BK
+from pkc.target.gemm_tuning import BK, BLayout, Epilogue
 from pkc.target.gemm_tuning_sm100 import TmemGemmConfig
 
 
@@ -53,7 +53,7 @@ class _ProducerView:
 def tmem_tmap_types(cfg: TmemGemmConfig) -> tuple[s.TmapType, s.TmapType]:
     """The A and B tensor maps (128-byte swizzle, 64 elements of K per box row)."""
     a = s.TmapType(cfg.dtype, [BK, cfg.bm], 128)
-    b = (s.TmapType(cfg.dtype, [BK, cfg.bn], 128) if cfg.b_layout == "nk"
+    b = (s.TmapType(cfg.dtype, [BK, cfg.bn], 128) if cfg.b_layout is BLayout.NK
          else s.TmapType(cfg.dtype, [64, BK], 128))
     return a, b
 
@@ -68,7 +68,7 @@ def build_gemm_tmem(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, 
     tA = top.add(s.TmapOp(A, ta_t)).result
     tB = top.add(s.TmapOp(B, tb_t)).result
     tC = None
-    if cfg.epilogue == "tma":
+    if cfg.epilogue is Epilogue.TMA:
         w = cfg.epi_width
         tC = top.add(s.TmapOp(C, s.TmapType(cfg.dtype, [w, 64], _SWIZZLE_FOR_ROW_BYTES[2 * w]))).result
     sched = top.add(s.ScheduleOp(cfg.threads, 1, cfg.timeout_ns))
@@ -77,7 +77,7 @@ def build_gemm_tmem(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, 
     a_st = o.add(s.SmemAllocOp(S, cfg.a_stage_bytes)).result
     b_st = o.add(s.SmemAllocOp(S, cfg.b_stage_bytes)).result
     epi = (o.add(s.SmemAllocOp(cfg.epi_bufs, 64 * cfg.epi_width * 2)).result
-           if cfg.epilogue == "tma" else None)
+           if cfg.epilogue is Epilogue.TMA else None)
     full = o.add(s.MbarrierAllocOp(S, 1)).result
     empty = o.add(s.MbarrierAllocOp(S, 1)).result         # one arrival: the MMA commit
     acc_full = o.add(s.MbarrierAllocOp(nb, 1)).result
@@ -105,7 +105,7 @@ def _mma(o: _Ops, cfg: TmemGemmConfig, dims, a_st, b_st, full, empty, acc_full, 
     t.add(s.MbarrierWaitOp(acc_empty, ab, t.bin(arith.XOrIOp, aph, 1)))
     acc = t.add(s.AccSelectOp(ab, accs)).result
     row = t.c(0)
-    major = s.BMajor.K if cfg.b_layout == "nk" else s.BMajor.N
+    major = s.BMajor.K if cfg.b_layout is BLayout.NK else s.BMajor.N
     kloop, k, kb, (ks, kph) = _for(t, zero, num_kb, one, [stage, phase])
     k.add(s.MbarrierWaitOp(full, ks, kph))
     k.add(s.MmaAsyncOp(acc, a_st, ks, row, b_st, ks, k.cmp("ne", kb, 0), cfg.dtype, major))
@@ -131,7 +131,7 @@ def _epilogue(o: _Ops, cfg: TmemGemmConfig, dims, C, tC, epi, acc_full, acc_empt
     r = _Ops(role.block)
     M, N = r.c(dims[0]), r.c(dims[1])
     zero = r.c(0)
-    tma = cfg.epilogue == "tma"
+    tma = cfg.epilogue is Epilogue.TMA
     inits = [zero, zero, zero] if tma else [zero, zero]
     loop, (m0, n0), carried = parts.tile_loop(r, M, N, inits, _ProducerView(cfg))
     ab, aph = carried[0], carried[1]

@@ -38,7 +38,7 @@ from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.gemm_schedule_tmem import build_gemm_tmem
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, set_plan
-from pkc.target.gemm_tuning import VARIANTS, check_variant, choose_config
+from pkc.target.gemm_tuning import VARIANTS, BLayout, Epilogue, check_variant, choose_config
 from pkc.target.gemm_tuning_sm100 import choose_tmem_config
 from pkc.target.targets import get_target
 
@@ -107,14 +107,14 @@ def _schedule(op: g.MatmulOp, num_sms: int, variant: str) -> None:
     dt = _dtype(a.type)
     src = rhs.owner
     if isinstance(src, g.TransposeOp) and len(src.input.type.get_shape()) == 2:
-        b_val, layout = src.input, "nk"
+        b_val, layout = src.input, BLayout.NK
     else:
-        b_val, layout = rhs, "kn"
+        b_val, layout = rhs, BLayout.KN
     if variant:
         cfg = VARIANTS[variant].with_(dtype=dt, b_layout=layout)
     else:
         cfg = choose_config(M, N, K, dt, layout, num_sms)
-    if layout == "kn" and cfg.bn % (64 * cfg.cluster_m):
+    if layout is BLayout.KN and cfg.bn % (64 * cfg.cluster_m):
         raise ValueError(f"schedule-matmul: variant {cfg.tag()} cannot read B as [K, N]")
     cfg.validate()
     arg_types = [BufferType(t.get_shape(), t.element_type) for t in (a.type, b_val.type, op.result.type)]
@@ -129,7 +129,7 @@ def _schedule(op: g.MatmulOp, num_sms: int, variant: str) -> None:
     tiles = -(-M // cfg.bm) * -(-N // cfg.bn)
     add_remark(kop, f"scheduled GEMM {M}x{N}x{K} {dt}: {cfg.tag()} "
                f"({tiles} tiles over {num_sms} SMs, B read as "
-               f"{'[N, K]' if layout == 'nk' else '[K, N]'})")
+               f"{'[N, K]' if layout is BLayout.NK else '[K, N]'})")
     kop.location = op.location      # remarks and errors point at the user's matmul
     Rewriter.replace_op(op, kop)
 
@@ -141,8 +141,8 @@ def _operands(op: g.MatmulOp):
     N = rhs.type.get_shape()[1]
     src = rhs.owner
     if isinstance(src, g.TransposeOp) and len(src.input.type.get_shape()) == 2:
-        return a, src.input, "nk", M, N, K, _dtype(a.type)
-    return a, rhs, "kn", M, N, K, _dtype(a.type)
+        return a, src.input, BLayout.NK, M, N, K, _dtype(a.type)
+    return a, rhs, BLayout.KN, M, N, K, _dtype(a.type)
 
 
 def _schedule_tmem(op: g.MatmulOp, num_sms: int) -> None:
@@ -155,11 +155,11 @@ def _schedule_tmem(op: g.MatmulOp, num_sms: int) -> None:
     block.add_op(k.YieldOp())
     kop = k.KernelOp("matmul", 1, [a, b_val], [op.result.type], Region(block))
     set_plan(kop, pattern="gemm", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages, consumers=1,
-             cluster=1, epilogue="global", b_layout=layout, group_m=cfg.group_m,
+             cluster=1, epilogue=Epilogue.GLOBAL, b_layout=layout, group_m=cfg.group_m,
              acc="tmem", acc_bufs=cfg.acc_bufs)
     tiles = -(-M // cfg.bm) * -(-N // cfg.bn)
     add_remark(kop, f"scheduled GEMM {M}x{N}x{K} {dt}: {cfg.tag()} ({tiles} tiles over "
                f"{num_sms} SMs, accumulators in tensor memory, MMA and epilogue roles "
-               f"overlapping; B read as {'[N, K]' if layout == 'nk' else '[K, N]'})")
+               f"overlapping; B read as {'[N, K]' if layout is BLayout.NK else '[K, N]'})")
     kop.location = op.location
     Rewriter.replace_op(op, kop)

@@ -45,7 +45,7 @@ from pkc.passes.moe_schedule import MoeParts, pieces
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle, Pattern
-from pkc.target.gemm_tuning import VARIANTS, check_variant, choose_config
+from pkc.target.gemm_tuning import VARIANTS, BLayout, Epilogue, check_variant, choose_config
 from pkc.target.targets import get_target
 
 PATTERN = Pattern.MOE
@@ -125,10 +125,10 @@ class ScheduleMoe(ModulePass):
 
 
 def moe_config(rows: int, N: int, K: int, dt: str, sms: int, variant: str = ""):
-    cfg = VARIANTS[variant] if variant else choose_config(rows, N, K, dt, "nk", sms)
+    cfg = VARIANTS[variant] if variant else choose_config(rows, N, K, dt, BLayout.NK, sms)
     if cfg.bm != 128 or cfg.consumers != 2:
         cfg = VARIANTS["128x256_s4_tma"]
-    cfg = cfg.with_(dtype=dt, b_layout="nk", cluster_m=1, epilogue="tma")
+    cfg = cfg.with_(dtype=dt, b_layout=BLayout.NK, cluster_m=1, epilogue=Epilogue.TMA)
     cfg.validate()
     return cfg
 
@@ -177,7 +177,7 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
     plan = plan_of(kop)
     comm_sms = plan.get("comm_sms", 0) or 0
     set_plan(new, schedule=ScheduleKind.MOE, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
-             consumers=cfg.consumers, b_layout="nk", experts=E, capacity=C,
+             consumers=cfg.consumers, b_layout=BLayout.NK, experts=E, capacity=C,
              pieces=pieces(C), scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0)
     why = ("dispatch copies run on every CTA before its roles, the combine from the "
            "consumers' epilogue by TMA (intra-SM, no communicate CTAs)" if W > 1 else

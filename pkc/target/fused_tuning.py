@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from pkc.kinds import Kind
-from pkc.target.gemm_tuning import GemmConfig, choose_config
+from pkc.target.gemm_tuning import BLayout, GemmConfig, choose_config
 
 
 class FusedKind(Kind):
@@ -72,7 +72,8 @@ def side_ctas_for(rate: float) -> int:
     return min(16, max(4, 4 * math.ceil(1.25 * rate / PUT_CTA_BW / 4)))
 
 
-def link_over_gemm(kind: FusedKind, M: int, N: int, K: int, world: int, target: str = "h200") -> float:
+def link_over_gemm(kind: FusedKind, M: int, N: int, K: int, world: int,
+                   target: str = "h200") -> float:
     """A fused GEMM + all-reduce broadcast's ("ar": the M x N 16-bit partial to each of the
     W - 1 peers) or GEMM + reduce-scatter's ("rs": (W-1)/W of it) link time over its GEMM
     time."""
@@ -84,7 +85,7 @@ def link_over_gemm(kind: FusedKind, M: int, N: int, K: int, world: int, target: 
 
 
 def fused_gemm_config(kind: FusedKind, M: int, N: int, K: int, world: int, dtype: str,
-                      b_layout: str, sms: int, target: str = "h200") -> GemmConfig:
+                      b_layout: BLayout, sms: int, target: str = "h200") -> GemmConfig:
     """The GEMM tile config of a fused kernel over the whole ``[M, N, K]`` product: the
     one for the whole GPU (choose_config; picking it for the SMs the put CTAs leave
     measured 4-7% slower on Llama up+gate and N = 32768 AG + GEMM, 2 / 4 GPUs), except

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from pkc.kinds import Kind
+
 BK = 64                   # elements of K per stage: 128 bytes of 16-bit data = one swizzle row
 ROW_BYTES = 128
 SMEM_LIMIT = 232448       # max dynamic shared memory per block on sm_90 (227 KiB)
@@ -31,6 +33,27 @@ DESC_HI_KMAJOR = _desc_hi(16, 1024)
 DESC_HI_NMAJOR = _desc_hi(8192, 1024)
 
 _SWIZZLE_FOR_ROW_BYTES = {128: 3, 64: 2, 32: 1}   # log2(swizzle bytes / 16)
+
+
+class BLayout(Kind):
+    """How a GEMM's B operand is given (``pk.plan.b_layout``)."""
+
+    NK = "nk"    # [N, K]: K contiguous (a transposed weight read in place)
+    KN = "kn"    # [K, N]: N contiguous
+
+
+class Epilogue(Kind):
+    """How a GEMM's consumers store C (``pk.plan.epilogue``)."""
+
+    TMA = "tma"          # 64 x w pieces through swizzled shared memory, TMA stores
+    GLOBAL = "global"    # straight from the registers to global memory
+
+
+def gemm_kinds(cfg) -> None:
+    """Converts a (frozen) tile configuration's ``b_layout`` and ``epilogue`` to members
+    once (a ValueError naming the bad value and the valid ones)."""
+    object.__setattr__(cfg, "b_layout", BLayout.parse(cfg.b_layout, "GEMM b_layout"))
+    object.__setattr__(cfg, "epilogue", Epilogue.parse(cfg.epilogue, "GEMM epilogue"))
 
 
 class StageBytes:
@@ -63,8 +86,8 @@ class GemmConfig(StageBytes):
     stages: int = 4
     consumers: int = 2
     dtype: str = "bf16"            # "bf16" | "f16" (inputs and output)
-    b_layout: str = "nk"           # "nk": B given [N, K]; "kn": B given [K, N]
-    epilogue: str = "tma"          # "tma" | "global"
+    b_layout: BLayout = BLayout.NK
+    epilogue: Epilogue = Epilogue.TMA
     group_m: int = 8               # row-blocks per rasterization group
     cluster_m: int = 1             # 1, or 2: CTA pairs share (multicast) the B tile
     epi_w: int = 0                 # columns per TMA-store box (0: 64, 32 or 16 from bn)
@@ -74,6 +97,9 @@ class GemmConfig(StageBytes):
     producer_regs: int = 40
     consumer_regs: int = 0         # 0: as many as fit
     name: str = ""
+
+    def __post_init__(self):
+        gemm_kinds(self)
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -103,7 +129,7 @@ class GemmConfig(StageBytes):
 
     @property
     def epi_bytes(self) -> int:
-        if self.epilogue != "tma":
+        if self.epilogue is not Epilogue.TMA:
             return 0
         return self.consumers * self.epi_bufs * self.epi_buf_bytes
 
@@ -152,8 +178,6 @@ class GemmConfig(StageBytes):
             if not cond:
                 raise ValueError(f"GemmConfig {self.tag()}: {msg}")
         need(self.dtype in ("bf16", "f16"), f"dtype {self.dtype!r} not bf16/f16")
-        need(self.b_layout in ("nk", "kn"), f"b_layout {self.b_layout!r} not nk/kn")
-        need(self.epilogue in ("tma", "global"), f"epilogue {self.epilogue!r}")
         need(self.consumers in (1, 2), "consumers must be 1 or 2")
         need(self.bm % self.consumers == 0 and self.wg_m in (64, 128),
              "bm / consumers must be 64 or 128")
@@ -161,12 +185,12 @@ class GemmConfig(StageBytes):
         need(self.acc_regs <= 128, f"{self.acc_regs} accumulator registers per thread (> 128)")
         need(self.stages >= 2, "stages >= 2")
         need(self.cluster_m in (1, 2), "cluster_m must be 1 or 2")
-        if self.b_layout == "kn":
+        if self.b_layout is BLayout.KN:
             need(self.bn % (64 * self.cluster_m) == 0,
                  "b_layout kn needs bn a multiple of 64 (128 with cluster_m=2)")
-        if self.cluster_m == 2 and self.b_layout == "nk":
+        if self.cluster_m == 2 and self.b_layout is BLayout.NK:
             need((self.bn // 2) % 8 == 0, "cluster_m=2 needs bn/2 a multiple of 8")
-        if self.epilogue == "tma":
+        if self.epilogue is Epilogue.TMA:
             need(self.epi_width in (16, 32, 64) and self.bn % self.epi_width == 0,
                  "tma epilogue needs bn a multiple of 16 and epi_w in 16/32/64")
             need(self.epi_bufs in (1, 2), "epi_bufs must be 1 or 2")
@@ -180,21 +204,22 @@ class GemmConfig(StageBytes):
 
 # A few named variants: the candidates that the launcher picks from and the tests check.
 VARIANTS: dict[str, GemmConfig] = {
-    "128x256_s4_tma": GemmConfig(bm=128, bn=256, stages=4, epilogue="tma"),
-    "128x256_s3_global": GemmConfig(bm=128, bn=256, stages=3, epilogue="global"),
-    "128x256_s4_global": GemmConfig(bm=128, bn=256, stages=4, epilogue="global"),
-    "128x256_s4_cl2": GemmConfig(bm=128, bn=256, stages=4, epilogue="tma", cluster_m=2),
-    "128x128_s6_tma": GemmConfig(bm=128, bn=128, stages=6, epilogue="tma"),
-    "256x128_s4_tma": GemmConfig(bm=256, bn=128, stages=4, epilogue="tma"),
-    "128x192_s4_tma": GemmConfig(bm=128, bn=192, stages=4, epilogue="tma"),
-    "128x160_s5_tma": GemmConfig(bm=128, bn=160, stages=5, epilogue="tma"),
-    "128x256_s4_kn": GemmConfig(bm=128, bn=256, stages=4, epilogue="tma", b_layout="kn"),
-    "64x256_c1_s5": GemmConfig(bm=64, bn=256, stages=5, consumers=1, epilogue="tma"),
-    "128x256_s4_g16": GemmConfig(bm=128, bn=256, stages=4, epilogue="tma", group_m=16),
-    "128x192_s4_cl2": GemmConfig(bm=128, bn=192, stages=4, epilogue="tma", cluster_m=2),
-    "128x128_s6_cl2": GemmConfig(bm=128, bn=128, stages=6, epilogue="tma", cluster_m=2),
-    "128x160_s5_cl2": GemmConfig(bm=128, bn=160, stages=5, epilogue="tma", cluster_m=2),
-    "256x128_s4_cl2": GemmConfig(bm=256, bn=128, stages=4, epilogue="tma", cluster_m=2),
+    "128x256_s4_tma": GemmConfig(bm=128, bn=256, stages=4, epilogue=Epilogue.TMA),
+    "128x256_s3_global": GemmConfig(bm=128, bn=256, stages=3, epilogue=Epilogue.GLOBAL),
+    "128x256_s4_global": GemmConfig(bm=128, bn=256, stages=4, epilogue=Epilogue.GLOBAL),
+    "128x256_s4_cl2": GemmConfig(bm=128, bn=256, stages=4, epilogue=Epilogue.TMA, cluster_m=2),
+    "128x128_s6_tma": GemmConfig(bm=128, bn=128, stages=6, epilogue=Epilogue.TMA),
+    "256x128_s4_tma": GemmConfig(bm=256, bn=128, stages=4, epilogue=Epilogue.TMA),
+    "128x192_s4_tma": GemmConfig(bm=128, bn=192, stages=4, epilogue=Epilogue.TMA),
+    "128x160_s5_tma": GemmConfig(bm=128, bn=160, stages=5, epilogue=Epilogue.TMA),
+    "128x256_s4_kn": GemmConfig(bm=128, bn=256, stages=4, epilogue=Epilogue.TMA,
+                                b_layout=BLayout.KN),
+    "64x256_c1_s5": GemmConfig(bm=64, bn=256, stages=5, consumers=1, epilogue=Epilogue.TMA),
+    "128x256_s4_g16": GemmConfig(bm=128, bn=256, stages=4, epilogue=Epilogue.TMA, group_m=16),
+    "128x192_s4_cl2": GemmConfig(bm=128, bn=192, stages=4, epilogue=Epilogue.TMA, cluster_m=2),
+    "128x128_s6_cl2": GemmConfig(bm=128, bn=128, stages=6, epilogue=Epilogue.TMA, cluster_m=2),
+    "128x160_s5_cl2": GemmConfig(bm=128, bn=160, stages=5, epilogue=Epilogue.TMA, cluster_m=2),
+    "256x128_s4_cl2": GemmConfig(bm=256, bn=128, stages=4, epilogue=Epilogue.TMA, cluster_m=2),
 }
 
 
@@ -210,14 +235,15 @@ AUTO_CANDIDATES: list[tuple[GemmConfig, float]] = [
 ]
 
 
-def choose_config(M: int, N: int, K: int, dtype: str = "bf16", b_layout: str = "nk",
-                  num_sms: int = 132) -> GemmConfig:
+def choose_config(M: int, N: int, K: int, dtype: str = "bf16",
+                  b_layout: BLayout | str = BLayout.NK, num_sms: int = 132) -> GemmConfig:
     """A tile shape for (M, N, K) without measuring: the persistent kernel's time is about
     (waves of tiles) x (time of one tile), one tile's time about its area over the tile
     shape's efficiency; the biggest tile wins ties (within 2%)."""
     best, best_cost = None, None
+    b_layout = BLayout.parse(b_layout, "choose_config's b_layout")
     for c, eff in AUTO_CANDIDATES:
-        if b_layout == "kn" and c.bn % 64:
+        if b_layout is BLayout.KN and c.bn % 64:
             continue
         tiles = -(-M // c.bm) * -(-N // c.bn)
         waves = -(-tiles // num_sms)

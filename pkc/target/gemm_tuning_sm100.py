@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pkc.target.gemm_tuning import BK, ROW_BYTES, SMEM_LIMIT, StageBytes
+from pkc.target.gemm_tuning import (BK, ROW_BYTES, SMEM_LIMIT, BLayout, Epilogue, StageBytes,
+                                    gemm_kinds)
 
 TMEM_COLUMNS = 512
 MAX_STAGES = 8
@@ -29,16 +30,19 @@ class TmemGemmConfig(StageBytes):
     bn: int = 256
     stages: int = 4
     dtype: str = "bf16"
-    b_layout: str = "nk"
+    b_layout: BLayout = BLayout.NK
     group_m: int = 8
     acc_bufs: int = 2
-    epilogue: str = "tma"          # "tma": 64 x w pieces through shared memory; "global"
+    epilogue: Epilogue = Epilogue.TMA
     epi_bufs: int = 2              # staging buffers of the TMA epilogue
     producer_regs: int = 40
     timeout_ns: int = 20_000_000_000
     bm: int = 128
 
     threads = 384
+
+    def __post_init__(self):
+        gemm_kinds(self)
 
     @property
     def epi_width(self) -> int:
@@ -50,7 +54,7 @@ class TmemGemmConfig(StageBytes):
 
     @property
     def epi_bytes(self) -> int:
-        return self.epi_bufs * 64 * self.epi_width * 2 if self.epilogue == "tma" else 0
+        return self.epi_bufs * 64 * self.epi_width * 2 if self.epilogue is Epilogue.TMA else 0
 
     @property
     def tmem_columns(self) -> int:
@@ -60,19 +64,17 @@ class TmemGemmConfig(StageBytes):
         return replace(self, **kw)
 
     def tag(self) -> str:
-        epi = "" if self.epilogue == "tma" else "_global"
+        epi = "" if self.epilogue is Epilogue.TMA else "_global"
         return f"{self.bm}x{self.bn}_s{self.stages}_tmem{self.acc_bufs}{epi}"
 
     def validate(self) -> None:
-        step = 64 if self.b_layout == "kn" else 16
+        step = 64 if self.b_layout is BLayout.KN else 16
         if self.bm != 128 or self.bn % step or not step <= self.bn <= 256:
             raise ValueError(f"tmem GEMM {self.tag()}: bm = 128 and bn a multiple of {step} "
                              f"up to 256 ({self.b_layout} B)")
         if self.tmem_columns > TMEM_COLUMNS:
             raise ValueError(f"tmem GEMM {self.tag()}: {self.tmem_columns} tensor-memory columns "
                              f"(at most {TMEM_COLUMNS})")
-        if self.epilogue not in ("tma", "global"):
-            raise ValueError(f"tmem GEMM {self.tag()}: epilogue {self.epilogue!r} (tma | global)")
         need = (self.stages * self.stage_bytes + self.epi_bytes + 1024 + 16
                 + 8 * (2 * self.stages + 2 * self.acc_bufs))
         if need > SMEM_LIMIT:
@@ -87,12 +89,13 @@ def stages_for(bn: int, epi_bytes: int = 0) -> int:
     return max(2, min(MAX_STAGES, (SMEM_LIMIT - 2048 - epi_bytes) // per))
 
 
-def choose_tmem_config(M: int, N: int, K: int, dtype: str, b_layout: str,
+def choose_tmem_config(M: int, N: int, K: int, dtype: str, b_layout: BLayout | str,
                        num_sms: int) -> TmemGemmConfig:
     """The tile for ``M x N x K`` on ``num_sms`` SMs: fewest waves of tiles, then the widest
     tile (BK = 64 elements of K per stage)."""
     del K  # every K works: the last stage's box is zero-filled by TMA
-    step = 64 if b_layout == "kn" else 16
+    b_layout = BLayout.parse(b_layout, "choose_tmem_config's b_layout")
+    step = 64 if b_layout is BLayout.KN else 16
     best = None
     for bn in (256, 128, 64):
         if bn % step:
