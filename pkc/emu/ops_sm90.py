@@ -17,7 +17,8 @@ lane l) holds register ``4j + 2r + c`` = row ``16w + l/4 + 8r``, column
 ``8j + 2(l % 4) + c``, from the op's ``first`` register of the block.
 
 MMAs are computed when issued, with the H200's arithmetic (:func:`accumulate_h200`:
-products aligned to the largest exponent and truncated, the sum truncated to f32), but their
+products and accumulator aligned to the largest exponent and truncated, the sum truncated
+to f32), but their
 accumulator is *in flight* until ``wgmma.wait_group`` retires its group: reading it
 before is an error, as is issuing an MMA on shared memory that generic stores wrote
 without ``fence.proxy.async`` or that a TMA load has not completed.
@@ -150,21 +151,34 @@ def accumulate_exact(A: np.ndarray, B: np.ndarray, C: np.ndarray | None) -> np.n
     return (D if C is None else D + C).astype(np.float32)
 
 
-ALIGN_BITS = 26
+ALIGN_FRACTION_BITS = 25
+
+
+def _ieee_exponent(x: np.ndarray) -> np.ndarray:
+    """The IEEE exponent of each element (x = 1.f * 2^e); meaningless for zeros."""
+    _, e = np.frexp(x)
+    return e - 1
 
 
 def accumulate_h200(A: np.ndarray, B: np.ndarray, C: np.ndarray | None) -> np.ndarray:
-    """One k16 step as the H200's tensor core does it (fitted to, and bitwise equal on,
-    the H200's outputs of five IR-built GEMMs, docs/emulator.md): the 16 products (exact)
-    and the accumulator are aligned to the largest exponent among them, each truncated
-    toward zero to ``ALIGN_BITS`` bits below it (frexp exponent), summed exactly, and the
-    sum truncated toward zero to f32."""
+    """One k16 step as the H200's tensor core does it (fitted to the H200's outputs of
+    IR-built GEMMs and of a device probe of 2.9 M outputs, bitwise equal on all of them:
+    docs/emulator.md): the 16 products (exact) and the accumulator are aligned to the
+    largest exponent among them, where a product's exponent is the sum of its operands'
+    exponents (its significand, in [1, 4), is not renormalized) and the accumulator's its
+    own; each is truncated toward zero ``ALIGN_FRACTION_BITS`` bits below that exponent,
+    the terms are summed exactly, and the sum is truncated toward zero to f32."""
     P = A[:, None, :] * B.T[None, :, :]                       # rows x n x 16, exact
-    T = P if C is None else np.concatenate([P, C[:, :, None]], axis=2)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        _, ex = np.frexp(T)
-        emax = np.where(T == 0, -100000, ex).max(axis=2, keepdims=True)
-        ulp = np.ldexp(1.0, np.maximum(emax - ALIGN_BITS, -1074))
+        X = _ieee_exponent(A)[:, None, :] + _ieee_exponent(B.T)[None, :, :]
+        X = np.where(P == 0, -100000, X)
+        T = P
+        if C is not None:
+            T = np.concatenate([P, C[:, :, None]], axis=2)
+            X = np.concatenate([X, np.where(C == 0, -100000, _ieee_exponent(C))[:, :, None]],
+                               axis=2)
+        emax = X.max(axis=2, keepdims=True)
+        ulp = np.ldexp(1.0, np.maximum(emax - ALIGN_FRACTION_BITS, -1074))
         s = (np.trunc(T / ulp) * ulp).sum(axis=2)
         s = np.where(np.isfinite(T).all(axis=2), s, T.sum(axis=2))   # inf / NaN as IEEE
         f = s.astype(np.float32)

@@ -154,3 +154,45 @@ def test_wgmma_step_truncates_as_the_h200():
     # small terms far below the largest are truncated away before the sum
     A[0, 1], B[1, 0] = 1.0, 2.0 ** -30
     assert accumulate_h200(A, B, C)[0, 0] == np.float32(1.0)
+
+
+def _k_steps(A, B, step):
+    """C = A @ B.T by k16 steps of ``step`` (rows x 16, 16 x n, acc) -> f32."""
+    C = None
+    for k0 in range(0, A.shape[1], 16):
+        C = step(A[:, k0:k0 + 16], B[:, k0:k0 + 16].T, C)
+    return C
+
+
+def test_wgmma_step_is_bitwise_the_h200_on_the_probe_rows():
+    """The rows of a device probe (tests/gpu/wgmma_probe.py: 2.9 M outputs of pkc's GEMM on
+    the H200, K = 16-128, magnitudes spread over 2^-8..2^8) where candidate models
+    differed: the model matches every output bit; aligning at the renormalized product
+    exponent (the model before this probe) misses some."""
+    import torch
+
+    from pkc.emu.ops_sm90 import accumulate_h200
+
+    def renormalized(A, B, C, bits=26):
+        P = A[:, None, :] * B.T[None, :, :]
+        T = P if C is None else np.concatenate([P, C[:, :, None]], axis=2)
+        _, ex = np.frexp(T)
+        emax = np.where(T == 0, -100000, ex).max(axis=2, keepdims=True)
+        ulp = np.ldexp(1.0, np.maximum(emax - bits, -1074))
+        s = (np.trunc(T / ulp) * ulp).sum(axis=2)
+        f = s.astype(np.float32)
+        away = np.abs(f.astype(np.float64)) > np.abs(s)
+        return np.where(away, np.nextafter(f, np.float32(0)), f).astype(np.float32)
+
+    data = torch.load(Path(__file__).parent / "data" / "wgmma_h200_probe.pt")
+    assert len(data) == 4
+    old_misses = 0
+    for name, d in data.items():
+        A = d["a"].float().numpy().astype(np.float64)
+        B = d["b"].float().numpy().astype(np.float64)
+        want = d["c"].view(torch.int16)
+        got = torch.from_numpy(_k_steps(A, B, accumulate_h200)).to(torch.bfloat16)
+        assert torch.equal(got.view(torch.int16), want), name
+        old = torch.from_numpy(_k_steps(A, B, renormalized)).to(torch.bfloat16)
+        old_misses += int((old.view(torch.int16) != want).sum())
+    assert old_misses > 0
