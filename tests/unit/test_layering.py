@@ -31,7 +31,6 @@ KNOWN_LONG = {
     "pkc/codegen/ptx.py",
     "pkc/dialects/schedule.py",
     "pkc/frontend/capture.py",
-    "pkc/frontend/importer.py",
     "pkc/passes/lower_collectives.py",
     "pkc/passes/patterns.py",
     "pkc/target/cost.py",
