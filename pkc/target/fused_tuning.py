@@ -3,8 +3,8 @@ fused kernel's tile and variant, with where each was measured.
 
 The passes that schedule fused kernels (``schedule-fused``, ``sm-partition``) decide with
 these figures and write the decisions into the IR; the runtime decides nothing. The
-measurements were made on H200s with the hand kernels of ``pkc/codegen/hopper/fused.py``
-(which the IR-built kernels replace, at parity: docs/PERF_NOTES.md).
+measurements were made on H200s with the hand-written kernels that the IR-built ones
+replaced (deleted at parity, 2026-12-01: docs/PERF_NOTES.md); the same kernels now come from IR.
 """
 
 from __future__ import annotations
