@@ -31,6 +31,7 @@ KNOWN_LONG = {
     "pkc/dialects/schedule.py",
     "pkc/frontend/capture.py",
     "pkc/passes/lower_collectives.py",
+    "pkc/passes/patterns.py",
     "pkc/target/cost.py",
     "pkc/tools/pkc_opt.py",
 }
