@@ -143,7 +143,7 @@ def check_model(ctx: Rank, name: str, model: torch.nn.Module, inputs: Sequence[t
                 pipeline: str, rtol: float, calls: int = 5) -> CheckResult:
     """Runs ``model`` eagerly (NCCL collectives, cuBLAS) and compiled by pkc on this rank's
     inputs; prints this rank's max abs error and where pkc ran."""
-    from pkc.api import _execution_mode
+    from pkc.torch_backend import execution_mode
 
     model.requires_grad_(False)  # inference: no backward graph
     ref = model(*inputs)
@@ -163,7 +163,7 @@ def check_model(ctx: Rank, name: str, model: torch.nn.Module, inputs: Sequence[t
     scale = ref.float().abs().max().item()
     nan = bool(torch.isnan(out.float()).any())
     kernels = sum(1 for p in be.programs for op in p.module.walk() if op.name == "pk.kernel")
-    mode = _execution_mode(ctx.world) if be.programs else "not compiled by pkc"
+    mode = execution_mode(ctx.world) if be.programs else "not compiled by pkc"
     ok = bool(be.programs) and not nan and err <= rtol * max(1.0, scale) and err_again <= rtol * max(1.0, scale)
     if ctx.device.type == "cuda" and ctx.world > 1:
         ok = ok and mode == "gpu"

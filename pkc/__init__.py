@@ -19,7 +19,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load lazily
-    from pkc.api import CompiledProgram, backend, compile
+    from pkc.api import CompiledProgram, compile
+    from pkc.torch_backend import backend
     from pkc.frontend.errors import PkcFrontendError
 
 __all__ = ["compile", "backend", "CompiledProgram", "PkcFrontendError"]
@@ -27,7 +28,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "compile": "pkc.api",
-    "backend": "pkc.api",
+    "backend": "pkc.torch_backend",
     "CompiledProgram": "pkc.api",
     "PkcFrontendError": "pkc.frontend.errors",
 }

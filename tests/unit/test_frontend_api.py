@@ -12,6 +12,7 @@ import torch.distributed._functional_collectives as funcol
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pkc
 import pkc.api as api
 from pkc.dialects.opaque import decode_call, encode_call, qualified_name, resolve_target
 from pkc.frontend import PkcFrontendError, SimulationError, fake_process_group, run_ranks
@@ -138,7 +139,7 @@ def test_default_pipeline_explains_dumps_kernels_and_runs(tmp_path, capsys) -> N
 def test_torch_compile_backend_records_the_program(tmp_path) -> None:
     with fake_process_group(4):
         m, _ = _tp_mlp(4)
-        be = api.backend(dump_dir=tmp_path)
+        be = pkc.backend(dump_dir=tmp_path)
         compiled = torch.compile(m, backend=be)
         x = torch.randn(2, 3, 16)
         with torch.no_grad():
@@ -258,7 +259,7 @@ def test_backend_runs_one_rank_on_the_interpreter_without_a_gpu() -> None:
     def mlp(x):
         return F.gelu(x @ w1) @ w2 + 1.0
 
-    be = api.backend(world_size=1, pipeline="default", inductor=False)
+    be = pkc.backend(world_size=1, pipeline="default", inductor=False)
     compiled = torch.compile(mlp, backend=be, dynamic=False)
     x = torch.randn(4, 16)
     api._NOTED.clear()  # the note is said once per process

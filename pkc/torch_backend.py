@@ -1,0 +1,196 @@
+"""The ``torch.compile`` backend: ``torch.compile(model, backend=pkc.backend(...))``.
+
+Every graph dynamo hands over is captured, imported and compiled as :func:`pkc.compile`
+does (:mod:`pkc.api`); where it runs (:class:`ExecutionMode`): pkc's kernels on the GPU,
+the reference interpreter on a CPU-only machine, or torch itself for several ranks without
+GPUs. The result runs as one torch program per rank compiled by Inductor, with pkc's
+kernels as calls inside it (:mod:`pkc.runtime.inductor`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from xdsl.dialects.builtin import ModuleOp
+
+from pkc.frontend.capture import (CapturedGraph, InputKind, capture_backend)
+from pkc.kinds import Kind
+
+from pkc.api import (CompiledProgram, _MODULE_STATE, _argument_order, _finish, _note_once, _target_name)
+
+__all__ = ["backend", "PkcBackend", "ExecutionMode", "execution_mode"]
+
+
+class PkcBackend:
+    """A ``torch.compile`` backend: ``torch.compile(model, backend=pkc.backend())``.
+
+    Each graph dynamo hands over is captured (aot_autograd, core-aten decompositions) and
+    imported into pk IR; the :class:`CompiledProgram` is appended to :attr:`programs`.
+    The graph then runs as pkc's program, translated into one torch program per rank that
+    Inductor compiles (``inductor=True``, the default; everything outside pkc's kernels is
+    Inductor's, and at W = 1 collectives are the identity): pkc's kernels on the GPU (one
+    rank, or one rank per process under torchrun with a NCCL group and symmetric memory)
+    or on the reference interpreter for one rank without a GPU; through torch (saying so
+    once) for several ranks without GPUs. ``inductor=False`` runs the graph op by op
+    (pkc.runtime.executable) instead. :attr:`compile_times` records, per graph, pkc's and
+    Inductor's compile seconds and whether the IR came from the disk cache. Backward
+    graphs (training) run through torch and are not imported.
+
+    Notes: pkc compiles static shapes; pass ``dynamic=False`` to ``torch.compile`` so that a
+    new input shape recompiles instead of producing a symbolic graph (which pkc rejects).
+    Without the user's module at hand, a recorded program numbers the user inputs
+    (``GraphInput.user_index``) in the order the graph takes them.
+    """
+
+    def __init__(self, *, world_size: int | None = None, target: str = "h200",
+                 pipeline: str | None = None, dump_dir: str | os.PathLike | None = None,
+                 inductor: bool = True, mode: str | None = None, options: dict | None = None,
+                 cache: bool = True) -> None:
+        self.world_size = world_size
+        self.target = _target_name(target)
+        self.pipeline = pipeline
+        self.dump_dir = dump_dir
+        self.inductor, self.mode, self.options, self.cache = inductor, mode, options, cache
+        self.programs: list[CompiledProgram] = []
+        self.compile_times: list[dict[str, float]] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, mode: str | None = None,
+                 options: dict | None = None) -> Callable[..., Any]:
+        # torch.compile(backend=..., mode=...) hands its mode and options to the backend
+        mode = mode or self.mode
+        options = {**(self.options or {}), **(options or {})}
+
+        def on_graph(captured: CapturedGraph) -> Callable[..., Any]:
+            import time
+
+            t0 = time.perf_counter()
+            dump = None
+            if self.dump_dir is not None:
+                dump = os.path.join(self.dump_dir, f"graph{len(self.programs)}")
+            program = _finish(captured, target=self.target, pipeline=self.pipeline, dump_dir=dump,
+                              cache=self.cache and dump is None)
+            self.programs.append(program)
+            t1 = time.perf_counter()
+            if self.inductor and execution_mode(program.world_size) is not ExecutionMode.EAGER:
+                runner = _inductor_runner(program, captured, mode, options)
+            else:
+                runner = _graph_runner(program, captured)
+            self.compile_times.append({"pkc_s": t1 - t0, "inductor_s": time.perf_counter() - t1,
+                                       "cache_hit": program.cache_hit})
+            return runner
+
+        return capture_backend(on_graph, world_size=self.world_size)(gm, example_inputs)
+
+    @property
+    def module(self) -> ModuleOp | None:
+        """The pk IR of the latest graph (None before the first compilation)."""
+        return self.programs[-1].module if self.programs else None
+
+
+class ExecutionMode(Kind):
+    """Where a backend graph runs (see :func:`execution_mode`)."""
+
+    GPU = "gpu"          # pkc's kernels
+    INTERP = "interp"    # the reference interpreter on the CPU
+    EAGER = "eager"      # torch runs the captured graph
+
+
+def execution_mode(world: int) -> ExecutionMode:
+    """Where a backend graph runs: GPU (pkc's kernels; one rank, or one rank per process
+    under a real torch.distributed group), INTERP (one rank on a CPU-only machine), or
+    EAGER (several ranks without GPUs: each process holds one rank's data, which the
+    interpreter cannot run alone, so torch runs the graph)."""
+    import torch.distributed as dist
+
+    from pkc.runtime import gpu_available
+
+    if gpu_available():
+        real_group = dist.is_initialized() and dist.get_backend() in ("nccl", "cuda")
+        if world == 1 or real_group:
+            return ExecutionMode.GPU
+    return ExecutionMode.INTERP if world == 1 else ExecutionMode.EAGER
+
+
+def _graph_runner(program: CompiledProgram, captured: CapturedGraph) -> Callable[..., Any]:
+    """The callable torch.compile runs in place of the graph: pkc's program with this
+    process's arguments, or the aten graph through torch where pkc cannot run it."""
+    order = _argument_order(captured.inputs)
+    constants = [i.value for i in program.inputs if i.kind is InputKind.CONSTANT]
+    mode = execution_mode(program.world_size)
+    runner: list = []
+
+    def run(*args: Any) -> Any:
+        if mode is ExecutionMode.EAGER or len(args) != len(captured.inputs):
+            _note_once(f"pkc: {program.world_size} ranks without GPUs: torch runs the graph "
+                       "(pkc's program is recorded, see backend.programs)")
+            return captured.gm.forward(*args)
+        main_args = [args[i] for i in order] + constants
+        if mode is ExecutionMode.INTERP:
+            from pkc.interp import interpret
+
+            _note_once("pkc: no GPU available; running on the reference interpreter (CPU)")
+            return tuple(interpret(program.module, [main_args], 1)[0])
+        from pkc.runtime.execute import run_kernel_module, run_kernel_module_distributed
+
+        if program.world_size == 1:
+            return tuple(run_kernel_module(program.kernel_module, [main_args], 1,
+                                           target=program.target)[0])
+        if not runner:  # one runner per compiled graph: buffers and rendezvous are reused
+            from pkc.runtime.symm import DistributedRunner
+
+            runner.append(DistributedRunner())
+        return tuple(run_kernel_module_distributed(program.kernel_module, main_args,
+                                                   runner=runner[0], target=program.target))
+
+    return run
+
+
+def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: str | None,
+                     options: dict | None) -> Callable[..., Any]:
+    """pkc's program as one torch program per rank compiled by Inductor
+    (:mod:`pkc.runtime.inductor`): pkc's kernels are calls inside it, everything else is
+    Inductor's. It takes the aot graph's arguments as they come: no per-call reordering,
+    copies or synchronization on pkc's side."""
+    from pkc.runtime.inductor import compile_with_inductor, torch_program
+    from pkc.runtime.kernel_call import RunKind
+
+    phs = list(captured.gm.graph.find_nodes(op="placeholder"))
+    vals = [n.meta.get("val") for n in phs]
+    tensor_idx = [k for k, v in enumerate(vals) if isinstance(v, torch.Tensor)]
+    order = _argument_order(captured.inputs)
+    arg_map: list = [tensor_idx[i] for i in order]
+    arg_map += [spec.value for spec in program.inputs[len(order):]]
+    device = vals[tensor_idx[0]].device if tensor_idx else torch.device("cpu")
+    gpu = execution_mode(program.world_size) is ExecutionMode.GPU
+    target = "sm_90a"
+    if gpu:
+        from pkc.runtime.execute import target_for
+
+        target = target_for(torch.cuda.get_device_capability(device), program.target)
+    tp = torch_program(program.kernel_module if gpu else program.module, world=program.world_size,
+                       kind=RunKind.GPU if gpu else RunKind.INTERP, arg_map=arg_map,
+                       n_inputs=len(phs), device=device, target=target,
+                       distributed=program.world_size > 1)
+    static = [tensor_idx[i] for i, spec in enumerate(captured.inputs)
+              if spec.kind in _MODULE_STATE]
+    program.runtime_remarks.append(tp.remark())
+    return compile_with_inductor(tp, vals, mode=mode, options=options, static_inputs=static)
+
+
+def backend(*, world_size: int | None = None, target: str = "h200", pipeline: str | None = None,
+            dump_dir: str | os.PathLike | None = None, inductor: bool = True,
+            mode: str | None = None, options: dict | None = None, cache: bool = True) -> PkcBackend:
+    """A ``torch.compile`` backend that compiles every graph with pkc (see
+    :class:`PkcBackend` for where it runs).
+
+    ``inductor`` (default): everything outside pkc's kernels is compiled by Inductor, with
+    pkc's kernels as calls inside that program (False: the graph's other ops run one by one
+    through torch). ``mode`` / ``options``: as for ``torch.compile`` with Inductor
+    (``"reduce-overhead"``: CUDA graphs); ``torch.compile(..., mode=...)`` passes them too.
+    ``cache``: reuse the pass pipeline's result from the disk cache
+    (:mod:`pkc.runtime.compile_cache`), keyed by graph, world, target and pipeline."""
+    return PkcBackend(world_size=world_size, target=target, pipeline=pipeline, dump_dir=dump_dir,
+                      inductor=inductor, mode=mode, options=options, cache=cache)
