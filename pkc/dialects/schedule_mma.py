@@ -1,0 +1,215 @@
+"""The compute ops of the schedule-level dialect ``pks`` (:mod:`pkc.dialects.schedule`):
+accumulators (a warpgroup's registers, or a CTA's tensor memory on sm_100a) and their
+selection, the asynchronous MMA with its commit and wait, and the epilogue's stores of an
+accumulator to shared or global memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import IntAttr, StringAttr, i1, i32
+from xdsl.irdl import (
+    IRDLOperation,
+    attr_def,
+    irdl_op_definition,
+    operand_def,
+    result_def,
+    var_operand_def,
+)
+from xdsl.ir import SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+from pkc.dialects.schedule_structure import ScheduleOp
+from pkc.dialects.schedule_types import AccType, BMajor, MbarriersType, SmemType, _fail
+
+# ----------------------------------------------------------------------------------------
+# Compute
+
+
+TMEM_COLUMNS = 512          # tensor memory per CTA on sm_100: 128 lanes x 512 32-bit columns
+
+
+@irdl_op_definition
+class AccAllocOp(IRDLOperation):
+    """An accumulator; contents undefined until an MMA writes. Inside a ``pks.role``: the
+    warpgroup's own (registers, wgmma on sm_90a). At the top of a ``pks.schedule``: one
+    accumulator of the CTA, which one role's MMAs write and another role reads (tensor
+    memory on sm_100a: ``rows`` lanes x ``cols`` 32-bit columns, allocated before the roles
+    start and freed after they end); all of them together at most 512 columns."""
+
+    name = "pks.acc_alloc"
+    result = result_def(AccType)
+
+    def __init__(self, rows: int, cols: int):
+        super().__init__(result_types=[AccType(rows, cols)])
+
+    def verify_(self) -> None:
+        parent = self.parent_op()
+        if isinstance(parent, ScheduleOp):
+            if self.result.type.rows.data != 128:
+                _fail(self.name, f"a CTA accumulator has 128 rows (tensor-memory lanes), got "
+                      f"{self.result.type.rows.data}")
+            cols = sum(o.result.type.cols.data for o in parent.block.ops
+                       if isinstance(o, AccAllocOp))
+            if cols > TMEM_COLUMNS:
+                _fail(self.name, f"the CTA accumulators take {cols} columns of tensor memory "
+                      f"(at most {TMEM_COLUMNS})")
+        else:
+            try:
+                self.result.type.check_registers()
+            except VerifyException as e:
+                _fail(self.name, str(e))
+
+
+@irdl_op_definition
+class AccSelectOp(IRDLOperation):
+    """Accumulator ``index`` of ``accs`` (CTA accumulators of one type: a ring the MMA role
+    fills while the epilogue role drains another)."""
+
+    name = "pks.acc_select"
+    index = operand_def(i32)
+    accs = var_operand_def(AccType)
+    result = result_def(AccType)
+
+    def __init__(self, index: SSAValue, accs: Sequence[SSAValue]):
+        super().__init__(operands=[index, list(accs)], result_types=[accs[0].type])
+
+    def verify_(self) -> None:
+        if not self.accs:
+            _fail(self.name, "needs at least one accumulator")
+        for a in self.accs:
+            if a.type != self.result.type:
+                _fail(self.name, f"accumulators of different types ({a.type} vs {self.result.type})")
+            if not isinstance(a.owner, AccAllocOp) or not isinstance(a.owner.parent_op(), ScheduleOp):
+                _fail(self.name, "selects among CTA accumulators (pks.acc_alloc at the top of "
+                      "the pks.schedule)")
+
+
+@irdl_op_definition
+class MmaAsyncOp(IRDLOperation):
+    """Issue acc (+)= A @ B for one 64-deep k-block, asynchronously: A is rows ``a_row`` ..
+    ``a_row + acc.rows`` of slot ``a_slot`` of ``a`` (K-major, 128-byte rows, 128-byte
+    swizzle), B is slot ``b_slot`` of ``b`` (``b_major``: K- or N-major); ``accumulate``
+    false overwrites. Completes at a later ``pks.mma_wait``; lowered to wgmma (sm_90a) or
+    tcgen05 (sm_100a)."""
+
+    name = "pks.mma_async"
+    acc = operand_def(AccType)
+    a = operand_def(SmemType)
+    a_slot = operand_def(i32)
+    a_row = operand_def(i32)
+    b = operand_def(SmemType)
+    b_slot = operand_def(i32)
+    accumulate = operand_def(i1)
+    dtype = attr_def(StringAttr)
+    b_major = attr_def(StringAttr)
+
+    def __init__(self, acc: SSAValue, a: SSAValue, a_slot: SSAValue, a_row: SSAValue, b: SSAValue,
+                 b_slot: SSAValue, accumulate: SSAValue, dtype: str, b_major: BMajor):
+        super().__init__(operands=[acc, a, a_slot, a_row, b, b_slot, accumulate],
+                         attributes={"dtype": StringAttr(dtype), "b_major": StringAttr(b_major.value)})
+
+    def verify_(self) -> None:
+        if self.dtype.data not in ("bf16", "f16"):
+            _fail(self.name, f"dtype {self.dtype.data!r}: bf16 or f16")
+        try:
+            major = BMajor(self.b_major.data)
+        except ValueError:
+            _fail(self.name, f"b_major {self.b_major.data!r} not k / n")
+        cols = self.acc.type.cols.data
+        need_b = cols * 128
+        if self.b.type.bytes.data < need_b:
+            _fail(self.name, f"B slot of {self.b.type.bytes.data} bytes < {need_b} for {cols} columns")
+        if major is BMajor.N and cols % 64:
+            _fail(self.name, f"N-major B needs acc columns a multiple of 64, got {cols}")
+
+
+@irdl_op_definition
+class MmaCommitOp(IRDLOperation):
+    """Close the group of MMAs issued since the last commit."""
+
+    name = "pks.mma_commit"
+
+    def __init__(self):
+        super().__init__()
+
+
+@irdl_op_definition
+class MmaCommitArriveOp(IRDLOperation):
+    """Close the group of MMAs this thread issued since the last commit and arrive once on
+    mbarrier ``index`` of ``bars`` when all of them have completed (their shared-memory
+    operands may then be overwritten, their accumulator read). Lowered to
+    ``tcgen05.commit`` (sm_100a)."""
+
+    name = "pks.mma_commit_arrive"
+    bars = operand_def(MbarriersType)
+    index = operand_def(i32)
+
+    def __init__(self, bars: SSAValue, index: SSAValue):
+        super().__init__(operands=[bars, index])
+
+
+@irdl_op_definition
+class MmaWaitOp(IRDLOperation):
+    """Wait until at most ``pending`` MMA groups are in flight."""
+
+    name = "pks.mma_wait"
+    pending = attr_def(IntAttr)
+
+    def __init__(self, pending: int):
+        super().__init__(attributes={"pending": IntAttr(pending)})
+
+
+@irdl_op_definition
+class AccStoreSmemOp(IRDLOperation):
+    """Round ``acc``'s columns ``col .. col + width`` of row slice ``slice`` (64 rows) to
+    ``dtype`` and write them to slot ``slot`` of ``dst`` as a 64 x ``width`` row-major box,
+    swizzled for a TMA store (row bytes = swizzle span)."""
+
+    name = "pks.acc_store_smem"
+    acc = operand_def(AccType)
+    dst = operand_def(SmemType)
+    slot = operand_def(i32)
+    slice = attr_def(IntAttr)
+    col = attr_def(IntAttr)
+    width = attr_def(IntAttr)
+    dtype = attr_def(StringAttr)
+
+    def __init__(self, acc: SSAValue, dst: SSAValue, slot: SSAValue, slice: int, col: int,
+                 width: int, dtype: str):
+        super().__init__(operands=[acc, dst, slot],
+                         attributes={"slice": IntAttr(slice), "col": IntAttr(col),
+                                     "width": IntAttr(width), "dtype": StringAttr(dtype)})
+
+    def verify_(self) -> None:
+        a = self.acc.type
+        w, c = self.width.data, self.col.data
+        if w not in (16, 32, 64):
+            _fail(self.name, f"width {w}: 16, 32 or 64 columns (one swizzle span)")
+        if c % w or c + w > a.cols.data or self.slice.data >= a.rows.data // 64:
+            _fail(self.name, f"slice {self.slice.data} columns {c}..{c + w} outside !pks.acc<"
+                  f"{a.rows.data}x{a.cols.data}>")
+        if 64 * w * 2 > self.dst.type.bytes.data:
+            _fail(self.name, f"a 64x{w} piece does not fit a {self.dst.type.bytes.data}-byte slot")
+
+
+@irdl_op_definition
+class AccStoreGlobalOp(IRDLOperation):
+    """Round ``acc`` to ``dtype`` and store it to the row-major ``rows x cols`` matrix at
+    ``ptr`` (a buffer argument) from row ``row`` and column ``col``, each thread writing its
+    fragments straight from registers; rows >= ``rows`` / columns >= ``cols`` are skipped."""
+
+    name = "pks.acc_store_global"
+    acc = operand_def(AccType)
+    buffer = operand_def()
+    row = operand_def(i32)
+    col = operand_def(i32)
+    rows = operand_def(i32)
+    cols = operand_def(i32)
+    dtype = attr_def(StringAttr)
+
+    def __init__(self, acc: SSAValue, buffer: SSAValue, row: SSAValue, col: SSAValue,
+                 rows: SSAValue, cols: SSAValue, dtype: str):
+        super().__init__(operands=[acc, buffer, row, col, rows, cols],
+                         attributes={"dtype": StringAttr(dtype)})

@@ -1,0 +1,121 @@
+"""The data-movement ops of the schedule-level dialect ``pks``
+(:mod:`pkc.dialects.schedule`): TMA loads (multicast across a cluster), descriptor
+prefetch, TMA stores (plain or reduce-add) and the bulk groups that track the stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import IntAttr, StringAttr, i32
+from xdsl.ir import SSAValue
+from xdsl.irdl import (
+    AttrSizedOperandSegments,
+    IRDLOperation,
+    attr_def,
+    irdl_op_definition,
+    operand_def,
+    opt_attr_def,
+    var_operand_def,
+)
+
+from pkc.dialects.schedule_types import MbarriersType, SmemType, TmapType, _fail
+
+# ----------------------------------------------------------------------------------------
+# Data movement
+
+
+@irdl_op_definition
+class TmaLoadOp(IRDLOperation):
+    """A TMA load of ``tmap``'s box at ``coords`` (innermost first) into slot ``slot`` of
+    ``dst`` at ``offset`` bytes; completion counted on ``bars[bar]``. ``multicast`` = the
+    cluster size: the box lands in every CTA of the cluster (each signalled on its own
+    barrier of that index)."""
+
+    name = "pks.tma_load"
+    tmap = operand_def(TmapType)
+    coords = var_operand_def(i32)
+    dst = operand_def(SmemType)
+    slot = operand_def(i32)
+    offset = operand_def(i32)
+    bars = operand_def(MbarriersType)
+    bar = operand_def(i32)
+    multicast = opt_attr_def(IntAttr)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, tmap: SSAValue, coords: Sequence[SSAValue], dst: SSAValue, slot: SSAValue,
+                 offset: SSAValue, bars: SSAValue, bar: SSAValue, multicast: int = 0):
+        super().__init__(operands=[tmap, list(coords), dst, slot, offset, bars, bar],
+                         attributes={"multicast": IntAttr(multicast)} if multicast else {})
+
+    def verify_(self) -> None:
+        t = self.tmap.type
+        if len(self.coords) != len(t.box_dims):
+            _fail(self.name, f"{len(self.coords)} coordinates for a rank-{len(t.box_dims)} map")
+        if t.box_bytes > self.dst.type.bytes.data:
+            _fail(self.name, f"box of {t.box_bytes} bytes does not fit a "
+                  f"{self.dst.type.bytes.data}-byte slot")
+
+
+@irdl_op_definition
+class TmaPrefetchOp(IRDLOperation):
+    """Bring ``tmap``'s descriptor into the cache before its first copy."""
+
+    name = "pks.tma_prefetch"
+    tmap = operand_def(TmapType)
+
+    def __init__(self, tmap: SSAValue):
+        super().__init__(operands=[tmap])
+
+
+@irdl_op_definition
+class TmaStoreOp(IRDLOperation):
+    """A TMA store (``reduce`` = "add": reduce-add) of slot ``slot`` of ``src`` to
+    ``tmap``'s box at ``coords``, issued by the warpgroup's first thread into its bulk
+    group."""
+
+    name = "pks.tma_store"
+    src = operand_def(SmemType)
+    slot = operand_def(i32)
+    tmap = operand_def(TmapType)
+    coords = var_operand_def(i32)
+    reduce = opt_attr_def(StringAttr)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, src: SSAValue, slot: SSAValue, tmap: SSAValue, coords: Sequence[SSAValue],
+                 reduce: str | None = None):
+        super().__init__(operands=[src, slot, tmap, list(coords)],
+                         attributes={"reduce": StringAttr(reduce)} if reduce else {})
+
+    def verify_(self) -> None:
+        t = self.tmap.type
+        if len(self.coords) != len(t.box_dims):
+            _fail(self.name, f"{len(self.coords)} coordinates for a rank-{len(t.box_dims)} map")
+        if self.reduce is not None and self.reduce.data != "add":
+            _fail(self.name, f"reduce {self.reduce.data!r}: only 'add'")
+
+
+@irdl_op_definition
+class BulkCommitOp(IRDLOperation):
+    """Close the warpgroup's current bulk group (its first thread's TMA stores)."""
+
+    name = "pks.bulk_commit"
+
+    def __init__(self):
+        super().__init__()
+
+
+@irdl_op_definition
+class BulkWaitOp(IRDLOperation):
+    """Wait until at most ``pending`` bulk groups are in flight (``read``: only their reads
+    of shared memory must be done)."""
+
+    name = "pks.bulk_wait"
+    pending = attr_def(IntAttr)
+    read = opt_attr_def(IntAttr)
+
+    def __init__(self, pending: int, read: bool = False):
+        attrs = {"pending": IntAttr(pending)}
+        if read:
+            attrs["read"] = IntAttr(1)
+        super().__init__(attributes=attrs)
