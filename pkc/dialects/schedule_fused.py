@@ -45,6 +45,7 @@ from xdsl.irdl import (
 from xdsl.utils.exceptions import VerifyException
 
 from pkc.dialects.schedule_comm import PtrType
+from pkc.dialects.schedule_mma import AccPieceOp
 from pkc.dialects.types import BufferType
 
 MAX_CHUNKS = 32
@@ -252,7 +253,7 @@ class RowsTmapOp(IRDLOperation):
 
 
 @irdl_op_definition
-class AccAddSmemOp(IRDLOperation):
+class AccAddSmemOp(AccPieceOp):
     """Slot ``slot`` of ``dst`` holds a 64 x ``width`` piece in the swizzled layout that
     ``pks.acc_store_smem`` writes (a partial TMA-loaded there): add ``acc``'s columns
     ``col .. col + width`` of row slice ``slice`` in f32, round once to ``dtype`` and write
@@ -267,26 +268,14 @@ class AccAddSmemOp(IRDLOperation):
     width = attr_def(IntAttr)
     dtype = attr_def(StringAttr)
 
-    def __init__(self, acc: SSAValue, dst: SSAValue, slot: SSAValue, slice: int, col: int,
-                 width: int, dtype: str):
-        super().__init__(operands=[acc, dst, slot],
-                         attributes={"slice": IntAttr(slice), "col": IntAttr(col),
-                                     "width": IntAttr(width), "dtype": StringAttr(dtype)})
-
     def verify_(self) -> None:
         a, d = self.acc.type, self.dst.type
         if not _is(a, "pks.acc") or not _is(d, "pks.smem"):
             _fail(self.name, f"adds a !pks.acc into a !pks.smem slot, got {a}, {d}")
-        w, c = self.width.data, self.col.data
-        if w not in (16, 32, 64):
-            _fail(self.name, f"width {w}: 16, 32 or 64 columns (one swizzle span)")
-        if c % w or c + w > a.cols.data or self.slice.data >= a.rows.data // 64:
-            _fail(self.name, f"slice {self.slice.data} columns {c}..{c + w} outside !pks.acc<"
-                  f"{a.rows.data}x{a.cols.data}>")
+        self.check_piece()
         if self.dtype.data not in ("bf16", "f16"):
             _fail(self.name, f"dtype {self.dtype.data!r}: bf16 or f16 (16-bit pieces)")
-        if 64 * w * 2 > d.bytes.data:
-            _fail(self.name, f"a 64x{w} piece does not fit a {d.bytes.data}-byte slot")
+        self.check_slot()
 
 
 FUSED_OPS = [PeerTmapOp, TmapSelectOp, ChunkTileLoopOp, TmaStoreOrAddOp, FenceAsyncGlobalOp,

@@ -161,8 +161,35 @@ class MmaWaitOp(IRDLOperation):
         super().__init__(attributes={"pending": IntAttr(pending)})
 
 
+class AccPieceOp(IRDLOperation):
+    """What the ops on one 64 x ``width`` piece of an accumulator have in common (their
+    operands acc, dst, slot and attributes slice, col, width, dtype are declared by each):
+    the builder and the check that the piece is a swizzle span of the accumulator that fits
+    a slot."""
+
+    def __init__(self, acc: SSAValue, dst: SSAValue, slot: SSAValue, slice: int, col: int,
+                 width: int, dtype: str):
+        super().__init__(operands=[acc, dst, slot],
+                         attributes={"slice": IntAttr(slice), "col": IntAttr(col),
+                                     "width": IntAttr(width), "dtype": StringAttr(dtype)})
+
+    def check_piece(self) -> None:
+        a = self.acc.type
+        w, c = self.width.data, self.col.data
+        if w not in (16, 32, 64):
+            _fail(self.name, f"width {w}: 16, 32 or 64 columns (one swizzle span)")
+        if c % w or c + w > a.cols.data or self.slice.data >= a.rows.data // 64:
+            _fail(self.name, f"slice {self.slice.data} columns {c}..{c + w} outside !pks.acc<"
+                  f"{a.rows.data}x{a.cols.data}>")
+
+    def check_slot(self) -> None:
+        w, d = self.width.data, self.dst.type
+        if 64 * w * 2 > d.bytes.data:
+            _fail(self.name, f"a 64x{w} piece does not fit a {d.bytes.data}-byte slot")
+
+
 @irdl_op_definition
-class AccStoreSmemOp(IRDLOperation):
+class AccStoreSmemOp(AccPieceOp):
     """Round ``acc``'s columns ``col .. col + width`` of row slice ``slice`` (64 rows) to
     ``dtype`` and write them to slot ``slot`` of ``dst`` as a 64 x ``width`` row-major box,
     swizzled for a TMA store (row bytes = swizzle span)."""
@@ -176,22 +203,9 @@ class AccStoreSmemOp(IRDLOperation):
     width = attr_def(IntAttr)
     dtype = attr_def(StringAttr)
 
-    def __init__(self, acc: SSAValue, dst: SSAValue, slot: SSAValue, slice: int, col: int,
-                 width: int, dtype: str):
-        super().__init__(operands=[acc, dst, slot],
-                         attributes={"slice": IntAttr(slice), "col": IntAttr(col),
-                                     "width": IntAttr(width), "dtype": StringAttr(dtype)})
-
     def verify_(self) -> None:
-        a = self.acc.type
-        w, c = self.width.data, self.col.data
-        if w not in (16, 32, 64):
-            _fail(self.name, f"width {w}: 16, 32 or 64 columns (one swizzle span)")
-        if c % w or c + w > a.cols.data or self.slice.data >= a.rows.data // 64:
-            _fail(self.name, f"slice {self.slice.data} columns {c}..{c + w} outside !pks.acc<"
-                  f"{a.rows.data}x{a.cols.data}>")
-        if 64 * w * 2 > self.dst.type.bytes.data:
-            _fail(self.name, f"a 64x{w} piece does not fit a {self.dst.type.bytes.data}-byte slot")
+        self.check_piece()
+        self.check_slot()
 
 
 @irdl_op_definition
