@@ -23,6 +23,12 @@ from pkc.codegen.ptx_core import Inst, Names, RegType, _dots, _guard, _s, kind_o
 # Memory.
 
 
+def _strings(**values: str | None) -> dict[str, StringAttr]:
+    """The ops' string attributes, in the order given; a None or empty one (an optional
+    qualifier such as ``.sem``) is left out."""
+    return {k: StringAttr(v) for k, v in values.items() if v}
+
+
 @irdl_op_definition
 class LdOp(Inst):
     """``ld{.sem}{.scope}.<space>{.cache}.<type> %d, [%a]``. With ``guard``, the load runs
@@ -43,10 +49,7 @@ class LdOp(Inst):
     def __init__(self, space: str, type: str, addr: SSAValue, *, sem: str | None = None,
                  scope: str | None = None, cache: str | None = None,
                  guard: SSAValue | None = None, other: SSAValue | None = None):
-        attrs = {"space": StringAttr(space), "type": StringAttr(type)}
-        for k, v in (("sem", sem), ("scope", scope), ("cache", cache)):
-            if v:
-                attrs[k] = StringAttr(v)
+        attrs = _strings(space=space, type=type, sem=sem, scope=scope, cache=cache)
         assert (guard is None) == (other is None), "a guarded load needs a default value"
         super().__init__(operands=[addr, [guard] if guard else [], [other] if other else []],
                          result_types=[RegType(kind_of_type(type))], attributes=attrs)
@@ -85,10 +88,7 @@ class StOp(Inst):
     def __init__(self, space: str, type: str, addr: SSAValue, value: SSAValue, *,
                  sem: str | None = None, scope: str | None = None,
                  guard: SSAValue | None = None):
-        attrs = {"space": StringAttr(space), "type": StringAttr(type)}
-        for k, v in (("sem", sem), ("scope", scope)):
-            if v:
-                attrs[k] = StringAttr(v)
+        attrs = _strings(space=space, type=type, sem=sem, scope=scope)
         super().__init__(operands=[addr, value, [guard] if guard else []], attributes=attrs)
 
     def render(self, n: Names) -> list[str]:
@@ -116,10 +116,7 @@ class RedOp(Inst):
     def __init__(self, op: str, type: str, addr: SSAValue, value: SSAValue, *,
                  space: str = "global", sem: str | None = None, scope: str | None = None,
                  guard: SSAValue | None = None):
-        attrs = {"space": StringAttr(space), "op": StringAttr(op), "type": StringAttr(type)}
-        for k, v in (("sem", sem), ("scope", scope)):
-            if v:
-                attrs[k] = StringAttr(v)
+        attrs = _strings(space=space, op=op, type=type, sem=sem, scope=scope)
         super().__init__(operands=[addr, value, [guard] if guard else []], attributes=attrs)
 
     def render(self, n: Names) -> list[str]:
@@ -145,10 +142,7 @@ class AtomOp(Inst):
 
     def __init__(self, op: str, type: str, addr: SSAValue, b: SSAValue, c: SSAValue | None = None,
                  *, space: str = "global", sem: str | None = None, scope: str | None = None):
-        attrs = {"space": StringAttr(space), "op": StringAttr(op), "type": StringAttr(type)}
-        for k, v in (("sem", sem), ("scope", scope)):
-            if v:
-                attrs[k] = StringAttr(v)
+        attrs = _strings(space=space, op=op, type=type, sem=sem, scope=scope)
         super().__init__(operands=[addr, b, [c] if c else []],
                          result_types=[RegType(kind_of_type(type))], attributes=attrs)
 
