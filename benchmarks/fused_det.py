@@ -36,21 +36,9 @@ CASES = [
 
 
 def build(W, Mc, N, K, layout, deterministic: bool):
-    from fused_ir import module_text
+    from fused_ir import compile_ir
 
-    from pkc.codegen import compile_kernel
-    from pkc.codegen.emit import kernels_of
-    from pkc.ir import make_context, parse_module, verify_module
-    from pkc.passes.registry import parse_pipeline
-
-    m = parse_module(module_text(W, Mc, N, K, layout), "fused_det.mlir")
-    ctx = make_context()
-    flag = "true" if deterministic else "false"
-    for p in parse_pipeline(f"default{{force=true}},schedule-fused{{deterministic={flag}}},dce"):
-        p.apply(ctx, m)
-    verify_module(m)
-    (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
-    return compile_kernel(kop, "sm_90a"), kop
+    return compile_ir(W, Mc, N, K, layout, deterministic=deterministic)
 
 
 def run_case(name, W, Mc, N, K, layout, rounds: int, repeats: int, peers) -> dict:

@@ -55,13 +55,15 @@ def module_text(W: int, Mc: int, N: int, K: int, layout: str, dt: str = "bf16") 
 
 
 def scheduled_module(W: int, Mc: int, N: int, K: int, layout: str, dt: str = "bf16",
-                     variant: str = ""):
-    """The module after ``default{force=true},schedule-fused,dce``."""
+                     variant: str = "", deterministic: bool = False):
+    """The module after ``default{force=true},schedule-fused,dce`` (with the tile
+    ``variant`` and the fixed add order of ``deterministic`` where given)."""
     from pkc.ir import make_context, parse_module, verify_module
     from pkc.passes.registry import parse_pipeline
 
     m = parse_module(module_text(W, Mc, N, K, layout, dt), "fused_ir.mlir")
-    opt = f"{{variant={variant}}}" if variant else ""
+    opts = [f"variant={variant}"] * bool(variant) + ["deterministic=true"] * deterministic
+    opt = "{" + " ".join(opts) + "}" if opts else ""
     ctx = make_context()
     for p in parse_pipeline(f"default{{force=true}},schedule-fused{opt},dce"):
         p.apply(ctx, m)
@@ -69,12 +71,13 @@ def scheduled_module(W: int, Mc: int, N: int, K: int, layout: str, dt: str = "bf
     return m
 
 
-def compile_ir(W: int, Mc: int, N: int, K: int, layout: str, dt: str = "bf16", variant: str = ""):
+def compile_ir(W: int, Mc: int, N: int, K: int, layout: str, dt: str = "bf16", variant: str = "",
+               deterministic: bool = False):
     """(compiled kernel, its pk.kernel) of the IR path for one case."""
     from pkc.codegen import compile_kernel
     from pkc.codegen.emit import kernels_of
 
-    kops = [k for k in kernels_of(scheduled_module(W, Mc, N, K, layout, dt, variant))
+    kops = [k for k in kernels_of(scheduled_module(W, Mc, N, K, layout, dt, variant, deterministic))
             if k.schedule() is not None]
     (kop,) = kops
     return compile_kernel(kop, "sm_90a"), kop

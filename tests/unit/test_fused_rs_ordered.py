@@ -17,19 +17,12 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 def _build(W, Mc, N, K, deterministic: bool):
-    from fused_ir import module_text
+    from fused_ir import scheduled_module
 
     from pkc.codegen import compile_kernel
     from pkc.codegen.emit import kernels_of
-    from pkc.ir import make_context, parse_module, verify_module
-    from pkc.passes.registry import parse_pipeline
 
-    m = parse_module(module_text(W, Mc, N, K, "nk"), "ordered.mlir")
-    ctx = make_context()
-    flag = "true" if deterministic else "false"
-    for p in parse_pipeline(f"default{{force=true}},schedule-fused{{deterministic={flag}}},dce"):
-        p.apply(ctx, m)
-    verify_module(m)
+    m = scheduled_module(W, Mc, N, K, "nk", deterministic=deterministic)
     (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
     return compile_kernel(kop, "sm_90a"), kop, m
 
