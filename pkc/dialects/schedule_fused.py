@@ -46,6 +46,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from pkc.dialects.schedule_comm import PtrType
 from pkc.dialects.schedule_mma import AccPieceOp
+from pkc.dialects.schedule_structure import check_tile_loop
 from pkc.dialects.types import BufferType
 
 MAX_CHUNKS = 32
@@ -139,14 +140,9 @@ class ChunkTileLoopOp(IRDLOperation):
         return self.body.blocks[0]
 
     def verify_(self) -> None:
-        if self.bm.data % 64 or self.bn.data % 8 or self.group_m.data < 1:
-            _fail(self.name, f"tile {self.bm.data}x{self.bn.data} group_m {self.group_m.data}: "
-                  "bm a multiple of 64, bn of 8, group_m >= 1")
+        check_tile_loop(self)
         if not 1 <= self.chunks.data <= MAX_CHUNKS:
             _fail(self.name, f"chunks = {self.chunks.data}: 1..{MAX_CHUNKS}")
-        term = self.block.last_op
-        if term is None or term.name != "pks.yield" or len(term.operands) != len(self.inits):
-            _fail(self.name, "body must end in a pks.yield of its carried values")
 
 
 @irdl_op_definition

@@ -185,12 +185,18 @@ class TileLoopOp(IRDLOperation):
         return self.body.blocks[0]
 
     def verify_(self) -> None:
-        if self.bm.data % 64 or self.bn.data % 8 or self.group_m.data < 1:
-            _fail(self.name, f"tile {self.bm.data}x{self.bn.data} group_m {self.group_m.data}: "
-                  "bm a multiple of 64, bn of 8, group_m >= 1")
-        term = self.block.last_op
-        if not isinstance(term, YieldOp) or len(term.values) != len(self.inits):
-            _fail(self.name, "body must end in a pks.yield of its carried values")
+        check_tile_loop(self)
+
+
+def check_tile_loop(op) -> None:
+    """A persistent tile loop's checks (pks.tile_loop and its chunked form): the tile
+    and raster group, and a body ending in a pks.yield of the carried values."""
+    if op.bm.data % 64 or op.bn.data % 8 or op.group_m.data < 1:
+        _fail(op.name, f"tile {op.bm.data}x{op.bn.data} group_m {op.group_m.data}: "
+              "bm a multiple of 64, bn of 8, group_m >= 1")
+    term = op.block.last_op
+    if not isinstance(term, YieldOp) or len(term.values) != len(op.inits):
+        _fail(op.name, "body must end in a pks.yield of its carried values")
 
 
 # ----------------------------------------------------------------------------------------
