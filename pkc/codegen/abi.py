@@ -306,6 +306,9 @@ class ScheduledKernelMeta:
     tiles: int
     comm: CommLaunch | None = None     # a scheduled collective's extra parameters and grid
     fused: FusedLaunch | None = None   # a fused GEMM + collective's extra parameters
+    # cluster launch control (sm_100a): one cluster per tile is launched; the running
+    # ones take the work of clusters not started yet (clusterlaunchcontrol.try_cancel)
+    clc: bool = False
 
     def params(self) -> list[tuple[str, str]]:
         ps = [(f"tmap{i}", "tmap") for i in range(len(self.tmaps))]
@@ -320,6 +323,8 @@ class ScheduledKernelMeta:
         side = self.fused.side_ctas if self.fused is not None else 0
         if side:        # the GEMM's CTAs on the SMs the side CTAs leave, then the side's
             return max(1, min(num_sms - side, self.tiles)) + side
+        if self.clc:    # every tile's cluster; those beyond the SMs are cancelled or wait
+            return -(-self.tiles // self.cluster) * self.cluster
         ctas = min(num_sms, -(-self.tiles // self.cluster) * self.cluster)
         return max(self.cluster, ctas // self.cluster * self.cluster)
 

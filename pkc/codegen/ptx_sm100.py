@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from xdsl.dialects.builtin import IntAttr, StringAttr
 from xdsl.ir import SSAValue
-from xdsl.irdl import attr_def, irdl_op_definition, operand_def, var_result_def
+from xdsl.irdl import (AttrSizedOperandSegments, attr_def, irdl_op_definition, operand_def,
+                       opt_attr_def, opt_operand_def, var_result_def)
 from xdsl.utils.exceptions import VerifyException
 
 from pkc.codegen.ptx import F32, Inst, Names, RegType
@@ -36,24 +37,47 @@ _AB_TYPE = {"f16": 0, "bf16": 1}
 
 
 def instr_desc_f16(dtype: str, m: int, n: int, a_mn_major: bool = False,
-                   b_mn_major: bool = False) -> int:
+                   b_mn_major: bool = False, cta_group: int = 1) -> int:
     """The 32-bit instruction descriptor of a dense ``tcgen05.mma .kind::f16`` with an f32
-    accumulator, ``dtype`` (bf16 / f16) operands and shape ``m x n x 16``."""
+    accumulator, ``dtype`` (bf16 / f16) operands and shape ``m x n x 16`` (``m`` of the
+    whole MMA: 256 for a CTA pair's ``cta_group::2``)."""
     if dtype not in _AB_TYPE:
         raise ValueError(f"tcgen05 kind::f16 operands are f16 or bf16, not {dtype}")
-    check_mma_shape(m, n)
+    check_mma_shape(m, n, cta_group)
     t = _AB_TYPE[dtype]
     return ((1 << 4) | (t << 7) | (t << 10) | (int(a_mn_major) << 15) | (int(b_mn_major) << 16)
             | ((n >> 3) << 17) | ((m >> 4) << 24))
 
 
-def check_mma_shape(m: int, n: int) -> None:
-    """Shapes of ``tcgen05.mma.cta_group::1.kind::f16`` (PTX ISA 9.7.16.10.1, "Valid
-    shapes"): M = 64 with N a multiple of 8, or M = 128 with N a multiple of 16; N up to 256."""
+def check_mma_shape(m: int, n: int, cta_group: int = 1) -> None:
+    """Shapes of dense ``tcgen05.mma.kind::f16`` (PTX ISA 9.7.16.10.1, "Valid shapes"):
+    cta_group::1: M = 64 with N a multiple of 8, or M = 128 with N a multiple of 16;
+    cta_group::2 (a CTA pair): M = 128 or 256 with N a multiple of 16; N up to 256."""
+    if cta_group == 2:
+        if m not in (128, 256) or n % 16 or not 16 <= n <= 256:
+            raise ValueError(f"tcgen05.mma kind::f16 cta_group::2: no shape m{m}n{n}k16 (M = 128 "
+                             "or 256, N a multiple of 16 up to 256)")
+        return
     step = 8 if m == 64 else 16
     if m not in (64, 128) or n % step or not step <= n <= 256:
         raise ValueError(f"tcgen05.mma kind::f16 cta_group::1: no shape m{m}n{n}k16 (M = 64 "
                          "with N a multiple of 8, or 128 with N a multiple of 16, N <= 256)")
+
+
+def cta_group_of(op) -> int:
+    """The ``.cta_group`` of a tcgen05 op (its optional ``cta_group`` attribute; 1 when
+    absent). PTX ISA 9.7.16.6.1: every tcgen05 instruction of a kernel names the same one."""
+    a = op.cta_group
+    return 1 if a is None else a.data
+
+
+def _check_group(op) -> None:
+    if cta_group_of(op) not in (1, 2):
+        raise VerifyException(f"'{op.name}' cta_group {cta_group_of(op)}: 1 or 2")
+
+
+def _group_attr(cta_group: int) -> dict:
+    return {} if cta_group == 1 else {"cta_group": IntAttr(cta_group)}
 
 
 # Shared-memory descriptor (PTX ISA 9.7.16.4.1): start address >> 4 in bits 0-13, leading
@@ -93,16 +117,19 @@ class Tcgen05AllocOp(Inst):
     name = "ptx.tcgen05_alloc"
     dst = operand_def(RegType)
     ncols = attr_def(IntAttr)
+    cta_group = opt_attr_def(IntAttr)
 
-    def __init__(self, dst: SSAValue, ncols: int):
-        super().__init__(operands=[dst], attributes={"ncols": IntAttr(ncols)})
+    def __init__(self, dst: SSAValue, ncols: int, cta_group: int = 1):
+        super().__init__(operands=[dst], attributes={"ncols": IntAttr(ncols),
+                                                     **_group_attr(cta_group)})
 
     def verify_(self) -> None:
         _check_cols(self.name, self.ncols.data)
+        _check_group(self)
 
     def render(self, n: Names) -> list[str]:
-        return [f"tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [{n(self.dst)}], "
-                f"{self.ncols.data};"]
+        return [f"tcgen05.alloc.cta_group::{cta_group_of(self)}.sync.aligned.shared::cta.b32 "
+                f"[{n(self.dst)}], {self.ncols.data};"]
 
 
 @irdl_op_definition
@@ -114,15 +141,19 @@ class Tcgen05DeallocOp(Inst):
     name = "ptx.tcgen05_dealloc"
     taddr = operand_def(RegType)
     ncols = attr_def(IntAttr)
+    cta_group = opt_attr_def(IntAttr)
 
-    def __init__(self, taddr: SSAValue, ncols: int):
-        super().__init__(operands=[taddr], attributes={"ncols": IntAttr(ncols)})
+    def __init__(self, taddr: SSAValue, ncols: int, cta_group: int = 1):
+        super().__init__(operands=[taddr], attributes={"ncols": IntAttr(ncols),
+                                                       **_group_attr(cta_group)})
 
     def verify_(self) -> None:
         _check_cols(self.name, self.ncols.data)
+        _check_group(self)
 
     def render(self, n: Names) -> list[str]:
-        return [f"tcgen05.dealloc.cta_group::1.sync.aligned.b32 {n(self.taddr)}, {self.ncols.data};"]
+        return [f"tcgen05.dealloc.cta_group::{cta_group_of(self)}.sync.aligned.b32 "
+                f"{n(self.taddr)}, {self.ncols.data};"]
 
 
 @irdl_op_definition
@@ -131,12 +162,16 @@ class Tcgen05RelinquishOp(Inst):
     the CTA will allocate no more, so a CTA waiting to allocate on the same SM may."""
 
     name = "ptx.tcgen05_relinquish"
+    cta_group = opt_attr_def(IntAttr)
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, cta_group: int = 1):
+        super().__init__(attributes=_group_attr(cta_group))
+
+    def verify_(self) -> None:
+        _check_group(self)
 
     def render(self, n: Names) -> list[str]:
-        return ["tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;"]
+        return [f"tcgen05.relinquish_alloc_permit.cta_group::{cta_group_of(self)}.sync.aligned;"]
 
 
 @irdl_op_definition
@@ -153,37 +188,53 @@ class Tcgen05MmaOp(Inst):
     bdesc = operand_def(RegType)
     idesc = operand_def(RegType)
     enable_d = operand_def(RegType)
+    cta_group = opt_attr_def(IntAttr)
 
     def __init__(self, d: SSAValue, adesc: SSAValue, bdesc: SSAValue, idesc: SSAValue,
-                 enable_d: SSAValue):
-        super().__init__(operands=[d, adesc, bdesc, idesc, enable_d])
+                 enable_d: SSAValue, cta_group: int = 1):
+        super().__init__(operands=[d, adesc, bdesc, idesc, enable_d],
+                         attributes=_group_attr(cta_group))
 
     def verify_(self) -> None:
         kinds = [o.type.kind.data for o in self.operands]
         if kinds != ["b32", "b64", "b64", "b32", "pred"]:
             raise VerifyException(f"'ptx.tcgen05_mma' operands are (b32 taddr, b64 adesc, b64 "
                                   f"bdesc, b32 idesc, pred), got {kinds}")
+        _check_group(self)
 
     def render(self, n: Names) -> list[str]:
-        return [f"tcgen05.mma.cta_group::1.kind::f16 [{n(self.d)}], {n(self.adesc)}, "
-                f"{n(self.bdesc)}, {n(self.idesc)}, {n(self.enable_d)};"]
+        return [f"tcgen05.mma.cta_group::{cta_group_of(self)}.kind::f16 [{n(self.d)}], "
+                f"{n(self.adesc)}, {n(self.bdesc)}, {n(self.idesc)}, {n(self.enable_d)};"]
 
 
 @irdl_op_definition
 class Tcgen05CommitOp(Inst):
-    """``tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [mbar]``
-    (PTX ISA 9.7.16.11.1): one arrival on the mbarrier once every tcgen05 operation the
-    thread issued before has completed."""
+    """``tcgen05.commit.cta_group::N.mbarrier::arrive::one.shared::cluster{.multicast::cluster}
+    .b64 [mbar]{, ctaMask}`` (PTX ISA 9.7.16.11.1): one arrival on the mbarrier once every
+    tcgen05 operation the thread issued before has completed; with ``mask`` (a b16 CTA
+    mask), on the mbarrier at the same offset in each CTA of the cluster the mask names."""
 
     name = "ptx.tcgen05_commit"
     mbar = operand_def(RegType)
+    mask = opt_operand_def(RegType)
+    cta_group = opt_attr_def(IntAttr)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
-    def __init__(self, mbar: SSAValue):
-        super().__init__(operands=[mbar])
+    def __init__(self, mbar: SSAValue, mask: SSAValue | None = None, cta_group: int = 1):
+        super().__init__(operands=[mbar, [mask] if mask is not None else []],
+                         attributes=_group_attr(cta_group))
+
+    def verify_(self) -> None:
+        _check_group(self)
+        if self.mask is not None and self.mask.type.kind.data != "b16":
+            raise VerifyException(f"'ptx.tcgen05_commit' ctaMask is a b16 register, not "
+                                  f"{self.mask.type.kind.data}")
 
     def render(self, n: Names) -> list[str]:
-        return [f"tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 "
-                f"[{n(self.mbar)}];"]
+        mc = ".multicast::cluster" if self.mask is not None else ""
+        tail = f", {n(self.mask)}" if self.mask is not None else ""
+        return [f"tcgen05.commit.cta_group::{cta_group_of(self)}.mbarrier::arrive::one"
+                f".shared::cluster{mc}.b64 [{n(self.mbar)}]{tail};"]
 
 
 @irdl_op_definition
@@ -256,8 +307,10 @@ class Tcgen05FenceOp(Inst):
         return [f"tcgen05.fence::{self.kind.data}_thread_sync;"]
 
 
-SM100_OPS = [Tcgen05AllocOp, Tcgen05DeallocOp, Tcgen05RelinquishOp, Tcgen05MmaOp, Tcgen05CommitOp,
-             Tcgen05LdOp, Tcgen05WaitOp, Tcgen05FenceOp]
+from pkc.codegen.ptx_sm100_ext import EXT_OPS  # noqa: E402  (st / cp / shift / CLC)
 
-__all__ = ["SM100_OPS", "instr_desc_f16", "smem_desc_hi", "check_mma_shape", "DESC_KMAJOR",
-           "DESC_MNMAJOR", *[c.__name__ for c in SM100_OPS]]
+SM100_OPS = [Tcgen05AllocOp, Tcgen05DeallocOp, Tcgen05RelinquishOp, Tcgen05MmaOp, Tcgen05CommitOp,
+             Tcgen05LdOp, Tcgen05WaitOp, Tcgen05FenceOp, *EXT_OPS]
+
+__all__ = ["SM100_OPS", "instr_desc_f16", "smem_desc_hi", "check_mma_shape", "cta_group_of",
+           "DESC_KMAJOR", "DESC_MNMAJOR", *[c.__name__ for c in SM100_OPS]]

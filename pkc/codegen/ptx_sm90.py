@@ -219,22 +219,30 @@ class TmaLoadOp(Inst):
     mbar = operand_def(RegType)
     mask = opt_operand_def(RegType)
     guard = opt_operand_def(RegType)
+    # sm_100a ``.cta_group::2``: the mbarrier may be the peer CTA's of a CTA pair (a
+    # shared::cluster address); the bytes are counted there (PTX ISA 9.7.9.25.5.1)
+    cta_group = opt_attr_def(IntAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     def __init__(self, dst: SSAValue, tmap: SSAValue, coords: Sequence[SSAValue], mbar: SSAValue,
-                 mask: SSAValue | None = None, guard: SSAValue | None = None):
+                 mask: SSAValue | None = None, guard: SSAValue | None = None, cta_group: int = 1):
         super().__init__(operands=[dst, tmap, list(coords), mbar, [mask] if mask else [],
-                                   [guard] if guard else []])
+                                   [guard] if guard else []],
+                         attributes={"cta_group": IntAttr(2)} if cta_group == 2 else {})
 
     def verify_(self) -> None:
         if not 1 <= len(self.coords) <= 5:
             raise VerifyException(f"'ptx.tma_load' takes 1..5 coordinates, got {len(self.coords)}")
+        if self.cta_group is not None and self.cta_group.data != 2:
+            raise VerifyException(f"'ptx.tma_load' cta_group {self.cta_group.data}: only 2 is "
+                                  "written out")
 
     def render(self, n: Names) -> list[str]:
         mc = ".multicast::cluster" if self.mask is not None else ""
         tail = f", {n(self.mask)}" if self.mask is not None else ""
         cs = ", ".join(n(c) for c in self.coords)
-        return [f"{_guard(n, self.guard)}cp.async.bulk.tensor.{len(self.coords)}d.shared::cluster"
+        cg = ".cta_group::2" if self.cta_group is not None else ""
+        return [f"{_guard(n, self.guard)}cp.async.bulk.tensor.{len(self.coords)}d{cg}.shared::cluster"
                 f".global.tile.mbarrier::complete_tx::bytes{mc} [{n(self.dst)}], "
                 f"[{n(self.tmap)}, {{{cs}}}], [{n(self.mbar)}]{tail};"]
 

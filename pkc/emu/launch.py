@@ -43,7 +43,8 @@ def _load_sm90_handlers() -> None:
 
     for dialect, handlers in (("pkc.codegen.ptx_sm90", "pkc.emu.ops_sm90"),
                               ("pkc.codegen.ptx_comm", "pkc.emu.ops_comm"),
-                              ("pkc.codegen.ptx_sm100", "pkc.emu.ops_sm100")):
+                              ("pkc.codegen.ptx_sm100", "pkc.emu.ops_sm100"),
+                              ("pkc.codegen.ptx_sm100_ext", "pkc.emu.ops_sm100_ext")):
         if importlib.util.find_spec(dialect) is not None:
             importlib.import_module(handlers)
 
@@ -52,10 +53,12 @@ def run_entry(entry: ptx.EntryOp, gmem: GlobalMemory, params: list[list[int]], *
               world: int = 1, ctas: int = 1, threads: int | None = None,
               smem_bytes: int | None = None, cluster: int | None = None, target: str = "sm_90a",
               check_races: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
-              rank_order: list[int] | None = None) -> Machine:
+              rank_order: list[int] | None = None, resident: int | None = None) -> Machine:
     """Runs ``entry`` with ``params[r]`` (its parameters, in order) for each rank; returns
     the machine (its memory holds the results). ``rank_order``: run the ranks ahead of
-    each other in this order (:attr:`Machine.rank_order`), to vary when their writes land."""
+    each other in this order (:attr:`Machine.rank_order`), to vary when their writes land.
+    ``resident``: clusters per rank that run at once; the others start as those exit, or
+    are taken by cluster launch control (None: all at once)."""
     if rank_order is not None and sorted(rank_order) != list(range(world)):
         raise ValueError(f"rank_order {rank_order} is not a permutation of the {world} ranks")
     _load_sm90_handlers()
@@ -65,7 +68,8 @@ def run_entry(entry: ptx.EntryOp, gmem: GlobalMemory, params: list[list[int]], *
     cl = cluster or _cluster_of(entry)
     m = Machine(prog, world=world, ctas=ctas, threads=threads or entry.maxntid.data,
                 smem_bytes=entry.smem_bytes.data if smem_bytes is None else smem_bytes,
-                gmem=gmem, params=params, cluster=cl, max_steps=max_steps, target=target)
+                gmem=gmem, params=params, cluster=cl, max_steps=max_steps, target=target,
+                resident=resident)
     m.check_races = check_races
     m.rank_order = None if rank_order is None else list(rank_order)
     m.run()
@@ -245,9 +249,11 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
         return _outputs(gm, addrs, types, n_in, W, named, extra)
     grid = meta.grid(max(sms, meta.cluster))
     params = [maps[r] + addrs[r] for r in range(W)]
+    # a cluster-launch-control kernel's grid is every tile; sms of them run at a time
+    resident = max(1, sms // meta.cluster) if getattr(meta, "clc", False) else None
     run_entry(ck.entry_op, gm, params, world=W, ctas=grid, threads=meta.threads,
               smem_bytes=meta.smem_bytes, cluster=meta.cluster, target=ck.target,
-              check_races=check_races, max_steps=max_steps)
+              check_races=check_races, max_steps=max_steps, resident=resident)
     return _outputs(gm, addrs, types, n_in, W, named, None)
 
 

@@ -105,7 +105,7 @@ class Machine:
     def __init__(self, prog: Program, *, world: int, ctas: int, threads: int, smem_bytes: int,
                  gmem: GlobalMemory, params: list[list[int]], cluster: int = 1,
                  max_steps: int = DEFAULT_MAX_STEPS, target: str = "sm_90a",
-                 names: dict | None = None):
+                 names: dict | None = None, resident: int | None = None):
         self.prog, self.code = prog, prog.code
         self.kernel = prog.name
         self.world, self.ctas, self.threads, self.cluster = world, ctas, threads, cluster
@@ -145,6 +145,17 @@ class Machine:
         for ins in self.code:
             if ins.fn is None:
                 ins.fn = _bind(ins)
+        # Clusters launched later (cluster launch control): with ``resident`` clusters per
+        # rank running at once, the others wait in launch order ({rank: [first CTA, ..]})
+        # and start when a running cluster's threads have all exited, unless a
+        # clusterlaunchcontrol.try_cancel took them first (pkc.emu.ops_sm100_ext).
+        self.pending: dict[int, list[int]] = {}
+        if resident is not None and resident * cluster < ctas:
+            for r in range(world):
+                firsts = [r * ctas + c for c in range(resident * cluster, ctas, cluster)]
+                self.pending[r] = firsts
+                for c in firsts:
+                    self.alive[c * threads:(c + cluster) * threads] = False
 
     def new_reg(self, slot: int) -> np.ndarray:
         kind = self.prog.kinds[slot]
@@ -243,6 +254,23 @@ class Machine:
         self.release_barriers(np.unique(self.cta_of[idx]))
         if self.cluster > 1:
             self.release_cluster(np.unique(self.cluster_base_of[idx]))
+        if self.pending:
+            self._launch_pending(np.unique(self.cluster_base_of[idx]))
+
+    def _launch_pending(self, bases: np.ndarray) -> None:
+        """Starts the next waiting cluster of the rank for each cluster that has exited."""
+        T, C = self.threads, self.cluster
+        for base in bases.tolist():
+            rank = base // self.ctas
+            queue = self.pending.get(rank)
+            if not queue or self.alive[base * T:(base + C) * T].any():
+                continue
+            nxt = queue.pop(0)
+            sl = slice(nxt * T, (nxt + C) * T)
+            self.alive[sl] = True
+            self.pc[sl] = 0
+            if hasattr(self, "eff"):
+                self._refresh(sl)
 
     def release_cluster(self, bases: np.ndarray) -> None:
         """Lets a cluster's threads through ``barrier.cluster`` once every live thread of

@@ -111,6 +111,10 @@ def observed(m, g, keys: np.ndarray) -> None:
         c = key // S
         pend = m.smem.pending[c * S:(c + 1) * S]
         pend[pend == (key % S) + 1] = 0
+        if m.cluster > 1:   # bytes a pair peer's copy counted here (.cta_group::2 TMA)
+            base = c - c % m.cluster
+            pend = m.smem.pending[base * S:(base + m.cluster) * S]
+            pend[pend == -(key + 1)] = 0
 
 
 @handles(ptx.MbarrierOp)

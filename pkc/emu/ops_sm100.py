@@ -26,6 +26,19 @@ a ``uint32 [128, 512]`` array that starts poisoned (NaN bits). Addresses: lane i
   ``tcgen05.wait::ld`` (9.7.16.8.5); an instruction that reads one of them between the
   ld and the wait (in straight-line code) is an :class:`EmuTensorMemoryError`.
 * ``tcgen05.fence`` (9.7.16.6.4): ordering only, nothing to model.
+* ``.cta_group`` (9.7.16.6.1, "peer CTA"): every tcgen05 instruction of a kernel names the
+  same one (else :class:`EmuTensorMemoryError`, "wrong cta_group pairing"); ``::2`` needs a
+  cluster of an even number of CTAs, whose ranks 2i and 2i + 1 are a pair. A pair's MMA
+  (M = 256, data path layout A of 9.7.16.10.5) is issued by one thread of either CTA: A's
+  rows 0-127 come from the even CTA's shared memory and rows 128-255 from the odd one's
+  (the same descriptor), B's columns 0..N/2-1 from the even CTA and N/2..N-1 from the odd
+  one, D's rows 0-127 go to the even CTA's tensor memory and 128-255 to the odd one's (the
+  same address, allocated in both). M = 64 with cta_group::1 (layout F): row r goes to lane
+  ``32 (r // 16) + r % 16``. A commit with ``.multicast::cluster`` arrives on the mbarrier
+  at the same offset of each CTA its mask names.
+
+Split: ``tcgen05.st`` / ``cp`` / ``shift`` and cluster launch control are in
+:mod:`pkc.emu.ops_sm100_ext`.
 """
 
 from __future__ import annotations
@@ -72,6 +85,29 @@ def _fail(m, g, ins, i, msg):
     m.fail(EmuTensorMemoryError, msg, g, ins, i)
 
 
+def check_group(m, g, ins, i: int, group: int) -> None:
+    """The kernel's tcgen05 instructions all name one ``.cta_group`` (PTX ISA 9.7.16.6.1);
+    ``::2`` works on a CTA pair of a cluster (an even cluster size)."""
+    first = m.state.setdefault("tc_group", (group, ins))
+    if first[0] != group:
+        from pkc.emu.program import render
+        _fail(m, g, ins, i, f"wrong cta_group pairing: this is .cta_group::{group}, but "
+                            f"'{render(first[1], m.prog)}' used .cta_group::{first[0]} (every "
+                            "tcgen05 instruction of a kernel names the same .cta_group)")
+    if group == 2 and m.cluster % 2:
+        _fail(m, g, ins, i, f"wrong cta_group pairing: .cta_group::2 needs CTA pairs, but the "
+                            f"cluster has {m.cluster} CTA(s)")
+
+
+def pair_ctas(m, cta: int, group: int) -> list[int]:
+    """The CTAs whose tensor memory a ``cta_group`` instruction of ``cta`` touches (the even
+    CTA of a pair first)."""
+    if group == 1:
+        return [cta]
+    even = cta - (cta - int(m.cluster_base_of[cta * m.threads])) % 2
+    return [even, even + 1]
+
+
 def _allocated(tm: Tmem, c0: int, n: int) -> bool:
     return any(s <= c0 and c0 + n <= s + k for s, (k, _, _) in tm.allocs.items())
 
@@ -101,6 +137,7 @@ def _alloc(m, ins, g):
     for w in range(rows.shape[0]):
         t0 = int(rows[w, 0])
         i = int(first[w * WARP])
+        check_group(m, g, ins, i, t5.cta_group_of(ins.op))
         tm = _tmem(m, int(m.cta_of[t0]))
         if tm.relinquished:
             _fail(m, g, ins, i, "tcgen05.alloc after the CTA gave its allocation permit back "
@@ -140,6 +177,7 @@ def _dealloc(m, ins, g):
     for w in range(rows.shape[0]):
         t0 = int(rows[w, 0])
         i = int(first[w * WARP])
+        check_group(m, g, ins, i, t5.cta_group_of(ins.op))
         tm = _tmem(m, int(m.cta_of[t0]))
         taddr = int(m.regs[ins.args[0]][t0])
         col, n = taddr & 0xFFFF, ins.op.ncols.data
@@ -159,6 +197,7 @@ def _relinquish(m, ins, g):
     """``tcgen05.relinquish_alloc_permit``: the CTA allocates no more."""
     ok, rows = full_warps(m, g)
     for t0 in rows[:, 0].tolist() if rows.size else []:
+        check_group(m, g, ins, int(np.flatnonzero(g.idx == t0)[0]), t5.cta_group_of(ins.op))
         _tmem(m, int(m.cta_of[t0])).relinquished = True
     return ok
 
@@ -219,7 +258,7 @@ def _operand_addrs(f: dict, rows: int, mn_major: bool) -> tuple[np.ndarray, int]
     return swizzle(a, sw), sw
 
 
-def _read(m, g, ins, i, cta: int, addrs: np.ndarray, dtype: str) -> np.ndarray:
+def read_operand(m, g, ins, i, cta: int, addrs: np.ndarray, dtype: str) -> np.ndarray:
     S = m.smem.size
     if (addrs < 0).any() or (addrs + 2 > m.smem.declared).any():
         _fail(m, g, ins, i, "tcgen05.mma descriptor addresses leave the CTA's shared memory")
@@ -254,12 +293,15 @@ def _mma(m, ins, g):
             raise EmuUnsupported(f"tcgen05.mma instruction descriptor {f} (modelled: dense, f32 D, "
                                  "A = B = f16 / bf16, K-major A, no negate / shift)", act.where(ins, i))
         M, N = f["m"], f["n"]
+        group = t5.cta_group_of(ins.op)
+        check_group(m, act, ins, i, group)
         try:
-            t5.check_mma_shape(M, N)
+            t5.check_mma_shape(M, N, group)
         except ValueError as e:
             _fail(m, act, ins, i, f"instruction descriptor: {e}")
-        if M != 128:
-            raise EmuUnsupported(f"tcgen05.mma with M = {M} (modelled: 128)", act.where(ins, i))
+        if group == 2 and M != 256:
+            raise EmuUnsupported(f"tcgen05.mma.cta_group::2 with M = {M} (modelled: 256, "
+                                 "layout A)", act.where(ins, i))
         lane, col = d >> 16, d & 0xFFFF
         if lane or not _allocated(tm, col, N):
             _fail(m, act, ins, i, f"tcgen05.mma writes lanes {lane}.., columns {col}..{col + N - 1} "
@@ -271,20 +313,37 @@ def _mma(m, ins, g):
                                       "constant 0b001 in bits 46-48, base offset 0, relative "
                                       "LBO and swizzle 0 / 2 / 4 / 6 are modelled")
         dt = types[f["atype"]]
-        A = _read(m, act, ins, i, cta, _operand_addrs(fa, M, False)[0], dt).astype(np.float64)
-        B = _read(m, act, ins, i, cta, _operand_addrs(fb, N, bool(f["trans_b"]))[0],
-                  dt).astype(np.float64)
+        ctas = pair_ctas(m, cta, group)
+        rows = M // len(ctas)                 # rows of A and D per CTA
+        half = N // len(ctas)                 # columns of B per CTA
+        A = np.concatenate([read_operand(m, act, ins, i, c, _operand_addrs(fa, rows, False)[0], dt)
+                            for c in ctas]).astype(np.float64)
+        B = np.concatenate([read_operand(m, act, ins, i, c,
+                                         _operand_addrs(fb, half, bool(f["trans_b"]))[0], dt)
+                            for c in ctas]).astype(np.float64)
         D = A @ B.T                                                   # M x N, exact
-        if enable:
-            if not tm.written[col:col + N].all():
-                _fail(m, act, ins, i, "tcgen05.mma accumulates (enable_input_d) into tensor "
-                                      "memory no MMA wrote")
-            D = D + tm.cells[:M, col:col + N].view(np.float32)
-        tm.cells[:M, col:col + N] = D.astype(np.float32).view(np.uint32)
-        tm.written[col:col + N] = True
-        tm.owner[col:col + N] = t
-        for c in range(col, col + N):
-            tm.tokens[c] = {}
+        # tensor-memory lanes of D's rows in each CTA: identity (M = 128, or 128 per CTA of
+        # a pair), or 16 rows per warp quarter (M = 64, layout F)
+        lanes = (np.arange(rows) if M != 64
+                 else 32 * (np.arange(64) // 16) + np.arange(64) % 16)
+        for j, c in enumerate(ctas):
+            tc = _tmem(m, c)
+            if not _allocated(tc, col, N):
+                _fail(m, act, ins, i, f"tcgen05.mma.cta_group::2 writes columns {col}..{col + N - 1} "
+                                      f"of CTA {c % m.ctas} of the pair, which has not allocated them "
+                                      "(wrong cta_group pairing: both CTAs allocate with "
+                                      ".cta_group::2)")
+            Dj = D[j * rows:(j + 1) * rows]
+            if enable:
+                if not tc.written[col:col + N].all():
+                    _fail(m, act, ins, i, "tcgen05.mma accumulates (enable_input_d) into tensor "
+                                          "memory no MMA wrote")
+                Dj = Dj + tc.cells[lanes, col:col + N].view(np.float32)
+            tc.cells[lanes, col:col + N] = Dj.astype(np.float32).view(np.uint32)
+            tc.written[col:col + N] = True
+            tc.owner[col:col + N] = t
+            for c2 in range(col, col + N):
+                tc.tokens[c2] = {}
 
 
 @handles(t5.Tcgen05CommitOp)
@@ -295,17 +354,36 @@ def _commit(m, ins, g):
     if act.n == 0:
         return
     keys = mbar_keys(m, ins, act, act.get(ins.args[0]))
+    group = t5.cta_group_of(ins.op)
+    masks = act.get(ins.args[1]).astype(np.int64) if ins.op.mask is not None else None
     table = mbars(m)
+    S = m.smem.size
+    targets = []
     for i in range(act.n):
+        check_group(m, act, ins, i, group)
         t, key = int(act.idx[i]), int(keys[i])
-        mb = table.get(key)
-        if mb is None:
-            _fail(m, act, ins, i, "tcgen05.commit on shared memory that is not an initialized "
-                                  "mbarrier")
-        tm = _tmem(m, int(m.cta_of[t]))
-        for c in np.flatnonzero(tm.owner == t).tolist():
-            tm.tokens[c].setdefault(key, mb.phase)     # the earliest phase on each mbarrier
-    arrive(m, ins, act, keys)
+        if masks is None:
+            tk = [key]
+        else:       # the same offset in each CTA of the mask (PTX ISA 9.7.16.11.1)
+            base = int(m.cluster_base_of[t])
+            tk = [(base + r) * S + key % S for r in range(m.cluster) if masks[i] >> r & 1]
+            if masks[i] >> m.cluster:
+                _fail(m, act, ins, i, f"tcgen05.commit ctaMask 0x{int(masks[i]):x} names CTAs "
+                                      f"beyond the cluster of {m.cluster}")
+        for k in tk:
+            if table.get(k) is None:
+                _fail(m, act, ins, i, "tcgen05.commit on shared memory that is not an "
+                                      "initialized mbarrier")
+        for c in pair_ctas(m, int(m.cta_of[t]), group):
+            tm = _tmem(m, c)
+            for col in np.flatnonzero(tm.owner == t).tolist():
+                for k in tk:    # the earliest phase on each mbarrier
+                    tm.tokens[col].setdefault(k, table[k].phase)
+        targets.append(tk)
+    for i, tk in enumerate(targets):
+        sub = act.sub(np.arange(act.n) == i)
+        for k in tk:
+            arrive(m, ins, sub, np.array([k], dtype=np.int64))
 
 
 # ---------------------------------------------------------------------------------------
@@ -366,6 +444,12 @@ def _ld(m, ins, g):
         if not _allocated(tm, col, num):
             _fail(m, g, ins, i, f"tcgen05.ld of columns {col}..{col + num - 1} outside the CTA's "
                                 "tensor-memory allocations")
+        from pkc.emu.ops_sm100_ext import stores_in_flight
+        st = stores_in_flight(m, int(m.cta_of[thr[0]]), col, num)
+        if st is not None:
+            from pkc.emu.program import render
+            _fail(m, g, ins, i, f"tcgen05.ld reads tensor memory that '{render(st[1], m.prog)}' "
+                                "writes and its thread has not waited for (tcgen05.wait::st)")
         if not tm.written[col:col + num].all():
             _fail(m, g, ins, i, "tcgen05.ld reads tensor memory no MMA wrote since it was "
                                 "allocated (read before the MMA's mbarrier was waited on?)")
@@ -429,7 +513,11 @@ _wrap_waits()
 def _wait(m, ins, g):
     """``tcgen05.wait::ld`` / ``::st``: the thread's loads land in their registers."""
     ok, rows = full_warps(m, g)
-    if ins.op.kind.data != "ld" or rows.size == 0:
+    if rows.size == 0:
+        return ok
+    if ins.op.kind.data == "st":
+        from pkc.emu.ops_sm100_ext import flush_stores
+        flush_stores(m, rows.reshape(-1).tolist())
         return ok
     pend = _pending_lds(m)
     for t in rows.reshape(-1).tolist():

@@ -447,6 +447,12 @@ def _tma_load(m, ins, g):
             targets = [base + r for r in range(m.cluster) if mask >> r & 1]
         else:
             targets = [cta]
+        # .cta_group::2 (sm_100a): the bytes are counted on the mbarrier the address names,
+        # the pair peer's where it carries a cluster rank; the copied bytes stay pending
+        # until a wait on that mbarrier (the mark -(its flat index + 1))
+        bar_key = None
+        if ins.op.cta_group is not None and bar >> CLUSTER_SHIFT:
+            bar_key = (base + (bar >> CLUSTER_SHIFT) - 1) * S + (bar & 0xFFFFFF)
         local = dst & ((1 << CLUSTER_SHIFT) - 1)
         if local % 128:
             m.fail(EmuError, f"TMA destination 0x{dst:x} is not 128-byte aligned", act, ins, i)
@@ -463,9 +469,9 @@ def _tma_load(m, ins, g):
                     m.fail(EmuAsyncProxyError, "TMA load into shared memory that a bulk / TMA "
                            "store still reads (no cp.async.bulk.wait_group.read)", act, ins, i)
                 m.smem.data[byt] = vals
-                m.smem.pending[byt] = (bar & 0xFFFFFF) + 1
+                m.smem.pending[byt] = (bar & 0xFFFFFF) + 1 if bar_key is None else -(bar_key + 1)
         for t in targets:
-            complete_tx(m, t * S + (bar & 0xFFFFFF), tm.box_bytes)
+            complete_tx(m, t * S + (bar & 0xFFFFFF) if bar_key is None else bar_key, tm.box_bytes)
         if m.check_races:
             from pkc.emu import race
             sub = act.sub(np.arange(act.n) == i)
