@@ -1,5 +1,7 @@
 """Lowers a scheduled fused GEMM + collective (``pk.plan.schedule = "fused"``, built by
-``schedule-fused``) to a ``ptx.entry`` for sm_90a.
+``schedule-fused``) to a ``ptx.entry`` for sm_90a, or for sm_100a where ``schedule-fused`` built it for a
+tensor-memory target (the MMA, accumulator and epilogue-read ops then lower through
+:mod:`pkc.codegen.lower_schedule_tcgen05`; the communication ops below are the same).
 
 The kernel is the scheduled GEMM with more: its entry is the GEMM's (tensor maps by
 value, one pointer per kernel buffer, shared memory and mbarriers; :func:`lower_tma_kernel`)
@@ -124,9 +126,9 @@ def const_int(v) -> int | None:
 def lower_fused_kernel(kop: KernelOp, target: str, entry_name: str
                        ) -> tuple[ptx.EntryOp, ScheduledKernelMeta]:
     """The ``ptx.entry`` and launch metadata of a scheduled fused GEMM + collective."""
-    if target != "sm_90a":
+    if target not in ("sm_90a", "sm_100a"):
         raise CodegenError(f"kernel @{kop.kernel_name.data}: scheduled fused kernels lower to "
-                           f"sm_90a only so far (asked for {target})")
+                           f"sm_90a and sm_100a (asked for {target})")
     return lower_tma_kernel(kop, target, entry_name, FusedExtend(kop))
 
 

@@ -25,7 +25,9 @@ Registered as the ``sm_100a`` entry of
   its MMAs / loads against the thread synchronization (after a wait, before an arrival).
 
 * ``pks.acc_store_smem``: the two warps whose lanes hold the 64-row slice load their rows
-  and write them into the swizzled box (then a fence; the TMA store follows as on sm_90a).
+  and write them into the swizzled box (then a fence; the TMA store follows as on sm_90a);
+  ``pks.acc_add_smem`` (a fused epilogue's sum): the same rows added in f32 to the piece
+  already in the box, rounded once.
 
 Not lowered here (a clear error): the per-warpgroup (wgmma-form) accumulator, ``pks.mma_wait``
 (tcgen05 completes through mbarriers), clusters.
@@ -39,6 +41,7 @@ from pkc.codegen import ptx, ptx_comm, ptx_sm90
 from pkc.codegen import ptx_sm100 as t5
 from pkc.codegen.errors import CodegenError
 from pkc.dialects import schedule as s
+from pkc.dialects import schedule_fused as f
 
 if TYPE_CHECKING:
     from pkc.codegen.lower_schedule import Lowering
@@ -129,7 +132,8 @@ def _uses_tmem(L: "Lowering") -> bool:
     key = ("uses_tmem", id(role))
     if key not in L.geo:
         L.geo[key] = any(isinstance(o, (s.MmaAsyncOp, s.AccStoreGlobalOp, s.AccStoreSmemOp,
-                                        s.MmaCommitArriveOp)) for o in role.walk())
+                                        f.AccAddSmemOp, s.MmaCommitArriveOp))
+                         for o in role.walk())
     return L.geo[key]
 
 
@@ -223,6 +227,28 @@ def _acc_store_smem(L: "Lowering", op: s.AccStoreSmemOp) -> None:
     its row (``tcgen05.ld.32x32b``), rounds pairs and writes the row into the swizzled
     64 x width box (16-byte chunk j of row r at chunk ``j ^ ((r * row bytes >> 7) & mask)``)."""
     b = L.b
+    _acc_piece(L, op, lambda addr, lo, hi: b.st("shared", "b32", addr, b.r(
+        ptx_sm90.CvtPackOp(op.dtype.data, lo, hi))))
+
+
+def _acc_add_smem(L: "Lowering", op) -> None:
+    """``pks.acc_add_smem``: as :func:`_acc_store_smem`, but each pair is added in f32 to
+    the two 16-bit values already at its address (a loaded partial) and rounded once."""
+    from pkc.codegen.lower_schedule_comm import _widen
+    b, dt = L.b, op.dtype.data
+
+    def add(addr, lo, hi):
+        old_lo, old_hi = _widen(L, b.ld("shared", "b32", addr), dt)
+        s0, s1 = b.bin("add.rn", "f32", old_lo, lo), b.bin("add.rn", "f32", old_hi, hi)
+        b.st("shared", "b32", addr, b.r(ptx_sm90.CvtPackOp(dt, s0, s1)))
+    _acc_piece(L, op, add)
+
+
+def _acc_piece(L: "Lowering", op, pair) -> None:
+    """The 64 x width piece of ``op`` (slice, col, width, dst slot): each of the two
+    warps owning the slice's lanes loads its rows from tensor memory and calls
+    ``pair(shared address, lo, hi)`` per column pair at its swizzled address."""
+    b = L.b
     acc = op.acc.type
     w, sl, c0 = op.width.data, op.slice.data, op.col.data
     if acc.rows.data != 128 or L.role is None or L.role.warpgroups.data != 1:
@@ -245,11 +271,11 @@ def _acc_store_smem(L: "Lowering", op: s.AccStoreSmemOp) -> None:
                                              num)).res)
             b.add(t5.Tcgen05WaitOp("ld"))
             for i in range(num // 2):
-                v = b.r(ptx_sm90.CvtPackOp(op.dtype.data, vals[2 * i], vals[2 * i + 1]))
                 byte = 2 * (c + 2 * i)                      # byte of the pair in the row
                 chunk, within = byte // 16, byte % 16
                 x = b.bin("xor", "b32", xo, 16 * chunk) if chunk else xo
-                b.st("shared", "b32", b.add32(row_addr, b.add32(x, within) if within else x), v)
+                pair(b.add32(row_addr, b.add32(x, within) if within else x),
+                     vals[2 * i], vals[2 * i + 1])
             c += num
         b.add(t5.Tcgen05FenceOp("before"))
 
@@ -307,6 +333,7 @@ _OPS = {
     s.AccAllocOp: _acc_alloc, s.AccSelectOp: _acc_select, s.MmaAsyncOp: _mma,
     s.MmaCommitArriveOp: _commit_arrive, s.MmaCommitOp: _no_wait, s.MmaWaitOp: _no_wait,
     s.AccStoreSmemOp: _acc_store_smem, s.AccStoreGlobalOp: _acc_store_global,
+    f.AccAddSmemOp: _acc_add_smem,
     s.MbarrierWaitOp: _mbarrier_wait, s.MbarrierArriveOp: _mbarrier_arrive,
 }
 

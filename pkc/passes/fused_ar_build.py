@@ -25,8 +25,7 @@ from pkc.dialects import kernel as k
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_ar_schedule import ArOutParts, ArParts, RsOutParts, chunk_rows
-from pkc.passes.fused_schedule import b_operand, fused_config
-from pkc.passes.gemm_schedule import build_gemm
+from pkc.passes.fused_schedule import b_operand, build_fused_gemm, fused_config
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target import fused_tuning as ft
 from pkc.target.cost import OverlapStyle
@@ -94,7 +93,7 @@ def schedule_ar(kop: k.KernelOp, target: str, variant: str, dt: str) -> None:
         parts = ArOutParts(W, M, N, cfg, pad.result, ctl.result, acc.result)
     else:
         parts = ArParts(W, M, N, cfg, pad.result, ctl.result)
-    build_gemm(block, A, B, C, parts.mc, N, K, cfg, parts)
+    build_fused_gemm(block, A, B, C, parts.mc, N, K, cfg, parts)
     block.add_op(k.YieldOp())
     mc, rows = chunk_rows(M, W)
     where = ("a fresh output (the peer's chunk summed in the epilogue, the own chunk copied "
@@ -128,7 +127,7 @@ def schedule_rs_out(kop: k.KernelOp, target: str, variant: str, dt: str) -> None
     for op in (pad, ctl, stage):
         block.add_op(op)
     parts = RsOutParts(W, Mc, N, cfg, pad.result, ctl.result, stage.result)
-    build_gemm(block, A, B, C, Mc, N, K, cfg, parts)
+    build_fused_gemm(block, A, B, C, Mc, N, K, cfg, parts)
     block.add_op(k.YieldOp())
     _replace(kop, "matmul_reduce_scatter", a, b_val, block, cfg, layout, ft.FusedKind.RS, True,
              parts,

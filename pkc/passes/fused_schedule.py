@@ -37,9 +37,11 @@ from pkc.dialects import graph as g
 from pkc.dialects import schedule as s
 from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
-from pkc.passes.gemm_schedule import Epi, GemmParts, _Ops, _tma_epilogue
+from pkc.passes.gemm_schedule import Epi, GemmParts, _Ops, _tma_epilogue, build_gemm
+from pkc.passes.gemm_schedule_tmem import TmemView, build_gemm_tmem
 from pkc.target import fused_tuning as ft
 from pkc.target.gemm_tuning import VARIANTS, BLayout, Epilogue, GemmConfig
+from pkc.target.gemm_tuning_sm100 import choose_tmem_config
 from pkc.target.targets import get_target
 
 
@@ -53,12 +55,25 @@ def b_operand(b: SSAValue) -> tuple[SSAValue, BLayout]:
 
 
 def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, layout: BLayout,
-                 target: str, variant: str = "", fresh: bool = False) -> GemmConfig:
+                 target: str, variant: str = "", fresh: bool = False) -> GemmConfig | TmemView:
     """The GEMM tile of a fused kernel: the forced ``variant``, else the tuning table's
     (:func:`pkc.target.fused_tuning.fused_gemm_config`), with what the fused epilogue needs
     (no cluster, TMA stores; 128-column tiles for B [K, N]; two epilogue buffers where the
-    summed epilogue loads ahead: ``fresh``)."""
-    sms = get_target(target).num_sms
+    summed epilogue loads ahead: ``fresh``). A target whose MMA accumulates in tensor
+    memory (sm_100a) gets the tensor-memory GEMM's tile (``choose_tmem_config`` for the
+    whole product, unmeasured; TMA epilogue, two epilogue buffers) as a :class:`TmemView`,
+    which :func:`build_fused_gemm` builds in the tensor-memory arrangement."""
+    tgt = get_target(target)
+    sms = tgt.num_sms
+    if tgt.sm_arch == "sm_100a":
+        if variant:
+            raise ValueError(f"schedule-fused: variant={variant} is a wgmma (sm_90a) tile; "
+                             f"target {target} ({tgt.sm_arch}) builds the tensor-memory GEMM "
+                             "(drop the variant option)")
+        tcfg = choose_tmem_config(M, N, K, dt, layout, sms).with_(epilogue=Epilogue.TMA,
+                                                                  epi_bufs=2)
+        tcfg.validate()
+        return TmemView(tcfg)
     if variant:
         cfg = VARIANTS[variant].with_(dtype=dt, b_layout=layout)
     else:
@@ -70,6 +85,15 @@ def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, la
         cfg = cfg.with_(epi_bufs=2)
     cfg.validate()
     return cfg
+
+
+def build_fused_gemm(body, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int, K: int,
+                     cfg: GemmConfig | TmemView, parts: GemmParts):
+    """The fused kernel's GEMM with ``parts``: the tensor-memory arrangement (mma and
+    epilogue roles, :func:`pkc.passes.gemm_schedule_tmem.build_gemm_tmem`) for a config
+    of :func:`fused_config` for sm_100a, else the wgmma one (producer and consumers)."""
+    build = build_gemm_tmem if isinstance(cfg, TmemView) else build_gemm
+    return build(body, A, B, C, M, N, K, cfg, parts)
 
 
 class RsParts(GemmParts):
@@ -175,4 +199,4 @@ class RsParts(GemmParts):
         w.add(f.FenceAsyncGlobalOp())
 
 
-__all__ = ["RsParts"]
+__all__ = ["RsParts", "build_fused_gemm", "fused_config", "b_operand"]

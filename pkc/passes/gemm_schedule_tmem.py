@@ -24,6 +24,12 @@ GEMMs are (one CTA per SM, three warpgroups):
 With two accumulators the epilogue of tile t runs while the MMAs of tile t + 1 fill the
 other one. The accumulators are ``pks.acc_alloc`` at the top of the schedule (one of the
 CTA, not of a warpgroup), picked per tile with ``pks.acc_select``.
+
+A fused kernel gives its :class:`~pkc.passes.gemm_schedule.GemmParts` as for the wgmma GEMM
+(the same parts: tensor maps, prologue / end, tile loop, the producer's rows, the
+epilogue's setup / tile start / tile / finish); they see the configuration through
+:class:`TmemView` (one epilogue warpgroup, warpgroup 2, reading the whole 128-row
+accumulator as two 64-row slices), so the communication epilogue is the sm_90a one.
 """
 
 from __future__ import annotations
@@ -32,8 +38,7 @@ from xdsl.dialects import arith, scf
 from xdsl.ir import Block, SSAValue
 
 from pkc.dialects import schedule as s
-from pkc.passes.gemm_schedule import (_SWIZZLE_FOR_ROW_BYTES, GemmParts, _for, _Ops, _producer,
-                                      _tma_epilogue)
+from pkc.passes.gemm_schedule import _SWIZZLE_FOR_ROW_BYTES, Epi, GemmParts, _for, _Ops, _producer
 from pkc.target.gemm_tuning import BK, BLayout, Epilogue
 from pkc.target.gemm_tuning_sm100 import TmemGemmConfig
 
@@ -59,20 +64,25 @@ def tmem_tmap_types(cfg: TmemGemmConfig) -> tuple[s.TmapType, s.TmapType]:
 
 
 def build_gemm_tmem(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int, K: int,
-                    cfg: TmemGemmConfig) -> s.ScheduleOp:
+                    cfg: TmemGemmConfig, parts: GemmParts | None = None) -> s.ScheduleOp:
     """Appends the tensor maps and the ``pks.schedule`` of ``cfg`` for the given shape to
-    ``body`` (a ``pk.kernel`` block whose arguments include A, B and C)."""
+    ``body`` (a ``pk.kernel`` block whose arguments include A, B and C); ``parts``: the
+    pieces a fused kernel replaces (default: the plain GEMM's)."""
     cfg.validate()
+    parts = parts or GemmParts()
+    view = cfg if isinstance(cfg, TmemView) else TmemView(cfg)
     ta_t, tb_t = tmem_tmap_types(cfg)
     top = _Ops(body)
-    tA = top.add(s.TmapOp(A, ta_t)).result
+    tA = parts.a_map(top, A, ta_t)
     tB = top.add(s.TmapOp(B, tb_t)).result
-    tC = None
+    tc_t = None
     if cfg.epilogue is Epilogue.TMA:
         w = cfg.epi_width
-        tC = top.add(s.TmapOp(C, s.TmapType(cfg.dtype, [w, 64], _SWIZZLE_FOR_ROW_BYTES[2 * w]))).result
+        tc_t = s.TmapType(cfg.dtype, [w, 64], _SWIZZLE_FOR_ROW_BYTES[2 * w])
+    tC = parts.c_map(top, C, tc_t)
     sched = top.add(s.ScheduleOp(cfg.threads, 1, cfg.timeout_ns))
     o = _Ops(sched.block)
+    parts.prologue(o)
     S, nb = cfg.stages, cfg.acc_bufs
     a_st = o.add(s.SmemAllocOp(S, cfg.a_stage_bytes)).result
     b_st = o.add(s.SmemAllocOp(S, cfg.b_stage_bytes)).result
@@ -84,10 +94,10 @@ def build_gemm_tmem(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, 
     acc_empty = o.add(s.MbarrierAllocOp(nb, 1)).result
     accs = [o.add(s.AccAllocOp(cfg.bm, cfg.bn)).result for _ in range(nb)]
     dims = (M, N, K)
-    parts = GemmParts()
-    _producer(o, _ProducerView(cfg), dims, tA, tB, a_st, b_st, full, empty, parts)
-    _mma(o, cfg, dims, a_st, b_st, full, empty, acc_full, acc_empty, accs, parts)
-    _epilogue(o, cfg, dims, C, tC, epi, acc_full, acc_empty, accs, parts)
+    _producer(o, view, dims, tA, tB, a_st, b_st, full, empty, parts)
+    _mma(o, view, dims, a_st, b_st, full, empty, acc_full, acc_empty, accs, parts)
+    _epilogue(o, view, dims, C, tC, epi, acc_full, acc_empty, accs, parts)
+    parts.end(o)
     return sched
 
 
@@ -98,8 +108,7 @@ def _mma(o: _Ops, cfg: TmemGemmConfig, dims, a_st, b_st, full, empty, acc_full, 
     M, N = r.c(dims[0]), r.c(dims[1])
     zero, one = r.c(0), r.c(1)
     num_kb = r.c(-(-dims[2] // BK))
-    loop, _coords, (stage, phase, ab, aph) = parts.tile_loop(r, M, N, [zero] * 4,
-                                                             _ProducerView(cfg))
+    loop, _coords, (stage, phase, ab, aph) = parts.tile_loop(r, M, N, [zero] * 4, cfg)
     t = _Ops(loop.block)
     # the epilogue drained accumulator ab (the first pass over the ring finds it free)
     t.add(s.MbarrierWaitOp(acc_empty, ab, t.bin(arith.XOrIOp, aph, 1)))
@@ -118,41 +127,53 @@ def _mma(o: _Ops, cfg: TmemGemmConfig, dims, a_st, b_st, full, empty, acc_full, 
     r.add(s.YieldOp())
 
 
-class _EpiView(_ProducerView):
-    """The fields the wgmma GEMM's TMA epilogue reads: the whole 128-row accumulator in
-    two 64-row slices, by one warpgroup."""
+class TmemView(_ProducerView):
+    """A TmemGemmConfig as the wgmma GEMM's epilogue and a fused kernel's parts read a
+    GemmConfig: the whole 128-row accumulator in two 64-row slices, by one warpgroup
+    (``consumers`` = 1), the epilogue role's first warpgroup 2."""
 
     m_slices = 2
+    consumers = 1
+    epilogue_wg = 2
+
+    @property
+    def wg_m(self) -> int:
+        return self.cfg.bm
+
+    @property
+    def epi_buf_bytes(self) -> int:
+        return 64 * self.cfg.epi_width * 2
 
 
-def _epilogue(o: _Ops, cfg: TmemGemmConfig, dims, C, tC, epi, acc_full, acc_empty, accs,
+def _epilogue(o: _Ops, cfg: TmemView, dims, C, tC, epi, acc_full, acc_empty, accs,
               parts: GemmParts) -> None:
-    role = o.add(s.RoleOp(s.RoleKind.EPILOGUE, 2, 1, 0))
+    role = o.add(s.RoleOp(s.RoleKind.EPILOGUE, cfg.epilogue_wg, 1, 0))
     r = _Ops(role.block)
     M, N = r.c(dims[0]), r.c(dims[1])
     zero = r.c(0)
     tma = cfg.epilogue is Epilogue.TMA
+    extra = parts.epilogue_setup(r, cfg)
     inits = [zero, zero, zero] if tma else [zero, zero]
-    loop, (m0, n0), carried = parts.tile_loop(r, M, N, inits, _ProducerView(cfg))
+    loop, coords, carried = parts.tile_loop(r, M, N, [*inits, *extra], cfg)
     ab, aph = carried[0], carried[1]
+    ebuf, extra = (carried[2] if tma else zero), carried[len(inits):]
     t = _Ops(loop.block)
+    # a fused epilogue's first load, in flight while the MMAs fill the accumulator
+    extra = parts.consumer_tile_start(t, cfg, coords, zero, epi, ebuf, extra)
     t.add(s.MbarrierWaitOp(acc_full, ab, aph))
     acc = t.add(s.AccSelectOp(ab, accs)).result
-    out = []
-    if tma:
-        ebuf = _tma_epilogue(t, _EpiView(cfg), acc, epi, zero, m0, n0, carried[2],
-                             lambda slot, col, row: t.add(s.TmaStoreOp(epi, slot, tC, [col, row])))
-        out = [ebuf]
-    else:
-        t.add(s.AccStoreGlobalOp(acc, C, m0, n0, M, N, cfg.dtype))
+    e = Epi(acc, epi, C, tC, zero, M, N)
+    ebuf, extra = parts.epilogue_tile(t, cfg, e, coords, coords[0], ebuf, extra)
+    if not tma:
         # every thread's reads of the accumulator are done before it is handed back
         t.add(s.WarpgroupBarrierOp())
     t.add(s.MbarrierArriveOp(acc_empty, ab))
     nab, naph = t.advance(ab, aph, cfg.acc_bufs)
-    t.add(s.YieldOp([nab, naph, *out]))
+    t.add(s.YieldOp([nab, naph, *([ebuf] if tma else []), *extra]))
+    parts.epilogue_finish(r, cfg, list(loop.results)[len(inits):])
     if tma:
         r.add(s.BulkWaitOp(0))
     r.add(s.YieldOp())
 
 
-__all__ = ["build_gemm_tmem", "tmem_tmap_types"]
+__all__ = ["build_gemm_tmem", "tmem_tmap_types", "TmemView"]

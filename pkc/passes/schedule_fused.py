@@ -47,9 +47,8 @@ from pkc.passes import fused_ar_pair
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
 from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
 from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
-from pkc.passes.fused_schedule import RsParts, b_operand, fused_config
+from pkc.passes.fused_schedule import RsParts, b_operand, build_fused_gemm, fused_config
 from pkc.passes.gather_many import is_gather_many, split_gather_many
-from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle, Pattern
@@ -180,7 +179,7 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
     block.add_op(ctl)
     ordered = deterministic and W > 2      # at W <= 2 the one add has a fixed order
     parts = (RsOrderedParts if ordered else RsParts)(W, Mc, N, cfg, pad.result, ctl.result)
-    build_gemm(block, A, B, C, Mc, N, K, cfg, parts)
+    build_fused_gemm(block, A, B, C, Mc, N, K, cfg, parts)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
     new = k.KernelOp("matmul_reduce_scatter", W, [a, b_val], [y], Region(block), attributes=attrs)
