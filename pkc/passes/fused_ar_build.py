@@ -25,7 +25,7 @@ from pkc.dialects import kernel as k
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_ar_schedule import ArOutParts, ArParts, RsOutParts, chunk_rows
-from pkc.passes.fused_schedule import b_operand, build_fused_gemm, fused_config
+from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target import fused_tuning as ft
 from pkc.target.cost import OverlapStyle
@@ -146,13 +146,14 @@ def _replace(kop, name, a, b_val, block, cfg, layout, kind: ft.FusedKind, fresh,
     new = k.KernelOp(name, W, [a, b_val], [y], Region(block), attributes=attrs)
     plan = plan_of(kop)
     comm_sms = plan.get("comm_sms", 0) or 0
+    tmem_plan, tmem_words = arrangement(cfg)
     ratio = ft.link_over_gemm(kind, M, N, K, W) if W > 1 else 0.0
     link_bound = W <= 2 and W > 1 and ratio >= ft.LINK_BOUND
     set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=kind, bm=cfg.bm, bn=cfg.bn,
              stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
              chunk_rows=chunk_rows, tiles_per_chunk=parts.tiles_per_chunk,
              scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, fresh_output=fresh,
-             link_over_gemm=round(ratio, 3), link_bound_tile=link_bound)
+             link_over_gemm=round(ratio, 3), link_bound_tile=link_bound, **tmem_plan)
     why = ("tiles move by TMA from the consumers' epilogue while the SM computes the next "
            "tile (intra-SM, no communicate CTAs)")
     planned = OverlapStyle.parse(plan.get("overlap", OverlapStyle.INTRA),
@@ -163,7 +164,7 @@ def _replace(kop, name, a, b_val, block, cfg, layout, kind: ft.FusedKind, fresh,
     if link_bound:
         why += (f"; link-bound (link / GEMM time {ratio:.2f} >= {ft.LINK_BOUND}): "
                 f"{cfg.bm}x{cfg.bn} tiles, the partials travel in finer steps")
-    add_remark(new, f"{text}; {why}")
+    add_remark(new, f"{text}; {why}{tmem_words}")
     new.location = kop.location
     Rewriter.replace_op(kop, new)
 

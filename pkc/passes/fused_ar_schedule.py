@@ -321,8 +321,10 @@ class ArOutParts(_Summed, ArParts):
         hi = r.add(arith.MinUIOp(r.bin(arith.AddiOp, lo, per), nv)).result
         src = r.add(c.BufferPtrOp(self.acc)).result
         dst = r.add(c.BufferPtrOp(self.C)).result
-        # the loop starts at lo + the CTA's thread index: the consumers' threads are 128..
-        loop = r.add(c.VecLoopOp(r.bin(arith.SubiOp, lo, r.c(128)), hi, COPY_UNROLL,
+        # the loop starts at lo + the CTA's thread index: the epilogue's threads start at
+        # 128 x its first warpgroup (1 for wgmma's consumers, 2 in the tensor-memory GEMM)
+        first = 128 * cfg.epilogue_wg
+        loop = r.add(c.VecLoopOp(r.bin(arith.SubiOp, lo, r.c(first)), hi, COPY_UNROLL,
                                  128 * cfg.consumers))
         body = _Ops(loop.block)
         vals = [body.add(c.VecLoadOp(src, i, hi, c.CacheHint.CG, offset=off)).result

@@ -27,6 +27,14 @@ tuning table :mod:`pkc.target.fused_tuning`:
   every partial tile; into a fresh output at W = 2, ``AR_INTO_OUTPUT``), are built by
   :mod:`pkc.passes.fused_ar_build` with the same decisions in ``pk.plan``.
 
+Targets: for an sm_90a target the GEMM is the wgmma one (producer and consumer
+warpgroups, register accumulators). For an sm_100a target (b200) the patterns of
+``TMEM_PATTERNS`` get the tensor-memory GEMM of :mod:`pkc.passes.gemm_schedule_tmem`
+(producer, one MMA thread, one epilogue warpgroup reading tensor memory) with the same
+parts, so the communication epilogue (tile stores / reduce-adds / signals) is the same
+IR and only the MMA path differs; the plan says ``acc = "tmem"`` and the remark names it.
+The other patterns stay unscheduled there with a remark.
+
 Why: the fused kernel that runs is then the compiler's IR: ``--emit=ptx`` prints it and
 a later pass can change its epilogue or tile loop.
 """
@@ -47,7 +55,8 @@ from pkc.passes import fused_ar_pair
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
 from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
 from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
-from pkc.passes.fused_schedule import RsParts, b_operand, build_fused_gemm, fused_config
+from pkc.passes.fused_schedule import (RsParts, arrangement, b_operand, build_fused_gemm,
+                                       fused_config)
 from pkc.passes.gather_many import is_gather_many, split_gather_many
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
@@ -58,6 +67,9 @@ from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
 SCHEDULED_PATTERNS = (Pattern.MM_REDUCE_SCATTER, Pattern.MM_ALL_REDUCE)
+# the patterns whose kernels are also built for a tensor-memory target (sm_100a: the
+# GEMM's mma and epilogue roles, :func:`pkc.passes.fused_schedule.build_fused_gemm`)
+TMEM_PATTERNS = (Pattern.MM_REDUCE_SCATTER, Pattern.MM_ALL_REDUCE)
 
 
 def _dtype(t) -> str | None:
@@ -187,11 +199,12 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
     planned = OverlapStyle.parse(plan.get("overlap", OverlapStyle.INTRA),
                                  f"kernel @{kop.kernel_name.data}: pk.plan.overlap")
     comm_sms = plan.get("comm_sms", 0) or 0
+    tmem_plan, tmem_words = arrangement(cfg)
     set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=FusedKind.RS, bm=cfg.bm, bn=cfg.bn,
              stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
              chunk_rows=Mc, tiles_per_chunk=parts.tiles_per_chunk,
              scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, fresh_output=False,
-             add_order=add_order(W, ordered))
+             add_order=add_order(W, ordered), **tmem_plan)
     why_intra = ("tiles move by TMA from the consumers' epilogue while the SM computes the "
                  "next tile (intra-SM, no communicate CTAs)")
     if planned is OverlapStyle.INTER and comm_sms:
@@ -201,7 +214,7 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
                f"{W} chunks of {parts.tiles_per_chunk} tiles, own chunk first; {why_intra}; "
                "result in the symmetric output (persistent)"
                + ("; adds in a fixed rank order (deterministic: each chunk's adds wait for "
-                  "the previous rank's)" if ordered else ""))
+                  "the previous rank's)" if ordered else "") + tmem_words)
     new.location = kop.location
     if chunk is None:
         Rewriter.replace_op(kop, new)

@@ -98,6 +98,9 @@ class GemmConfig(StageBytes):
     consumer_regs: int = 0         # 0: as many as fit
     name: str = ""
 
+    # the first warpgroup of the epilogue's role (the consumers; warpgroup 0 produces)
+    epilogue_wg = 1
+
     def __post_init__(self):
         gemm_kinds(self)
 

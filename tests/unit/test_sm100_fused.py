@@ -1,0 +1,181 @@
+"""The fused GEMM + collective kernels for sm_100a (``schedule-fused{target=b200}``): the
+tensor-memory GEMM (producer, one MMA thread, one epilogue warpgroup reading tensor memory)
+with the sm_90a kernels' communication parts.
+
+* the interpreter: each kind's schedule computes what the kernel-level IR computes
+  (check_transform, W = 1..4, the tolerances of test_interp_schedule_fused);
+* the emulator runs the sm_100a PTX equal to the interpreter on the scheduled kernel
+  (W = 1, 2, 4; bitwise where the adds have one order: W <= 2 and the deterministic
+  reduce-scatter; within the reduce-adds' rounding otherwise);
+* ``ptxas -arch=sm_100a`` assembles them with no spills;
+* the sm_100a and sm_90a PTX differ in the MMA path only: tcgen05 against wgmma, the same
+  TMA stores / reduce-adds and signals.
+
+No Blackwell GPU ran any of this."""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pkc.codegen import compile_kernel
+from pkc.codegen.emit import kernels_of
+from pkc.codegen.ptxas import assemble, find_ptxas
+from pkc.dialects import schedule as s
+from pkc.emu.check import check_module
+from pkc.emu.launch import emulate
+from pkc.interp import random_inputs
+from pkc.interp.kernel import run_kernel
+from pkc.ir import make_context, parse_module
+from pkc.passes.registry import parse_pipeline
+from pkc.passes.remarks import plan_of
+from pkc.testing import check_transform
+from tests.unit.test_interp_schedule_fused import FUSED, fused_module, mm_all_reduce
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from fused_ir import module_text as rs_text  # noqa: E402
+
+needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+
+
+def _tol(W: int) -> dict:
+    # each rank's partial is rounded to bf16 before the reduce-adds, which land in any
+    # order: half an ulp of a partial per rank (as test_interp_schedule_fused)
+    return {torch.bfloat16: (2e-2, W / 16)}
+
+
+@functools.cache
+def _rs(W: int, Mc: int, N: int, K: int, layout: str, target: str = "b200",
+        deterministic: bool = False):
+    m = parse_module(rs_text(W, Mc, N, K, layout), "mm_rs.mlir")
+    det = " deterministic=true" if deterministic else ""
+    for p in parse_pipeline(f"default{{force=true}},schedule-fused{{target={target}{det}}},dce"):
+        p.apply(make_context(), m)
+    return m
+
+
+@functools.cache
+def _ar(W: int, Mc: int = 19, N: int = 40, K: int = 24, target: str = "b200"):
+    m = mm_all_reduce(W, Mc, N, K)
+    for p in parse_pipeline(f"schedule-fused{{target={target}}},dce"):
+        p.apply(make_context(), m)
+    return m
+
+
+def _scheduled(m):
+    return [k for k in kernels_of(m) if k.schedule() is not None]
+
+
+def _assert_tmem_arrangement(kop) -> None:
+    sched = kop.schedule()
+    roles = [s.RoleKind(r.kind.data) for r in sched.block.walk() if isinstance(r, s.RoleOp)]
+    assert roles == [s.RoleKind.PRODUCER, s.RoleKind.MMA, s.RoleKind.EPILOGUE], roles
+    # the accumulators are the CTA's (tensor memory), picked per tile
+    assert [type(o.parent_op()) for o in sched.walk() if isinstance(o, s.AccAllocOp)] == \
+        [s.ScheduleOp, s.ScheduleOp]
+    assert any(isinstance(o, s.AccSelectOp) for o in sched.walk())
+    plan = plan_of(kop)
+    assert plan["acc"] == "tmem" and plan["consumers"] == 1
+    remarks = [r.data for r in kop.attributes["pk.remarks"].data]
+    assert any(r.startswith("scheduled") and "sm_100a kernel: tcgen05 MMAs" in r
+               for r in remarks), remarks
+
+
+# ---- (a) the interpreter -------------------------------------------------------------
+
+def test_reduce_scatter_schedule_is_tensor_memory_and_means_the_kernel_w1_to_4():
+    for W, (Mc, N, K, layout) in FUSED.items():
+        check_transform(lambda w: fused_module(w, Mc, N, K, layout),
+                        "schedule-fused{target=b200},dce", world_sizes=(W,), seeds=(W,),
+                        func="mm_rs", tolerance=_tol(W))
+        (kop,) = _scheduled(_rs(W, Mc, N, K, layout))
+        _assert_tmem_arrangement(kop)
+        assert plan_of(kop)["fresh_output"] == (W == 2)     # the W = 2 variant (summed)
+
+
+def test_all_reduce_schedule_is_tensor_memory_and_means_the_kernel_w1_to_4():
+    for W in (1, 2, 3, 4):
+        check_transform(mm_all_reduce, "schedule-fused{target=b200},dce", world_sizes=(W,),
+                        seeds=(W,), func="mm_ar", tolerance=_tol(W))
+        kops = _scheduled(_ar(W))
+        kinds = sorted(plan_of(k).get("fused_kind") or plan_of(k).get("comm_kind") for k in kops)
+        assert kinds == (["ar"] if W <= 2 else ["agp", "rs"]), kinds
+        _assert_tmem_arrangement([k for k in kops if plan_of(k).get("fused_kind")][0])
+
+
+def test_a_wgmma_variant_is_refused_for_a_tensor_memory_target():
+    with pytest.raises(ValueError, match="variant=128x256_s4_tma is a wgmma"):
+        for p in parse_pipeline("schedule-fused{target=b200 variant=128x256_s4_tma}"):
+            p.apply(make_context(), fused_module(2, *FUSED[2]))
+
+
+# ---- (b) the emulator runs the sm_100a kernels ----------------------------------------
+
+EMU_RS = {1: (37, 40, 24, "nk"), 2: (45, 40, 24, "kn"), 4: (19, 48, 24, "kn")}
+
+
+@pytest.mark.parametrize("W", [1, 2])
+def test_emulator_runs_sm100_gemm_reduce_scatter_bitwise(W):
+    m = _rs(W, *EMU_RS[W])
+    res = check_module(m, random_inputs(m, W, 0, "mm_rs"), W, target="sm_100a",
+                       func_name="mm_rs", exact=True)
+    assert res.ok, str(res.difference)
+    assert [k.kernel for k in res.kernels] == ["matmul_reduce_scatter"]
+
+
+def test_emulator_runs_sm100_gemm_reduce_scatter_w4():
+    """Deterministic (each chunk's adds in rank order): bitwise; the default kernel (adds
+    in arrival order): within the rounding of the adds."""
+    m = _rs(4, *EMU_RS[4], deterministic=True)
+    res = check_module(m, random_inputs(m, 4, 0, "mm_rs"), 4, target="sm_100a",
+                       func_name="mm_rs", exact=True)
+    assert res.ok, str(res.difference)
+    (kop,) = _scheduled(_rs(4, *EMU_RS[4]))
+    inputs = random_inputs(_rs(4, *EMU_RS[4]), 4, 1, "mm_rs")
+    ref = run_kernel(kop, [[x[r] for r in range(4)] for x in zip(*inputs)], 4, 0)
+    got = emulate(compile_kernel(kop, "sm_100a"), inputs, kop=kop)
+    for r in range(4):
+        torch.testing.assert_close(got[r][0], ref[0][r], rtol=2e-2, atol=4 / 16)
+
+
+@pytest.mark.parametrize("W", [1, 2])
+def test_emulator_runs_sm100_gemm_all_reduce_bitwise(W):
+    m = _ar(W)
+    res = check_module(m, random_inputs(m, W, 0, "mm_ar"), W, target="sm_100a",
+                       func_name="mm_ar", exact=True)
+    assert res.ok, str(res.difference)
+    assert [k.kernel for k in res.kernels] == ["matmul_all_reduce"]
+
+
+# ---- (c) ptxas, (d) the MMA path is the only difference ---------------------------------
+
+@needs_ptxas
+@pytest.mark.parametrize("kind,W", [("rs", 4), ("rs", 2), ("ar", 2)])
+def test_sm100_fused_kernels_assemble_without_spills(kind, W):
+    m = _rs(W, 333, 264, 136, "kn") if kind == "rs" else _ar(W, 333, 264, 136)
+    (kop,) = [k for k in _scheduled(m) if plan_of(k).get("fused_kind")]
+    _, reports, _ = assemble(compile_kernel(kop, "sm_100a").ptx, "sm_100a")
+    (rep,) = reports.values()
+    assert rep.spill_stores == 0 and rep.spill_loads == 0 and rep.stack_bytes == 0, rep.line()
+
+
+def test_sm100_and_sm90_ptx_differ_in_the_mma_path_only():
+    shape = EMU_RS[4]
+    (k100,) = _scheduled(_rs(4, *shape))
+    (k90,) = _scheduled(_rs(4, *shape, target="h200"))
+    p100 = compile_kernel(k100, "sm_100a").ptx
+    p90 = compile_kernel(k90, "sm_90a").ptx
+    assert "tcgen05.mma.cta_group::1.kind::f16" in p100 and "tcgen05.ld" in p100
+    assert "wgmma" not in p100
+    assert "wgmma.mma_async" in p90 and "tcgen05" not in p90
+    # the same communication: TMA stores and reduce-adds to the owners, release signals,
+    # bounded waits on the pads
+    for pattern in (r"cp\.reduce\.async\.bulk\.tensor", r"red\.release\.sys\.global\.add\.u32",
+                    r"cp\.async\.bulk\.tensor\.2d\.global\.shared"):
+        n100, n90 = len(re.findall(pattern, p100)), len(re.findall(pattern, p90))
+        assert n100 == n90 and n100 > 0, (pattern, n100, n90)
