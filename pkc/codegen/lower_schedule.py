@@ -341,7 +341,11 @@ def _role_body(L: Lowering, op: s.RoleOp) -> None:
         L.bar_base[v] = b.add32(L.sbase, o)
     _thread_values(L, op)
     if op.single_thread is not None:
-        with b.if_(b.setp("eq", "u32", L.tid, 128 * first)):
+        cond = b.setp("eq", "u32", L.tid, 128 * first)
+        guard = getattr(TARGET_LOWERINGS.get(L.target), "single_thread_guard", None)
+        if guard is not None:       # sm_100a: a CTA pair's issuer is on the even CTA
+            cond = guard(L, op, cond)
+        with b.if_(cond):
             _block(L, op.block)
     else:
         _block(L, op.block)

@@ -29,8 +29,15 @@ Registered as the ``sm_100a`` entry of
   ``pks.acc_add_smem`` (a fused epilogue's sum): the same rows added in f32 to the piece
   already in the box, rounded once.
 
+* A cluster of 2 is a CTA pair (``cta_group::2``, PTX ISA 9.7.16.6.1): alloc / dealloc /
+  relinquish in both CTAs with ``cta_group::2``; ``pks.mma_async`` an M = 256 MMA
+  (``2 x`` the accumulator's rows) issued by the even CTA only (the ``single_thread`` MMA
+  role runs on cluster rank 0); ``pks.mma_commit_arrive`` a commit multicast to both CTAs
+  (ctaMask 0b11); every ``pks.tma_load`` the ``.cta_group::2`` form whose bytes count on
+  the even CTA's mbarrier (the address mapped to cluster rank 0).
+
 Not lowered here (a clear error): the per-warpgroup (wgmma-form) accumulator, ``pks.mma_wait``
-(tcgen05 completes through mbarriers), clusters.
+(tcgen05 completes through mbarriers), clusters of more than 2.
 """
 
 from __future__ import annotations
@@ -68,9 +75,9 @@ class Tcgen05Lowering:
 
     def check(self, kop, sched: s.ScheduleOp) -> None:
         name = f"kernel @{kop.kernel_name.data}"
-        if sched.cluster.data > 1:
-            raise CodegenError(f"{name}: clusters (cta_group::2, multicast) are not lowered to "
-                               "sm_100a yet")
+        if sched.cluster.data > 2:
+            raise CodegenError(f"{name}: a cluster of {sched.cluster.data} CTAs; sm_100a lowers "
+                               "single CTAs and CTA pairs (cluster 2, cta_group::2)")
         for op in sched.walk():
             if isinstance(op, s.AccAllocOp) and not isinstance(op.parent_op(), s.ScheduleOp):
                 raise CodegenError(f"{name}: a warpgroup's register accumulator (pks.acc_alloc "
@@ -92,8 +99,8 @@ class Tcgen05Lowering:
         slot = b.add32(L.sbase, smem_bytes - 1024)     # after the mbarriers (16 bytes)
         warp = b.bin("shr", "u32", L.tid, 5)
         with b.if_(b.setp("eq", "u32", warp, 0)):
-            b.add(t5.Tcgen05AllocOp(slot, ncols))
-            b.add(t5.Tcgen05RelinquishOp())
+            b.add(t5.Tcgen05AllocOp(slot, ncols, _group(L)))
+            b.add(t5.Tcgen05RelinquishOp(_group(L)))
         b.add(t5.Tcgen05FenceOp("before"))
         b.bar()
         b.add(t5.Tcgen05FenceOp("after"))
@@ -118,11 +125,23 @@ class Tcgen05Lowering:
         warp = b.bin("shr", "u32", L.tid, 5)
         with b.if_(b.setp("eq", "u32", warp, 0)):
             base = b.ld("shared", "b32", b.add32(L.sbase, L.geo["tmem_slot"]))
-            b.add(t5.Tcgen05DeallocOp(base, L.geo["tmem_ncols"]))
+            b.add(t5.Tcgen05DeallocOp(base, L.geo["tmem_ncols"], _group(L)))
 
     @property
     def ops(self) -> dict:
         return _OPS
+
+    def single_thread_guard(self, L: "Lowering", op: s.RoleOp, cond):
+        """A pair's single-thread role (the MMA issuer) runs on the even CTA only."""
+        if _group(L) == 1 or s.RoleKind(op.kind.data) is not s.RoleKind.MMA:
+            return cond
+        b = L.b
+        return b.pand(cond, b.setp("eq", "u32", b.sreg("%cluster_ctarank"), 0))
+
+
+def _group(L: "Lowering") -> int:
+    """The kernel's .cta_group: 2 for a CTA pair (a cluster of 2)."""
+    return 2 if L.sched.cluster.data == 2 else 1
 
 
 def _uses_tmem(L: "Lowering") -> bool:
@@ -190,8 +209,9 @@ def _mma(L: "Lowering", op: s.MmaAsyncOp) -> None:
     acc = op.acc.type
     m, n = acc.rows.data, acc.cols.data
     n_major = op.b_major.data == "n"
+    group = _group(L)
     try:
-        idesc_val = t5.instr_desc_f16(op.dtype.data, m, n, False, n_major)
+        idesc_val = t5.instr_desc_f16(op.dtype.data, m * group, n, False, n_major, group)
     except ValueError as e:
         raise CodegenError(f"{op.name} on !pks.acc<{m}x{n}>: {e}") from None
     d = _tmem(L, op.acc)
@@ -205,12 +225,32 @@ def _mma(L: "Lowering", op: s.MmaAsyncOp) -> None:
         boff = k * 16 * ROW_BYTES if n_major else k * 32
         dak = b.bin("add", "s64", da, (k * 32) >> 4) if k else da
         dbk = b.bin("add", "s64", db, boff >> 4) if boff else db
-        b.add(t5.Tcgen05MmaOp(d, dak, dbk, idesc, L.v(op.accumulate) if k == 0 else always))
+        b.add(t5.Tcgen05MmaOp(d, dak, dbk, idesc, L.v(op.accumulate) if k == 0 else always,
+                              group))
 
 
 def _commit_arrive(L: "Lowering", op: s.MmaCommitArriveOp) -> None:
     _single_thread(L, op)
-    L.b.add(t5.Tcgen05CommitOp(L.bar_addr(op.bars, op.index)))
+    group = _group(L)
+    # a pair's MMAs wrote both CTAs' tensor memory: both CTAs' mbarriers hear of it
+    mask = L.b.imm(0b11, "b16") if group == 2 else None
+    L.b.add(t5.Tcgen05CommitOp(L.bar_addr(op.bars, op.index), mask, group))
+
+
+def _tma_load(L: "Lowering", op: s.TmaLoadOp) -> None:
+    """In a CTA pair, both CTAs' loads count on the even CTA's mbarrier (where its MMA
+    thread waits): ``.cta_group::2`` with the mbarrier's address at cluster rank 0."""
+    if _group(L) == 1:
+        from pkc.codegen.lower_schedule import _tma_load as common
+        common(L, op)
+        return
+    b = L.b
+    if op.multicast is not None and op.multicast.data > 1:
+        raise CodegenError(f"{op.name}: multicast in a CTA pair is not lowered (each CTA loads "
+                           "its own half of B)")
+    dst = L.slot_addr(op.dst, op.slot, L.v(op.offset))
+    bar = b.r(ptx_sm90.MapaOp(L.bar_addr(op.bars, op.bar), b.u32(0)))
+    b.add(ptx_sm90.TmaLoadOp(dst, L.v(op.tmap), [L.v(c) for c in op.coords], bar, cta_group=2))
 
 
 def _no_wait(L: "Lowering", op) -> None:
@@ -335,6 +375,7 @@ _OPS = {
     s.AccStoreSmemOp: _acc_store_smem, s.AccStoreGlobalOp: _acc_store_global,
     f.AccAddSmemOp: _acc_add_smem,
     s.MbarrierWaitOp: _mbarrier_wait, s.MbarrierArriveOp: _mbarrier_arrive,
+    s.TmaLoadOp: _tma_load,
 }
 
 

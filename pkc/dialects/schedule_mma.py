@@ -30,6 +30,17 @@ from pkc.dialects.schedule_types import AccType, BMajor, MbarriersType, SmemType
 TMEM_COLUMNS = 512          # tensor memory per CTA on sm_100: 128 lanes x 512 32-bit columns
 
 
+def _cta_pair_split(op) -> int:
+    """2 when ``op`` is in a cluster of 2 whose accumulators are the CTA's (tensor memory):
+    a CTA pair, each CTA holding half of B's rows (sm_100a cta_group::2); else 1."""
+    p = op.parent_op()
+    while p is not None and p.name != "pks.schedule":
+        p = p.parent_op()
+    if p is None or p.cluster.data != 2:
+        return 1
+    return 2 if any(o.name == "pks.acc_alloc" for o in p.block.ops) else 1
+
+
 @irdl_op_definition
 class AccAllocOp(IRDLOperation):
     """An accumulator; contents undefined until an MMA writes. Inside a ``pks.role``: the
@@ -118,7 +129,7 @@ class MmaAsyncOp(IRDLOperation):
         except ValueError:
             _fail(self.name, f"b_major {self.b_major.data!r} not k / n")
         cols = self.acc.type.cols.data
-        need_b = cols * 128
+        need_b = cols * 128 // _cta_pair_split(self)
         if self.b.type.bytes.data < need_b:
             _fail(self.name, f"B slot of {self.b.type.bytes.data} bytes < {need_b} for {cols} columns")
         if major is BMajor.N and cols % 64:

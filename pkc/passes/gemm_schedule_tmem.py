@@ -167,7 +167,8 @@ def _epilogue(o: _Ops, cfg: TmemView, dims, C, tC, epi, acc_full, acc_empty, acc
     if not tma:
         # every thread's reads of the accumulator are done before it is handed back
         t.add(s.WarpgroupBarrierOp())
-    t.add(s.MbarrierArriveOp(acc_empty, ab))
+    # a CTA pair's MMA thread waits for both CTAs' epilogues (gemm_schedule_tmem_pair)
+    t.add(s.MbarrierArriveOp(acc_empty, ab, all_ctas=cfg.cluster_m > 1))
     nab, naph = t.advance(ab, aph, cfg.acc_bufs)
     t.add(s.YieldOp([nab, naph, *([ebuf] if tma else []), *extra]))
     parts.epilogue_finish(r, cfg, list(loop.results)[len(inits):])

@@ -38,6 +38,10 @@ class TmemGemmConfig(StageBytes):
     producer_regs: int = 40
     timeout_ns: int = 20_000_000_000
     bm: int = 128
+    # a CTA pair (cta_group::2): a cluster of 2 CTAs works a 256 x bn tile, each holding
+    # 128 rows of A and bn / 2 rows of B; one MMA thread of the even CTA issues M = 256
+    # MMAs reading both CTAs' shared memory into both tensor memories
+    pair: bool = False
 
     threads = 384
 
@@ -63,11 +67,25 @@ class TmemGemmConfig(StageBytes):
     def with_(self, **kw) -> "TmemGemmConfig":
         return replace(self, **kw)
 
+    @property
+    def b_stage_bytes(self) -> int:
+        """B rows of a stage: bn, or bn / 2 in each CTA of a pair."""
+        return (self.bn // 2 if self.pair else self.bn) * ROW_BYTES
+
+    @property
+    def cluster(self) -> int:
+        return 2 if self.pair else 1
+
     def tag(self) -> str:
         epi = "" if self.epilogue is Epilogue.TMA else "_global"
+        if self.pair:
+            return f"{2 * self.bm}x{self.bn}_pair_s{self.stages}_tmem{self.acc_bufs}{epi}"
         return f"{self.bm}x{self.bn}_s{self.stages}_tmem{self.acc_bufs}{epi}"
 
     def validate(self) -> None:
+        if self.pair and (self.b_layout is not BLayout.NK or self.bn % 32):
+            raise ValueError(f"tmem GEMM {self.tag()}: a CTA pair reads B as [N, K] with bn a "
+                             "multiple of 32 (bn / 2 rows of B in each CTA)")
         step = 64 if self.b_layout is BLayout.KN else 16
         if self.bm != 128 or self.bn % step or not step <= self.bn <= 256:
             raise ValueError(f"tmem GEMM {self.tag()}: bm = 128 and bn a multiple of {step} "
@@ -82,10 +100,10 @@ class TmemGemmConfig(StageBytes):
                              f"(limit {SMEM_LIMIT})")
 
 
-def stages_for(bn: int, epi_bytes: int = 0) -> int:
+def stages_for(bn: int, epi_bytes: int = 0, pair: bool = False) -> int:
     """As many stages as fit beside the epilogue's buffers (barriers and alignment slack
-    aside)."""
-    per = (128 + bn) * ROW_BYTES
+    aside); a pair's CTA holds half of B's rows."""
+    per = (128 + (bn // 2 if pair else bn)) * ROW_BYTES
     return max(2, min(MAX_STAGES, (SMEM_LIMIT - 2048 - epi_bytes) // per))
 
 
@@ -106,10 +124,20 @@ def choose_tmem_config(M: int, N: int, K: int, dtype: str, b_layout: BLayout | s
         if best is None or key < best[0]:
             best = (key, bn)
     bn = best[1]
-    cfg = TmemGemmConfig(bn=bn, dtype=dtype, b_layout=b_layout)
-    cfg = cfg.with_(stages=stages_for(bn, cfg.epi_bytes))
+    num_m, num_n = -(-M // 128), -(-N // bn)
+    # a CTA pair halves the B bytes each CTA loads for the same tile: taken (unmeasured)
+    # for [N, K] B with at least PAIR_MIN_ROW_BLOCKS row blocks (so that the odd CTA's
+    # rows are rarely past M) when the pairs' waves are no more than single CTAs' waves
+    pair = (b_layout is BLayout.NK and bn % 32 == 0 and num_m >= PAIR_MIN_ROW_BLOCKS
+            and -(-(-(-num_m // 2) * num_n) // max(1, num_sms // 2))
+            <= -(-(num_m * num_n) // num_sms))
+    cfg = TmemGemmConfig(bn=bn, dtype=dtype, b_layout=b_layout, pair=pair)
+    cfg = cfg.with_(stages=stages_for(bn, cfg.epi_bytes, pair))
     cfg.validate()
     return cfg
 
 
-__all__ = ["TmemGemmConfig", "choose_tmem_config", "stages_for", "BK"]
+PAIR_MIN_ROW_BLOCKS = 8
+
+
+__all__ = ["TmemGemmConfig", "choose_tmem_config", "stages_for", "BK", "PAIR_MIN_ROW_BLOCKS"]
