@@ -29,8 +29,8 @@ from pkc.target.targets import Target
 # passes and tests import the model from
 from pkc.target.cost_basics import (  # noqa: F401
     DTYPE_BYTES, FUSE_MIN_GAIN, MAX_STEPS, PATTERNS, TILE_EFFICIENCY, TILE_SHAPES, OverlapStyle, Pattern,
-    Tiling, _check_sms, _check_world, _target, copy_time, dtype_bytes, gemm_tiling, gemm_time,
-    launch_time, link_rate, link_time, signal_time)
+    Tiling, _check_sms, _check_world, _target, barrier_time, copy_time, dtype_bytes, fan_out_time,
+    gemm_tiling, gemm_time, launch_time, link_rate, link_time, signal_time)
 from pkc.target.cost_collectives import (  # noqa: F401
     Choice, all_gather_time, all_reduce_time, all_to_all_time, choose_all_gather, choose_all_reduce,
     choose_all_to_all, choose_reduce_scatter, reduce_scatter_time)
@@ -188,6 +188,9 @@ def _build(t: Target, pattern: Pattern, sh: Shapes, W: int, dt: int, overlap: Ov
     til = gemm_tiling(t, sh.M, sh.n_total, sh.K, csms, sh.groups)
     rate = link_rate(t, lsms, mech)
     one_way, sig = t.one_way_latency, t.signal_issue
+    # a step whose data went to every peer flags every peer (fan_out_time: per-peer issue);
+    # a reduce-scatter / all-gather step's tiles have one owner / one source
+    sig_all = fan_out_time(t, W - 1)
     tasks: list = []
 
     def add(name, worker, op, dur, deps=(), lag=0.0, step=0):
@@ -203,9 +206,9 @@ def _build(t: Target, pattern: Pattern, sh: Shapes, W: int, dt: int, overlap: Ov
             put = add(f"put {i}", "comm", "put", m, [mma], step=i)
             last_sig[i] = add(f"signal {i}", "comm", "signal", sig, [put], step=i)
             if pattern is Pattern.MM_ALL_REDUCE and i >= 1:   # broadcast lags one step behind
-                _bcast(add, i - 1, m, sig, last_sig[i - 1], one_way)
+                _bcast(add, i - 1, m, sig_all, last_sig[i - 1], one_way)
         if pattern is Pattern.MM_ALL_REDUCE:
-            _bcast(add, S - 1, m, sig, last_sig[S - 1], one_way)
+            _bcast(add, S - 1, m, sig_all, last_sig[S - 1], one_way)
     elif pattern is Pattern.ALL_GATHER_MM:
         per = _steps(math.ceil(sh.M / W / til.tm), W)       # steps per rank chunk
         reuse = 1 if overlap is OverlapStyle.INTER else math.ceil(sh.n_total / til.tn)
@@ -229,7 +232,7 @@ def _build(t: Target, pattern: Pattern, sh: Shapes, W: int, dt: int, overlap: Ov
 
         def dispatch(i):
             put = add(f"dispatch {i}", "comm", "put", md, step=i)
-            arrived[i] = add(f"signal dispatch {i}", "comm", "signal", sig, [put], step=i)
+            arrived[i] = add(f"signal dispatch {i}", "comm", "signal", sig_all, [put], step=i)
 
         dispatch(0)
         for i in range(S):
@@ -237,14 +240,14 @@ def _build(t: Target, pattern: Pattern, sh: Shapes, W: int, dt: int, overlap: Ov
                 dispatch(i + 1)
             mma = add(f"mma {i}", "compute", "mma", c, [arrived[i]], one_way, step=i)
             put = add(f"combine {i}", "comm", "put", mc, [mma], step=i)
-            add(f"signal combine {i}", "comm", "signal", sig, [put], step=i)
+            add(f"signal combine {i}", "comm", "signal", sig_all, [put], step=i)
     return tasks
 
 
 def _bcast(add, i, m, sig, after, one_way):
     """All-reduce second phase for step i: once all ranks' partials of the tile set have
     arrived at its owner (one-way flag latency after the owner's own put), the owner
-    pushes the reduced tiles to the W-1 peers."""
+    pushes the reduced tiles to the W-1 peers and flags each (``sig``: the fan-out)."""
     put = add(f"broadcast {i}", "comm", "put", m, [after], one_way, step=i)
     add(f"signal broadcast {i}", "comm", "signal", sig, [put], step=i)
 
@@ -259,10 +262,12 @@ def predict_fused(target, pattern: Pattern | str, shapes, W: int, dtype=2,
     link_rate(comm SMs)), each running its steps in order. A step is one wave of output
     tiles (mm+RS, mm+AR), one row block of a rank's chunk (AG+mm, local chunk first), or
     one row block of tokens (all-to-all: dispatch, grouped GEMM, combine). Every transfer
-    is followed by a signal (release + flag, `signal_issue` on the comm worker); a step that
-    waits for another GPU's data also waits one one-way flag latency. The first compute step
-    (RS/AR) or first transfer (AG, A2A) and the last transfer are exposed: fill and drain.
-    Entry barrier: peers' destination buffers are free; exit barrier: all data landed.
+    is followed by a signal (release + flag, `signal_issue` on the comm worker; a step
+    whose data went to every peer - the all-reduce broadcast, the all-to-alls - flags each,
+    `fan_out_time`); a step that waits for another GPU's data also waits one one-way flag
+    latency. The first compute step (RS/AR) or first transfer (AG, A2A) and the last
+    transfer are exposed: fill and drain. Entry barrier: peers' destination buffers are
+    free; exit barrier: all data landed (each a `barrier_time` of W ranks: it grows with W).
     """
     t, sh, dt = _target(target), as_shapes(pattern, shapes), dtype_bytes(dtype)
     _check_world(t, W)
@@ -276,7 +281,7 @@ def predict_fused(target, pattern: Pattern | str, shapes, W: int, dtype=2,
     k = _default_comm_sms(t) if comm_sms is None else comm_sms
     times = _simulate(_build(t, pattern, sh, W, dt, overlap, k, mechanism))
     makespan = max(end for _, end, _ in times)
-    return launch_time(t) + signal_time(t, 2) + makespan
+    return launch_time(t) + barrier_time(t, W, 2) + makespan
 
 
 def _default_comm_sms(t: Target) -> int:
@@ -436,7 +441,7 @@ def schedule_timeline(plan: FusionPlan, min_wait: float = 0.0) -> list:
     tasks = _build(t, pattern, plan.shapes, plan.W, plan.dtype_bytes, plan.overlap,
                    k, plan.mechanism)
     times = _simulate(tasks)
-    t0 = t.signal_latency
+    t0 = barrier_time(t, plan.W)
     ev = [Event(names[w], "wait", "entry barrier", 0.0, t0) for w in ("compute", "comm")]
     for task, (start, end, avail) in zip(tasks, times):
         if start - avail > min_wait and start > avail:
@@ -444,11 +449,11 @@ def schedule_timeline(plan: FusionPlan, min_wait: float = 0.0) -> list:
                             t0 + avail, start - avail, task.step))
         ev.append(Event(names[task.worker], task.op, task.name, t0 + start, task.dur, task.step))
     end = t0 + max(e for _, e, _ in times)
-    ev += [Event(names[w], "signal", "exit barrier", end, t.signal_latency) for w in ("compute", "comm")]
+    ev += [Event(names[w], "signal", "exit barrier", end, t0) for w in ("compute", "comm")]
     if rs_then_ag:                  # the all-gather kernel after the launch gap
         sh = plan.shapes
         ag = choose_all_gather(t, sh.M * sh.N[0] * plan.dtype_bytes, plan.W).time
-        start = end + t.signal_latency + launch_time(t)
+        start = end + t0 + launch_time(t)
         ev.append(Event(names["comm"], "put", "all-gather of the reduced chunks", start, ag))
     return ev
 

@@ -165,8 +165,39 @@ def link_time(target, nbytes: float, sms=None, mechanism: str = "tma") -> float:
 
 
 def signal_time(target, n: int = 1) -> float:
-    """n remote flag round trips (a barrier between ranks costs one)."""
+    """n remote flag round trips between two ranks (a 2-rank barrier costs one; a barrier
+    of more ranks costs :func:`barrier_time`)."""
     return n * _target(target).signal_latency
+
+
+def fan_out_time(target, peers: int) -> float:
+    """What one thread spends signalling ``peers`` ranks after its data: one release fence
+    and flag (``signal_issue``), then ``peer_signal_issue`` for each further peer (the
+    flags are posted writes issued one after another: pkc's kernels signal every peer
+    from one thread, collective_kernels / comm_schedule's barrier_phase)."""
+    t = _target(target)
+    if peers <= 0:
+        return 0.0
+    return t.signal_issue + (peers - 1) * t.peer_signal_issue
+
+
+def barrier_time(target, W: int, n: int = 1) -> float:
+    """n barriers among W ranks (every rank flags every other, then waits for all flags).
+
+    One barrier = the flag round trip between two GPUs (``signal_latency``, the W = 2
+    cost, as before) + for each peer past the first, the issuing thread's next flag
+    (``peer_signal_issue``: thread 0 writes the W - 1 flags in a row) and the next flag
+    landing in the waiter's pad (``flag_fanin``: W - 1 posted atomics through one NVLink
+    ingress serialize at the pad's L2 line). So a barrier grows linearly with W: on nvl72
+    (75 ns per peer, estimates in pkc.target.targets) 3.45 us at W = 8 and 8.25 us at
+    W = 72 against 3 us at W = 2. NCCL's own small all-reduce latency grows with the
+    rank count in the same way (its LL protocol's per-peer flags); a tree or a
+    dissemination barrier (log2 W rounds) would grow more slowly and is not modelled:
+    pkc's kernels signal every peer directly."""
+    t = _target(target)
+    if W <= 1:
+        return 0.0
+    return n * (t.signal_latency + (W - 2) * (t.peer_signal_issue + t.flag_fanin))
 
 
 def launch_time(target, n: int = 1) -> float:

@@ -1,6 +1,28 @@
 """The cost model of standalone collectives (all SMs: the unfused baseline and pkc's
 lowerings): predicted times of one-shot / two-shot / ring all-reduce, direct / ring
-all-gather and reduce-scatter, all-to-all, and the choice among them."""
+all-gather and reduce-scatter, all-to-all, and the choice among them.
+
+How the times grow with the world size W (each term's figures are in
+:mod:`pkc.target.targets`, with their sources):
+
+* Synchronization: every barrier among W ranks costs
+  :func:`~pkc.target.cost_basics.barrier_time` - the two-GPU flag round trip plus, per
+  further peer, the signalling thread's next flag and the next flag landing in the
+  waiter's pad (per-peer issue and fan-in: pkc's kernels flag every peer directly). A
+  ring step waits one one-way flag latency, and a ring has W - 1 (or 2(W - 1)) of them.
+* Data: a rank's NVLink port carries (W - 1) x n bytes for a one-shot all-reduce (it
+  pushes its whole buffer to every peer and receives every peer's: link-bound at about
+  W x the message per GPU), 2(W - 1)/W x n for a two-shot (nearly flat in W), (W - 1)/W
+  x n for a direct all-gather / reduce-scatter / all-to-all.
+* Local traffic (HBM): the one-shot writes and reads W slots (2W + 2 messages); the
+  other kinds move a W-independent multiple of n.
+
+So at large W the one-shot loses its latency edge to the two-shot early (its link bytes
+grow with W), and every algorithm's small-message time grows with W through its
+barriers: on nvl72 a 1 MiB two-shot all-reduce is predicted 16 us at W = 8 and 31 us at
+W = 72 (three barriers of 3.45 and 8.25 us), where a model without per-peer terms gave
+15 us for both. Predictions, not measurements: no Blackwell machine has run them.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +33,7 @@ from typing import Mapping, Sequence
 from pkc.target.collectives import Algorithm, Collective
 from pkc.target.targets import Target
 
-from pkc.target.cost_basics import _check_world, _target, launch_time, link_time, signal_time
+from pkc.target.cost_basics import (_check_world, _target, barrier_time, launch_time, link_time)
 
 # --------------------------------------------------------------------------------------
 # collectives (standalone kernels on all SMs: the unfused baseline and pkc's lowerings)
@@ -41,10 +63,11 @@ def all_reduce_time(target, nbytes: float, W: int,
     """All-reduce of an nbytes tensor on each of W ranks, over symmetric memory.
 
     one_shot: every rank pushes its whole buffer to all W-1 peers (ld/st) and sums the W
-      slots it received: (W-1)*nbytes over its link; 2 round trips.
+      slots it received: (W-1)*nbytes over its link; 2 barriers of W ranks.
     two_shot: reduce-scatter (push chunk c to rank c) then all-gather (push the reduced
-      1/W to W-1 peers): 2*(W-1)/W*nbytes over the link; 3 round trips.
-    ring: 2(W-1) neighbour steps of nbytes/W, each waiting one one-way flag latency.
+      1/W to W-1 peers): 2*(W-1)/W*nbytes over the link; 3 barriers of W ranks.
+    ring: one barrier, then 2(W-1) neighbour steps of nbytes/W, each waiting one one-way
+      flag latency.
     """
     t = _target(target)
     _check_world(t, W)
@@ -54,13 +77,13 @@ def all_reduce_time(target, nbytes: float, W: int,
     n = float(nbytes)
     if algo is Algorithm.ONE_SHOT:
         # local traffic: read the input, W slots written (pushed), W slots read, output
-        body = signal_time(t, 2) + _xfer(t, (W - 1) * n, (2 * W + 2) * n, "ldst")
+        body = barrier_time(t, W, 2) + _xfer(t, (W - 1) * n, (2 * W + 2) * n, "ldst")
     elif algo is Algorithm.TWO_SHOT:
         # per phase: n read and n written locally (slots in, results out)
-        body = signal_time(t, 3) + 2 * _xfer(t, (W - 1) / W * n, 2 * n, "ldst")
+        body = barrier_time(t, W, 3) + 2 * _xfer(t, (W - 1) / W * n, 2 * n, "ldst")
     else:
         step = t.one_way_latency + _xfer(t, n / W, 3 * n / W, "ldst")
-        body = signal_time(t) + 2 * (W - 1) * step
+        body = barrier_time(t, W) + 2 * (W - 1) * step
     return launch_time(t) + body
 
 
@@ -80,8 +103,10 @@ def _gather_like(t: Target, nbytes: float, W: int, algo: Algorithm | str, mechan
                  op: Collective) -> float:
     """All-gather / reduce-scatter with nbytes = the full (W-shard) tensor on each rank.
 
-    direct: barrier, each rank moves (W-1)/W*nbytes to/from all peers at once, barrier.
-    ring: W-1 neighbour steps of nbytes/W, each waiting one one-way flag latency.
+    direct: barrier, each rank moves (W-1)/W*nbytes to/from all peers at once, barrier
+      (both of W ranks).
+    ring: a barrier, then W-1 neighbour steps of nbytes/W, each waiting one one-way flag
+      latency.
     """
     _check_world(t, W)
     algo = _algorithm(algo, op, _GATHER_ALGOS)
@@ -89,9 +114,9 @@ def _gather_like(t: Target, nbytes: float, W: int, algo: Algorithm | str, mechan
         return 0.0
     n = float(nbytes)
     if algo is Algorithm.DIRECT:
-        body = signal_time(t, 2) + _xfer(t, (W - 1) / W * n, n, mechanism)
+        body = barrier_time(t, W, 2) + _xfer(t, (W - 1) / W * n, n, mechanism)
     else:
-        body = signal_time(t) + (W - 1) * (t.one_way_latency + _xfer(t, n / W, 2 * n / W, mechanism))
+        body = barrier_time(t, W) + (W - 1) * (t.one_way_latency + _xfer(t, n / W, 2 * n / W, mechanism))
     return launch_time(t) + body
 
 
@@ -110,12 +135,12 @@ def reduce_scatter_time(target, nbytes: float, W: int,
 
 def all_to_all_time(target, nbytes: float, W: int) -> float:
     """All-to-all where each rank sends nbytes in total (nbytes/W to each rank, itself
-    included): barrier, (W-1)/W*nbytes over the link with TMA, barrier."""
+    included): barrier, (W-1)/W*nbytes over the link with TMA, barrier (of W ranks)."""
     t = _target(target)
     _check_world(t, W)
     if W == 1:
         return 0.0
-    return launch_time(t) + signal_time(t, 2) + _xfer(t, (W - 1) / W * nbytes, 2 * nbytes, "tma")
+    return launch_time(t) + barrier_time(t, W, 2) + _xfer(t, (W - 1) / W * nbytes, 2 * nbytes, "tma")
 
 
 def _choose(times: dict) -> Choice:

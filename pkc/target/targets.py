@@ -44,6 +44,13 @@ EST_SIGNAL = ("estimate: NVLink/NVSwitch remote flag round trip (red.release.sys
               "ld.acquire.sys seen by the peer) ~2 us; replace with a ping-pong microbenchmark")
 EST_SIGNAL_ISSUE = ("estimate: fence.proxy.async + membar/release + one remote flag write "
                     "on the issuing warp, ~0.5 us")
+EST_PEER_ISSUE = ("estimate: one more relaxed system-scope red.add to a peer's pad from the "
+                  "signalling thread, after the one fence signal_issue already counts: a "
+                  "posted NVLink write, ~50 ns of issue and fabric credit per peer (thread 0 "
+                  "signals the peers one after another, so a barrier's issue grows with W)")
+EST_FANIN = ("estimate: one more peer's flag landing in this GPU's pad: the W - 1 posted "
+             "atomics arrive through one NVLink ingress and serialize at the L2 slice of the "
+             "pad's line, ~25 ns each (an L2 atomic on one line is ~10-30 ns)")
 EST_LAUNCH = ("estimate: kernel launch plus dependent-kernel gap on one stream ~3 us "
               "(eager torch; CUDA graphs are lower)")
 EST_SLOW_TMA = ("estimate: intra-SM overlap, one producer warp issuing TMA puts/flags and "
@@ -88,6 +95,8 @@ class Target:
     ldst_bw_per_sm: float             # bytes/s one SM drives over NVLink with ld/st
     signal_latency: float             # s, remote flag round trip
     signal_issue: float               # s, cost on the issuing warp of one release + flag
+    peer_signal_issue: float          # s, each further peer flag the same thread issues
+    flag_fanin: float                 # s, each further peer flag landing in one pad
     launch_overhead: float            # s, per kernel launch
     smem_per_sm: int                  # bytes
     max_gpus: int                     # GPUs in one NVLink domain
@@ -135,10 +144,12 @@ def _hopper_link(src: str) -> dict:
 def _common(smem_src: str, gc_src: str) -> dict:
     """Figures shared by all targets (estimates unless stated)."""
     return dict(
-        values=dict(signal_latency=2e-6, signal_issue=0.5e-6, launch_overhead=3e-6,
+        values=dict(signal_latency=2e-6, signal_issue=0.5e-6, peer_signal_issue=50e-9,
+                    flag_fanin=25e-9, launch_overhead=3e-6,
                     smem_per_sm=228 * KB, sm_partition_min=8, sm_partition_align=8,
                     intra_sm_slowdown_tma=1.05, intra_sm_slowdown_ldst=1.15),
         sources=dict(signal_latency=EST_SIGNAL, signal_issue=EST_SIGNAL_ISSUE,
+                     peer_signal_issue=EST_PEER_ISSUE, flag_fanin=EST_FANIN,
                      launch_overhead=EST_LAUNCH, smem_per_sm=smem_src,
                      sm_partition_min=gc_src, sm_partition_align=gc_src,
                      intra_sm_slowdown_tma=EST_SLOW_TMA, intra_sm_slowdown_ldst=EST_SLOW_LDST))
@@ -206,15 +217,25 @@ B200 = _make("b200", "sm_100a", dict(
 
 NVL72 = _make("nvl72", "sm_100a", dict(
     num_sms=(148, "estimate: same Blackwell die as B200 (148 SMs, PK paper)"),
-    mma_peak_flops=(2.5e15, DS_NVL72 + ": BF16 360 PFLOP/s with sparsity per 72 GPUs -> 2.5 dense per GPU"),
+    mma_peak_flops=(2.5e15, DS_NVL72 + ": BF16 360 PFLOP/s with sparsity per 72 GPUs -> 2.5 "
+                            "dense per GPU (GB200 runs at a higher power limit than HGX B200's "
+                            "2.25)"),
     mma_achievable_flops=(0.79 * 2.5e15, EST_MMA_RATIO),
     hbm_bw=(8e12, DS_NVL72 + ": HBM3e 576 TB/s per 72 GPUs"),
     hbm_achievable_bw=(0.88 * 8e12, EST_HBM_RATIO),
     nvlink_bw=(900e9, DS_NVL72 + ": NVLink 130 TB/s per 72 GPUs = 1.8 TB/s bidirectional "
                                  "-> 900 GB/s per direction"),
-    signal_latency=(3e-6, "estimate: 2 us as on 8-GPU boards plus switch-tray cabling "
-                          "in a 72-GPU domain"),
+    signal_latency=(3e-6, "estimate: 2 us as on 8-GPU boards plus ~0.5 us each way for the "
+                          "rack's NVLink spine (every GPU reaches every other through one "
+                          "of the 9 NVSwitch trays over copper cables, not a baseboard)"),
     max_gpus=(72, DS_NVL72 + ": 72 GPUs in one NVLink domain"),
+    nvlink_achievable_bw=(0.78 * 900e9, "estimate: PK's ~78% of NVLink by device-initiated "
+                                        "TMA (measured on HGX B200, arXiv 2511.13940) assumed "
+                                        "for the NVL72's NVLink 5 ports (same generation and "
+                                        "per-GPU bandwidth)"),
+    tma_bw_per_sm=(46.8e9, "estimate: PK's B200 per-SM TMA rate (46.8 GB/s) for the same "
+                           "Blackwell die"),
+    ldst_bw_per_sm=(11.7e9, "estimate: PK's B200 ld/st rate (4x below TMA) for the same die"),
 ), _BLACKWELL_LINK, _common(DS_BW_SMEM, EST_GC))
 
 TARGETS: Mapping[str, Target] = MappingProxyType({t.name: t for t in (H100, H200, B200, NVL72)})
