@@ -1,5 +1,6 @@
 """Lowers a scheduled collective (a ``pk.kernel`` whose ``pks.schedule`` holds the
-communication ops of :mod:`pkc.dialects.schedule_comm`) to a ``ptx.entry`` for sm_90a.
+communication ops of :mod:`pkc.dialects.schedule_comm`) to a ``ptx.entry`` for sm_90a or
+sm_100a (the same instructions; the grid must fit the target's SMs, :func:`_check_grid`).
 
 It registers with the schedule-level lowering (:mod:`pkc.codegen.lower_schedule`): its op
 lowerings in ``EXTRA_LOWERINGS`` (so ``arith``, ``pks.cluster_sync`` and the rest are
@@ -36,12 +37,18 @@ from pkc.codegen import ptx, ptx_sm90
 from pkc.codegen.abi import CommBufferArg, CommLaunch, ScheduledKernelMeta, _ident
 from pkc.codegen.builder import Builder
 from pkc.codegen.errors import CodegenError
+from pkc.codegen.targets import get_codegen_target
 from pkc.codegen.lower_schedule import (BEFORE_SETUP_BARRIER, EXTRA_LOWERINGS, KERNEL_LOWERINGS, Lowering,
                                        _block, select_b64)
 from pkc.codegen.ptx_comm import EpochWaitOp, LdV4Op, LlPollOp, StV4Op, Unpack16x2Op
 from pkc.dialects import schedule_comm as c
 from pkc.dialects.kernel import AllocOp, KernelOp
 from pkc.dialects.types import BufferType
+
+# The PTX targets a scheduled collective lowers to. The kernels use no MMA, no tensor
+# memory and no cluster: the same instructions on Hopper and Blackwell; what differs is
+# checked per target (_check_grid: the SM count of pkc.codegen.targets).
+COMM_TARGETS = ("sm_90a", "sm_100a")
 
 
 @dataclass
@@ -78,9 +85,10 @@ def _plan_int(kop: KernelOp, key: str) -> int:
 def lower_comm_kernel(kop: KernelOp, target: str, entry_name: str
                       ) -> tuple[ptx.EntryOp, ScheduledKernelMeta]:
     """The ``ptx.entry`` and launch metadata of a scheduled collective kernel."""
-    if target != "sm_90a":
+    if target not in COMM_TARGETS:
         raise CodegenError(f"kernel @{kop.kernel_name.data}: scheduled collectives lower to "
-                           f"sm_90a only so far (asked for {target})")
+                           f"{', '.join(COMM_TARGETS)} (asked for {target})")
+    _check_grid(kop, target)
     sched = kop.schedule()
     W = kop.world_size
     args = list(kop.block.args)
@@ -126,6 +134,19 @@ def lower_comm_kernel(kop: KernelOp, target: str, entry_name: str
     _block(L, sched.block)
     entry.block.add_op(ptx.YieldOp())
     return entry, meta
+
+
+def _check_grid(kop: KernelOp, target: str) -> None:
+    """The per-target part of the lowering: the grid the pads were sized for
+    (``max_ctas``, from the cost target's SM count) must be resident at once on the GPU the
+    PTX is for (every CTA of every rank waits for its peers' CTA of the same index): a
+    kernel scheduled for a b200 (148 SMs) cannot be lowered for an sm_90a (132)."""
+    cg = get_codegen_target(target)
+    max_ctas, per_sm = _plan_int(kop, "max_ctas"), _plan_int(kop, "ctas_per_sm")
+    if max_ctas > per_sm * cg.num_sms:
+        raise CodegenError(f"kernel @{kop.kernel_name.data}: scheduled for {max_ctas} CTAs "
+                           f"({per_sm} per SM) but {target} has {cg.num_sms} SMs: schedule it "
+                           f"with a cost target of {target} (schedule-collectives{{target=...}})")
 
 
 def _elements(t: BufferType) -> int:

@@ -66,7 +66,7 @@ from pkc.dialects.types import BufferType
 
 VEC_BYTES = 16
 SUM_DTYPES = ("bf16", "f16", "f32")
-MAX_WORLD = 64
+MAX_WORLD = 72          # the largest NVLink domain of a target (nvl72: 72 GPUs)
 LL_GROUP = 32          # LL lines per group (one warp's): first halves, then second halves
 LL_HALF = 512          # bytes from a group's first halves to its second halves
 

@@ -25,7 +25,7 @@ body (a signal, an unroll, a push for a pull) and ``--emit=ptx`` prints what run
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.dialects.builtin import IntegerType, ModuleOp
 from xdsl.ir import Block, Region, SSAValue
@@ -59,7 +59,7 @@ def _dtype(t) -> str | None:
     return name if name in ESIZE else None
 
 
-def why_not(kop: k.KernelOp) -> str | None:
+def why_not(kop: k.KernelOp, force: CommKind | None = None) -> str | None:
     """Why a lowered collective kernel cannot be scheduled (None: it can)."""
     plan = plan_of(kop)
     coll = plan.get("collective")
@@ -91,15 +91,25 @@ def why_not(kop: k.KernelOp) -> str | None:
     chunk = elems // W if coll in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL) else elems
     if elems % ve or chunk % ve:
         return f"{coll} of {elems} elements: chunks are not whole 16-byte vectors"
-    cfg = _config(kop)
+    cfg = _config(kop, force)
     if cfg.kind not in SCHEDULED:
         return f"{cfg.tag()}: not scheduled yet (the portable path runs it)"
     return None
 
 
-def _config(kop: k.KernelOp) -> CommConfig:
+# the kinds a forced ``kind`` option may give each collective (agp: chosen, not forced:
+# it needs an input that already lies in symmetric memory)
+FORCIBLE = {Collective.ALL_REDUCE: (CommKind.LL, CommKind.AR1, CommKind.AR2),
+            Collective.ALL_GATHER: (CommKind.LLAG, CommKind.AG),
+            Collective.REDUCE_SCATTER: (CommKind.LLRS, CommKind.RS),
+            Collective.ALL_TO_ALL: (CommKind.A2A,)}
+
+
+def _config(kop: k.KernelOp, force: CommKind | None = None, groups: int = 0) -> CommConfig:
     """The tuning table's choice; an all-gather whose input already lies in symmetric memory
-    (the kernel's input buffer is symmetric: a producer left it there) is pulled."""
+    (the kernel's input buffer is symmetric: a producer left it there) is pulled.
+    ``force``: this kind instead (where the collective has it), ``groups``: the two-shot's
+    CTA groups instead of the table's (the pass options: tests and experiments)."""
     plan = plan_of(kop)
     coll, W = Collective.parse(plan["collective"], "pk.plan.collective"), kop.world_size
     x = kop.inputs[0].type
@@ -109,7 +119,15 @@ def _config(kop: k.KernelOp) -> CommConfig:
         elems *= d
     if coll is Collective.ALL_GATHER and kop.block.args[0].type.symmetric:
         return choose_pull_gather(W, dt, elems)
-    return choose(coll, plan["algorithm"], W, dt, elems)
+    cfg = choose(coll, plan["algorithm"], W, dt, elems)
+    if force is not None and force in FORCIBLE[coll] and force is not cfg.kind:
+        base = CommConfig(force, W, dt)
+        if force is CommKind.AR2:      # the table's two-shot at any size (its unroll)
+            base = choose(coll, Algorithm.TWO_SHOT, W, dt, elems)
+        cfg = replace(base, reason=f"kind={force.value} forced (the table: {cfg.kind.value})")
+    if groups and cfg.kind is CommKind.AR2 and groups != cfg.groups:
+        cfg = replace(cfg, groups=groups, reason=f"{cfg.reason}; groups={groups} forced")
+    return cfg
 
 
 @register_pass
@@ -119,26 +137,33 @@ class ScheduleCollectives(ModulePass):
 
     name = "schedule-collectives"
     target: str = "h200"
+    kind: str = ""              # force a CommKind (e.g. ar1) where the collective has it
+    groups: int = 0             # force the two-shot's CTA groups (0: the tuning table's)
 
     def __post_init__(self):
         get_target(self.target)
+        if self.kind and self.kind not in {k.value for k in CommKind}:
+            raise ValueError(f"schedule-collectives: kind={self.kind} is not one of "
+                             f"{', '.join(k.value for k in CommKind)}")
+        if not 0 <= self.groups <= 8:
+            raise ValueError(f"schedule-collectives: groups={self.groups}: 0 (the table's) .. 8")
 
     def apply(self, ctx, module: ModuleOp) -> None:
         sms = get_target(self.target).num_sms
+        force = CommKind(self.kind) if self.kind else None
         for kop in [o for o in module.walk() if isinstance(o, k.KernelOp)]:
             if "collective" not in plan_of(kop) or kop.schedule() is not None:
                 continue
-            reason = why_not(kop)
+            reason = why_not(kop, force)
             if reason:
                 add_remark(kop, f"collective left unscheduled: {reason}")
                 continue
-            _schedule(kop, sms)
+            _schedule(kop, sms, _config(kop, force, self.groups))
 
 
-def _schedule(kop: k.KernelOp, sms: int) -> None:
+def _schedule(kop: k.KernelOp, sms: int, cfg: CommConfig) -> None:
     plan = plan_of(kop)
     coll = plan["collective"]
-    cfg = _config(kop)
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
     new = build_collective(f"{coll}_{cfg.kind.value}", cfg, list(kop.inputs),
                            kop.inputs[0].type, kop.outputs[0].type, sms, attrs)

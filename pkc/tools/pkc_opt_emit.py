@@ -74,7 +74,7 @@ def module_diagnostic(op: Operation, filename: str, message: str) -> PkcDiagnost
 
 
 # the cost target whose tuning tables schedule a kernel for an architecture
-_ARCH_TARGET = {"sm_90a": "h200"}
+_ARCH_TARGET = {"sm_90a": "h200", "sm_100a": "b200"}
 
 
 def gpu_program(module: ModuleOp, arch: str) -> ModuleOp:

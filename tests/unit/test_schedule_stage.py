@@ -13,7 +13,7 @@ import torch.distributed._functional_collectives as funcol
 
 import pkc
 from pkc.dialects.kernel import KernelOp
-from pkc.passes.pipelines import PIPELINES, schedule_for_target
+from pkc.passes.pipelines import PIPELINES, schedule_for_target, unscheduled_reason
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -65,7 +65,21 @@ def test_interpreter_still_runs_the_reference_module():
         assert err <= 0.02 * want.abs().max().item(), err
 
 
-def test_target_without_schedule_lowering_keeps_kernels():
+def test_sm100_target_runs_the_schedule_pipeline():
+    """b200 (sm_100a) is in SCHEDULED_ARCHS: the schedule pipeline runs; a kernel whose
+    pass has no sm_100a lowering yet keeps its body and says so."""
+    prog = _compile(target="b200")
+    module, ran = schedule_for_target(prog.module, "b200")
+    assert ran == list(PIPELINES["schedule"])
+    for kop in _kernels(module):
+        if kop.schedule() is None:
+            assert "no sm_100a lowering yet" in unscheduled_reason(kop), unscheduled_reason(kop)
+
+
+def test_target_without_schedule_lowering_keeps_kernels(monkeypatch):
+    from pkc.passes import pipelines
+
+    monkeypatch.setattr(pipelines, "SCHEDULED_ARCHS", ("sm_90a",))
     prog = _compile(target="b200")
     module, ran = schedule_for_target(prog.module, "b200")
     assert ran == [] and [k.schedule() for k in _kernels(module)] == [None]
