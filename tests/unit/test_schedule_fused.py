@@ -169,7 +169,11 @@ def test_compile_kernel_refuses_another_target():
     from pkc.codegen.errors import CodegenError
 
     (kop,) = _kernels(scheduled_module(2, 199, 136, 72, "nk"))
-    with pytest.raises(CodegenError, match="scheduled fused kernels lower to sm_90a only"):
+    with pytest.raises(CodegenError, match="scheduled fused kernels lower to sm_90a and sm_100a"):
+        compile_kernel(kop, "sm_80")
+    # built for an sm_90a target (wgmma's register accumulators): sm_100a names the fix
+    with pytest.raises(CodegenError, match=r"no sm_100a lowering; build the schedule for an "
+                       r"sm_100a target"):
         compile_kernel(kop, "sm_100a")
 
 
