@@ -3,7 +3,8 @@
 This is the one place where pkc turns MLIR text into xDSL IR and back:
 
 - :func:`make_context` builds an xDSL :class:`~xdsl.context.Context` with the dialects
-  pkc understands (builtin, func, arith, scf and, once it exists, ``pkc.dialects.PK``).
+  pkc understands (builtin, func, arith, scf, pk and pks); each but builtin is imported
+  and loaded the first time the parser meets one of its ops, types or attributes.
 - :func:`parse_module` parses text with a parser that records the source position of
   every operation as a ``FileLineColLoc`` on ``op.location``.
 - :func:`verify_module` verifies every operation and turns the first failure into a
@@ -21,13 +22,14 @@ import importlib
 import math
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from io import StringIO
+from typing import Any
 
 from xdsl.context import Context
-from xdsl.dialects import arith, builtin, func, scf
+from xdsl.dialects import builtin
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
@@ -57,6 +59,7 @@ __all__ = [
     "check_nesting",
     "deep_recursion",
     "diagnostic_at",
+    "load_dialects_named_in",
     "load_pk_dialect",
     "make_context",
     "op_position",
@@ -179,20 +182,42 @@ def load_pk_dialect() -> Dialect | None:
     ``pkc.dialects`` package). An error inside the dialect's own code propagates: a broken
     dialect must not silently look like a missing one.
     """
+    module = _pkc_dialects_module()
+    pk = getattr(module, "PK", None) if module is not None else None
+    return pk if isinstance(pk, Dialect) else None
+
+
+def _pkc_dialects_module() -> Any:
     try:
-        module = importlib.import_module("pkc.dialects")
+        return importlib.import_module("pkc.dialects")
     except ModuleNotFoundError as err:
         if err.name in ("pkc", "pkc.dialects"):
             return None
         raise
-    pk = getattr(module, "PK", None)
-    return pk if isinstance(pk, Dialect) else None
 
 
-def _schedule_dialect() -> list[Dialect]:
-    module = importlib.import_module("pkc.dialects")
-    pks = getattr(module, "PKS", None)
-    return [pks] if isinstance(pks, Dialect) else []
+# The dialects every context knows besides builtin, by name: where each one's Dialect is.
+# They are registered, not loaded: xDSL imports one (through the factory) the first time
+# the parser meets one of its ops, types or attributes. Importing a dialect's Python is
+# most of pkc-opt's start-up (arith alone ~50 ms, pk and pks ~100 ms), and most inputs use
+# a few of them.
+_UPSTREAM_DIALECTS = {
+    "func": ("xdsl.dialects.func", "Func"),
+    "arith": ("xdsl.dialects.arith", "Arith"),
+    "scf": ("xdsl.dialects.scf", "Scf"),
+}
+_PKC_DIALECTS = {"pk": "PK", "pks": "PKS"}  # attributes of pkc.dialects
+
+
+def _dialect_factory(module: Any, attr: str, name: str) -> Callable[[], Dialect]:
+    def load() -> Dialect:
+        source = importlib.import_module(module) if isinstance(module, str) else module
+        dialect = getattr(source, attr)
+        if not isinstance(dialect, Dialect) or dialect.name != name:
+            raise TypeError(f"{source.__name__}.{attr} is not the '{name}' dialect: {dialect!r}")
+        return dialect
+
+    return load
 
 
 def make_context(
@@ -200,18 +225,34 @@ def make_context(
     allow_unregistered: bool = False,
     extra_dialects: Iterable[Dialect] = (),
 ) -> Context:
-    """An xDSL context with builtin, func, arith, scf and (if importable) pk loaded."""
+    """An xDSL context with builtin loaded and func, arith, scf, pk and pks registered
+    (loaded on first use; pk and pks when ``pkc.dialects`` exports them)."""
     ctx = Context(allow_unregistered=allow_unregistered)
-    dialects: list[Dialect] = [builtin.Builtin, func.Func, arith.Arith, scf.Scf]
-    pk = load_pk_dialect()
-    if pk is not None:
-        dialects.append(pk)
-        dialects.extend(_schedule_dialect())
-    dialects.extend(extra_dialects)
-    for dialect in dialects:
+    ctx.load_dialect(builtin.Builtin)
+    for name, (module, attr) in _UPSTREAM_DIALECTS.items():
+        ctx.register_dialect(name, _dialect_factory(module, attr, name))
+    package = _pkc_dialects_module()
+    # What the package exports, read without building the dialects (a broken package
+    # raises here rather than looking like a missing dialect).
+    exported = getattr(package, "__all__", ()) if package is not None else ()
+    for name, attr in _PKC_DIALECTS.items():
+        if attr in exported:
+            ctx.register_dialect(name, _dialect_factory(package, attr, name))
+    for dialect in extra_dialects:
         if dialect.name not in ctx.registered_dialect_names:
             ctx.load_dialect(dialect)
     return ctx
+
+
+def load_dialects_named_in(ctx: Context, text: str) -> None:
+    """Load now each registered dialect whose name ``text`` mentions (``name.`` as a
+    word): the parser would load them on first use; a tool loads them up front, where it
+    imports cheaply (:func:`pkc.tools.fast_start.light_imports`). A name only mentioned
+    in a comment costs the load, nothing else."""
+    loaded = {d.name for d in ctx.loaded_dialects}
+    for name in list(ctx.registered_dialect_names):
+        if name not in loaded and re.search(rf"(?<![\w.$-]){re.escape(name)}\.", text):
+            ctx.get_optional_dialect(name)
 
 
 # --------------------------------------------------------------------------------------
@@ -490,13 +531,17 @@ def _preorder(root: Operation) -> Iterator[Operation]:
 
 def _verify_upstream(op: Operation) -> None:
     """Checks MLIR makes on upstream ops that xDSL's verifiers do not."""
+    # arith / scf are looked up, not imported: an op of a dialect never loaded is not here.
+    arith, scf = sys.modules.get("xdsl.dialects.arith"), sys.modules.get("xdsl.dialects.scf")
+    if arith is None:
+        return
     if isinstance(op, arith.ConstantOp) and isinstance(op.value, FloatAttr):
         from pkc.dialects.types import float_fits
 
         if not float_fits(op.value.value.data, op.value.type):
             raise VerifyException(f"'arith.constant' value {op.value.value.data} is out of the "
                                   f"range of {op.value.type}")
-    if isinstance(op, scf.ForOp):
+    if scf is not None and isinstance(op, scf.ForOp):
         step = op.step.owner
         if isinstance(step, arith.ConstantOp) and isinstance(step.value, IntegerAttr):
             if step.value.value.data <= 0:

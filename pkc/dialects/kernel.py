@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects import arith
+import sys
+from typing import TYPE_CHECKING
+
 from xdsl.dialects.builtin import (
     ArrayAttr,
     FloatAttr,
@@ -65,14 +67,25 @@ from pkc.dialects.common import (
     verify_scalar,
     verify_world,
 )
-from pkc.dialects import schedule
 from pkc.dialects.rank_groups import verify_groups
-from pkc.dialects.schedule_ag import TmapViewOp
-from pkc.dialects.schedule_fused import PeerTmapOp, RowsTmapOp
 from pkc.dialects.types import BufferType, SignalsType, TileType, is_float, shape_str
 from pkc.kinds import Kind
 
+if TYPE_CHECKING:
+    from pkc.dialects.schedule_structure import ScheduleOp
+
 Value = SSAValue | Operation
+
+
+def _classes_if_loaded(module: str, *names: str) -> tuple[type, ...]:
+    """The classes ``names`` of ``module`` if that module was imported, else none.
+
+    The arith and pks ops a kernel may hold are looked up this way instead of importing
+    their modules here: an op whose module was never imported cannot be in the IR, and
+    importing arith and the whole pks dialect with pk would cost every pkc-opt run on
+    graph-level IR start-up time (pkc.ir loads each dialect on first use)."""
+    loaded = sys.modules.get(module)
+    return tuple(getattr(loaded, n) for n in names) if loaded is not None else ()
 
 
 class WorkerRole(Kind):
@@ -95,7 +108,8 @@ def enclosing_kernel(op: Operation) -> "KernelOp | None":
 def constant_index(v: SSAValue) -> int | None:
     """The value of an index defined by ``arith.constant``, else None."""
     owner = v.owner
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+    constant = _classes_if_loaded("xdsl.dialects.arith", "ConstantOp")
+    if isinstance(owner, constant) and isinstance(owner.value, IntegerAttr):
         return owner.value.value.data
     return None
 
@@ -190,10 +204,11 @@ class KernelOp(IRDLOperation):
     def block(self) -> Block:
         return self.body.blocks[0]
 
-    def schedule(self) -> "schedule.ScheduleOp | None":
+    def schedule(self) -> ScheduleOp | None:
         """The schedule-level program, once a scheduling pass wrote one."""
+        schedule_op = _classes_if_loaded("pkc.dialects.schedule_structure", "ScheduleOp")
         for op in self.block.ops:
-            if isinstance(op, schedule.ScheduleOp):
+            if isinstance(op, schedule_op):
                 return op
         return None
 
@@ -215,8 +230,11 @@ class KernelOp(IRDLOperation):
                                   allow_symmetric=_symmetric_result(v))
         for i, (r, a) in enumerate(zip(self.outputs, args[n_in:])):
             _check_buffer_matches(self, f"output {i}", r.type, a.type, allow_symmetric=True)
-        allowed = (AllocOp, AllocSignalsOp, WorkerOp, YieldOp, arith.ConstantOp,
-                   schedule.TmapOp, PeerTmapOp, RowsTmapOp, TmapViewOp, schedule.ScheduleOp)
+        allowed = (AllocOp, AllocSignalsOp, WorkerOp, YieldOp,
+                   *_classes_if_loaded("xdsl.dialects.arith", "ConstantOp"),
+                   *_classes_if_loaded("pkc.dialects.schedule_structure", "TmapOp", "ScheduleOp"),
+                   *_classes_if_loaded("pkc.dialects.schedule_fused", "PeerTmapOp", "RowsTmapOp"),
+                   *_classes_if_loaded("pkc.dialects.schedule_ag", "TmapViewOp"))
         for op in self.block.ops:
             if not isinstance(op, allowed):
                 raise VerifyException(

@@ -58,7 +58,10 @@ def pkc_dialects() -> list[Dialect]:
 
     from pkc.ir import make_context
 
-    for d in make_context().loaded_dialects:
+    ctx = make_context()
+    for name in list(ctx.registered_dialect_names):  # registered dialects load on first use
+        ctx.get_optional_dialect(name)
+    for d in ctx.loaded_dialects:
         add(d)
     import pkc.dialects as package
 

@@ -1,7 +1,7 @@
 """Start-up and shut-down of short-lived command-line tools (``pkc-opt``), made cheap.
 
 ``pkc-opt`` runs once per lit test; most of its time is importing xDSL (about 2,000
-classes built at import) and tearing the interpreter down again. Three measured costs
+classes built at import) and tearing the interpreter down again. Four measured costs
 (docs/PERF_NOTES.md, "pkc-opt start-up"), each removed here without changing behaviour:
 
 - ``typing_extensions.deprecated`` (used by xDSL's builtin dialect on plain functions)
@@ -9,6 +9,11 @@ classes built at import) and tearing the interpreter down again. Three measured 
   runs ``asyncio/__init__`` (ssl, socket, subprocess, concurrent.futures, logging):
   30-80 ms. While xDSL is imported we answer that question with ``inspect`` instead, and
   remove the stand-in again, so a later ``import asyncio`` gets the real package.
+- ``@dataclass`` writes the source of every generated method (``__init__``, ``__eq__``,
+  ``__repr__``, ...) and compiles it: xDSL's import compiles about 1,100 such snippets,
+  a third of its import time. Compiling a given text always gives the same code object,
+  so :class:`_CodeCache` keeps the code objects, keyed by their source text, in a file
+  next to Python's own byte-code cache and reuses them in the next process.
 - The cyclic garbage collector runs many times while thousands of classes are built,
   and finds nothing to free (classes live until exit): it is paused during the imports
   and what they built is moved out of its view (``gc.freeze``).
@@ -19,15 +24,19 @@ classes built at import) and tearing the interpreter down again. Three measured 
 
 from __future__ import annotations
 
+import builtins
+import dataclasses
 import gc
 import inspect
+import marshal
 import os
 import sys
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
-__all__ = ["light_imports", "exit_now"]
+__all__ = ["light_imports", "exit_now", "code_cache_path"]
 
 
 def _asyncio_stand_in() -> tuple[types.ModuleType, types.ModuleType]:
@@ -42,18 +51,102 @@ def _asyncio_stand_in() -> tuple[types.ModuleType, types.ModuleType]:
     return package, coroutines
 
 
+# A cache of more entries than this is started afresh from what the current process used
+# (texts of an older xDSL or Python would otherwise pile up forever).
+_CACHE_MAX_ENTRIES = 20_000
+
+
+def code_cache_path() -> Path:
+    """The file of compiled ``@dataclass`` methods: in pkc's ``__pycache__`` (ignored by
+    git, like the byte code), one per Python version (marshal's format is per version)."""
+    package = Path(__file__).resolve().parents[1]
+    return package / "__pycache__" / f"dataclass_code.{sys.implementation.cache_tag}.marshal"
+
+
+class _CodeCache:
+    """Code objects of the source texts ``dataclasses`` executes, by text.
+
+    Installed as ``dataclasses.exec`` (the module looks ``exec`` up in its globals before
+    the builtins): a text seen before runs its stored code object instead of being
+    compiled again. The code is compiled exactly as ``exec`` would (file ``<string>``, no
+    inherited ``__future__`` flags), so the functions made are the same. A missing,
+    unreadable or corrupt cache file is an empty cache; a failed write is ignored.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.codes: dict[str, types.CodeType] = {}
+        self.used: dict[str, types.CodeType] = {}
+        self.missed = 0
+        try:
+            loaded = marshal.loads(path.read_bytes())
+            if isinstance(loaded, dict):
+                self.codes = loaded
+        except (OSError, EOFError, ValueError, TypeError):
+            pass  # no cache yet, or one written by something else: start empty
+
+    def exec(self, source: object, globals_: dict | None = None, locals_: dict | None = None) -> None:
+        if not isinstance(source, str):
+            return builtins.exec(source, globals_, locals_)  # type: ignore[arg-type]
+        code = self.codes.get(source)
+        if code is None:
+            code = compile(source, "<string>", "exec", dont_inherit=True)
+            self.codes[source] = code
+            self.missed += 1
+        self.used[source] = code
+        return builtins.exec(code, globals_, locals_)
+
+    def save(self) -> None:
+        """Write the cache if this process compiled something new (atomically: parallel
+        runs each replace the whole file; the last one wins, the others refill it later)."""
+        if not self.missed or sys.dont_write_bytecode:
+            return
+        codes = self.codes if len(self.codes) <= _CACHE_MAX_ENTRIES else self.used
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(marshal.dumps(codes))
+            os.replace(tmp, self.path)
+        except (OSError, ValueError):
+            try:  # a read-only install, a full disk: run without the cache
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+        self.missed = 0
+
+
+_depth = 0  # light_imports blocks entered and not yet left (they nest)
+_cache: _CodeCache | None = None
+
+
 @contextmanager
 def light_imports() -> Iterator[None]:
-    """Import heavy modules inside this block: no asyncio, no garbage collection."""
+    """Import heavy modules inside this block: no asyncio, no garbage collection, and
+    ``@dataclass`` methods from the code cache. Blocks nest; the outermost one sets up
+    and restores."""
+    global _depth, _cache
     stand_in = None
-    if "asyncio" not in sys.modules:
-        stand_in = _asyncio_stand_in()
-        sys.modules["asyncio"], sys.modules["asyncio.coroutines"] = stand_in
+    installed_cache = False
+    if _depth == 0:
+        if "asyncio" not in sys.modules:
+            stand_in = _asyncio_stand_in()
+            sys.modules["asyncio"], sys.modules["asyncio.coroutines"] = stand_in
+        if "exec" not in vars(dataclasses) and os.environ.get("PKC_NO_CODE_CACHE") != "1":
+            if _cache is None:
+                _cache = _CodeCache(code_cache_path())
+            dataclasses.exec = _cache.exec  # type: ignore[attr-defined]
+            installed_cache = True
+    _depth += 1
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        _depth -= 1
+        if installed_cache:
+            if vars(dataclasses).get("exec") == _cache.exec:  # type: ignore[union-attr]
+                del dataclasses.exec  # type: ignore[attr-defined]
+            _cache.save()  # type: ignore[union-attr]
         if stand_in is not None:
             # Only our stand-ins are removed (a real asyncio imported meanwhile stays).
             for name, module in zip(("asyncio", "asyncio.coroutines"), stand_in):

@@ -19,15 +19,43 @@ emit) so that later flags (``--remarks``, ``--emit=ptx``) each hook into one of 
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pkc.tools.fast_start import exit_now, light_imports
 
-with light_imports():  # xDSL's import is most of pkc-opt's start-up (see fast_start)
+# The command line, --help, input / output and timing need no xDSL: they are imported
+# here. What needs xDSL (parsing, passes, emitting) is imported by _load_ir_tools once the
+# command line asks for IR work, inside light_imports (xDSL's import is most of pkc-opt's
+# start-up, see fast_start); --help and a bad command line never pay for it (issue 19).
+from pkc.tools.pkc_opt_args import (
+    PROG,
+    SPLIT_MARKER,
+    InternalError,
+    UserError,
+    build_arg_parser,
+    cost_target_for,
+    format_pass_list,
+    load_pass_plugins,
+    pipeline_text,
+    print_after_names,
+    print_help,
+)
+from pkc.tools.pkc_opt_io import (
+    Chunk,
+    Timer,
+    _Clock,
+    process_age,
+    read_input,
+    split_input,
+    write_output,
+)
+
+if TYPE_CHECKING:
     from xdsl.context import Context
     from xdsl.dialects.builtin import ModuleOp
     from xdsl.passes import ModulePass
@@ -36,26 +64,13 @@ with light_imports():  # xDSL's import is most of pkc-opt's start-up (see fast_s
     from pkc.ir import (
         PkcDiagnostic,
         deep_recursion,
+        load_dialects_named_in,
         make_context,
         parse_module,
         print_module,
         verify_module,
     )
     from pkc.passes.registry import PipelineError, parse_pipeline
-    import pkc.dialects  # noqa: F401 - every input needs pk; loaded here with the rest
-    from pkc.tools.pkc_opt_args import (
-        PROG,
-        SPLIT_MARKER,
-        InternalError,
-        UserError,
-        build_arg_parser,
-        cost_target_for,
-        format_pass_list,
-        load_pass_plugins,
-        pipeline_text,
-        print_after_names,
-        print_help,
-    )
     from pkc.tools.pkc_opt_emit import (
         Options,
         emit_output,
@@ -65,16 +80,46 @@ with light_imports():  # xDSL's import is most of pkc-opt's start-up (see fast_s
         module_diagnostic,
         write_trace,
     )
-    from pkc.tools.pkc_opt_io import (
-        Chunk,
-        Timer,
-        _Clock,
-        process_age,
-        read_input,
-        split_input,
-        write_output,
-    )
     from pkc.tools.pkc_opt_verify import Expected, check_diagnostics, parse_expectations
+
+# The names bound by _load_ir_tools, by the module they come from.
+_IR_TOOLS = {
+    "xdsl.context": ("Context",),
+    "xdsl.dialects.builtin": ("ModuleOp",),
+    "xdsl.passes": ("ModulePass",),
+    "xdsl.utils.exceptions": ("DiagnosticException",),
+    "pkc.ir": ("PkcDiagnostic", "deep_recursion", "load_dialects_named_in", "make_context",
+               "parse_module", "print_module", "verify_module"),
+    "pkc.passes.registry": ("PipelineError", "parse_pipeline"),
+    "pkc.tools.pkc_opt_emit": ("Options", "emit_output", "format_kernels", "format_remarks",
+                               "gpu_program", "module_diagnostic", "write_trace"),
+    "pkc.tools.pkc_opt_verify": ("Expected", "check_diagnostics", "parse_expectations"),
+}
+_IR_TOOL_NAMES = {name: module for module, names in _IR_TOOLS.items() for name in names}
+
+
+def _load_ir_tools() -> None:
+    """Import what IR work needs (once) and bind its names in this module. A name already
+    bound stays (a test that replaced ``emit_output`` keeps its replacement)."""
+    here = globals()
+    if here.get("_ir_tools_loaded"):
+        return
+    with light_imports():
+        for module, names in _IR_TOOLS.items():
+            loaded = importlib.import_module(module)
+            for name in names:
+                here.setdefault(name, getattr(loaded, name))
+    here["_ir_tools_loaded"] = True
+
+
+def __getattr__(name: str) -> Any:
+    """The re-exported IR names (``from pkc.tools.pkc_opt import Options``) load on first
+    use (PEP 562)."""
+    if name in _IR_TOOL_NAMES:
+        _load_ir_tools()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # Re-exported names: tests and tools import them from here (process_chunk looks
 # emit_output up here, so that a test can replace it).
@@ -121,6 +166,7 @@ def run_pipeline(
     err: TextIO,
 ) -> None:
     """Run each pass, verify after it, print the IR after it if asked."""
+    _load_ir_tools()
     for pass_, label in zip(opts.pipeline, timing_labels(opts.pipeline), strict=True):
         name = pass_.name
         wanted = opts.print_after_all or name in opts.print_after
@@ -150,6 +196,7 @@ def process_chunk(
     chunk: Chunk, filename: str, ctx: Context, opts: Options, timer: Timer, err: TextIO
 ) -> tuple[str | None, list[PkcDiagnostic]]:
     """Parse, verify, run the pipeline, print. Returns (output or None, diagnostics)."""
+    _load_ir_tools()
     # Positions name lines of the whole file: pad the chunk with its preceding lines.
     source = "\n" * (chunk.first_line - 1) + chunk.text
     try:
@@ -192,8 +239,16 @@ def run(argv: Sequence[str] | None) -> int:
     if args.fast_path:
         raise UserError("--fast-path was removed: the runtime no longer chooses kernels; the "
                         "schedule passes do, and --kernels prints what each pk.kernel becomes")
+    _load_ir_tools()
+    with deep_recursion():
+        return _run_ir(args)
+
+
+def _run_ir(args: Any) -> int:
+    """Everything after the command line: the pipeline, the input, each chunk, the output."""
     try:
-        pipeline = parse_pipeline(pipeline_text(args))
+        with light_imports():  # the pass modules the pipeline names
+            pipeline = parse_pipeline(pipeline_text(args))
     except PipelineError as err:
         raise UserError(str(err)) from None
     pipeline = cost_target_for(pipeline, pipeline_text(args), args.target)
@@ -214,6 +269,10 @@ def run(argv: Sequence[str] | None) -> int:
     text, filename = read_input(args.input)
     with _Clock(timer, "Context (dialect loading)"):
         ctx = make_context(allow_unregistered=opts.allow_unregistered)
+        # The parser would load each dialect on first use; loading the ones the input
+        # names here imports them inside light_imports (fast_start), several times faster.
+        with light_imports():
+            load_dialects_named_in(ctx, text)
 
     outputs: list[str] = []
     ok = True
@@ -243,8 +302,7 @@ def run(argv: Sequence[str] | None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``pkc-opt`` and ``python -m pkc.tools.pkc_opt``; returns the status."""
     try:
-        with deep_recursion():
-            return run(argv)
+        return run(argv)
     except UserError as err:
         sys.stderr.write(f"{PROG}: error: {err}\n")
         return 1

@@ -2,6 +2,10 @@
 its list of passes, pass plugins, the pipeline text from ``-p`` / ``--pass-pipeline``,
 ``--print-ir-after`` names and the scheduling passes' target for ``--target``; and the two
 errors the tool reports (a user's: exit 1; pkc's: exit 2).
+
+This module imports no xDSL and no pass (the pass registry is imported inside the
+functions that need it): ``pkc-opt --help`` and a bad command line are answered without
+them (issue 19: start-up).
 """
 
 from __future__ import annotations
@@ -9,11 +13,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
-
-from pkc.passes.registry import available_passes, describe_pass, pass_options
 
 PROG = "pkc-opt"
 SPLIT_MARKER = "// -----"
@@ -161,7 +164,23 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 
 def format_pass_list() -> str:
-    """The 'Passes' section of --help: one line per pass, then its options."""
+    """The 'Passes' section of --help: one line per pass, then its options.
+
+    Listing the passes from the registry imports every pass module (most of a second);
+    unless this process has imported the registry already (a pass plugin, a program that
+    registered passes), the list is the copy :mod:`pkc.tools.pkc_opt_passes` keeps of it
+    (a unit test checks that it is current)."""
+    if "pkc.passes.registry" not in sys.modules:
+        from pkc.tools.pkc_opt_passes import PASS_LIST
+
+        return PASS_LIST
+    return registry_pass_list()
+
+
+def registry_pass_list() -> str:
+    """The 'Passes' section of --help, from the registry (imports every pass module)."""
+    from pkc.passes.registry import available_passes, describe_pass, pass_options
+
     passes = available_passes()
     width = max((len(n) for n in passes), default=0) + 2
     lines = ["Passes (run them with -p 'a,b{option=value other=value}'):"]
@@ -230,6 +249,8 @@ def print_after_names(args: argparse.Namespace) -> set[str]:
     names = {n.strip() for item in args.print_ir_after for n in item.split(",") if n.strip()}
     if not names:
         return names
+    from pkc.passes.registry import available_passes
+
     unknown = sorted(names - set(available_passes()))
     if unknown:
         raise UserError(
