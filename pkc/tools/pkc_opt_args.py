@@ -260,19 +260,33 @@ def print_after_names(args: argparse.Namespace) -> set[str]:
     return names
 
 
-# --target=sm_100a: the passes that build a kernel's schedule for a cost target build it
-# for this one unless the pipeline names a target (a wgmma-form GEMM has no sm_100a lowering)
+# --target=sm_100a: every pass that takes a cost target (overlap, lower-collectives,
+# sm-partition, the schedule passes: the ``target`` option) plans for this one unless the
+# pipeline names a target for that pass (``pass{target=...}``, or ``default{target=...}``,
+# which hands it to each of its passes): a Blackwell kernel is planned with Blackwell
+# figures (148 SMs, NVLink 5), and a wgmma-form GEMM has no sm_100a lowering
 _COST_TARGET_FOR = {"sm_100a": "b200"}
-_SCHEDULING_PASSES = ("schedule-matmul",)
 
 
 def cost_target_for(pipeline: list, text: str, codegen_target: str) -> list:
-    """``pipeline`` with the scheduling passes' ``target`` set for ``codegen_target`` where
-    the pipeline text gives none."""
+    """``pipeline`` (parsed from ``text``) with ``target`` set for ``codegen_target`` on
+    every pass that has the option and was not given one in ``text``."""
     target = _COST_TARGET_FOR.get(codegen_target)
-    if target is None or "target=" in text:
+    if target is None or not any(hasattr(p, "target") for p in pipeline):
         return pipeline
     import dataclasses
 
-    return [dataclasses.replace(p, target=target) if p.name in _SCHEDULING_PASSES else p
-            for p in pipeline]
+    named = _names_target(text)
+    return [dataclasses.replace(p, target=target) if hasattr(p, "target") and not given else p
+            for p, given in zip(pipeline, named)]
+
+
+def _names_target(text: str) -> list[bool]:
+    """Per pass of the pipeline ``text`` (named pipelines expanded, as parse_pipeline
+    does: one entry per pass), whether its options name a ``target``."""
+    from xdsl.utils.arg_spec import parse_pipeline as parse_specs
+
+    from pkc.passes.registry import _expand_named_pipelines, available_passes
+
+    specs = _expand_named_pipelines(list(parse_specs(text)), available_passes())
+    return ["target" in {k.replace("_", "-") for k in spec.parameters} for spec in specs]
