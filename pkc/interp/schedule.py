@@ -89,6 +89,10 @@ class ScheduleRun:
         self.op, self.world, self.sched = op, world, op.schedule()
         self.cluster = self.sched.cluster.data
         self.threads = self.sched.threads.data
+        # a cluster of 2 whose accumulators are the CTAs' (tensor memory) is a CTA pair
+        # (sm_100a cta_group::2): pkc.interp.schedule_ops' pair rules
+        self.pair = self.cluster == 2 and any(isinstance(o, s.AccAllocOp)
+                                              for o in self.sched.block.ops)
         self.rng = random.Random(seed) if seed else None
         # per-thread values come only from the thread index: kernels that read it run
         # their arith element-wise over a warpgroup's lanes (pkc.interp.schedule_comm)
@@ -350,7 +354,9 @@ class ScheduleRun:
     def _role(self, a: Actor, op: s.RoleOp, env: dict) -> Generator:
         first, count = op.first.data, op.warpgroups.data
         last = first + (1 if op.single_thread is not None else count)
-        if first <= a.wg < last:
+        # a pair's MMA issuer is the even CTA's (its MMAs cover both CTAs)
+        skip = self.pair and op.role is s.RoleKind.MMA and a.cta % 2
+        if first <= a.wg < last and not skip:
             a.role, a.role_wg = op.role.value, a.wg - first
             yield from self._block(a, op.block, env)
             self._drained(a)

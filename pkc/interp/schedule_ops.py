@@ -116,7 +116,8 @@ def _tma_load(R, a: Actor, op: s.TmaLoadOp, env) -> bool:
         smem: Smem = R.cta_objs[a.rank, c][op.dst]
         smem.check_range(at, slot, off, off + tm.box_bytes)
         smem.check_write(a, at, slot, off, off + tm.box_bytes)
-        bar = R._bar(a, op, env, op.bars, op.bar, c)
+        # a CTA pair counts both CTAs' loads on the even CTA's mbarrier (its MMA waits there)
+        bar = R._bar(a, op, env, op.bars, op.bar, c - c % 2 if getattr(R, "pair", False) else c)
         rec = Write(off, off + tm.box_bytes, op, f"{at} at coordinates {coords}", pending=True)
         smem.begin_write(slot, rec)
         targets.append((smem, slot, rec, bar))
@@ -138,6 +139,8 @@ def _tma_load(R, a: Actor, op: s.TmaLoadOp, env) -> bool:
 
 
 def _mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
+    if getattr(R, "pair", False):
+        return _pair_mma(R, a, op, env)
     acc: Acc = env[op.acc]
     dt = _DTYPES[op.dtype.data]
     at = a.at(op)
@@ -170,6 +173,47 @@ def _mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
         smem.add_read(slot, rec)
         reads.append((smem, slot, rec))
     a.mma_open.append(Mma(acc, reads))
+    return True
+
+
+def _pair_mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
+    """A CTA pair's MMA (sm_100a cta_group::2), issued by the even CTA: A's rows from both
+    CTAs' ``a`` slot (the even CTA's first), B's columns half from each CTA's ``b`` slot,
+    the 2 x rows result split over the two CTAs' accumulators (the same one of each)."""
+    acc: Acc = env[op.acc]
+    dt = _DTYPES[op.dtype.data]
+    at = a.at(op)
+    if op.b_major.data != s.BMajor.K.value:
+        raise InterpError(f"{at}: a CTA pair reads B as [N, K] (K-major) only")
+    even = a.cta - a.cta % 2
+    key = next(k for k, v in R.cta_objs[a.rank, a.cta].items() if v is acc)
+    accs = [R.cta_objs[a.rank, c][key] for c in (even, even + 1)]
+    a_slot, a_row, b_slot = env[op.a_slot], env[op.a_row], env[op.b_slot]
+    a0, a1 = a_row * ROW_BYTES, (a_row + acc.rows) * ROW_BYTES
+    b1 = acc.cols // 2 * ROW_BYTES
+    avs, bvs, reads = [], [], []
+    for c in (even, even + 1):
+        A: Smem = R.cta_objs[a.rank, c][op.a]
+        B: Smem = R.cta_objs[a.rank, c][op.b]
+        for smem, slot, lo, hi in ((A, a_slot, a0, a1), (B, b_slot, 0, b1)):
+            smem.check_range(at, slot, lo, hi)
+            smem.check_read(a, at, slot, lo, hi, async_proxy=True)
+            rec = Read(lo, hi, op, at, a.aid, "MMA")
+            smem.add_read(slot, rec)
+            reads.append((smem, slot, rec))
+        avs.append(A.bytes(a_slot, a0, a1).view(dt).view(acc.rows, 64))
+        bvs.append(B.bytes(b_slot, 0, b1).view(dt).view(acc.cols // 2, 64))
+    prod = torch.cat(avs).double() @ torch.cat(bvs).t().double()
+    for j, acc_j in enumerate(accs):
+        part = prod[j * acc.rows:(j + 1) * acc.rows]
+        if env[op.accumulate]:
+            if acc_j.data is None:
+                raise InterpError(f"{at}: accumulates into an accumulator no MMA wrote")
+            acc_j.data = acc_j.data + part
+        else:
+            acc_j.data = part
+        acc_j.in_flight += 1
+        a.mma_open.append(Mma(acc_j, reads if j == 0 else []))
     return True
 
 
@@ -337,7 +381,9 @@ def _mma_commit_arrive(R, a: Actor, op: s.MmaCommitArriveOp, env) -> bool:
         for _, _, rec in m.reads:
             rec.epoch = a.epoch
     a.mma_open, a.mma_groups = [], []
-    R._bar(a, op, env, op.bars, op.index).arrive(a, op, 0)
+    # a pair's commit arrives on the mbarrier of both CTAs (multicast)
+    for c in ([a.cta - a.cta % 2, a.cta - a.cta % 2 + 1] if getattr(R, "pair", False) else [a.cta]):
+        R._bar(a, op, env, op.bars, op.index, c).arrive(a, op, 0)
     a.clock[a.aid] += 1
     R.version += 1
     return True

@@ -91,3 +91,28 @@ def test_cta_pair_gemm_assembles_without_spills_with_2cta_mmas_in_sass(monkeypat
         "the 4 k16 MMAs of a k-block are pair MMAs (UTCHMMA.2CTA)"
     assert any(i.startswith("UTCBAR") and "MULTICAST" in i for i in ins)
     assert not any(i.split(".")[0] in ("LDL", "STL") for i in ins)
+
+
+def test_interpreter_runs_the_pair_schedule_as_the_graph(monkeypatch):
+    # interp(graph-level matmul) == interp(the pair schedule): the pair rules of the
+    # interpreter (loads counted on the even CTA's mbarrier, the MMA of both CTAs' halves
+    # by the even CTA, commits on both CTAs' mbarriers)
+    from pkc.passes import schedule_matmul as sm
+    from pkc.testing import check_transform
+
+    monkeypatch.setattr(sm, "choose_tmem_config", lambda *a: CASES["tma_odd_m_many_tiles"][3])
+    check_transform(lambda w: parse_module(_text(300, 96, 200, "nk", "bf16"), "t.mlir"),
+                    "schedule-matmul{target=b200}", world_sizes=(1,), seeds=(0, 1), func="mm")
+
+
+def test_emulated_pair_kernel_equals_the_interpreter(monkeypatch):
+    from pkc.emu.check import check_module
+    from pkc.passes import schedule_matmul as sm
+
+    monkeypatch.setattr(sm, "choose_tmem_config", lambda *a: CASES["global_epilogue"][3])
+    m = parse_module(_text(136, 80, 72, "nk", "bf16"), "t.mlir")
+    ScheduleMatmul(target="b200").apply(make_context(), m)
+    x, w, _ = _inputs(136, 80, 72, "nk", "bf16")
+    res = check_module(m, [[x, w]], 1, target="sm_100a", func_name="mm", sms=2)
+    assert res.ok, res.difference
+    assert len(res.kernels) == 1
