@@ -1,5 +1,6 @@
 """Lowers the schedule-level ops of :mod:`pkc.dialects.schedule_ag` (a side role by CTA
-index, shared-memory overlays, tensor-map views, plain bulk copies) for sm_90a, and the
+index, shared-memory overlays, tensor-map views, plain bulk copies) for sm_90a and sm_100a
+(the same instructions; the GEMM's MMA path is the target's), and the
 entry of a scheduled all-gather + GEMM (``pk.plan.fused_kind = "ag"``).
 
 * ``pks.cta_partition``: ``if (ctaid >= nctaid - side) {side} else {main}``; inside
@@ -25,7 +26,7 @@ from pkc.codegen.abi import FusedLaunchKind, ScheduledKernelMeta, TmapArg
 from pkc.codegen.errors import CodegenError
 from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, TMAP_ARGS, Lowering,
                                         _block, lower_tma_kernel)
-from pkc.codegen.lower_schedule_fused import FusedExtend, is_fused_kernel
+from pkc.codegen.lower_schedule_fused import FusedExtend, check_fused_target, is_fused_kernel
 from pkc.dialects import schedule_ag as ag
 from pkc.dialects.kernel import KernelOp
 from pkc.target.fused_tuning import FusedKind
@@ -62,9 +63,7 @@ class _AgExtend(FusedExtend):
 
 
 def lower_ag_kernel(kop: KernelOp, target: str, entry_name: str):
-    if target != "sm_90a":
-        raise CodegenError(f"kernel @{kop.kernel_name.data}: scheduled fused kernels lower to "
-                           f"sm_90a only so far (asked for {target})")
+    check_fused_target(kop, target)
     return lower_tma_kernel(kop, target, entry_name, _AgExtend(kop))
 
 

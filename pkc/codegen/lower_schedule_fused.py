@@ -126,10 +126,15 @@ def const_int(v) -> int | None:
 def lower_fused_kernel(kop: KernelOp, target: str, entry_name: str
                        ) -> tuple[ptx.EntryOp, ScheduledKernelMeta]:
     """The ``ptx.entry`` and launch metadata of a scheduled fused GEMM + collective."""
+    check_fused_target(kop, target)
+    return lower_tma_kernel(kop, target, entry_name, FusedExtend(kop))
+
+
+def check_fused_target(kop: KernelOp, target: str) -> None:
+    """Scheduled fused kernels lower to sm_90a and sm_100a (a CodegenError for another)."""
     if target not in ("sm_90a", "sm_100a"):
         raise CodegenError(f"kernel @{kop.kernel_name.data}: scheduled fused kernels lower to "
                            f"sm_90a and sm_100a (asked for {target})")
-    return lower_tma_kernel(kop, target, entry_name, FusedExtend(kop))
 
 
 def _peer_tmap_arg(op: f.PeerTmapOp, args) -> TmapArg:

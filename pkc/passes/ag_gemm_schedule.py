@@ -1,5 +1,6 @@
 """The parts of the scheduled GEMM that a fused all-gather + GEMM replaces
-(:class:`AgParts`, given to :func:`pkc.passes.gemm_schedule.build_gemm`), and the rewrite
+(:class:`AgParts`, given to :func:`pkc.passes.fused_schedule.build_fused_gemm`: the wgmma
+GEMM, or the tensor-memory one for an sm_100a target), and the rewrite
 of an ``all_gather_mm`` kernel with one matmul into that scheduled kernel
 (:func:`schedule_all_gather_mm`, called by ``schedule-fused``).
 
@@ -47,8 +48,8 @@ from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
-from pkc.passes.fused_schedule import b_operand, fused_config
-from pkc.passes.gemm_schedule import Epi, GemmParts, _for, _Ops, _tma_epilogue, build_gemm
+from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
+from pkc.passes.gemm_schedule import Epi, GemmParts, _for, _Ops, _tma_epilogue
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle
 from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind, ag_put_ctas
@@ -325,18 +326,20 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
         block.add_op(ctl)
         pad, ctl = pad.result, ctl.result
     parts = AgParts(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, piece, asked)
-    build_gemm(block, A, B, C, Mc, N, K, cfg, parts)
+    build_fused_gemm(block, A, B, C, Mc, N, K, cfg, parts)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
     gtype = TensorType(a.type.element_type, [W * Mc, K])
     new = k.KernelOp("all_gather_matmul", W, [a, b_val], [y, gtype], Region(block),
                      attributes=attrs)
     comm_sms = plan.get("comm_sms", 0) or 0
+    tmem_plan, tmem_words = arrangement(cfg)
     set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=FusedKind.AG, bm=cfg.bm, bn=cfg.bn,
              stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
              chunk_rows=Mc, tiles_per_chunk=parts.tiles_per_chunk, row_blocks=parts.G,
              scheduled_overlap=OverlapStyle.INTER if side else OverlapStyle.NONE, comm_ctas=side,
-             put_piece=piece, put_ring=ring, put_lag=parts.lag, gathered_output=asked)
+             put_piece=piece, put_ring=ring, put_lag=parts.lag, gathered_output=asked,
+             **tmem_plan)
     followed = ""
     if comm_sms and comm_sms != side:
         followed = (f"; the kernel-level plan's {comm_sms} communicate SMs are for a "
@@ -345,7 +348,8 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
                f"{W} shards of {parts.tiles_per_chunk} tiles (own shard first), "
                f"{parts.G} row blocks per shard signalled one by one; {why_side}{followed}; "
                f"puts by cp.async.bulk through a {ring} x {piece // 1024} KiB ring; "
-               + ("the gathered A is returned" if asked else "the gathered A stays in the kernel"))
+               + ("the gathered A is returned" if asked else "the gathered A stays in the kernel")
+               + tmem_words)
     new.location = kop.location
     Rewriter.replace_op(kop, new, new_results=list(new.results[:len(kop.outputs)]))
 

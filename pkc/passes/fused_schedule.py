@@ -41,7 +41,7 @@ from pkc.passes.gemm_schedule import Epi, GemmParts, _Ops, _tma_epilogue, build_
 from pkc.passes.gemm_schedule_tmem import TmemView, build_gemm_tmem
 from pkc.target import fused_tuning as ft
 from pkc.target.gemm_tuning import VARIANTS, BLayout, Epilogue, GemmConfig
-from pkc.target.gemm_tuning_sm100 import choose_tmem_config
+from pkc.target.gemm_tuning_sm100 import choose_tmem_config, stages_for
 from pkc.target.targets import get_target
 
 
@@ -72,9 +72,11 @@ def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, la
                              "(drop the variant option)")
         # producer_regs=0: no setmaxnreg.dec in the producer. No role of this arrangement
         # takes registers back (no inc), and at 40 the epoch, live from the prologue to
-        # its publication after the roles, spilled (ptxas -arch=sm_100a, 4 bytes)
-        tcfg = choose_tmem_config(M, N, K, dt, layout, sms).with_(
-            epilogue=Epilogue.TMA, epi_bufs=2, producer_regs=0)
+        # its publication after the roles, spilled (ptxas -arch=sm_100a, 4 bytes).
+        # pair=False: the fused parts tile one CTA's 128 rows (no CTA pairs yet)
+        tcfg = choose_tmem_config(M, N, K, dt, layout, sms)
+        tcfg = tcfg.with_(epilogue=Epilogue.TMA, epi_bufs=2, producer_regs=0, pair=False)
+        tcfg = tcfg.with_(stages=stages_for(tcfg.bn, tcfg.epi_bytes))
         tcfg.validate()
         return TmemView(tcfg)
     if variant:

@@ -94,9 +94,10 @@ def build_gemm_tmem(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, 
     acc_empty = o.add(s.MbarrierAllocOp(nb, 1)).result
     accs = [o.add(s.AccAllocOp(cfg.bm, cfg.bn)).result for _ in range(nb)]
     dims = (M, N, K)
-    _producer(o, view, dims, tA, tB, a_st, b_st, full, empty, parts)
-    _mma(o, view, dims, a_st, b_st, full, empty, acc_full, acc_empty, accs, parts)
-    _epilogue(o, view, dims, C, tC, epi, acc_full, acc_empty, accs, parts)
+    roles = parts.role_block(o, view, a_st)      # an all-gather's put CTAs: the side role
+    _producer(roles, view, dims, tA, tB, a_st, b_st, full, empty, parts)
+    _mma(roles, view, dims, a_st, b_st, full, empty, acc_full, acc_empty, accs, parts)
+    _epilogue(roles, view, dims, C, tC, epi, acc_full, acc_empty, accs, parts)
     parts.end(o)
     return sched
 

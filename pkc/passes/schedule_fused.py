@@ -58,6 +58,7 @@ from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
 from pkc.passes.fused_schedule import (RsParts, arrangement, b_operand, build_fused_gemm,
                                        fused_config)
 from pkc.passes.gather_many import is_gather_many, split_gather_many
+from pkc.passes.pipelines import FUSED_ARCHS, unlowered_arch
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle, Pattern
@@ -69,7 +70,7 @@ _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
 SCHEDULED_PATTERNS = (Pattern.MM_REDUCE_SCATTER, Pattern.MM_ALL_REDUCE)
 # the patterns whose kernels are also built for a tensor-memory target (sm_100a: the
 # GEMM's mma and epilogue roles, :func:`pkc.passes.fused_schedule.build_fused_gemm`)
-TMEM_PATTERNS = (Pattern.MM_REDUCE_SCATTER, Pattern.MM_ALL_REDUCE)
+TMEM_PATTERNS = (Pattern.MM_REDUCE_SCATTER, Pattern.MM_ALL_REDUCE, Pattern.ALL_GATHER_MM)
 
 
 def _dtype(t) -> str | None:
@@ -139,6 +140,12 @@ class ScheduleFused(ModulePass):
         for kop in [o for o in module.walk() if isinstance(o, k.KernelOp)]:
             pattern = fusion_pattern(kop)
             if pattern is None or kop.schedule() is not None:
+                continue
+            # issue 17: the sm_100a (tensor-memory) kernels of TMEM_PATTERNS are built; the
+            # others stay unscheduled there, with a remark saying so
+            built = FUSED_ARCHS + (("sm_100a",) if pattern in TMEM_PATTERNS else ())
+            if (why := unlowered_arch(self.target, built)):
+                add_remark(kop, f"fused kernel left unscheduled: {why}")
                 continue
             if is_gather_many(kop, pattern):    # gather, then the GEMMs
                 split_gather_many(kop, self.target)

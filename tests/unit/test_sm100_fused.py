@@ -1,5 +1,5 @@
-"""The fused GEMM + collective kernels for sm_100a (``schedule-fused{target=b200}``): the
-tensor-memory GEMM (producer, one MMA thread, one epilogue warpgroup reading tensor memory)
+"""The fused GEMM + collective kernels for sm_100a (``schedule-fused{target=b200}``: GEMM +
+reduce-scatter, GEMM + all-reduce, all-gather + GEMM): the tensor-memory GEMM (producer, one MMA thread, one epilogue warpgroup reading tensor memory)
 with the sm_90a kernels' communication parts.
 
 * the interpreter: each kind's schedule computes what the kernel-level IR computes
@@ -35,7 +35,7 @@ from pkc.ir import make_context, parse_module
 from pkc.passes.registry import parse_pipeline
 from pkc.passes.remarks import plan_of
 from pkc.testing import check_transform
-from tests.unit.test_interp_schedule_fused import FUSED, fused_module, mm_all_reduce
+from tests.unit.test_interp_schedule_fused import AG, FUSED, ag_module, fused_module, mm_all_reduce
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from fused_ir import module_text as rs_text  # noqa: E402
@@ -62,6 +62,14 @@ def _rs(W: int, Mc: int, N: int, K: int, layout: str, target: str = "b200",
 @functools.cache
 def _ar(W: int, Mc: int = 19, N: int = 40, K: int = 24, target: str = "b200"):
     m = mm_all_reduce(W, Mc, N, K)
+    for p in parse_pipeline(f"schedule-fused{{target={target}}},dce"):
+        p.apply(make_context(), m)
+    return m
+
+
+@functools.cache
+def _ag(W: int, target: str = "b200"):
+    m = ag_module(W, *AG[W])
     for p in parse_pipeline(f"schedule-fused{{target={target}}},dce"):
         p.apply(make_context(), m)
     return m
@@ -108,6 +116,30 @@ def test_all_reduce_schedule_is_tensor_memory_and_means_the_kernel_w1_to_4():
         _assert_tmem_arrangement([k for k in kops if plan_of(k).get("fused_kind")][0])
 
 
+def test_all_gather_schedule_is_tensor_memory_and_means_the_kernel_w1_to_4():
+    for W in (1, 2, 3, 4):
+        check_transform(lambda w: ag_module(w, *AG[W]), "schedule-fused{target=b200},dce",
+                        world_sizes=(W,), seeds=(W,), func="ag_mm",
+                        tolerance={torch.bfloat16: (2e-2, 2e-2)})
+        (kop,) = _scheduled(_ag(W))
+        _assert_tmem_arrangement(kop)
+        assert plan_of(kop)["comm_ctas"] > 0      # the put CTAs: a side role by CTA index
+
+
+def test_schedule_stage_builds_the_sm100_fused_kernel_and_no_cta_pair():
+    """schedule_for_target("b200") (the pipeline pkc.compile runs) gives the
+    tensor-memory kernel; a shape whose plain GEMM would take CTA pairs (>= 8 row blocks
+    of [N, K] B) stays on single CTAs (the fused parts tile 128 rows)."""
+    from pkc.passes.pipelines import schedule_for_target
+    from pkc.target.gemm_tuning_sm100 import choose_tmem_config
+
+    assert choose_tmem_config(2048, 256, 64, "bf16", "nk", 148).pair
+    module, _ = schedule_for_target(fused_module(2, 1024, 256, 64, "nk"), "b200")
+    (kop,) = _scheduled(module)
+    assert kop.schedule().cluster.data == 1 and "cta_group" not in plan_of(kop)
+    _assert_tmem_arrangement(kop)
+
+
 def test_a_wgmma_variant_is_refused_for_a_tensor_memory_target():
     with pytest.raises(ValueError, match="variant=128x256_s4_tma is a wgmma"):
         for p in parse_pipeline("schedule-fused{target=b200 variant=128x256_s4_tma}"):
@@ -152,12 +184,22 @@ def test_emulator_runs_sm100_gemm_all_reduce_bitwise(W):
     assert [k.kernel for k in res.kernels] == ["matmul_all_reduce"]
 
 
+@pytest.mark.parametrize("W", [1, 2, 4])
+def test_emulator_runs_sm100_all_gather_gemm_bitwise(W):
+    m = _ag(W)
+    res = check_module(m, random_inputs(m, W, 0, "ag_mm"), W, target="sm_100a",
+                       func_name="ag_mm", exact=True)
+    assert res.ok, str(res.difference)
+    assert [k.kernel for k in res.kernels] == ["all_gather_matmul"]
+
+
 # ---- (c) ptxas, (d) the MMA path is the only difference ---------------------------------
 
 @needs_ptxas
-@pytest.mark.parametrize("kind,W", [("rs", 4), ("rs", 2), ("ar", 2)])
+@pytest.mark.parametrize("kind,W", [("rs", 4), ("rs", 2), ("ar", 2), ("ag", 4)])
 def test_sm100_fused_kernels_assemble_without_spills(kind, W):
-    m = _rs(W, 333, 264, 136, "kn") if kind == "rs" else _ar(W, 333, 264, 136)
+    m = {"rs": lambda: _rs(W, 333, 264, 136, "kn"), "ar": lambda: _ar(W, 333, 264, 136),
+         "ag": lambda: _ag(W)}[kind]()
     (kop,) = [k for k in _scheduled(m) if plan_of(k).get("fused_kind")]
     _, reports, _ = assemble(compile_kernel(kop, "sm_100a").ptx, "sm_100a")
     (rep,) = reports.values()
