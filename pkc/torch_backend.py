@@ -9,7 +9,9 @@ kernels as calls inside it (:mod:`pkc.runtime.inductor`).
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +25,8 @@ from pkc.api import (CompiledProgram, _MODULE_STATE, _argument_order, _finish, _
 
 __all__ = ["backend", "PkcBackend", "ExecutionMode", "execution_mode"]
 
+log = logging.getLogger("pkc.compile")
+
 
 class PkcBackend:
     """A ``torch.compile`` backend: ``torch.compile(model, backend=pkc.backend())``.
@@ -35,8 +39,12 @@ class PkcBackend:
     rank, or one rank per process under torchrun with a NCCL group and symmetric memory)
     or on the reference interpreter for one rank without a GPU; through torch (saying so
     once) for several ranks without GPUs. ``inductor=False`` runs the graph op by op
-    (pkc.runtime.executable) instead. :attr:`compile_times` records, per graph, pkc's and
-    Inductor's compile seconds and whether the IR came from the disk cache. Backward
+    (pkc.runtime.executable) instead. :attr:`compile_times` records, per graph, the seconds
+    of pkc's capture (aot_autograd), of pkc's passes (or its disk cache: ``cache_hit``) and
+    of Inductor, Inductor's FX-graph and AOTAutograd cache hits and misses, and, once the
+    graph ran, ``first_call_s``: from dynamo's start on the frame to the first call's
+    result. That line is also a remark, logged (logger ``pkc.compile``, INFO) and, with
+    ``explain=True``, printed with the passes' remarks. Backward
     graphs (training) run through torch and are not imported.
 
     Notes: pkc compiles static shapes; pass ``dynamic=False`` to ``torch.compile`` so that a
@@ -48,24 +56,24 @@ class PkcBackend:
     def __init__(self, *, world_size: int | None = None, target: str = "h200",
                  pipeline: str | None = None, dump_dir: str | os.PathLike | None = None,
                  inductor: bool = True, mode: str | None = None, options: dict | None = None,
-                 cache: bool = True) -> None:
+                 cache: bool = True, explain: bool = False) -> None:
         self.world_size = world_size
+        self.explain = explain
         self.target = _target_name(target)
         self.pipeline = pipeline
         self.dump_dir = dump_dir
         self.inductor, self.mode, self.options, self.cache = inductor, mode, options, cache
         self.programs: list[CompiledProgram] = []
-        self.compile_times: list[dict[str, float]] = []
+        self.compile_times: list[dict[str, Any]] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, mode: str | None = None,
                  options: dict | None = None) -> Callable[..., Any]:
         # torch.compile(backend=..., mode=...) hands its mode and options to the backend
         mode = mode or self.mode
         options = {**(self.options or {}), **(options or {})}
+        t_start = time.perf_counter()
 
         def on_graph(captured: CapturedGraph) -> Callable[..., Any]:
-            import time
-
             t0 = time.perf_counter()
             dump = None
             if self.dump_dir is not None:
@@ -74,13 +82,17 @@ class PkcBackend:
                               cache=self.cache and dump is None)
             self.programs.append(program)
             t1 = time.perf_counter()
+            before = _cache_counters()
             if self.inductor and execution_mode(program.world_size) is not ExecutionMode.EAGER:
                 runner = _inductor_runner(program, captured, mode, options)
             else:
                 runner = _graph_runner(program, captured)
-            self.compile_times.append({"pkc_s": t1 - t0, "inductor_s": time.perf_counter() - t1,
-                                       "cache_hit": program.cache_hit})
-            return runner
+            after = _cache_counters()
+            record = {"capture_s": t0 - t_start, "pkc_s": t1 - t0,
+                      "inductor_s": time.perf_counter() - t1, "cache_hit": program.cache_hit,
+                      **{k: after[k] - before[k] for k in after}}
+            self.compile_times.append(record)
+            return _first_call_timer(runner, record, program, len(self.programs) - 1, self.explain)
 
         return capture_backend(on_graph, world_size=self.world_size)(gm, example_inputs)
 
@@ -148,6 +160,72 @@ def _graph_runner(program: CompiledProgram, captured: CapturedGraph) -> Callable
     return run
 
 
+_COUNTERS = (("inductor", "fxgraph_cache_hit"), ("inductor", "fxgraph_cache_miss"),
+             ("aot_autograd", "autograd_cache_hit"), ("aot_autograd", "autograd_cache_miss"))
+
+
+def _cache_counters() -> dict[str, int]:
+    """Inductor's FX-graph and AOTAutograd's cache hits and misses so far in this process."""
+    from torch._dynamo.utils import counters
+
+    return {name: counters[group][name] for group, name in _COUNTERS}
+
+
+def _first_call_timer(runner: Callable[..., Any], record: dict, program: CompiledProgram,
+                      index: int, explain: bool) -> Callable[..., Any]:
+    """``runner``, which on its first call (the first call of the compiled frame: dynamo
+    installs the frame's code right after the backend returns) records the first-call time
+    in ``record``, adds it to the program's remarks and logs it (prints it with
+    ``explain``). After that one check, a call is the runner's."""
+    done: list[bool] = []
+
+    def run(*args: Any) -> Any:
+        if done:
+            return runner(*args)
+        done.append(True)
+        t0 = time.perf_counter()
+        out = runner(*args)
+        record["first_run_s"] = time.perf_counter() - t0
+        record["first_call_s"] = _since_frame_start(record, time.time())
+        line = _first_call_line(index, record)
+        program.runtime_remarks.append(line)
+        log.info("%s", line)
+        if explain:
+            print("\n".join(program.remarks()), flush=True)
+        return out
+
+    return run
+
+
+def _since_frame_start(record: dict, now: float) -> float:
+    """Seconds from dynamo's start on the frame being compiled (its compilation metrics)
+    to ``now``; where torch records none, from pkc's capture on (a lower bound)."""
+    try:
+        from torch._dynamo.utils import get_compilation_metrics
+
+        start = get_compilation_metrics()[-1].start_time
+        if start is not None and 0 <= now - start < 86400:
+            record["dynamo_s"] = max(0.0, (now - start) - record["first_run_s"] - record["capture_s"]
+                                     - record["pkc_s"] - record["inductor_s"])
+            return now - start
+    except Exception:  # noqa: BLE001 - torch's metrics are best effort here
+        pass
+    return record["capture_s"] + record["pkc_s"] + record["inductor_s"] + record["first_run_s"]
+
+
+def _first_call_line(index: int, r: dict) -> str:
+    hits = []
+    for name, hit, miss in (("FX-graph", "fxgraph_cache_hit", "fxgraph_cache_miss"),
+                            ("AOTAutograd", "autograd_cache_hit", "autograd_cache_miss")):
+        if r.get(hit) or r.get(miss):
+            hits.append(f"{name} cache {'hit' if r.get(hit) and not r.get(miss) else 'miss'}")
+    dynamo = f"dynamo and guards {r['dynamo_s']:.2f} s, " if "dynamo_s" in r else ""
+    return (f"pkc: graph {index}: first call {r['first_call_s']:.2f} s ({dynamo}capture "
+            f"{r['capture_s']:.2f} s, pkc {r['pkc_s']:.2f} s"
+            f"{' (IR from the disk cache)' if r['cache_hit'] else ''}, Inductor {r['inductor_s']:.2f} s"
+            f"{' (' + ', '.join(hits) + ')' if hits else ''}, first run {r['first_run_s']:.2f} s)")
+
+
 def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: str | None,
                      options: dict | None) -> Callable[..., Any]:
     """pkc's program as one torch program per rank compiled by Inductor
@@ -182,7 +260,8 @@ def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: st
 
 def backend(*, world_size: int | None = None, target: str = "h200", pipeline: str | None = None,
             dump_dir: str | os.PathLike | None = None, inductor: bool = True,
-            mode: str | None = None, options: dict | None = None, cache: bool = True) -> PkcBackend:
+            mode: str | None = None, options: dict | None = None, cache: bool = True,
+            explain: bool = False) -> PkcBackend:
     """A ``torch.compile`` backend that compiles every graph with pkc (see
     :class:`PkcBackend` for where it runs).
 
@@ -191,6 +270,8 @@ def backend(*, world_size: int | None = None, target: str = "h200", pipeline: st
     through torch). ``mode`` / ``options``: as for ``torch.compile`` with Inductor
     (``"reduce-overhead"``: CUDA graphs); ``torch.compile(..., mode=...)`` passes them too.
     ``cache``: reuse the pass pipeline's result from the disk cache
-    (:mod:`pkc.runtime.compile_cache`), keyed by graph, world, target and pipeline."""
+    (:mod:`pkc.runtime.compile_cache`), keyed by graph, world, target and pipeline.
+    ``explain``: print each graph's remarks (the passes' decisions, what Inductor compiles)
+    and its first-call time once it has run."""
     return PkcBackend(world_size=world_size, target=target, pipeline=pipeline, dump_dir=dump_dir,
-                      inductor=inductor, mode=mode, options=options, cache=cache)
+                      inductor=inductor, mode=mode, options=options, cache=cache, explain=explain)

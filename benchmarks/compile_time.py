@@ -1,0 +1,257 @@
+"""Compile time of a layer under ``torch.compile(backend=pkc.backend(...))`` (issue 18):
+cold (empty caches) and a second process (the caches the first one left), each a fresh
+Python process, against plain Inductor on the same layer.
+
+What is timed (``first_call_s``): from the start of the compiled module's first call to
+its result (synchronized on the GPU), i.e. dynamo's tracing, pkc's capture, passes (or
+its disk cache), Inductor (or its caches) and one run of the layer. Not included, and
+reported beside it: ``import torch`` (``import_torch_s``), ``import pkc``
+(``import_pkc_s``; xDSL and pkc's dialects), building the layer and the process group.
+The ``torch.compile(...)`` call itself only wraps the module (microseconds) and is
+included.
+
+    python benchmarks/compile_time.py                          # CPU: 8B MLP decode T = 16
+    python benchmarks/compile_time.py --device cuda            # GPU: 8B MLP prefill T = 512
+    python benchmarks/compile_time.py --case "llama3-8b decoder decode T=1 bf16" --repeat 3
+    python benchmarks/compile_time.py --list
+
+Every case gets a fresh cache folder (``--cache-dir``: keep it) holding pkc's and
+Inductor's caches (``PKC_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR``, Triton's under it);
+the cold process starts with it empty, the second and later ones reuse it (pkc's key is
+pinned for the run, ``PKC_COMPILE_CACHE_VERSION``: edits others make to pkc's sources
+meanwhile must not turn a second process into a cold one). ``--repeat``
+runs the second process several times. Output: per process, a line and pkc's own
+first-call line (``pkc.backend``'s remark: dynamo, capture, passes, Inductor, cache hits),
+then a table, then one JSON line (``--json``: also to a file) with each process's
+breakdown (dynamo's timers, Inductor's / AOTAutograd's cache counters, CPU seconds: on a
+loaded machine wall time is inflated, CPU time much less).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# small by default: the issue's layer on the GPU; on the CPU a decode size (a T = 512
+# bf16 matmul takes seconds on a CPU, which would only add the layer's run time)
+DEFAULT_CASES = {"cuda": ["llama3-8b mlp prefill T=512 bf16"],
+                 "cpu": ["llama3-8b mlp decode T=16 bf16"]}
+BACKENDS = ("pkc", "inductor")
+# pkc's cache key includes a hash of pkc's sources; in a tree that others edit meanwhile
+# the cold and second processes would hash different sources (a miss that no user sees),
+# so one run of this script pins it (its caches are fresh anyway)
+_VERSION = f"compile_time-{os.getpid()}-{time.time_ns()}"
+
+
+# ---------------------------------------------------------------------- one process
+
+
+def _counters() -> dict:
+    from torch._dynamo.utils import counters
+
+    keep = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass",
+            "autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass")
+    out = {}
+    for group in ("inductor", "aot_autograd"):
+        for k, v in counters[group].items():
+            if k in keep:
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def _dynamo_times() -> dict:
+    from torch._dynamo.utils import compile_times
+
+    names, values = compile_times(repr="csv", aggregate=True)
+    return {n: round(float(v), 4) for n, v in zip(names, values)}
+
+
+def child(case_words: str, device: str, backend: str, profile: str | None) -> dict:
+    """This process's first call of the compiled layer (see the module docstring)."""
+    t0 = time.perf_counter()
+    import torch
+
+    t_torch = time.perf_counter() - t0
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import models
+
+    t1 = time.perf_counter()
+    be = None
+    if backend == "pkc":
+        import pkc
+
+        be = pkc.backend(pipeline="default")
+    t_pkc = time.perf_counter() - t1
+    models._init_group(device)
+    case = next(c for c in models.all_cases() if all(w in c.label for w in case_words.split()))
+    m, x = models.build(case, device=device)
+    prof = None
+    if profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    t2, c2, k2 = time.perf_counter(), time.process_time(), sum(os.times()[2:4])
+    cm = torch.compile(m, backend=be if be is not None else "inductor", fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        y = cm(x)
+    if device != "cpu":
+        torch.cuda.synchronize()
+    first = time.perf_counter() - t2
+    first_cpu, first_children = time.process_time() - c2, sum(os.times()[2:4]) - k2
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(profile)
+    with torch.no_grad():
+        ref = m(x).float()
+    err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
+    row = {"case": case.label, "device": device, "backend": backend, "first_call_s": first,
+           "import_torch_s": t_torch, "import_pkc_s": t_pkc, "max_err_rel": err,
+           "first_call_cpu_s": first_cpu, "first_call_children_cpu_s": first_children,
+           "counters": _counters(), "dynamo": _dynamo_times()}
+    if be is not None and be.compile_times:
+        row["pkc"] = {k: (round(v, 4) if isinstance(v, float) else v)
+                      for k, v in be.compile_times[-1].items()}
+        remark = [r for r in be.programs[-1].remarks() if "first call" in r]
+        row["remark"] = remark[-1] if remark else ""
+    return row
+
+
+# ---------------------------------------------------------------------- the driver
+
+
+def run_process(case: str, device: str, backend: str, cache: Path, *, profile: str | None = None,
+                timeout: float = 900) -> dict:
+    """One fresh process's first call with ``cache`` as its cache folder."""
+    env = {**os.environ, "PKC_CACHE_DIR": str(cache / "pkc"),
+           "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+           "TRITON_CACHE_DIR": str(cache / "inductor" / "triton"),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    env.pop("PKC_COMPILE_CACHE_DIR", None)
+    env.setdefault("PKC_COMPILE_CACHE_VERSION", _VERSION)
+    cmd = [sys.executable, __file__, "--child", case, "--device", device, "--backend", backend]
+    if profile:
+        cmd += ["--profile", profile]
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    if res.returncode != 0 or not lines:
+        return {"case": case, "backend": backend, "error": res.stderr[-2000:], "process_s": wall}
+    row = json.loads(lines[-1])
+    row["process_s"] = wall
+    return row
+
+
+def measure(case: str, device: str, backends: list[str], repeat: int, cache_dir: str | None,
+            profile_dir: str | None = None) -> list[dict]:
+    rows = []
+    for backend in backends:
+        cache = Path(cache_dir) / backend if cache_dir else Path(tempfile.mkdtemp(prefix="pkc-ct-"))
+        if cache.exists() and cache_dir:
+            shutil.rmtree(cache)
+        cache.mkdir(parents=True, exist_ok=True)
+        try:
+            for k in range(1 + repeat):
+                prof = None
+                if profile_dir:
+                    prof = str(Path(profile_dir) / f"{backend}-{k}.prof")
+                row = run_process(case, device, backend, cache, profile=prof)
+                row["run"] = "cold" if k == 0 else f"second{k if repeat > 1 else ''}"
+                rows.append(row)
+                print(_line(row), file=sys.stderr, flush=True)
+        finally:
+            if not cache_dir:
+                shutil.rmtree(cache, ignore_errors=True)
+    return rows
+
+
+def _line(r: dict) -> str:
+    if "error" in r:
+        return f"{r['case']:<38} {r['backend']:<9} {r.get('run', ''):<8} ERROR {r['error'].splitlines()[-1:]}"
+    pkc = r.get("pkc", {})
+    hits = r.get("counters", {})
+    parts = [f"{r['case']:<38} {r['backend']:<9} {r['run']:<8}",
+             f"first call {r['first_call_s']:7.2f} s (cpu {r['first_call_cpu_s']:5.2f} + "
+             f"{r['first_call_children_cpu_s']:5.2f} s)", f"import pkc {r['import_pkc_s']:5.2f} s"]
+    if pkc:
+        parts.append(f"pkc {pkc.get('pkc_s', 0):5.2f} s (cache {'hit' if pkc.get('cache_hit') else 'miss'})"
+                     f" inductor {pkc.get('inductor_s', 0):5.2f} s")
+    parts.append("fx %s/%s aot %s/%s" % (hits.get("fxgraph_cache_hit", 0), hits.get("fxgraph_cache_miss", 0),
+                                        hits.get("autograd_cache_hit", 0), hits.get("autograd_cache_miss", 0)))
+    line = " | ".join(parts)
+    return line + (f"\n    {r['remark']}" if r.get("remark") else "")
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| case | backend | run | first call (s) | its CPU: process + children (s) | import pkc (s) "
+            "| pkc: capture (s) | pkc: passes (s) | pkc IR cache | Inductor part (s) "
+            "| FX-graph cache hit/miss | AOTAutograd cache hit/miss |")
+    out = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['case']} | {r['backend']} | {r.get('run', '')} | error |" + " |" * 8)
+            continue
+        p, c = r.get("pkc", {}), r.get("counters", {})
+        out.append(f"| {r['case']} | {r['backend']} | {r['run']} | {r['first_call_s']:.2f} | "
+                   f"{r['first_call_cpu_s']:.2f} + {r['first_call_children_cpu_s']:.2f} | "
+                   f"{r['import_pkc_s']:.2f} | {p.get('capture_s', float('nan')):.2f} | "
+                   f"{p.get('pkc_s', float('nan')):.2f} | "
+                   f"{'hit' if p.get('cache_hit') else ('miss' if p else '-')} | "
+                   f"{p.get('inductor_s', float('nan')):.2f} | "
+                   f"{c.get('fxgraph_cache_hit', 0)}/{c.get('fxgraph_cache_miss', 0)} | "
+                   f"{c.get('autograd_cache_hit', 0)}/{c.get('autograd_cache_miss', 0)} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--case", action="append", default=[],
+                    help="words of a benchmarks/models.py case label (repeatable)")
+    ap.add_argument("--backends", default="pkc,inductor", help="comma-separated: pkc, inductor")
+    ap.add_argument("--repeat", type=int, default=1, help="second processes per case (default 1)")
+    ap.add_argument("--cache-dir", default=None, help="keep the caches here (default: a temp folder)")
+    ap.add_argument("--profile-dir", default=None, help="cProfile each process's first call here")
+    ap.add_argument("--json", default=None, help="also write the JSON to this file")
+    ap.add_argument("--list", action="store_true", help="print the default cases and exit")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--backend", default="pkc", help=argparse.SUPPRESS)
+    ap.add_argument("--profile", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.device, args.backend, args.profile)), flush=True)
+        os._exit(0)  # the process group and Inductor's worker pool need no orderly teardown
+    cases = args.case or DEFAULT_CASES[args.device]
+    if args.list:
+        print("\n".join(cases))
+        return 0
+    backends = [b for b in args.backends.split(",") if b]
+    for b in backends:
+        if b not in BACKENDS:
+            ap.error(f"--backends: unknown backend {b!r} (one of {', '.join(BACKENDS)})")
+    if args.profile_dir:
+        os.makedirs(args.profile_dir, exist_ok=True)
+    rows = []
+    for case in cases:
+        rows += measure(case, args.device, backends, args.repeat, args.cache_dir, args.profile_dir)
+    print(table(rows))
+    text = json.dumps({"device": args.device, "rows": rows})
+    print(text)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(text + "\n")
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
