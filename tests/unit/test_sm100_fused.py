@@ -60,9 +60,11 @@ def _rs(W: int, Mc: int, N: int, K: int, layout: str, target: str = "b200",
 
 
 @functools.cache
-def _ar(W: int, Mc: int = 19, N: int = 40, K: int = 24, target: str = "b200"):
+def _ar(W: int, Mc: int = 19, N: int = 40, K: int = 24, target: str = "b200",
+        deterministic: bool = False):
     m = mm_all_reduce(W, Mc, N, K)
-    for p in parse_pipeline(f"schedule-fused{{target={target}}},dce"):
+    det = " deterministic=true" if deterministic else ""
+    for p in parse_pipeline(f"schedule-fused{{target={target}{det}}},dce"):
         p.apply(make_context(), m)
     return m
 
@@ -151,13 +153,26 @@ def test_a_wgmma_variant_is_refused_for_a_tensor_memory_target():
 EMU_RS = {1: (37, 40, 24, "nk"), 2: (45, 40, 24, "kn"), 4: (19, 48, 24, "kn")}
 
 
-@pytest.mark.parametrize("W", [1, 2])
-def test_emulator_runs_sm100_gemm_reduce_scatter_bitwise(W):
-    m = _rs(W, *EMU_RS[W])
-    res = check_module(m, random_inputs(m, W, 0, "mm_rs"), W, target="sm_100a",
-                       func_name="mm_rs", exact=True)
+# (kind, W): the kernels the emulator must run bitwise equal to the interpreter (one
+# order of adds: W <= 2, or W = 4 deterministic; the all-gather moves data, rounds once).
+# The all-reduce at W = 4 is the pair: the reduce-scatter kernel, then the pull gather.
+EMU_EXACT = [("rs", 1), ("rs", 2), ("ar", 1), ("ar", 2), ("ar", 4), ("ag", 1), ("ag", 2),
+             ("ag", 4)]
+_KIND = {"rs": (lambda W: _rs(W, *EMU_RS[W]), "mm_rs", lambda W: ["matmul_reduce_scatter"]),
+         "ar": (lambda W: _ar(W, deterministic=True), "mm_ar",
+                lambda W: (["matmul_all_reduce"] if W <= 2
+                           else ["matmul_reduce_scatter", "all_gather_agp"])),
+         "ag": (lambda W: _ag(W), "ag_mm", lambda W: ["all_gather_matmul"])}
+
+
+@pytest.mark.parametrize("kind,W", EMU_EXACT, ids=[f"{k}-w{w}" for k, w in EMU_EXACT])
+def test_emulator_runs_the_sm100_kernel_bitwise(kind, W):
+    build, func, kernels = _KIND[kind]
+    m = build(W)
+    res = check_module(m, random_inputs(m, W, 0, func), W, target="sm_100a",
+                       func_name=func, exact=True)
     assert res.ok, str(res.difference)
-    assert [k.kernel for k in res.kernels] == ["matmul_reduce_scatter"]
+    assert [k.kernel for k in res.kernels] == kernels(W)
 
 
 def test_emulator_runs_sm100_gemm_reduce_scatter_w4():
@@ -173,24 +188,6 @@ def test_emulator_runs_sm100_gemm_reduce_scatter_w4():
     got = emulate(compile_kernel(kop, "sm_100a"), inputs, kop=kop)
     for r in range(4):
         torch.testing.assert_close(got[r][0], ref[0][r], rtol=2e-2, atol=4 / 16)
-
-
-@pytest.mark.parametrize("W", [1, 2])
-def test_emulator_runs_sm100_gemm_all_reduce_bitwise(W):
-    m = _ar(W)
-    res = check_module(m, random_inputs(m, W, 0, "mm_ar"), W, target="sm_100a",
-                       func_name="mm_ar", exact=True)
-    assert res.ok, str(res.difference)
-    assert [k.kernel for k in res.kernels] == ["matmul_all_reduce"]
-
-
-@pytest.mark.parametrize("W", [1, 2, 4])
-def test_emulator_runs_sm100_all_gather_gemm_bitwise(W):
-    m = _ag(W)
-    res = check_module(m, random_inputs(m, W, 0, "ag_mm"), W, target="sm_100a",
-                       func_name="ag_mm", exact=True)
-    assert res.ok, str(res.difference)
-    assert [k.kernel for k in res.kernels] == ["all_gather_matmul"]
 
 
 # ---- (c) ptxas, (d) the MMA path is the only difference ---------------------------------
