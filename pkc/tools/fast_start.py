@@ -56,9 +56,16 @@ def _asyncio_stand_in() -> tuple[types.ModuleType, types.ModuleType]:
 _CACHE_MAX_ENTRIES = 20_000
 
 
-def code_cache_path() -> Path:
+def code_cache_path() -> Path | None:
     """The file of compiled ``@dataclass`` methods: in pkc's ``__pycache__`` (ignored by
-    git, like the byte code), one per Python version (marshal's format is per version)."""
+    git, like the byte code), one per Python version (marshal's format is per version).
+    The environment variable ``PKC_CODE_CACHE`` names another file, or with ``0`` turns
+    the cache off (``None``)."""
+    chosen = os.environ.get("PKC_CODE_CACHE")
+    if chosen == "0":
+        return None
+    if chosen:
+        return Path(chosen)
     package = Path(__file__).resolve().parents[1]
     return package / "__pycache__" / f"dataclass_code.{sys.implementation.cache_tag}.marshal"
 
@@ -131,9 +138,10 @@ def light_imports() -> Iterator[None]:
         if "asyncio" not in sys.modules:
             stand_in = _asyncio_stand_in()
             sys.modules["asyncio"], sys.modules["asyncio.coroutines"] = stand_in
-        if "exec" not in vars(dataclasses) and os.environ.get("PKC_NO_CODE_CACHE") != "1":
-            if _cache is None:
-                _cache = _CodeCache(code_cache_path())
+        path = code_cache_path()
+        if "exec" not in vars(dataclasses) and path is not None:
+            if _cache is None or _cache.path != path:
+                _cache = _CodeCache(path)
             dataclasses.exec = _cache.exec  # type: ignore[attr-defined]
             installed_cache = True
     _depth += 1
