@@ -174,11 +174,12 @@ class Builder:
             self.add(ptx.YieldOp())
 
     def for_carried(self, lb: IntOrReg, ub: IntOrReg, step: IntOrReg, inits: Sequence[Reg],
-                    type: str = "s64", at_least_once: bool = False) -> tuple[ptx.ForOp, Block]:
+                    type: str = "s64", at_least_once: bool = False,
+                    next_iv: bool = False) -> tuple[ptx.ForOp, Block]:
         """A loop with carried values: the caller fills ``block`` (args: iv, carried...)
         under ``with b.at(block)`` and ends it with a ``ptx.YieldOp``. ``at_least_once``:
         the caller knows lb < ub, so the test sits at the bottom (one branch per trip)."""
         conv = self.s64 if type == "s64" else self.u32
-        op = ptx.ForOp(conv(lb), conv(ub), conv(step), list(inits), type, at_least_once)
+        op = ptx.ForOp(conv(lb), conv(ub), conv(step), list(inits), type, at_least_once, next_iv)
         self.add(op)
         return op, op.block

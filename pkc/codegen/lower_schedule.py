@@ -36,6 +36,7 @@ from pkc.codegen.errors import CodegenError
 from pkc.codegen.lower_schedule_mma import (lower_acc_store_global, lower_acc_store_smem, lower_mma,
                                              thread_geometry)
 from pkc.dialects import schedule as s
+from pkc.dialects.schedule_clc import ClcTileLoopOp
 from pkc.dialects.kernel import KernelOp
 
 SMEM_ALIGN = 1024
@@ -154,7 +155,8 @@ def lower_tma_kernel(kop: KernelOp, target: str, entry_name: str, extend=None
     meta = ScheduledKernelMeta(
         name=entry_name, target=target, threads=sched.threads.data, cluster=sched.cluster.data,
         smem_bytes=0, buffers=[_ident(f"buf{i}") for i in range(len(args))],
-        tmaps=[TMAP_ARGS[type(t)](t, args) for t in tmap_ops], tiles=_tiles(sched))
+        tmaps=[TMAP_ARGS[type(t)](t, args) for t in tmap_ops], tiles=_tiles(sched),
+        clc=any(isinstance(o, ClcTileLoopOp) for o in sched.walk()))
     if extend is not None:
         extend.meta(meta)
     entry = ptx.EntryOp(entry_name, meta.params(), sched.threads.data, 0,
@@ -197,7 +199,7 @@ def _check_sm90(kop: KernelOp, sched: s.ScheduleOp) -> None:
 def _tiles(sched: s.ScheduleOp) -> int:
     """Tiles (CTAs worth of work) of the schedule's first tile loop: the grid's bound."""
     for op in sched.walk():
-        if isinstance(op, s.TileLoopOp):
+        if isinstance(op, (s.TileLoopOp, ClcTileLoopOp)):
             m, n = (_const(v) for v in (op.m, op.n))
             if m is not None and n is not None:
                 return -(-m // op.bm.data) * -(-n // op.bn.data)

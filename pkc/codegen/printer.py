@@ -108,8 +108,14 @@ class _Printer:
         self.block(op.block)
         term = op.block.last_op
         assert isinstance(term, ptx.YieldOp)
-        self.parallel_copy([(n(arg), n(v), _mov_type(arg)) for arg, v in zip(carried, term.values)])
-        self.emit(f"add.{t} {ivn}, {ivn}, {n(op.step)};")
+        if op.next_iv is not None:      # the body computed the next iv (a while loop)
+            nxt, *vals = term.values
+            self.parallel_copy([(ivn, n(nxt), mov_t)]
+                               + [(n(arg), n(v), _mov_type(arg)) for arg, v in zip(carried, vals)])
+        else:
+            self.parallel_copy([(n(arg), n(v), _mov_type(arg))
+                                for arg, v in zip(carried, term.values)])
+            self.emit(f"add.{t} {ivn}, {ivn}, {n(op.step)};")
         if bottom:
             self.emit(f"setp.lt.{t} {p}, {ivn}, {n(op.ub)};")
             self.emit(f"@{p} bra {head};")

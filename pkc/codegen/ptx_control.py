@@ -87,7 +87,9 @@ class YieldOp(IRDLOperation):
 @irdl_op_definition
 class ForOp(IRDLOperation):
     """``for (iv = lb; iv < ub; iv += step)`` with loop-carried registers (signed compare
-    of ``type``, s32 or s64). Printed as a head test, the body and a back branch."""
+    of ``type``, s32 or s64). Printed as a head test, the body and a back branch.
+    ``next_iv``: a loop whose next iv the body computes (a while loop: cluster launch
+    control's tile loop); the body's yield starts with it, ``step`` is unused."""
 
     name = "ptx.for"
     lb = operand_def(RegType)
@@ -96,16 +98,19 @@ class ForOp(IRDLOperation):
     inits = var_operand_def(RegType)
     type = attr_def(StringAttr)
     at_least_once = opt_attr_def(IntAttr)   # the caller knows lb < ub: test at the bottom
+    next_iv = opt_attr_def(IntAttr)         # the yield's first value is the next iv
     res = var_result_def(RegType)
     body = region_def("single_block")
 
     def __init__(self, lb: SSAValue, ub: SSAValue, step: SSAValue, inits: Sequence[SSAValue],
-                 type: str = "s64", at_least_once: bool = False):
+                 type: str = "s64", at_least_once: bool = False, next_iv: bool = False):
         iv_kind = reg_kind(lb)
         block = Block(arg_types=[RegType(iv_kind), *[v.type for v in inits]])
         attrs = {"type": StringAttr(type)}
         if at_least_once:
             attrs["at_least_once"] = IntAttr(1)
+        if next_iv:
+            attrs["next_iv"] = IntAttr(1)
         super().__init__(operands=[lb, ub, step, list(inits)],
                          result_types=[[v.type for v in inits]],
                          regions=[Region(block)], attributes=attrs)
@@ -116,8 +121,10 @@ class ForOp(IRDLOperation):
 
     def verify_(self) -> None:
         term = self.block.last_op
-        if not isinstance(term, YieldOp) or len(term.values) != len(self.inits):
-            raise VerifyException("'ptx.for' body must end in a ptx.yield of its carried values")
+        extra = 1 if self.next_iv is not None else 0
+        if not isinstance(term, YieldOp) or len(term.values) != len(self.inits) + extra:
+            raise VerifyException("'ptx.for' body must end in a ptx.yield of its carried values"
+                                  + (" after the next iv" if extra else ""))
 
 
 @irdl_op_definition

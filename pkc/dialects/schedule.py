@@ -99,7 +99,10 @@ from pkc.dialects.schedule_ag import AG_OPS  # noqa: E402
 # and the MoE kernel's (the grouped tile loop over run-time row counts, count words)
 from pkc.dialects.schedule_moe import MOE_OPS  # noqa: E402
 
-PKS = Dialect("pks", SCHEDULE_OPS + COMM_OPS + FUSED_OPS + AG_OPS + MOE_OPS,
+# and the tile loop under cluster launch control (sm_100a)
+from pkc.dialects.schedule_clc import CLC_OPS  # noqa: E402
+
+PKS = Dialect("pks", SCHEDULE_OPS + COMM_OPS + FUSED_OPS + AG_OPS + MOE_OPS + CLC_OPS,
               SCHEDULE_TYPES + COMM_TYPES)
 
 __all__ = ["PKS", "RoleKind", "BMajor", *[c.__name__ for c in SCHEDULE_OPS + SCHEDULE_TYPES]]

@@ -41,11 +41,16 @@ def _for_head(m, ins, g):
 
 
 def _for_latch(m, ins, g):
-    """The carried registers take the yielded values (a parallel copy), iv += step."""
+    """The carried registers take the yielded values (a parallel copy), iv += step (or,
+    with ``next_iv``, iv = the first yielded value)."""
     t = ins.owner.type.data
     iv, step = g.get(ins.args[0], t), g.get(ins.args[1], t)
     vals = [g.get(s) for s in ins.args[2:]]
-    g.set(ins.res[0], iv + step)
+    if ins.owner.next_iv is not None:
+        nxt, vals = vals[0], vals[1:]
+        g.set(ins.res[0], nxt)
+    else:
+        g.set(ins.res[0], iv + step)
     for dst, v in zip(ins.res[1:], vals):
         g.set(dst, v)
     m.pc[g.idx] = ins.target

@@ -49,12 +49,14 @@ from xdsl.ir import Block, Operation, SSAValue
 from pkc.dialects import schedule as s
 from pkc.dialects import schedule_ag as sag
 from pkc.dialects import schedule_fused as sf
+from pkc.dialects.schedule_clc import ClcTileLoopOp
 from pkc.dialects.kernel import AllocOp, KernelOp
 from pkc.dialects.schedule_comm import GridValueOp
 from pkc.interp import schedule_comm as comm
 from pkc.interp import schedule_ag as _ag_rules  # noqa: F401  (registers its rules)
 from pkc.interp import schedule_fused as _fused_rules  # noqa: F401  (registers its rules)
 from pkc.interp import schedule_moe as _moe_rules  # noqa: F401  (registers its rules)
+from pkc.interp import schedule_clc as _clc_rules  # noqa: F401  (registers its rules)
 from pkc.interp.kernel import _ARITH, _cmpi, _constant
 from pkc.interp.schedule_ops import SIMPLE, Tmap, grouped_tile
 from pkc.interp.schedule_rules import (BLOCKED, BLOCKING_RULES, KERNEL_RULES, SIMPLE_RULES,
@@ -149,7 +151,7 @@ class ScheduleRun:
             return ctas
         tiles = 1
         for op in self.sched.walk():
-            if isinstance(op, (s.TileLoopOp, sf.ChunkTileLoopOp)):
+            if isinstance(op, (s.TileLoopOp, sf.ChunkTileLoopOp, ClcTileLoopOp)):
                 m, n = op.m.owner, op.n.owner
                 if isinstance(m, arith.ConstantOp) and isinstance(n, arith.ConstantOp):
                     num_m = -(-_constant(m) // op.bm.data)

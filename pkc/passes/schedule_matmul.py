@@ -36,6 +36,7 @@ from pkc.dialects import kernel as k
 from pkc.dialects.types import BufferType
 from pkc.passes.gemm_schedule import build_gemm
 from pkc.passes.gemm_schedule_tmem import build_gemm_tmem
+from pkc.passes.gemm_schedule_clc import ClcParts
 from pkc.passes.gemm_schedule_tmem_pair import build_gemm_tmem_pair
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, set_plan
@@ -155,15 +156,19 @@ def _schedule_tmem(op: g.MatmulOp, num_sms: int) -> None:
     if cfg.pair:
         build_gemm_tmem_pair(block, A, B, C, M, N, K, cfg)
     else:
-        build_gemm_tmem(block, A, B, C, M, N, K, cfg)
+        build_gemm_tmem(block, A, B, C, M, N, K, cfg, ClcParts() if cfg.clc else None)
     block.add_op(k.YieldOp())
     kop = k.KernelOp("matmul", 1, [a, b_val], [op.result.type], Region(block))
     set_plan(kop, pattern="gemm", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages, consumers=1,
              cluster=cfg.cluster, epilogue=Epilogue.GLOBAL, b_layout=layout, group_m=cfg.group_m,
-             acc="tmem", acc_bufs=cfg.acc_bufs, **({"cta_group": 2} if cfg.pair else {}))
+             acc="tmem", acc_bufs=cfg.acc_bufs, **({"cta_group": 2} if cfg.pair else {}),
+             **({"scheduler": "clc"} if cfg.clc else {}))
     tiles = -(-M // cfg.bm) * -(-N // cfg.bn)
     pair = (f"CTA pairs (cta_group::2, {-(-M // (2 * cfg.bm)) * -(-N // cfg.bn)} tiles of "
             f"{2 * cfg.bm}x{cfg.bn}, B split over the pair), " if cfg.pair else "")
+    if cfg.clc:
+        pair += ("tiles handed out by cluster launch control (one CTA per tile, running CTAs "
+                 "cancel and take the ones not started), ")
     add_remark(kop, f"scheduled GEMM {M}x{N}x{K} {dt}: {cfg.tag()} ({pair}{tiles} tiles over "
                f"{num_sms} SMs, accumulators in tensor memory, MMA and epilogue roles "
                f"overlapping; B read as {'[N, K]' if layout is BLayout.NK else '[K, N]'})")

@@ -42,6 +42,10 @@ class TmemGemmConfig(StageBytes):
     # 128 rows of A and bn / 2 rows of B; one MMA thread of the even CTA issues M = 256
     # MMAs reading both CTAs' shared memory into both tensor memories
     pair: bool = False
+    # cluster launch control: one CTA per tile is launched and the running ones take the
+    # tiles of CTAs not started yet (a dynamic persistent scheduler), instead of the
+    # static tile += grid loop
+    clc: bool = False
 
     threads = 384
 
@@ -77,12 +81,15 @@ class TmemGemmConfig(StageBytes):
         return 2 if self.pair else 1
 
     def tag(self) -> str:
-        epi = "" if self.epilogue is Epilogue.TMA else "_global"
+        epi = ("" if self.epilogue is Epilogue.TMA else "_global") + ("_clc" if self.clc else "")
         if self.pair:
             return f"{2 * self.bm}x{self.bn}_pair_s{self.stages}_tmem{self.acc_bufs}{epi}"
         return f"{self.bm}x{self.bn}_s{self.stages}_tmem{self.acc_bufs}{epi}"
 
     def validate(self) -> None:
+        if self.pair and self.clc:
+            raise ValueError(f"tmem GEMM {self.tag()}: cluster launch control is built for "
+                             "single CTAs, not CTA pairs, yet")
         if self.pair and (self.b_layout is not BLayout.NK or self.bn % 32):
             raise ValueError(f"tmem GEMM {self.tag()}: a CTA pair reads B as [N, K] with bn a "
                              "multiple of 32 (bn / 2 rows of B in each CTA)")
@@ -131,7 +138,11 @@ def choose_tmem_config(M: int, N: int, K: int, dtype: str, b_layout: BLayout | s
     pair = (b_layout is BLayout.NK and bn % 32 == 0 and num_m >= PAIR_MIN_ROW_BLOCKS
             and -(-(-(-num_m // 2) * num_n) // max(1, num_sms // 2))
             <= -(-(num_m * num_n) // num_sms))
-    cfg = TmemGemmConfig(bn=bn, dtype=dtype, b_layout=b_layout, pair=pair)
+    # more tiles than SMs (and no pair): the tiles a CTA takes after its first come from
+    # cluster launch control, so a CTA that starts late or an SM another kernel holds does
+    # not leave a fixed share of the tiles to the end (unmeasured)
+    clc = not pair and num_m * num_n > num_sms
+    cfg = TmemGemmConfig(bn=bn, dtype=dtype, b_layout=b_layout, pair=pair, clc=clc)
     cfg = cfg.with_(stages=stages_for(bn, cfg.epi_bytes, pair))
     cfg.validate()
     return cfg
