@@ -350,3 +350,7 @@ EXTRA_LOWERINGS.update({
 })
 KERNEL_LOWERINGS.append((is_comm_kernel, lower_comm_kernel))
 BEFORE_SETUP_BARRIER.add(c.EpochOp)
+
+# pks.vec_sum_slots (the slot sum of large worlds) lowers in its own module, on the helpers
+# above; importing it registers it
+from pkc.codegen import lower_schedule_comm_sum  # noqa: E402,F401

@@ -92,6 +92,8 @@ SCHEDULE_TYPES = [TmapType, SmemType, MbarriersType, AccType]
 # the communication ops of the same dialect (peer pointers, epochs, signals, LL packets,
 # vector copies); that module imports nothing from this one
 from pkc.dialects.schedule_comm import COMM_OPS, COMM_TYPES  # noqa: E402
+# (and the slot sum that large worlds use instead of W loads and a pks.vec_sum)
+from pkc.dialects.schedule_comm_sum import SUM_OPS  # noqa: E402
 # and the fused GEMM + collective ops (peer tensor maps, the chunked tile loop, store-or-add)
 from pkc.dialects.schedule_fused import FUSED_OPS  # noqa: E402
 from pkc.dialects.schedule_ag import AG_OPS  # noqa: E402
@@ -102,7 +104,7 @@ from pkc.dialects.schedule_moe import MOE_OPS  # noqa: E402
 # and the tile loop under cluster launch control (sm_100a)
 from pkc.dialects.schedule_clc import CLC_OPS  # noqa: E402
 
-PKS = Dialect("pks", SCHEDULE_OPS + COMM_OPS + FUSED_OPS + AG_OPS + MOE_OPS + CLC_OPS,
+PKS = Dialect("pks", SCHEDULE_OPS + COMM_OPS + SUM_OPS + FUSED_OPS + AG_OPS + MOE_OPS + CLC_OPS,
               SCHEDULE_TYPES + COMM_TYPES)
 
 __all__ = ["PKS", "RoleKind", "BMajor", *[c.__name__ for c in SCHEDULE_OPS + SCHEDULE_TYPES]]

@@ -49,7 +49,9 @@ from pkc.dialects.schedule_mma import AccPieceOp
 from pkc.dialects.schedule_structure import check_tile_loop
 from pkc.dialects.types import BufferType
 
-MAX_CHUNKS = 32
+# chunks of a chunked tile loop / peers of a tensor map: one per rank of the largest
+# NVLink domain pkc plans for (nvl72), with room
+MAX_CHUNKS = 128
 
 
 def _fail(op: str, msg: str) -> None:

@@ -24,6 +24,7 @@ import torch
 from xdsl.dialects import arith
 
 from pkc.dialects import schedule_comm as c
+from pkc.dialects.schedule_comm_sum import VecSumSlotsOp
 from pkc.dialects.kernel import KernelOp
 from pkc.dialects.plan import ScheduleKind, schedule_kind
 from pkc.interp.schedule_rules import BLOCKED, blocking, simple
@@ -297,6 +298,27 @@ def _vec_sum(R, a: Actor, op: c.VecSumOp, env) -> bool:
         x = env[v].contiguous().view(dt).float()
         acc = x if acc is None else acc + x
     env[op.result] = acc.to(dt).view(torch.int32).reshape(a.lanes, 4)
+    return False
+
+
+@simple(VecSumSlotsOp)
+def _vec_sum_slots(R, a: Actor, op: VecSumSlotsOp, env) -> bool:
+    """Slot q at vector ``index + offset + q * stride``, q = 0 .. count-1, summed as
+    ``pks.vec_sum`` sums its operands (f32, in q order, rounded once); every slot read is
+    checked as a ``pks.vec_load`` of it would be."""
+    dt = _DT[op.dtype.data]
+    idx, off, stride = env[op.index], env[op.offset], env[op.stride]
+    below = (lanes(idx, a.lanes) < env[op.bound]) if op.bound is not None else None
+    act = active(a, below)
+    out = _poison(a.lanes)
+    if bool(act.any()):
+        acc = None
+        for q in range(op.count.data):
+            g, w = _vec_words(R, a, op, env[op.ptr], idx, off + q * stride, act)
+            x = g.read(a, a.at(op), w).contiguous().view(dt).float()
+            acc = x if acc is None else acc + x
+        out[act] = acc.to(dt).view(torch.int32).reshape(-1, 4)
+    env[op.result] = out
     return False
 
 

@@ -34,6 +34,12 @@ every peer's kernel of epoch e read it):
 
 Loops over peers visit d = rank + 1, ..., rank + W (mod W): at every step the ranks'
 destinations form a permutation (no incast on rank 0).
+
+Large worlds (up to 72, an NVL72 domain): a loop that stores each vector to several peers
+takes at most ``PUSH_DESTS`` of them (the peer addresses stay in registers across the loop:
+at W = 72 one loop of 72 destinations spilled, ptxas -arch=sm_90a, 616 bytes in the
+all-gather); more destinations run as several loops over the same slice (the source is
+read again, from L2).
 """
 
 from __future__ import annotations
@@ -46,7 +52,18 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from pkc.dialects import schedule as s
 from pkc.dialects import schedule_comm as c
+from pkc.dialects.schedule_comm_sum import VecSumSlotsOp
 from pkc.target.comm_tuning import THREADS, CommConfig, CommKind
+
+# peers one push loop stores each vector to (see the module doc: registers at large W)
+PUSH_DESTS = 8
+# ranks whose slots a reduce loads at once (W loads, one pks.vec_sum); above, a loop over
+# the slots (pks.vec_sum_slots): the W-load form spilled at W = 64 and 72 (reduce-scatter
+# W = 72: 1348 bytes) and assembled without at 16, 32 and 48 (ptxas -arch=sm_90a)
+SUM_UNROLLED_MAX = 16
+# other ranks' chunks one copy-out loop of the two-shot takes (their addresses live across
+# the loop); at W = 72 one loop of 71 spilled (ptxas -arch=sm_90a)
+GATHER_SOURCES = 8
 
 
 class _B:
@@ -186,8 +203,13 @@ class CommBuilder:
 
     def push(self, lo, hi, src_ptr, dests: list[tuple[SSAValue, SSAValue | None]],
              cache=c.CacheHint.NC) -> None:
-        """x = src[v]; x to ``base + (v + off)`` for every (base, off) of ``dests``."""
+        """x = src[v]; x to ``base + (v + off)`` for every (base, off) of ``dests`` (in
+        loops of at most PUSH_DESTS destinations)."""
         b = self.b
+        if len(dests) > PUSH_DESTS:
+            for i in range(0, len(dests), PUSH_DESTS):
+                self.push(lo, hi, src_ptr, dests[i:i + PUSH_DESTS], cache)
+            return
         op, vs = self.loop(lo, hi, self.cfg.unroll)
         with b.at(op.block):
             xs = [b.r(c.VecLoadOp(src_ptr, v, hi, cache)) for v in vs]
@@ -197,10 +219,18 @@ class CommBuilder:
 
     def reduce(self, lo, hi, src_off, stride: SSAValue, dests) -> None:
         """r = rank-order sum over q of own ``sym[src_off + q * stride + v]``; r to every
-        (base, off[, pred]) of ``dests`` (where pred holds)."""
+        (base, off[, pred]) of ``dests`` (where pred holds). Above SUM_UNROLLED_MAX ranks
+        one ``pks.vec_sum_slots`` per vector (a loop over the slots) instead of W loads."""
         b, W = self.b, self.W
-        offs = [b.add_(b.mul(stride, q), src_off) if q else src_off for q in range(W)]
         own = self.ptr(self.sym)
+        if W > SUM_UNROLLED_MAX:
+            op, (v,) = self.loop(lo, hi, 1)
+            with b.at(op.block):
+                z = b.r(VecSumSlotsOp(own, v, src_off, stride, hi, W, self.cfg.dtype))
+                for base, off, *pred in dests:
+                    b.add(c.VecStoreOp(base, v, hi, z, off, pred[0] if pred else None))
+            return
+        offs = [b.add_(b.mul(stride, q), src_off) if q else src_off for q in range(W)]
         # W loads of 4 registers per vector: about 8 vectors in flight per thread
         op, vs = self.loop(lo, hi, max(1, min(self.cfg.unroll, 8 // W)))
         with b.at(op.block):
@@ -314,15 +344,20 @@ class CommBuilder:
         self.barrier_phase(2)
         if self.cfg.groups > 1:
             self.group_turn(wait=False)
-        if push_gather:
-            mine = self.ptr(self.sym)
-            sources = [(self.rank_plus(i), mine) for i in range(1, W)]
-        else:
-            sources = []
-            for i in range(1, W):
-                q = self.rank_plus(i)
-                sources.append((q, self.peer(self.sym, q)))
-        self.gather_chunks(sources)
+        # above GATHER_SOURCES peers: loops of GATHER_SOURCES chunks, each computing its
+        # chunks' ranks and addresses just before it (not all W - 1 live across them)
+        groups = ([range(1, W)] if W - 1 <= GATHER_SOURCES else
+                  [range(g, min(W, g + GATHER_SOURCES)) for g in range(1, W, GATHER_SOURCES)])
+        for peers in groups:
+            if push_gather:
+                mine = self.ptr(self.sym)
+                sources = [(self.rank_plus(i), mine) for i in peers]
+            else:
+                sources = []
+                for i in peers:
+                    q = self.rank_plus(i)
+                    sources.append((q, self.peer(self.sym, q)))
+            self.gather_chunks(sources)
 
     def group_turn(self, wait: bool) -> None:
         """CTA c belongs to group c / ceil(G / groups). Wait: a CTA of a later group waits

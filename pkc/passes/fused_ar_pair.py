@@ -33,7 +33,7 @@ from pkc.passes.remarks import add_remark, set_plan
 from pkc.passes.schedule_collectives import build_collective
 from pkc.target.comm_tuning import choose_pull_gather
 from pkc.target.cost import Pattern
-from pkc.target.fused_tuning import FusedKind
+from pkc.target.fused_tuning import RS_MAX_WORLD, FusedKind
 from pkc.target.targets import get_target
 
 PATTERN = Pattern.MM_ALL_REDUCE
@@ -55,6 +55,10 @@ def why_not(kop: k.KernelOp, dtype_of: Callable) -> str | None:
     if dt is None or dtype_of(b) != dt or dtype_of(y) != dt:
         return f"{PATTERN}: operands and result must all be bf16 or f16 ({a}, {b} -> {y})"
     W = kop.world_size
+    if W > RS_MAX_WORLD:
+        return (f"{PATTERN} at W = {W}: its GEMM + reduce-scatter kernel keeps one mask bit "
+                f"per chunk owner and a tensor map per peer, up to W = {RS_MAX_WORLD} "
+                "(pkc.target.fused_tuning.RS_MAX_WORLD); the portable path runs it")
     (M, K), (K2, N) = a.get_shape(), b.get_shape()
     if K != K2 or tuple(y.get_shape()) != (M, N):
         return f"{PATTERN}: A {a} x B {b} -> {y} is not a product"

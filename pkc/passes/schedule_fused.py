@@ -62,7 +62,7 @@ from pkc.passes.pipelines import FUSED_ARCHS, unlowered_arch
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle, Pattern
-from pkc.target.fused_tuning import FusedKind, rs_into_output
+from pkc.target.fused_tuning import RS_MAX_WORLD, FusedKind, rs_into_output
 from pkc.target.gemm_tuning import check_variant
 from pkc.target.targets import get_target
 
@@ -90,6 +90,13 @@ def fusion_pattern(kop: k.KernelOp) -> Pattern | None:
         Pattern.parse(pattern, f"kernel @{kop.kernel_name.data}: pk.fusion.pattern")
 
 
+def rs_world_reason(pattern, W: int) -> str:
+    """Why a GEMM + reduce-scatter over W > RS_MAX_WORLD ranks stays unscheduled."""
+    return (f"{pattern} at W = {W}: the scheduled GEMM + reduce-scatter keeps one mask bit "
+            f"per chunk owner and a tensor map per peer, up to W = {RS_MAX_WORLD} "
+            "(pkc.target.fused_tuning.RS_MAX_WORLD); the portable path runs it")
+
+
 def why_not(kop: k.KernelOp) -> str | None:
     """Why a fused kernel cannot be scheduled (None: it can)."""
     pattern = fusion_pattern(kop)
@@ -97,6 +104,8 @@ def why_not(kop: k.KernelOp) -> str | None:
         return f"pattern {pattern}: not scheduled yet (the portable path runs it)"
     if pattern is Pattern.MM_ALL_REDUCE:
         return why_not_ar(kop, _dtype)
+    if kop.world_size > RS_MAX_WORLD:
+        return rs_world_reason(pattern, kop.world_size)
     fz = _fusion(kop)  # overlap's column / row-block scatter layouts are not built here
     layout = [getattr(fz.get(key), "value", None) for key in ("scatter_dim", "batches")]
     layout = [d if v is None else v.data for v, d in zip(layout, (0, 1))]

@@ -54,8 +54,21 @@ AR2_GROUPS_MIN_BYTES = 64 << 20
 BANDWIDTH_CTAS_PER_SM = 2
 
 
+# LL kinds up to this world: a thread polls its vector's W packets and holds them all (W x
+# 4 registers) to sum or copy them out; at W = 16 the LL all-gather and reduce-scatter
+# spilled (ptxas -arch=sm_90a: 1036 and 156 bytes). Above, the bandwidth kinds run.
+LL_MAX_WORLD = 8
+# Two-shot push gather up to this world: its reduce stores each result vector to the W
+# peers (W addresses live in the loop); at W = 48 it spilled (132 bytes), at 32 not.
+# Above, the pull gather (two stores per vector).
+AR2_PUSH_MAX_WORLD = 32
+
+
 def ll_limit(limit: int, world: int) -> int:
-    """An LL size limit measured at W = 2, for W ranks (LL traffic grows with W)."""
+    """An LL size limit measured at W = 2, for W ranks (LL traffic grows with W); 0 (no
+    LL) above LL_MAX_WORLD."""
+    if world > LL_MAX_WORLD:
+        return 0
     return limit * 2 // max(2, world)
 
 
@@ -169,7 +182,7 @@ def _choose(collective: Collective, algorithm: Algorithm, world: int, dtype: str
         if algorithm is Algorithm.ONE_SHOT:
             kind = CommKind.LL if nbytes <= ll_limit(LL_MAX_BYTES, world) else CommKind.AR1
             return CommConfig(kind, world, dtype)
-        pull = world > 2 and nbytes >= AR2_PULL_MIN_BYTES
+        pull = world > 2 and (nbytes >= AR2_PULL_MIN_BYTES or world > AR2_PUSH_MAX_WORLD)
         # the two-shot holds more live registers (3 loops) and must stay within 64 for 2
         # CTAs per SM; the push gather's reduce also stores to W ranks: 2, or ptxas spills
         return CommConfig(CommKind.AR2, world, dtype, unroll=3 if pull else 2,

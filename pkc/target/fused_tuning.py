@@ -35,6 +35,14 @@ PUT_CTA_BW = 24e9
 # signalled 1 or 4 tiles late alike: the bound is not the reducers' instruction mix.
 ARF_ENABLED = False
 
+# The scheduled GEMM + reduce-scatter (alone, and as the first kernel of GEMM + all-reduce
+# at W > 2) keeps one bit of an i32 per chunk owner it has seen ready, and takes a TMA
+# tensor map per peer: up to 32 ranks. Above, schedule-fused leaves it to the portable path
+# (which assembles without spills at W = 72, ptxas -arch=sm_90a: tests/unit/test_world72.py);
+# a trial build at W = 72 with the cap lifted spilled 452 bytes. The all-gather + GEMM and
+# the collectives are scheduled at any world up to 72.
+RS_MAX_WORLD = 32
+
 # Fused GEMM + all-reduce (broadcast) and GEMM + reduce-scatter at W <= 2 where the link,
 # not the GEMM, bounds the kernel (the bytes a rank sends take this many times the GEMM's
 # time, or more): 128 x 128 tiles, twice as many as 128 x 256 (the partials travel in

@@ -132,7 +132,7 @@ def test_sm90a_refuses_the_clc_loop(monkeypatch):
 def test_clc_gemm_assembles_without_spills(monkeypatch):
     from pkc.codegen.sass import find_tool, sass
 
-    cfg = TmemGemmConfig(bn=256, stages=4, clc=True)
+    cfg = TmemGemmConfig(bn=64, stages=6, clc=True)
     kop, ck = _kernel(2048, 4096, 256, "nk", "bf16", cfg, monkeypatch)
     cubin, reports, _ = assemble(ck.ptx, "sm_100a")
     (rep,) = reports.values()

@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_emu_sm100 import _inputs, _kernel, _text, _within_one_ulp  # noqa: E402
 
 CASES = {   # M, N, K, config: odd M (the odd CTA's rows past M), 3 x 2 pair tiles on one
-    # pair (both accumulators reused, the 2-stage ring wraps); the register epilogue
-    "tma_odd_m_many_tiles": (300, 96, 200, TmemGemmConfig(bn=32, stages=2, pair=True)),
+    # pair (both accumulators reused, the 2-stage ring wraps over 3 k-blocks); the register
+    # epilogue
+    "tma_odd_m_many_tiles": (300, 96, 136, TmemGemmConfig(bn=32, stages=2, pair=True)),
     "global_epilogue": (136, 80, 72, TmemGemmConfig(bn=32, stages=2, pair=True,
                                                     epilogue="global")),
 }
@@ -78,7 +79,7 @@ def test_tuning_picks_pairs_for_large_nk_gemms_and_says_so():
 def test_cta_pair_gemm_assembles_without_spills_with_2cta_mmas_in_sass(monkeypatch):
     from pkc.codegen.sass import find_tool, sass
 
-    cfg = TmemGemmConfig(bn=256, stages=5, pair=True)
+    cfg = TmemGemmConfig(bn=64, stages=6, pair=True)
     kop, ck = _kernel(2048, 512, 256, "nk", "bf16", cfg, monkeypatch)
     cubin, reports, _ = assemble(ck.ptx, "sm_100a")
     (rep,) = reports.values()
@@ -101,7 +102,7 @@ def test_interpreter_runs_the_pair_schedule_as_the_graph(monkeypatch):
     from pkc.testing import check_transform
 
     monkeypatch.setattr(sm, "choose_tmem_config", lambda *a: CASES["tma_odd_m_many_tiles"][3])
-    check_transform(lambda w: parse_module(_text(300, 96, 200, "nk", "bf16"), "t.mlir"),
+    check_transform(lambda w: parse_module(_text(300, 96, 136, "nk", "bf16"), "t.mlir"),
                     "schedule-matmul{target=b200}", world_sizes=(1,), seeds=(0, 1), func="mm")
 
 
