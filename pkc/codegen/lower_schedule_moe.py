@@ -1,5 +1,6 @@
 """Lowers the scheduled MoE kernel (``pk.plan.schedule = "moe"``, built by
-``schedule-moe``) to a ``ptx.entry`` for sm_90a.
+``schedule-moe``) to a ``ptx.entry`` for sm_90a or sm_100a (the GEMM's MMA path is the
+target's; the ops below are the same instructions on both).
 
 The entry is the scheduled GEMM's (tensor maps by value, one pointer per kernel buffer;
 :func:`~pkc.codegen.lower_schedule.lower_tma_kernel`) plus the parameters of a
@@ -26,7 +27,8 @@ from pkc.codegen.abi import FusedLaunchKind, ScheduledKernelMeta
 from pkc.codegen.errors import CodegenError
 from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, Lowering, _block,
                                         lower_tma_kernel)
-from pkc.codegen.lower_schedule_fused import FusedExtend, const_int, plan_schedule
+from pkc.codegen.lower_schedule_fused import (FusedExtend, check_fused_target, const_int,
+                                              plan_schedule)
 from pkc.dialects import schedule_moe as m
 from pkc.dialects.kernel import KernelOp
 from pkc.dialects.plan import ScheduleKind
@@ -67,9 +69,7 @@ class _MoeExtend(FusedExtend):
 def lower_moe_kernel(kop: KernelOp, target: str, entry_name: str
                      ) -> tuple[ptx.EntryOp, ScheduledKernelMeta]:
     """The ``ptx.entry`` and launch metadata of a scheduled MoE kernel."""
-    if target != "sm_90a":
-        raise CodegenError(f"kernel @{kop.kernel_name.data}: the scheduled MoE kernel lowers "
-                           f"to sm_90a only so far (asked for {target})")
+    check_fused_target(kop, target)
     return lower_tma_kernel(kop, target, entry_name, _MoeExtend(kop))
 
 

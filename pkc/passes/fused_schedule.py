@@ -66,19 +66,7 @@ def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, la
     tgt = get_target(target)
     sms = tgt.num_sms
     if tgt.sm_arch == "sm_100a":
-        if variant:
-            raise ValueError(f"schedule-fused: variant={variant} is a wgmma (sm_90a) tile; "
-                             f"target {target} ({tgt.sm_arch}) builds the tensor-memory GEMM "
-                             "(drop the variant option)")
-        # producer_regs=0: no setmaxnreg.dec in the producer. No role of this arrangement
-        # takes registers back (no inc), and at 40 the epoch, live from the prologue to
-        # its publication after the roles, spilled (ptxas -arch=sm_100a, 4 bytes).
-        # pair=False: the fused parts tile one CTA's 128 rows (no CTA pairs yet)
-        tcfg = choose_tmem_config(M, N, K, dt, layout, sms)
-        tcfg = tcfg.with_(epilogue=Epilogue.TMA, epi_bufs=2, producer_regs=0, pair=False)
-        tcfg = tcfg.with_(stages=stages_for(tcfg.bn, tcfg.epi_bytes))
-        tcfg.validate()
-        return TmemView(tcfg)
+        return tmem_config("schedule-fused", M, N, K, dt, layout, target, variant)
     if variant:
         cfg = VARIANTS[variant].with_(dtype=dt, b_layout=layout)
     else:
@@ -90,6 +78,26 @@ def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, la
         cfg = cfg.with_(epi_bufs=2)
     cfg.validate()
     return cfg
+
+
+def tmem_config(pass_name: str, M: int, N: int, K: int, dt: str, layout: BLayout, target: str,
+                variant: str = "") -> TmemView:
+    """The tensor-memory GEMM tile of a fused (or MoE) kernel for an sm_100a ``target``
+    (``choose_tmem_config`` for the whole ``M x N x K`` product, unmeasured), as the
+    fused parts read it; a ValueError naming ``pass_name`` for a forced wgmma ``variant``."""
+    if variant:
+        raise ValueError(f"{pass_name}: variant={variant} is a wgmma (sm_90a) tile; target "
+                         f"{target} (sm_100a) builds the tensor-memory GEMM (drop the variant "
+                         "option)")
+    # producer_regs=0: no setmaxnreg.dec in the producer. No role of this arrangement
+    # takes registers back (no inc), and at 40 the epoch, live from the prologue to its
+    # publication after the roles, spilled (ptxas -arch=sm_100a, 4 bytes).
+    # pair=False: the fused parts tile one CTA's 128 rows (no CTA pairs yet)
+    cfg = choose_tmem_config(M, N, K, dt, layout, get_target(target).num_sms)
+    cfg = cfg.with_(epilogue=Epilogue.TMA, epi_bufs=2, producer_regs=0, pair=False)
+    cfg = cfg.with_(stages=stages_for(cfg.bn, cfg.epi_bytes))
+    cfg.validate()
+    return TmemView(cfg)
 
 
 def arrangement(cfg: GemmConfig | TmemView) -> tuple[dict, str]:
@@ -216,4 +224,4 @@ class RsParts(GemmParts):
         w.add(f.FenceAsyncGlobalOp())
 
 
-__all__ = ["RsParts", "arrangement", "build_fused_gemm", "fused_config", "b_operand"]
+__all__ = ["RsParts", "arrangement", "tmem_config", "build_fused_gemm", "fused_config", "b_operand"]

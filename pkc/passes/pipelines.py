@@ -23,8 +23,8 @@ on a copy):
     schedule-collectives  lowered collectives -> LL / one-shot / two-shot / direct kernels
 
 A kernel none of these passes can schedule keeps its kernel-level body (the portable path runs
-it) and a remark says why. On sm_100a (b200, nvl72) only the collectives are scheduled so far:
-schedule-moe and schedule-fused leave their kernels with a remark (``FUSED_ARCHS``).
+it) and a remark says why. On sm_100a (b200, nvl72) schedule-moe and schedule-fused build the
+tensor-memory (tcgen05) GEMM with the same communication parts (``FUSED_ARCHS``).
 
 A pipeline name can stand in a pipeline string like a pass: ``-p default``, or with options
 ``-p 'default{target=b200 force=true}'``; each option goes to the passes that have it.
@@ -40,11 +40,11 @@ PIPELINES: dict[str, tuple[str, ...]] = {"default": DEFAULT, "schedule": SCHEDUL
 
 # the GPU architectures the schedule level lowers to (pkc/codegen/lower_schedule*.py)
 SCHEDULED_ARCHS = ("sm_90a", "sm_100a")
-# the architectures schedule-fused and schedule-moe build kernels for (issue 17: the
-# sm_100a fused / MoE lowering is being built; until it lands those passes leave the
+# the architectures schedule-fused and schedule-moe build kernels for (their GEMM: wgmma
+# on sm_90a, tcgen05 + tensor memory on sm_100a); for another, those passes leave the
 # kernels unscheduled with :func:`unlowered_arch`'s remark, while schedule-collectives,
-# whose kernels use no MMA, lowers to every SCHEDULED_ARCHS entry)
-FUSED_ARCHS = ("sm_90a",)
+# whose kernels use no MMA, lowers to every SCHEDULED_ARCHS entry
+FUSED_ARCHS = ("sm_90a", "sm_100a")
 
 
 def unlowered_arch(target: str, archs: tuple[str, ...] = FUSED_ARCHS) -> str | None:

@@ -28,12 +28,12 @@ tuning table :mod:`pkc.target.fused_tuning`:
   :mod:`pkc.passes.fused_ar_build` with the same decisions in ``pk.plan``.
 
 Targets: for an sm_90a target the GEMM is the wgmma one (producer and consumer
-warpgroups, register accumulators). For an sm_100a target (b200) the patterns of
-``TMEM_PATTERNS`` get the tensor-memory GEMM of :mod:`pkc.passes.gemm_schedule_tmem`
-(producer, one MMA thread, one epilogue warpgroup reading tensor memory) with the same
-parts, so the communication epilogue (tile stores / reduce-adds / signals) is the same
-IR and only the MMA path differs; the plan says ``acc = "tmem"`` and the remark names it.
-The other patterns stay unscheduled there with a remark.
+warpgroups, register accumulators). For an sm_100a target (b200, nvl72) every pattern
+gets the tensor-memory GEMM of :mod:`pkc.passes.gemm_schedule_tmem` (producer, one MMA
+thread, one epilogue warpgroup reading tensor memory) with the same parts, so the
+communication (tile stores / reduce-adds / puts / signals) is the same IR and only the MMA
+path differs; the plan says ``acc = "tmem"`` and the remark names it. Another
+architecture (not in ``pipelines.FUSED_ARCHS``) leaves the kernels with a remark.
 
 Why: the fused kernel that runs is then the compiler's IR: ``--emit=ptx`` prints it and
 a later pass can change its epilogue or tile loop.
@@ -58,7 +58,7 @@ from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
 from pkc.passes.fused_schedule import (RsParts, arrangement, b_operand, build_fused_gemm,
                                        fused_config)
 from pkc.passes.gather_many import is_gather_many, split_gather_many
-from pkc.passes.pipelines import FUSED_ARCHS, unlowered_arch
+from pkc.passes.pipelines import unlowered_arch
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle, Pattern
@@ -68,9 +68,6 @@ from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
 SCHEDULED_PATTERNS = (Pattern.MM_REDUCE_SCATTER, Pattern.MM_ALL_REDUCE)
-# the patterns whose kernels are also built for a tensor-memory target (sm_100a: the
-# GEMM's mma and epilogue roles, :func:`pkc.passes.fused_schedule.build_fused_gemm`)
-TMEM_PATTERNS = (Pattern.MM_REDUCE_SCATTER, Pattern.MM_ALL_REDUCE, Pattern.ALL_GATHER_MM)
 
 
 def _dtype(t) -> str | None:
@@ -150,10 +147,8 @@ class ScheduleFused(ModulePass):
             pattern = fusion_pattern(kop)
             if pattern is None or kop.schedule() is not None:
                 continue
-            # issue 17: the sm_100a (tensor-memory) kernels of TMEM_PATTERNS are built; the
-            # others stay unscheduled there, with a remark saying so
-            built = FUSED_ARCHS + (("sm_100a",) if pattern in TMEM_PATTERNS else ())
-            if (why := unlowered_arch(self.target, built)):
+            # an architecture with no lowering of these kernels (FUSED_ARCHS): say why
+            if (why := unlowered_arch(self.target)):
                 add_remark(kop, f"fused kernel left unscheduled: {why}")
                 continue
             if is_gather_many(kop, pattern):    # gather, then the GEMMs

@@ -1,5 +1,7 @@
 """schedule-moe: the MoE ``pk.kernel`` that ``overlap`` fused (all_to_all dispatch ->
-grouped matmul -> all_to_all combine, kernel level) -> one scheduled sm_90a kernel.
+grouped matmul -> all_to_all combine, kernel level) -> one scheduled kernel: sm_90a's
+wgmma GEMM, or for an sm_100a target the tensor-memory GEMM
+(:func:`pkc.passes.fused_schedule.build_fused_gemm`) with the same parts.
 
 Matches the ``pk.kernel``s with ``pk.fusion.pattern = "all_to_all_mm_all_to_all"`` (on 2-D
 row views: tokens ``X [W*E*C, K]``, expert weights ``[E*K, N]``) whose weights are a
@@ -40,7 +42,7 @@ from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
-from pkc.passes.gemm_schedule import build_gemm
+from pkc.passes.fused_schedule import arrangement, build_fused_gemm, tmem_config
 from pkc.passes.moe_schedule import MoeParts, pieces
 from pkc.passes.pipelines import unlowered_arch
 from pkc.passes.registry import register_pass
@@ -118,8 +120,7 @@ class ScheduleMoe(ModulePass):
         for kop in [o for o in module.walk() if isinstance(o, k.KernelOp)]:
             if _fusion(kop).get("pattern") != PATTERN or kop.schedule() is not None:
                 continue
-            # issue 17: no sm_100a MoE lowering yet; leave the kernel and say why (drop this
-            # once pkc.passes.pipelines.FUSED_ARCHS lists the architecture)
+            # an architecture with no lowering of this kernel (FUSED_ARCHS): say why
             reason = unlowered_arch(self.target) or why_not(kop)
             if reason:
                 add_remark(kop, f"MoE kernel left unscheduled: {reason}")
@@ -127,7 +128,12 @@ class ScheduleMoe(ModulePass):
             schedule_moe_kernel(kop, self.target, self.variant)
 
 
-def moe_config(rows: int, N: int, K: int, dt: str, sms: int, variant: str = ""):
+def moe_config(rows: int, N: int, K: int, dt: str, sms: int, variant: str = "",
+               target: str = ""):
+    """The MoE kernel's GEMM tile; for an sm_100a ``target`` the tensor-memory one (128
+    rows, like every tile here)."""
+    if target and get_target(target).sm_arch == "sm_100a":
+        return tmem_config("schedule-moe", rows, N, K, dt, BLayout.NK, target, variant)
     cfg = VARIANTS[variant] if variant else choose_config(rows, N, K, dt, BLayout.NK, sms)
     if cfg.bm != 128 or cfg.consumers != 2:
         cfg = VARIANTS["128x256_s4_tma"]
@@ -143,7 +149,7 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
     (rows, K), N = x.type.get_shape(), w.type.get_shape()[1]
     el = x.type.element_type
     dt = _DTYPE[type(el)]
-    cfg = moe_config(rows, N, K, dt, get_target(target).num_sms, variant)
+    cfg = moe_config(rows, N, K, dt, get_target(target).num_sms, variant, target)
     i32 = IntegerType(32)
     # graph-level operands: the weights' [E, N, K] source as stacked rows, the counts
     w_enk = weights_nk(w)
@@ -165,10 +171,10 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
         for a in (pad, cin, ctl):
             block.add_op(a)
         parts = MoeParts(W, E, C, N, K, cfg, X, CNT, O, R, pad.result, cin.result, ctl.result)
-        build_gemm(block, R, B, O, E * W * C, N, K, cfg, parts)
+        build_fused_gemm(block, R, B, O, E * W * C, N, K, cfg, parts)
     else:                                       # one rank: no exchange, A is X
         parts = MoeParts(W, E, C, N, K, cfg, X, CNT, O, None, None, None, None)
-        build_gemm(block, X, B, O, E * C, N, K, cfg, parts)
+        build_fused_gemm(block, X, B, O, E * C, N, K, cfg, parts)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
     new = k.KernelOp("moe_dispatch_gemm_combine", W, [x, b_rows.result, counts.result], outs,
@@ -179,9 +185,10 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
     kop.results[0].replace_all_uses_with(out.result)
     plan = plan_of(kop)
     comm_sms = plan.get("comm_sms", 0) or 0
+    tmem_plan, tmem_words = arrangement(cfg)
     set_plan(new, schedule=ScheduleKind.MOE, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, b_layout=BLayout.NK, experts=E, capacity=C,
-             pieces=pieces(C), scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0)
+             pieces=pieces(C), scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, **tmem_plan)
     why = ("dispatch copies run on every CTA before its roles, the combine from the "
            "consumers' epilogue by TMA (intra-SM, no communicate CTAs)" if W > 1 else
            "one rank: counts read by the tile loop, tokens straight from X, no signals")
@@ -192,7 +199,7 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
     add_remark(new, f"scheduled MoE W={W} E={E} C={C} {N}x{K} {dt}: {cfg.tag()}; counts per "
                     f"(rank, expert) read at run time (from the graph: every row, {C}); "
                     f"blocks of {C} rows, own tokens first, a block's tiles start when its "
-                    f"{pieces(C)} pieces arrived; {why}")
+                    f"{pieces(C)} pieces arrived; {why}{tmem_words}")
     new.location = kop.location
     Rewriter.erase_op(kop)
     return new
