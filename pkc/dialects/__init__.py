@@ -29,10 +29,11 @@ def _make_pk() -> Any:
     from xdsl.ir import Dialect
 
     from pkc.dialects.graph import GRAPH_OPS
+    from pkc.dialects.graph_scaled import SCALED_OPS
     from pkc.dialects.kernel import KERNEL_OPS
     from pkc.dialects.types import BufferType, SignalsType, TileType
 
-    return Dialect("pk", [*GRAPH_OPS, *KERNEL_OPS], [TileType, BufferType, SignalsType])
+    return Dialect("pk", [*GRAPH_OPS, *SCALED_OPS, *KERNEL_OPS], [TileType, BufferType, SignalsType])
 
 
 def __getattr__(name: str) -> Any:

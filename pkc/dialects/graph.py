@@ -47,7 +47,13 @@ from pkc.dialects.common import (
 )
 from pkc.dialects.rank_groups import ATTR as GROUPS_ATTR
 from pkc.dialects.rank_groups import groups_attr, verify_groups
-from pkc.dialects.types import SUPPORTED_ELEMENT_TYPES, is_float, is_supported_element, shape_str
+from pkc.dialects.types import (
+    SUPPORTED_ELEMENT_TYPES,
+    is_float,
+    is_fp8,
+    is_supported_element,
+    shape_str,
+)
 
 Value = SSAValue | Operation
 
@@ -71,6 +77,20 @@ def _type_of(v: Value) -> Attribute:
     return SSAValue.get(v).type
 
 
+# Graph ops that take 8-bit float tensors (types.FP8_TYPES): the ones that only move data,
+# "cast" (to and from fp8) and the scaled matmul. Any other op (an add, a reduction, a
+# reducing collective) refuses them, naming the element type, as torch does not compute
+# in fp8 either.
+FP8_OPS = frozenset({"pk.reshape", "pk.transpose", "pk.broadcast", "pk.slice", "pk.concat",
+                     "pk.all_gather", "pk.all_to_all", "pk.scaled_matmul"})
+
+
+def carries_fp8(op: Operation) -> bool:
+    if op.name == "pk.map":
+        return op.fn.data == "cast"  # type: ignore[attr-defined]
+    return op.name in FP8_OPS
+
+
 class PkTensors(OpTrait):
     """Every tensor operand and result holds a pk element type and is not empty.
 
@@ -86,7 +106,14 @@ class PkTensors(OpTrait):
             t = v.type
             if not isinstance(t, TensorType):
                 continue  # the op's own constraints name non-tensors
-            if not is_supported_element(t.element_type):
+            if is_fp8(t.element_type):
+                if not carries_fp8(op):
+                    raise VerifyException(
+                        f"'{op.name}' {what} #{i} has element type {t.element_type}, an 8-bit "
+                        "float, which only ops that move data, \"cast\" and pk.scaled_matmul "
+                        "take (cast it to a wider float first)"
+                    )
+            elif not is_supported_element(t.element_type):
                 raise VerifyException(
                     f"'{op.name}' {what} #{i} has element type {t.element_type}, which pk does not "
                     f"support (expected one of {SUPPORTED_ELEMENT_TYPES})"

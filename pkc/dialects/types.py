@@ -25,6 +25,8 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     IndexType,
     IntAttr,
     IntegerType,
@@ -38,13 +40,24 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 FLOAT_TYPES = (BFloat16Type, Float16Type, Float32Type, Float64Type)
+# 8-bit floats (MLIR's f8E4M3FN and f8E5M2, torch's float8_e4m3fn / float8_e5m2). They are
+# storage types only: no arithmetic runs on them. pk.scaled_matmul multiplies them (exactly,
+# into f32), pk.map "cast" converts them, and ops that only move data (views, concat, slice,
+# all_gather, all_to_all; loads, stores and puts of tiles) carry them. Kept out of
+# FLOAT_TYPES so that every op that computes on floats refuses them by default.
+FP8_TYPES = (Float8E4M3FNType, Float8E5M2Type)
 # Element types a tile or a buffer may hold.
 SUPPORTED_ELEMENT_TYPES = "bf16, f16, f32, f64, i1, i8, i32, i64"
+FP8_ELEMENT_TYPES = "f8E4M3FN, f8E5M2"
 _INT_WIDTHS = (1, 8, 32, 64)
 
 
 def is_float(element_type: Attribute) -> bool:
     return isinstance(element_type, FLOAT_TYPES)
+
+
+def is_fp8(element_type: Attribute) -> bool:
+    return isinstance(element_type, FP8_TYPES)
 
 
 def is_supported_element(element_type: Attribute) -> bool:
@@ -94,10 +107,10 @@ def _verify_shape_and_element(kind: str, shape: Sequence[int], element_type: Att
         raise VerifyException(f"{kind} must have rank >= 1")
     if any(d <= 0 for d in shape):
         raise VerifyException(f"{kind} dimensions must be positive, got {shape_str(shape)}")
-    if not is_supported_element(element_type):
+    if not is_supported_element(element_type) and not is_fp8(element_type):
         raise VerifyException(
             f"{kind} element type {element_type} is not supported "
-            f"(expected one of {SUPPORTED_ELEMENT_TYPES})"
+            f"(expected one of {SUPPORTED_ELEMENT_TYPES}, {FP8_ELEMENT_TYPES})"
         )
 
 

@@ -41,7 +41,9 @@ def _identity(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
           aten._reshape_alias)
 def _reshape(im: _Importer, n: torch.fx.Node, a: dict) -> Any:
     if n.target is aten.view.dtype:
-        raise Unsupported("bitcast view")
+        from pkc.frontend.import_scaled import fp8_view_dtype  # fp8 <-> uint8 only
+
+        return fp8_view_dtype(im, n)
     t = im.out_type(n)
     return im.reshape(im.value(n.args[0]), t.get_shape())
 

@@ -15,6 +15,8 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     IntegerType,
     bf16,
     f16,
@@ -37,6 +39,8 @@ _ELEMENTS: dict[torch.dtype, Attribute] = {
     torch.int32: i32,
     torch.int8: IntegerType(8),
     torch.bool: i1,
+    torch.float8_e4m3fn: Float8E4M3FNType(),
+    torch.float8_e5m2: Float8E5M2Type(),
 }
 
 

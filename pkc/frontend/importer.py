@@ -104,6 +104,8 @@ class _Importer:
         self.arg_attr_names: list[str] = []
         # Nodes computed at import time (they depend on no input): node -> value.
         self.folded: dict[torch.fx.Node, Any] = {}
+        # uint8 nodes that hold fp8 bytes -> their fp8 element type (import_scaled.py).
+        self.fp8_views: dict[torch.fx.Node, Attribute] = {}
 
     # ---------------------------------------------------------------- errors, types
 
@@ -123,7 +125,7 @@ class _Importer:
                     hint="do not mark dimensions dynamic; compile with dynamic=False",
                 )
             shape.append(d)
-        elem = element_type(val.dtype)
+        elem = self.fp8_views.get(node) if val.dtype == torch.uint8 else element_type(val.dtype)
         if elem is None:
             raise self.error(f"dtype {val.dtype} of '{node.name}' is not supported by pkc", node)
         return TensorType(elem, shape)
@@ -404,6 +406,7 @@ class _Importer:
         return True
 
     def call(self, n: torch.fx.Node) -> Any:
+        mark_fp8_view(self, n)
         target = n.target
         if target is operator.getitem:
             src, index = n.args
@@ -572,3 +575,5 @@ def import_graph(
 
 # the handlers register themselves in import_registry.HANDLERS when imported
 from pkc.frontend import import_aten_math, import_aten_views, import_collectives  # noqa: E402,F401
+from pkc.frontend import import_scaled  # noqa: E402,F401
+from pkc.frontend.import_scaled import mark_fp8_view  # noqa: E402

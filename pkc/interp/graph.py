@@ -16,6 +16,7 @@ from xdsl.ir import Operation, SSAValue
 
 from pkc.dialects import graph as g
 from pkc.dialects.common import int_list
+from pkc.dialects.graph_scaled import ScaledMatmulOp
 from pkc.dialects.kernel import KernelOp
 from pkc.dialects.rank_groups import rank_groups
 from pkc.interp.values import (
@@ -24,6 +25,7 @@ from pkc.interp.values import (
     apply_reduce,
     matmul,
     reduce_ranks,
+    scaled_matmul,
     torch_dtype,
     where,
 )
@@ -97,6 +99,11 @@ def _out(op: Operation, i: int = 0) -> tuple[tuple[int, ...], torch.dtype]:
 @_local(g.MatmulOp)
 def _matmul(op, a, b):
     return matmul(a, b, _out(op)[1])
+
+
+@_local(ScaledMatmulOp)
+def _scaled_matmul(op, a, b, sa, sb, bias=None):
+    return scaled_matmul(a, b, sa, sb, bias, _out(op)[1])
 
 
 @_local(g.MapOp)

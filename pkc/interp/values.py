@@ -15,6 +15,8 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     IntegerType,
 )
 from xdsl.ir import Attribute, Operation
@@ -41,6 +43,10 @@ def torch_dtype(t: Attribute) -> torch.dtype:
         return torch.float32
     if isinstance(t, Float64Type):
         return torch.float64
+    if isinstance(t, Float8E4M3FNType):
+        return torch.float8_e4m3fn
+    if isinstance(t, Float8E5M2Type):
+        return torch.float8_e5m2
     if isinstance(t, IntegerType):
         return {1: torch.bool, 8: torch.int8, 32: torch.int32, 64: torch.int64}[t.width.data]
     raise InterpError(f"element type {t} has no torch equivalent")
@@ -131,6 +137,20 @@ def apply_reduce(fn: str, x: torch.Tensor, dims: list[int], keepdim: bool) -> to
 def matmul(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     ct = compute_dtype(a.dtype)
     return torch.matmul(a.to(ct), b.to(ct)).to(out_dtype)
+
+
+def scaled_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
+                  scale_b: torch.Tensor, bias: torch.Tensor | None,
+                  out_dtype: torch.dtype) -> torch.Tensor:
+    """torch's ``_scaled_mm`` as its CPU kernel computes it (bitwise): dequantize each fp8
+    operand to f32 with its scale (broadcast: [1], [M, 1] or [1, N]), multiply in f32, add
+    the bias in f32, round once. A kernel that scales its f32 accumulator in the epilogue
+    instead (as cuBLASLt does) differs by f32 rounding only."""
+    ct = torch.float32
+    y = torch.matmul(a.to(ct) * scale_a.to(ct), b.to(ct) * scale_b.to(ct))
+    if bias is not None:
+        y = y + bias.to(ct)
+    return y.to(out_dtype)
 
 
 def reduce_ranks(fn: str, xs: list[torch.Tensor]) -> torch.Tensor:

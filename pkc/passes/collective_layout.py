@@ -27,6 +27,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from pkc.dialects import graph as g
+from pkc.dialects.types import is_fp8
 from pkc.target.collectives import Collective
 
 TILE_ELEMENTS = 8192  # elements per tile at most (16 KiB of bf16)
@@ -157,6 +158,8 @@ def element_bytes_of(t: Attribute) -> int:
         return 4
     if isinstance(t, Float64Type):
         return 8
+    if is_fp8(t):
+        return 1
     assert isinstance(t, IntegerType)
     return max(1, t.width.data // 8)
 
