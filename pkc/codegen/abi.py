@@ -192,7 +192,8 @@ class CommLaunch:
     Parameters after the kernel buffers: W peer pointers (ranks 0..W-1) per symmetric
     entry of ``buffers`` then per symmetric kernel output (``sym_outputs``: indices among
     the kernel's buffers); the own pointer of each symmetric entry of ``buffers``; one
-    pointer per local entry; then ``vecs`` and ``chunk`` (u32: 16-byte vectors of the
+    pointer per local entry (after the multicast addresses ``<name>_mc`` of the entries in
+    ``multicast``, NVLS kernels); then ``vecs`` and ``chunk`` (u32: 16-byte vectors of the
     tensor and of a chunk), ``slice`` (u32: vectors of a chunk per CTA), ``rank``
     (u32), ``err`` (u64: 8 u32, zeroed once: flag, kind, rank, peer, seen, wanted, cta,
     epoch), ``timeout`` (u64 ns), ``mbox`` (u64: a host-mapped copy of the record, or 0),
@@ -214,12 +215,17 @@ class CommLaunch:
     shrink_threads: bool
     max_ctas: int = 0       # CTAs the pads were sized for (0: no bound)
     vecs: int = 0           # 16-byte vectors of the whole tensor (the kernel's input)
+    # symmetric entries (names as in the parameters: ``alloc<i>``, ``out<i>``) that also
+    # get a multicast address ``<name>_mc`` (NVLS kernels; a CUDA multicast object bound
+    # to every rank's copy: never made on the lent machines)
+    multicast: list[str] = field(default_factory=list)
 
     def params(self) -> list[tuple[str, str]]:
         W = self.world
         syms = [b.name for b in self.buffers if b.symmetric] + [f"out{i}" for i in self.sym_outputs]
         ps = [(f"{name}_p{d}", "u64") for name in syms for d in range(W)]
         ps += [(f"{b.name}_own", "u64") for b in self.buffers if b.symmetric]
+        ps += [(f"{name}_mc", "u64") for name in self.multicast]
         ps += [(b.name, "u64") for b in self.buffers if not b.symmetric]
         ps += [("vecs", "u32"), ("chunk", "u32"), ("slice", "u32"), ("rank", "u32"), ("err", "u64"),
                ("timeout", "u64"), ("mbox", "u64"), ("trap", "u32")]

@@ -21,6 +21,9 @@ the register cap (``.minnctapersm``) come from the plan ``schedule-collectives``
   order with ``add.rn.f32``, rounded once (``cvt.rn.bf16x2.f32``).
 * ``pks.epoch`` / ``pks.epoch_publish``: ``ld`` of the control word + 1; thread 0's
   ``atom.add`` on ``ctas_done``, the last CTA stores the epoch and resets the count.
+* ``pks.mc_ptr`` / ``mc_ld_reduce`` / ``mc_store`` / ``mc_signal`` (NVLS kernels): the
+  buffer's multicast-address parameter, ``multimem.ld_reduce`` / ``multimem.st`` /
+  ``multimem.red`` (:mod:`pkc.codegen.ptx_multimem`), addressed and guarded as above.
 * ``pks.signal``: ``red.relaxed.sys.global.add.u32 [pad + 4 * slot], 1``;
   ``pks.signal_wait``: ``ptx.epoch_wait``; ``pks.ll_*``: ``st.volatile`` pairs and
   ``ptx.ll_poll``.
@@ -41,6 +44,7 @@ from pkc.codegen.targets import get_codegen_target
 from pkc.codegen.lower_schedule import (BEFORE_SETUP_BARRIER, EXTRA_LOWERINGS, KERNEL_LOWERINGS, Lowering,
                                        _block, select_b64)
 from pkc.codegen.ptx_comm import EpochWaitOp, LdV4Op, LlPollOp, StV4Op, Unpack16x2Op
+from pkc.codegen.ptx_multimem import MultimemLdReduceOp, MultimemRedOp, MultimemStOp
 from pkc.dialects import schedule_comm as c
 from pkc.dialects.kernel import AllocOp, KernelOp
 from pkc.dialects.types import BufferType
@@ -60,6 +64,7 @@ class CommState:
     params: dict[str, SSAValue] = field(default_factory=dict)
     vecs: dict[SSAValue, list[SSAValue]] = field(default_factory=dict)    # !pks.vec -> 4 b32
     grid: dict[str, SSAValue] = field(default_factory=dict)
+    mc: dict[SSAValue, SSAValue] = field(default_factory=dict)            # multicast address
     world: int = 1
     dtype: str = "bf16"
 
@@ -97,7 +102,12 @@ def lower_comm_kernel(kop: KernelOp, target: str, entry_name: str
                                a.result.type.symmetric, a.zero is not None)
                  for i, a in enumerate(allocs)]
     sym_out = [i for i, a in enumerate(args) if a.type.symmetric]
+    names = {a.result: f"alloc{i}" for i, a in enumerate(allocs)}
+    names.update({args[i]: f"out{i}" for i in sym_out})
+    # NVLS kernels: the symmetric buffers a pks.mc_ptr takes get a multicast address
+    mc = list(dict.fromkeys(op.buffer for op in sched.walk() if isinstance(op, c.McPtrOp)))
     launch = CommLaunch(world=W, buffers=comm_bufs, sym_outputs=sym_out,
+                        multicast=[names[v] for v in mc],
                         chunk_vecs=_plan_int(kop, "chunk_vecs"), cta_vecs=_plan_int(kop, "cta_vecs"),
                         slice_align=_plan_int(kop, "slice_align"),
                         ctas_per_sm=_plan_int(kop, "ctas_per_sm"),
@@ -123,6 +133,8 @@ def lower_comm_kernel(kop: KernelOp, target: str, entry_name: str
             st.own[a.result] = next(regs)
     for i in sym_out:
         st.own[args[i]] = L.buffers[args[i]]
+    for v in mc:
+        st.mc[v] = next(regs)
     for a in allocs:
         if not a.result.type.symmetric:
             L.buffers[a.result] = next(regs)
@@ -341,7 +353,33 @@ def _ll_wait(L: Lowering, op: c.LlWaitOp) -> None:
         st.vecs[r] = list(poll.words[4 * q:4 * q + 4])
 
 
+# ---- NVLS (multimem) ------------------------------------------------------------------------
+
+
+def _mc_ptr(L: Lowering, op: c.McPtrOp) -> None:
+    L.vals[op.result] = _comm(L).mc[op.buffer]
+
+
+def _mc_ld_reduce(L: Lowering, op: c.McLoadReduceOp) -> None:
+    addr = _vec_addr(L, op.ptr, op.index, op.offset)
+    g = _guard(L, op.index, op.bound, None)
+    ld = L.b.add(MultimemLdReduceOp(addr, op.dtype.data, guard=g))
+    _comm(L).vecs[op.result] = list(ld.res)
+
+
+def _mc_store(L: Lowering, op: c.McStoreOp) -> None:
+    addr = _vec_addr(L, op.ptr, op.index, op.offset)
+    g = _guard(L, op.index, op.bound, None)
+    L.b.add(MultimemStOp(addr, _comm(L).vecs[op.value], guard=g))
+
+
+def _mc_signal(L: Lowering, op: c.McSignalOp) -> None:
+    L.b.add(MultimemRedOp(_slot_addr(L, op.pad, op.slot), L.b.u32(1)))
+
+
 EXTRA_LOWERINGS.update({
+    c.McPtrOp: _mc_ptr, c.McLoadReduceOp: _mc_ld_reduce, c.McStoreOp: _mc_store,
+    c.McSignalOp: _mc_signal,
     c.LaunchParamOp: _launch_param, c.GridValueOp: _grid_value, c.WhenOp: _when,
     c.VecLoopOp: _vec_loop, c.BufferPtrOp: _ptr, c.VecLoadOp: _vec_load, c.VecStoreOp: _vec_store,
     c.VecSumOp: _vec_sum, c.EpochOp: _epoch, c.EpochPublishOp: _epoch_publish,

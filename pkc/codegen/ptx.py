@@ -102,10 +102,12 @@ def __getattr__(name: str):
     if name == "PTX":
         from pkc.codegen.ptx_sm90 import SM90_OPS, SM90_TYPES
         from pkc.codegen.ptx_comm import COMM_PTX_OPS
+        from pkc.codegen.ptx_multimem import MULTIMEM_PTX_OPS
         from pkc.codegen.ptx_sm100 import SM100_OPS
         # Every ptx op, the communication ones included: the IR that --dump-kernels writes
         # parses back (through mlir-opt too) only with all of them registered.
-        dialect = Dialect("ptx", [*PTX_OPS, *SM90_OPS, *SM100_OPS, *COMM_PTX_OPS],
+        dialect = Dialect("ptx", [*PTX_OPS, *SM90_OPS, *SM100_OPS, *COMM_PTX_OPS,
+                                  *MULTIMEM_PTX_OPS],
                           [RegType, *SM90_TYPES])
         globals()["PTX"] = dialect
         return dialect

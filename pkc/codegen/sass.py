@@ -2,7 +2,9 @@
 (``cuobjdump --dump-sass``) and compare it with what its tile configuration implies (HGMMA of
 the right shape and count, one full and one empty mbarrier per stage at the expected
 offsets, the TMA loads and stores per k-block and tile, setmaxnreg kept, no local memory),
-and for the fused kernels their signalling too.
+and for the fused kernels their signalling too. For sm_100a: the tcgen05 GEMM
+(:func:`check_sm100_gemm`: UTCHMMA, .2CTA where cta_group::2 is used, UTMALDG, LDTM, no
+LDL / STL) and the scheduled collectives of either target (:func:`check_collective`).
 
 Tools are looked up as ``PKC_<NAME>``, on PATH, in CUDA's usual places, then in the
 ``nvidia-cuda-*`` wheels (``nvidia/cu13/bin``).
@@ -178,3 +180,77 @@ def check_reduce_scatter_pipeline(cfg: GemmConfig, world: int, fresh: bool, text
     if not any("REDG" in i for i in ins):
         bad.append("no signal (REDG)")
     return bad
+
+
+# ---- sm_100a ------------------------------------------------------------------------------
+
+
+def opcodes(text: str) -> list[str]:
+    """The opcode of each instruction (predicate dropped, modifiers kept: ``UTCHMMA.2CTA``)."""
+    out = []
+    for i in instructions(text):
+        m = re.match(r"(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", i)
+        if m:
+            out.append(m.group(1))
+    return out
+
+
+def check_sm100_gemm(text: str, *, mmas_per_kblock: int = BK // 16, cta_pair: bool = False,
+                     tma_store: bool = True) -> list[str]:
+    """Problems in the SASS of an sm_100a (tcgen05) GEMM kernel: the k-block's MMAs are
+    tensor-memory MMAs (``UTCHMMA``; ``UTCHMMA.2CTA`` where the PTX has ``cta_group::2``,
+    ``cta_pair``), issued once in the code; A and B come by TMA (``UTMALDG``); the epilogue
+    reads tensor memory (``LDTM``) after a commit to an mbarrier (``UTCBAR``); the TMA
+    store epilogue stores by TMA (``UTMASTG``); no wgmma (``HGMMA``) and no local memory
+    (``LDL`` / ``STL``: spills)."""
+    ops = opcodes(text)
+    bad = []
+    mma = [o for o in ops if o.startswith("UTCHMMA")]
+    pair = [o for o in mma if ".2CTA" in o]
+    if len(mma) != mmas_per_kblock:
+        bad.append(f"{len(mma)} UTCHMMA, expected {mmas_per_kblock} (one per K = 16 step of a "
+                   "k-block)")
+    if cta_pair and len(pair) != len(mma):
+        bad.append(f"{len(mma) - len(pair)} UTCHMMA without .2CTA in a CTA-pair kernel")
+    if not cta_pair and pair:
+        bad.append(f"{len(pair)} UTCHMMA.2CTA in a single-CTA kernel")
+    base = [o.split(".")[0] for o in ops]
+    if base.count("UTMALDG") < 2:
+        bad.append(f"{base.count('UTMALDG')} UTMALDG, expected >= 2 (A and B)")
+    for op, why in (("LDTM", "the epilogue's tcgen05.ld"), ("UTCBAR", "tcgen05.commit")):
+        if op not in base:
+            bad.append(f"no {op} ({why})")
+    if tma_store and "UTMASTG" not in base:
+        bad.append("no UTMASTG (the TMA-store epilogue)")
+    if any(o.startswith("HGMMA") for o in base):
+        bad.append("HGMMA (wgmma) in an sm_100a kernel")
+    bad += _local_memory(base)
+    return bad
+
+
+def check_collective(text: str, *, multicast_reduce: bool = False,
+                     signals: bool = True) -> list[str]:
+    """Problems in the SASS of a scheduled collective (sm_90a or sm_100a): no MMA at all,
+    with ``signals`` (every kind but LL, whose flags travel in the data) a system-scope
+    signal (``REDG ... STRONG.SYS``: ``red.relaxed.sys``, or the ``multimem.red`` of an
+    NVLS barrier), with ``multicast_reduce`` the switch's reduction (``LDGMC``:
+    ``multimem.ld_reduce``), no local memory."""
+    ins = instructions(text)
+    base = [o.split(".")[0] for o in opcodes(text)]
+    bad = []
+    mma = sorted({o for o in base if "MMA" in o})
+    if mma:
+        bad.append(f"MMA instructions {mma} in a collective")
+    if signals and not any("REDG" in i and "STRONG.SYS" in i for i in ins):
+        bad.append("no system-scope signal (REDG ... STRONG.SYS)")
+    if multicast_reduce and "LDGMC" not in base:
+        bad.append("no LDGMC (multimem.ld_reduce)")
+    if not multicast_reduce and "LDGMC" in base:
+        bad.append("LDGMC in a kernel without multimem.ld_reduce")
+    bad += _local_memory(base)
+    return bad
+
+
+def _local_memory(base: list[str]) -> list[str]:
+    n = sum(1 for o in base if o in ("LDL", "STL"))
+    return [f"{n} local-memory instructions (LDL/STL)"] if n else []

@@ -125,6 +125,13 @@ class VecType(ParametrizedAttribute, TypeAttribute):
 PTR, VEC = PtrType(), VecType()
 
 
+def _check_not_mc(op: str, ptr: SSAValue) -> None:
+    """A multicast address (``pks.mc_ptr``) is only for the ``pks.mc_*`` ops."""
+    if isinstance(ptr.owner, McPtrOp):    # (defined below; looked up when verifying)
+        _fail(op, "of a multicast address (pks.mc_ptr): a plain access of one is undefined "
+              "(PTX ISA, multimem); use pks.mc_ld_reduce / mc_store / mc_signal")
+
+
 def _enum(op: str, cls, value: str) -> None:
     try:
         cls(value)
@@ -264,6 +271,7 @@ class VecLoadOp(IRDLOperation):
 
     def verify_(self) -> None:
         _enum(self.name, CacheHint, self.cache.data)
+        _check_not_mc(self.name, self.ptr)
         if self.other is not None and self.pred is None:
             _fail(self.name, "'other' is the value where 'pred' fails: give both")
 
@@ -286,6 +294,9 @@ class VecStoreOp(IRDLOperation):
                  offset: SSAValue | None = None, pred: SSAValue | None = None):
         opt = [[x] if x is not None else [] for x in (bound, offset, pred)]
         super().__init__(operands=[ptr, index, value, *opt])
+
+    def verify_(self) -> None:
+        _check_not_mc(self.name, self.ptr)
 
 
 @irdl_op_definition
@@ -383,6 +394,7 @@ class SignalOp(IRDLOperation):
                                                            "sem": StringAttr(sem)})
 
     def verify_(self) -> None:
+        _check_not_mc(self.name, self.pad)
         if self.scope.data not in ("sys", "gpu"):
             _fail(self.name, f"scope {self.scope.data!r}: sys (peers) or gpu (this rank)")
         if self.sem.data not in ("relaxed", "release"):
@@ -482,9 +494,104 @@ class LlWaitOp(IRDLOperation):
             _fail(self.name, "'own' and 'own_slot' go together")
 
 
+# ---- NVLS (multimem on a multicast object) ------------------------------------------------
+
+
+@irdl_op_definition
+class McPtrOp(IRDLOperation):
+    """The multicast address of symmetric buffer ``buffer``: one address for every rank's
+    copy (a CUDA multicast object bound to them). Only the ``pks.mc_*`` ops take it: a
+    plain load or store of a multicast address is undefined (PTX ISA, multimem). Emitted
+    only for targets with NVLS (never run on the lent machines)."""
+
+    name = "pks.mc_ptr"
+    buffer = operand_def(BufferType)
+    result = result_def(PtrType)
+
+    def __init__(self, buffer: SSAValue):
+        super().__init__(operands=[buffer], result_types=[PTR])
+
+    def verify_(self) -> None:
+        if not self.buffer.type.symmetric:
+            _fail(self.name, f"{self.buffer.type}: only a symmetric buffer has a multicast "
+                  "object (one copy per rank)")
+
+
+def _check_mc(op: str, ptr: SSAValue) -> None:
+    if not isinstance(ptr.owner, McPtrOp):
+        _fail(op, "takes a multicast address (pks.mc_ptr)")
+
+
+@irdl_op_definition
+class McLoadReduceOp(IRDLOperation):
+    """The element-wise sum over every rank's copy of vector ``index + offset`` at the
+    multicast address ``ptr`` (the switch reduces: ``multimem.ld_reduce``), in f32, rounded
+    once to ``dtype``; where ``index < bound`` (if given)."""
+
+    name = "pks.mc_ld_reduce"
+    ptr = operand_def(PtrType)
+    index = operand_def(i32)
+    bound = opt_operand_def(i32)
+    offset = opt_operand_def(i32)
+    dtype = attr_def(StringAttr)
+    result = result_def(VecType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, ptr: SSAValue, index: SSAValue, bound: SSAValue | None, dtype: str,
+                 offset: SSAValue | None = None):
+        opt = [[x] if x is not None else [] for x in (bound, offset)]
+        super().__init__(operands=[ptr, index, *opt], result_types=[VEC],
+                         attributes={"dtype": StringAttr(dtype)})
+
+    def verify_(self) -> None:
+        _check_mc(self.name, self.ptr)
+        if self.dtype.data not in SUM_DTYPES:
+            _fail(self.name, f"dtype {self.dtype.data!r} not in {SUM_DTYPES}")
+
+
+@irdl_op_definition
+class McStoreOp(IRDLOperation):
+    """Store ``value`` at vector ``index + offset`` of every rank's copy through the
+    multicast address ``ptr`` (``multimem.st``), where ``index < bound`` (if given)."""
+
+    name = "pks.mc_store"
+    ptr = operand_def(PtrType)
+    index = operand_def(i32)
+    value = operand_def(VecType)
+    bound = opt_operand_def(i32)
+    offset = opt_operand_def(i32)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, ptr: SSAValue, index: SSAValue, bound: SSAValue | None, value: SSAValue,
+                 offset: SSAValue | None = None):
+        opt = [[x] if x is not None else [] for x in (bound, offset)]
+        super().__init__(operands=[ptr, index, value, *opt])
+
+    def verify_(self) -> None:
+        _check_mc(self.name, self.ptr)
+
+
+@irdl_op_definition
+class McSignalOp(IRDLOperation):
+    """Add 1 to u32 slot ``slot`` of every rank's pad through the multicast address ``pad``
+    (``multimem.red``: one instruction signals the W ranks); relaxed, after a
+    ``pks.fence_sys``, as ``pks.signal``."""
+
+    name = "pks.mc_signal"
+    pad = operand_def(PtrType)
+    slot = operand_def(i32)
+
+    def __init__(self, pad: SSAValue, slot: SSAValue):
+        super().__init__(operands=[pad, slot])
+
+    def verify_(self) -> None:
+        _check_mc(self.name, self.pad)
+
+
 COMM_OPS = [
     LaunchParamOp, GridValueOp, WhenOp, VecLoopOp, BufferPtrOp, VecLoadOp, VecStoreOp, VecSumOp,
     EpochOp, EpochPublishOp, FenceSysOp, SignalOp, SignalWaitOp, LlAddrOp, LlStoreOp, LlWaitOp,
+    McPtrOp, McLoadReduceOp, McStoreOp, McSignalOp,
 ]
 COMM_TYPES = [PtrType, VecType]
 

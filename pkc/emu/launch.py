@@ -44,7 +44,8 @@ def _load_sm90_handlers() -> None:
     for dialect, handlers in (("pkc.codegen.ptx_sm90", "pkc.emu.ops_sm90"),
                               ("pkc.codegen.ptx_comm", "pkc.emu.ops_comm"),
                               ("pkc.codegen.ptx_sm100", "pkc.emu.ops_sm100"),
-                              ("pkc.codegen.ptx_sm100_ext", "pkc.emu.ops_sm100_ext")):
+                              ("pkc.codegen.ptx_sm100_ext", "pkc.emu.ops_sm100_ext"),
+                              ("pkc.codegen.ptx_multimem", "pkc.emu.ops_multimem")):
         if importlib.util.find_spec(dialect) is not None:
             importlib.import_module(handlers)
 
@@ -282,7 +283,8 @@ def _comm_buffers(gm, comm, types, addrs, host, named, W) -> None:
     """A scheduled collective's or fused kernel's own buffers
     (:class:`~pkc.codegen.abi.CommLaunch`, ``FusedLaunch``): each
     symmetric one W times (``<name>_p<d>`` for every rank, ``<name>_own``), each local one
-    per rank, zeroed; a symmetric output (``out<i>``) W times; the error record."""
+    per rank, zeroed; a symmetric output (``out<i>``) W times; the error record; a
+    multicast window (``<name>_mc``, :mod:`pkc.emu.ops_multimem`) per ``multicast`` entry."""
     from pkc.runtime.world import dtype_of
 
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
@@ -308,6 +310,9 @@ def _comm_buffers(gm, comm, types, addrs, host, named, W) -> None:
                 named[r][f"out{i}_p{d}"] = addrs[d][i]
     for r in range(W):
         named[r]["err"] = gm.alloc(32, "error record", r)
+    if getattr(comm, "multicast", None):        # NVLS kernels: multicast windows
+        from pkc.emu.ops_multimem import bind_multicast
+        bind_multicast(gm, comm, named, W)
 
 
 def _comm_errors(meta, gm, named, W) -> None:

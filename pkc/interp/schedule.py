@@ -57,6 +57,7 @@ from pkc.interp import schedule_ag as _ag_rules  # noqa: F401  (registers its ru
 from pkc.interp import schedule_fused as _fused_rules  # noqa: F401  (registers its rules)
 from pkc.interp import schedule_moe as _moe_rules  # noqa: F401  (registers its rules)
 from pkc.interp import schedule_clc as _clc_rules  # noqa: F401  (registers its rules)
+from pkc.interp import schedule_multimem as _mc_rules  # noqa: F401  (registers its rules)
 from pkc.interp.kernel import _ARITH, _cmpi, _constant
 from pkc.interp.schedule_ops import SIMPLE, Tmap, grouped_tile
 from pkc.interp.schedule_rules import (BLOCKED, BLOCKING_RULES, KERNEL_RULES, SIMPLE_RULES,

@@ -31,6 +31,9 @@ every peer's kernel of epoch e read it):
   (symmetric); leave.
 * ``ar2`` (two-shot, into a fresh output): see :meth:`CommBuilder.ar2`; ``groups`` CTA
   groups take turns on the exchange (a group's copy-out overlaps the next one's traffic).
+* ``armc`` / ``agmc`` (NVLS, targets with ``nvls`` only): the switch reduces / copies;
+  see :meth:`CommBuilder.armc`, :meth:`CommBuilder.agmc` (``pks.mc_*`` ops on multicast
+  addresses; the barriers signal every rank with one ``pks.mc_signal``).
 
 Loops over peers visit d = rank + 1, ..., rank + W (mod W): at every step the ranks'
 destinations form a permutation (no incast on rank 0).
@@ -180,16 +183,19 @@ class CommBuilder:
         b = self.b
         return b.add_(b.mul(b.add_(src, phase * self.W), self.G), self.cta)
 
-    def barrier_phase(self, phase: int) -> None:
+    def barrier_phase(self, phase: int, mc_pads: SSAValue | None = None) -> None:
         """Every thread's stores so far reach every rank; signal slot (phase, rank, cta) of
-        every rank; threads 0..W-1 wait for slot (phase, q, cta) of the own pad."""
+        every rank (with ``mc_pads``, the pads' multicast address: one ``pks.mc_signal``);
+        threads 0..W-1 wait for slot (phase, q, cta) of the own pad."""
         b, W = self.b, self.W
         b.add(s.ClusterSyncOp())
         when = b.add(c.WhenOp(self.t0))
         with b.at(when.block):
             b.add(c.FenceSysOp())
             sl = self.slot(phase - 1, self.rank)
-            for d in range(W):
+            if mc_pads is not None:
+                b.add(c.McSignalOp(mc_pads, sl))
+            for d in range(W if mc_pads is None else 0):
                 b.add(c.SignalOp(self.peer(self.pads, d), sl))
         when = b.add(c.WhenOp(b.cmp("ult", self.tid, W)))
         with b.at(when.block):
@@ -264,7 +270,50 @@ class CommBuilder:
             return
         self.publish()
         {CommKind.AR1: self.ar1, CommKind.RS: self.rs, CommKind.AG: self.ag,
-         CommKind.AR2: self.ar2, CommKind.AGP: self.agp, CommKind.A2A: self.a2a}[kind]()
+         CommKind.AR2: self.ar2, CommKind.AGP: self.agp, CommKind.A2A: self.a2a,
+         CommKind.ARMC: self.armc, CommKind.AGMC: self.agmc}[kind]()
+
+    # ---- NVLS (multimem; only for targets with NVLS) ----------------------------------
+    def armc(self) -> None:
+        """sym = a copy of the input (the switch reads symmetric memory only); the output
+        is symmetric with a multicast object. Copy slice c of every chunk into sym; arrive
+        (every rank's copy of this CTA's slices is in, and every peer's kernel of this
+        epoch started: its readers of the last result are done); sum this rank's chunk's
+        slice over the ranks (``mc_ld_reduce``) and store it into every rank's output
+        (``mc_store``); leave (every rank's chunk slice has landed). Each byte crosses the
+        rank's link once each way, the switch adds."""
+        b, W = self.b, self.W
+        mc_pads = b.r(c.McPtrOp(self.pads))
+        own, src = self.ptr(self.sym), self.ptr(self.src)
+        for q in range(W):
+            lo, hi = self.chunk_slice(q, self.nv)
+            self.push(lo, hi, src, [(own, None)])
+        self.barrier_phase(1, mc_pads)
+        lo, hi = self.chunk_slice(self.rank, self.nv)
+        sym_mc, out_mc = b.r(c.McPtrOp(self.sym)), b.r(c.McPtrOp(self.out))
+        op, vs = self.loop(lo, hi, self.cfg.unroll)
+        with b.at(op.block):
+            zs = [b.r(c.McLoadReduceOp(sym_mc, v, hi, self.cfg.dtype)) for v in vs]
+            for v, z in zip(vs, zs):
+                b.add(c.McStoreOp(out_mc, v, hi, z))
+        self.barrier_phase(2, mc_pads)
+
+    def agmc(self) -> None:
+        """The output is symmetric with a multicast object: arrive (as ``ag``); store the
+        input's slice into slot ``rank`` of every rank's output with one ``mc_store`` per
+        vector (the switch copies it W times); leave."""
+        b = self.b
+        mc_pads = b.r(c.McPtrOp(self.pads))
+        self.barrier_phase(1, mc_pads)
+        lo, hi = self.chunk_slice(0, self.nv)
+        shift = b.mul(self.rank, self.nv)
+        src, out_mc = self.ptr(self.src), b.r(c.McPtrOp(self.out))
+        op, vs = self.loop(lo, hi, self.cfg.unroll)
+        with b.at(op.block):
+            xs = [b.r(c.VecLoadOp(src, v, hi, c.CacheHint.NC)) for v in vs]
+            for v, x in zip(vs, xs):
+                b.add(c.McStoreOp(out_mc, v, hi, x, shift))
+        self.barrier_phase(2, mc_pads)
 
     def ar1(self) -> None:
         b = self.b
@@ -473,4 +522,5 @@ def sym_vecs(cfg: CommConfig, nv: int, cv: int) -> int:
         # 2 epochs x W slots of LL lines (2 vectors each), whole groups of 32 lines
         return 2 * (-(-2 * W * cv // 32) * 32)
     return {CommKind.AR1: 2 * W * nv, CommKind.RS: 2 * W * cv, CommKind.AG: W * nv,
-            CommKind.AR2: nv + W * cv, CommKind.AGP: nv, CommKind.A2A: nv}[cfg.kind]
+            CommKind.AR2: nv + W * cv, CommKind.AGP: nv, CommKind.A2A: nv,
+            CommKind.ARMC: nv, CommKind.AGMC: W * nv}[cfg.kind]

@@ -14,7 +14,8 @@ kept across launches: epochs make them reusable without a reset).
 
 The decisions come from lower-collectives' plan (one-shot / two-shot, direct) and the
 tuning table :mod:`pkc.target.comm_tuning` (LL below a size, the two-shot's gather and
-CTA groups): written into ``pk.plan`` (``schedule = "collective"``, ``comm_kind``,
+CTA groups; for a target with NVLS - b200, nvl72, never h100 / h200 - the multimem
+all-reduce ``armc`` and all-gather ``agmc`` above the LL limits): written into ``pk.plan`` (``schedule = "collective"``, ``comm_kind``,
 ``unroll``, ``cta_vecs``, ``ctas_per_sm``, ``gather``, ``groups``, ``fresh_output``) and a
 remark. Kinds not scheduled (rings, non-leading dims, max / min reductions) stay as they
 are, and a remark says why.
@@ -45,7 +46,7 @@ from pkc.target.comm_tuning import (ESIZE, THREADS, VEC_BYTES, CommConfig, CommK
 from pkc.target.targets import get_target
 
 SCHEDULED = (CommKind.LL, CommKind.LLAG, CommKind.LLRS, CommKind.AR1, CommKind.RS, CommKind.AG,
-             CommKind.AR2, CommKind.AGP, CommKind.A2A)
+             CommKind.AR2, CommKind.AGP, CommKind.A2A, CommKind.ARMC, CommKind.AGMC)
 # a ring gather / scatter runs as the direct kernel (what the ring's steps would move in
 # W - 1 hops goes in one; measured on H200s as the hand kernels, which were direct)
 ALGORITHMS = {Collective.ALL_REDUCE: (Algorithm.ONE_SHOT, Algorithm.TWO_SHOT),
@@ -59,7 +60,7 @@ def _dtype(t) -> str | None:
     return name if name in ESIZE else None
 
 
-def why_not(kop: k.KernelOp, force: CommKind | None = None) -> str | None:
+def why_not(kop: k.KernelOp, force: CommKind | None = None, target: str = "h200") -> str | None:
     """Why a lowered collective kernel cannot be scheduled (None: it can)."""
     plan = plan_of(kop)
     coll = plan.get("collective")
@@ -91,7 +92,10 @@ def why_not(kop: k.KernelOp, force: CommKind | None = None) -> str | None:
     chunk = elems // W if coll in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL) else elems
     if elems % ve or chunk % ve:
         return f"{coll} of {elems} elements: chunks are not whole 16-byte vectors"
-    cfg = _config(kop, force)
+    if force is not None and force.multicast and not get_target(target).nvls:
+        return (f"kind={force.value} is an NVLS kernel and target {target} has no NVLS "
+                "(never chosen for the lent Hopper machines: NVLink multicast stays off)")
+    cfg = _config(kop, force, target=target)
     if cfg.kind not in SCHEDULED:
         return f"{cfg.tag()}: not scheduled yet (the portable path runs it)"
     return None
@@ -99,17 +103,19 @@ def why_not(kop: k.KernelOp, force: CommKind | None = None) -> str | None:
 
 # the kinds a forced ``kind`` option may give each collective (agp: chosen, not forced:
 # it needs an input that already lies in symmetric memory)
-FORCIBLE = {Collective.ALL_REDUCE: (CommKind.LL, CommKind.AR1, CommKind.AR2),
-            Collective.ALL_GATHER: (CommKind.LLAG, CommKind.AG),
+FORCIBLE = {Collective.ALL_REDUCE: (CommKind.LL, CommKind.AR1, CommKind.AR2, CommKind.ARMC),
+            Collective.ALL_GATHER: (CommKind.LLAG, CommKind.AG, CommKind.AGMC),
             Collective.REDUCE_SCATTER: (CommKind.LLRS, CommKind.RS),
             Collective.ALL_TO_ALL: (CommKind.A2A,)}
 
 
-def _config(kop: k.KernelOp, force: CommKind | None = None, groups: int = 0) -> CommConfig:
+def _config(kop: k.KernelOp, force: CommKind | None = None, groups: int = 0,
+            target: str = "h200") -> CommConfig:
     """The tuning table's choice; an all-gather whose input already lies in symmetric memory
     (the kernel's input buffer is symmetric: a producer left it there) is pulled.
     ``force``: this kind instead (where the collective has it), ``groups``: the two-shot's
-    CTA groups instead of the table's (the pass options: tests and experiments)."""
+    CTA groups instead of the table's (the pass options: tests and experiments). NVLS
+    kinds only where ``target`` has NVLS (:attr:`pkc.target.targets.Target.nvls`)."""
     plan = plan_of(kop)
     coll, W = Collective.parse(plan["collective"], "pk.plan.collective"), kop.world_size
     x = kop.inputs[0].type
@@ -119,7 +125,8 @@ def _config(kop: k.KernelOp, force: CommKind | None = None, groups: int = 0) -> 
         elems *= d
     if coll is Collective.ALL_GATHER and kop.block.args[0].type.symmetric:
         return choose_pull_gather(W, dt, elems)
-    cfg = choose(coll, plan["algorithm"], W, dt, elems)
+    nvls = get_target(target).nvls
+    cfg = choose(coll, plan["algorithm"], W, dt, elems, nvls=nvls)
     if force is not None and force in FORCIBLE[coll] and force is not cfg.kind:
         base = CommConfig(force, W, dt)
         if force is CommKind.AR2:      # the table's two-shot at any size (its unroll)
@@ -154,11 +161,11 @@ class ScheduleCollectives(ModulePass):
         for kop in [o for o in module.walk() if isinstance(o, k.KernelOp)]:
             if "collective" not in plan_of(kop) or kop.schedule() is not None:
                 continue
-            reason = why_not(kop, force)
+            reason = why_not(kop, force, self.target)
             if reason:
                 add_remark(kop, f"collective left unscheduled: {reason}")
                 continue
-            _schedule(kop, sms, _config(kop, force, self.groups))
+            _schedule(kop, sms, _config(kop, force, self.groups, self.target))
 
 
 def _schedule(kop: k.KernelOp, sms: int, cfg: CommConfig) -> None:
@@ -189,7 +196,8 @@ def build_collective(name: str, cfg: CommConfig, inputs: list[SSAValue], x, y, s
     nv = elems // ve
     cv = -(-nv // W) if cfg.kind.chunked else nv     # the two-shot's last chunk may be short
     # peers put into the output of ag / a2a; agp pulls from the (symmetric) input
-    out_space = SYMMETRIC if cfg.kind in (CommKind.AG, CommKind.A2A) else LOCAL
+    out_space = SYMMETRIC if cfg.kind in (CommKind.AG, CommKind.A2A, CommKind.ARMC,
+                                          CommKind.AGMC) else LOCAL
     in_space = SYMMETRIC if cfg.kind is CommKind.AGP else LOCAL
     block = Block(arg_types=[BufferType(x.get_shape(), x.element_type, in_space),
                              BufferType(y.get_shape(), y.element_type, out_space)])
@@ -197,7 +205,7 @@ def build_collective(name: str, cfg: CommConfig, inputs: list[SSAValue], x, y, s
     i32 = IntegerType(32)
     gmax = cfg.ctas_per_sm * sms
     allocs = []
-    sym = {CommKind.AG: out, CommKind.A2A: out, CommKind.AGP: src}.get(cfg.kind)
+    sym = {CommKind.AG: out, CommKind.A2A: out, CommKind.AGP: src, CommKind.AGMC: out}.get(cfg.kind)
     if sym is None:
         sym = k.AllocOp(BufferType([sym_vecs(cfg, nv, cv) * ve], x.element_type, SYMMETRIC))
         allocs.append(sym)
@@ -220,6 +228,8 @@ def build_collective(name: str, cfg: CommConfig, inputs: list[SSAValue], x, y, s
     where = "into a fresh output" if out_space == LOCAL else "result in symmetric memory"
     if cfg.kind is CommKind.AGP:
         where += ", pulled from every rank's symmetric input"
+    if cfg.kind.multicast:
+        where += ", through NVLS (multimem on multicast objects)"
     add_remark(new, f"scheduled collective {cfg.tag()} ({cfg.reason}): "
                f"{nv} vectors ({cv} per chunk), up to {cfg.cta_vecs} per CTA, "
                f"{cfg.ctas_per_sm} CTA(s) per SM, {where}")

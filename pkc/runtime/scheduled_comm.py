@@ -48,6 +48,12 @@ class ScheduledCollective:
             raise ValueError(f"kernel {meta.name} is not a scheduled collective (no comm launch)")
         if comm.world != peers.world:
             raise ValueError(f"{meta.name} is built for {comm.world} ranks, the peers are {peers.world}")
+        if getattr(comm, "multicast", None):
+            # an NVLS kernel needs CUDA multicast objects: never made here (the lent machines
+            # keep NVLink multicast off, DESIGN.md "Runtime"); it runs in the emulator only
+            raise ValueError(f"{meta.name} is an NVLS (multimem) kernel over multicast objects "
+                             f"{comm.multicast}: pkc's runtime makes no multicast objects; "
+                             "schedule for a target without NVLS (h100, h200) to run it here")
         self.meta, self.comm, self.peers = meta, comm, peers
         self.tdt = _TORCH[dtype]
         self.in_shape, self.out_shape = tuple(in_shape), tuple(out_shape)

@@ -1,5 +1,6 @@
-"""The collectives' tuning table: which algorithm a lowered collective runs on sm_90a, by
-kind, world and message size, and the launch shape of each algorithm.
+"""The collectives' tuning table: which algorithm a lowered collective runs (sm_90a, and
+sm_100a with the same rules; NVLS kinds only where the target has NVLS), by kind, world and
+message size, and the launch shape of each algorithm.
 
 The compiler decides once (``schedule-collectives`` writes the choice into the IR); the
 runtime reads nothing here. Each figure says where it was measured (first with the
@@ -84,6 +85,8 @@ class CommKind(Enum):
     RS = "rs"          # direct push reduce-scatter
     AGP = "agp"        # pull all-gather of chunks already in symmetric memory, fresh output
     A2A = "a2a"        # direct push all-to-all (equal splits), result in symmetric memory
+    ARMC = "armc"      # NVLS all-reduce: multimem.ld_reduce of the own chunk, multimem.st
+    AGMC = "agmc"      # NVLS all-gather: multimem.st of the input into every rank's output
 
     @property
     def is_ll(self) -> bool:
@@ -92,12 +95,18 @@ class CommKind(Enum):
     @property
     def chunked(self) -> bool:
         """Data split by rank into W chunks (a CTA's slice is of one chunk)."""
-        return self in (CommKind.LLRS, CommKind.RS, CommKind.AR2, CommKind.A2A)
+        return self in (CommKind.LLRS, CommKind.RS, CommKind.AR2, CommKind.A2A, CommKind.ARMC)
 
     @property
     def bandwidth(self) -> bool:
         """Moves bulk data with many CTAs (2 per SM, ``.minnctapersm 2``)."""
-        return self in (CommKind.AG, CommKind.RS, CommKind.AR2, CommKind.AGP, CommKind.A2A)
+        return self in (CommKind.AG, CommKind.RS, CommKind.AR2, CommKind.AGP, CommKind.A2A,
+                        CommKind.ARMC, CommKind.AGMC)
+
+    @property
+    def multicast(self) -> bool:
+        """Uses NVLS (multimem on a multicast object): only for targets with ``nvls``."""
+        return self in (CommKind.ARMC, CommKind.AGMC)
 
 
 class Gather(Enum):
@@ -151,14 +160,23 @@ class CommConfig:
 
 
 def choose(collective: Collective | str, algorithm: Algorithm | str, world: int, dtype: str,
-           elems: int) -> CommConfig:
+           elems: int, nvls: bool = False) -> CommConfig:
     """The scheduled collective of a lowered ``collective`` (``algorithm`` as lower-collectives
     chose it) on ``elems`` elements of the input: LL for small messages, else the one-shot
-    / two-shot / direct kernel; the two-shot's gather and CTA groups by size."""
+    / two-shot / direct kernel; the two-shot's gather and CTA groups by size. ``nvls``
+    (the target has NVLS: :attr:`pkc.target.targets.Target.nvls`): all-reduces and
+    all-gathers above the LL limits use the switch (:func:`_nvls`)."""
     collective = Collective.parse(collective, "the scheduled collective")
     algorithm = Algorithm.parse(algorithm, f"the scheduled {collective}'s algorithm")
     cfg = _choose(collective, algorithm, world, dtype, elems)
     nbytes = elems * ESIZE[dtype]
+    if nvls and not cfg.kind.is_ll and world > 1 and collective in NVLS_KINDS:
+        kind = NVLS_KINDS[collective]
+        full = nbytes * world if collective is Collective.ALL_GATHER else nbytes
+        return CommConfig(kind, world, dtype, reason=(
+            f"{full} B above the LL limit on a target with NVLS: the switch "
+            f"{'reduces and multicasts' if kind is CommKind.ARMC else 'multicasts'} (each byte "
+            "crosses the rank's link once; unmeasured, no NVLS machine here)"))
     if collective is Collective.ALL_REDUCE and algorithm is Algorithm.ONE_SHOT:
         lim = ll_limit(LL_MAX_BYTES, world)
         why = f"{nbytes} B {'<=' if cfg.kind.is_ll else '>'} the LL limit {lim} B at W = {world}"
@@ -195,6 +213,12 @@ def _choose(collective: Collective, algorithm: Algorithm, world: int, dtype: str
     if collective is Collective.REDUCE_SCATTER:
         return CommConfig(CommKind.LLRS if small else CommKind.RS, world, dtype)
     return CommConfig(CommKind.A2A, world, dtype)
+
+
+# NVLS kinds by collective. Chosen above the LL limits only: LL's one-way flags beat the
+# multimem kernels' two signal round trips for small messages (an estimate, as NCCL's NVLS
+# threshold; no NVLS machine measured here). Never for a target without ``nvls``.
+NVLS_KINDS = {Collective.ALL_REDUCE: CommKind.ARMC, Collective.ALL_GATHER: CommKind.AGMC}
 
 
 def choose_pull_gather(world: int, dtype: str, elems: int) -> CommConfig:

@@ -74,6 +74,13 @@ MEAS_H200_TMA = (MEASURED_XFER + ": one thread per SM, cp.async.bulk global->sme
 MEAS_H200_LDST = (MEASURED_XFER + ": 1024 threads per SM, 16-byte ld/st, 37.7 GB/s copied per "
                   "SM at 8 SMs with 32 KB messages (47 at 1 SM, 31 at 32; flat in message "
                   "size). Drive rate against HBM, not NVLink")
+NVLS_OFF = ("policy: never on Hopper targets here: the lent H100/H200 machines must keep "
+            "NVLink multicast / NVLS off (DESIGN.md, 'Runtime'); the hardware has NVLS, pkc "
+            "does not emit multimem collectives for it")
+NVLS_B200 = ("datasheet: NVIDIA HGX B200: NVLink 5 switches with NVIDIA SHARP in-network "
+             "reduction (NVLS; CUDA multicast objects, PTX multimem)")
+NVLS_NVL72 = ("datasheet: NVIDIA GB200 NVL72: NVLink Switch System with NVIDIA SHARP "
+              "in-network reduction (NVLS; CUDA multicast objects, PTX multimem)")
 EST_GC = ("estimate: same as measured on H200 (8 / 8); the driver reports it as "
           "minSmPartitionSize / smCoscheduledAlignment")
 
@@ -104,6 +111,10 @@ class Target:
     sm_partition_align: int           # green-context SM partition granularity
     intra_sm_slowdown_tma: float      # MMA time factor with a TMA comm warp in every SM
     intra_sm_slowdown_ldst: float     # MMA time factor with an ld/st comm warp in every SM
+    # the compiler may emit NVLS collectives (multimem instructions on a multicast object,
+    # the switch reduces): a flag, not a figure; False for every target of the lent
+    # machines, which must keep NVLink multicast off (DESIGN.md, "Runtime")
+    nvls: bool
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self):
@@ -175,6 +186,7 @@ H100 = _make("h100", "sm_90a", dict(
                                   "here (785 TFLOP/s); taken ~3% lower for the 3.35 TB/s HBM"),
     hbm_bw=(3.35e12, DS_H100 + ": HBM3 3.35 TB/s"),
     hbm_achievable_bw=(0.88 * 3.35e12, EST_HBM_RATIO),
+    nvls=(False, NVLS_OFF),
     max_gpus=(8, DS_H100 + ": HGX H100 8-GPU NVSwitch baseboard"),
 ), _hopper_link(DS_H100), _common(DS_HOPPER_SMEM, EST_GC))
 
@@ -188,6 +200,7 @@ H200 = _make("h200", "sm_90a", dict(
                                              "mean with wave quantization divided out"),
     hbm_bw=(4.8e12, DS_H200 + ": HBM3e 4.8 TB/s"),
     hbm_achievable_bw=(4227e9, MEASURED + ": device-to-device copy 4227 GB/s (read + write)"),
+    nvls=(False, NVLS_OFF),
     max_gpus=(8, DS_H200 + ": HGX H200 8-GPU NVSwitch baseboard"),
     sm_partition_min=(8, MEAS_GC), sm_partition_align=(8, MEAS_GC),
     tma_bw_per_sm=(49.9e9, MEAS_H200_TMA),
@@ -212,6 +225,7 @@ B200 = _make("b200", "sm_100a", dict(
     mma_achievable_flops=(0.79 * 2.25e15, EST_MMA_RATIO),
     hbm_bw=(8e12, DS_B200 + ": HBM3e 64 TB/s per 8 GPUs"),
     hbm_achievable_bw=(0.88 * 8e12, EST_HBM_RATIO),
+    nvls=(True, NVLS_B200),
     max_gpus=(8, DS_B200 + ": HGX B200 8-GPU NVSwitch baseboard"),
 ), _BLACKWELL_LINK, _common(DS_BW_SMEM, EST_GC))
 
@@ -228,6 +242,7 @@ NVL72 = _make("nvl72", "sm_100a", dict(
     signal_latency=(3e-6, "estimate: 2 us as on 8-GPU boards plus ~0.5 us each way for the "
                           "rack's NVLink spine (every GPU reaches every other through one "
                           "of the 9 NVSwitch trays over copper cables, not a baseboard)"),
+    nvls=(True, NVLS_NVL72),
     max_gpus=(72, DS_NVL72 + ": 72 GPUs in one NVLink domain"),
     nvlink_achievable_bw=(0.78 * 900e9, "estimate: PK's ~78% of NVLink by device-initiated "
                                         "TMA (measured on HGX B200, arXiv 2511.13940) assumed "

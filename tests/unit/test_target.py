@@ -10,7 +10,7 @@ SOURCE_KINDS = ("measured here 2026-11-29 (PLATFORM.md)",
                 "measured here 2026-11-29 (benchmarks/transfer.py",
                 "measured here 2026-11-29 (benchmarks/fused_sweep.py",
                 "measured here 2026-11-29 (benchmarks/results/", "datasheet:", "PK paper",
-                "estimate:")
+                "estimate:", "policy:")
 NAMES = ["h100", "h200", "b200", "nvl72"]
 
 
@@ -23,7 +23,7 @@ def test_figures_positive(name):
     t = get_target(name)
     assert t.sm_arch in ("sm_90a", "sm_100a")
     for f in Target.figure_names():
-        if f == "sm_arch":
+        if f in ("sm_arch", "nvls"):
             continue
         v = getattr(t, f)
         assert isinstance(v, (int, float)) and v > 0, (name, f, v)
@@ -36,6 +36,13 @@ def test_every_figure_has_a_known_kind_of_source(name):
         src = t.sources.get(f, "")
         assert src.startswith(SOURCE_KINDS), (name, f, src)
         assert len(src) > len("estimate: "), (name, f, src)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_nvls_only_on_blackwell_targets(name):
+    """NVLS (multimem) collectives may be chosen for b200 / nvl72, never for the Hopper
+    targets of the lent machines (NVLink multicast stays off there)."""
+    assert get_target(name).nvls is (name in ("b200", "nvl72"))
 
 
 @pytest.mark.parametrize("name", NAMES)
