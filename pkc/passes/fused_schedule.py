@@ -92,9 +92,10 @@ def tmem_config(pass_name: str, M: int, N: int, K: int, dt: str, layout: BLayout
     # producer_regs=0: no setmaxnreg.dec in the producer. No role of this arrangement
     # takes registers back (no inc), and at 40 the epoch, live from the prologue to its
     # publication after the roles, spilled (ptxas -arch=sm_100a, 4 bytes).
-    # pair=False: the fused parts tile one CTA's 128 rows (no CTA pairs yet)
+    # pair=False: the fused parts tile one CTA's 128 rows (no CTA pairs yet); clc=False:
+    # their tile loops are their own (chunked), not under cluster launch control
     cfg = choose_tmem_config(M, N, K, dt, layout, get_target(target).num_sms)
-    cfg = cfg.with_(epilogue=Epilogue.TMA, epi_bufs=2, producer_regs=0, pair=False)
+    cfg = cfg.with_(epilogue=Epilogue.TMA, epi_bufs=2, producer_regs=0, pair=False, clc=False)
     cfg = cfg.with_(stages=stages_for(cfg.bn, cfg.epi_bytes))
     cfg.validate()
     return TmemView(cfg)
