@@ -363,3 +363,32 @@ def test_the_new_instructions_assemble_for_sm_100a():
     pair = print_module([entries[0]], "sm_100a")
     assert "tcgen05.mma.cta_group::2.kind::f16" in pair
     assert "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster" in pair
+
+
+def test_ptx_verifiers_refuse_forms_pkc_does_not_print():
+    from xdsl.utils.exceptions import VerifyException
+
+    e = ptx.EntryOp("v", [], 128, 0)
+    b = Builder(e.block)
+    r32, r64 = b.u32(0), b.imm(0, "b64")
+    p16 = b.imm(3, "b16")
+    bad = [
+        (t5.Tcgen05AllocOp(r32, 32, cta_group=3), "cta_group 3: 1 or 2"),
+        (t5.Tcgen05AllocOp(r32, 48), "a power of two"),
+        (t5.Tcgen05CommitOp(r32, r32), "ctaMask is a b16 register"),
+        (x5.Tcgen05StOp(r32, [r32] * 3), r"\.32x32b\.x3 with 3 registers"),
+        (x5.Tcgen05StOp(r32, [r64]), "32-bit registers"),
+        (x5.Tcgen05CpOp(r32, r64, "64x128b"), "shape .64x128b"),
+        (x5.Tcgen05CpOp(r32, r32), "b32 taddr, b64 sdesc"),
+        (x5.Tcgen05ShiftOp(r64), "b32 taddr"),
+        (x5.ClcTryCancelOp(r32, r64), "b32 shared addr, b32 shared mbar"),
+    ]
+    for op, msg in bad:
+        with pytest.raises(VerifyException, match=msg):
+            op.verify()
+    ok = [t5.Tcgen05CommitOp(r32, p16, 2), x5.Tcgen05StOp(r32, [r32] * 4),
+          x5.Tcgen05CpOp(r32, r64, "128x128b", 2), x5.ClcTryCancelOp(r32, r32, multicast=True)]
+    for op in ok:
+        op.verify()
+    with pytest.raises(ValueError, match="cta_group::2: no shape m64n32k16"):
+        t5.instr_desc_f16("bf16", 64, 32, cta_group=2)
