@@ -8,7 +8,8 @@ with the sm_90a kernels' communication parts.
 * the emulator runs the sm_100a PTX equal to the interpreter on the scheduled kernel
   (W = 1, 2, 4; bitwise where the adds have one order: W <= 2 and the deterministic
   reduce-scatter; within the reduce-adds' rounding otherwise);
-* ``ptxas -arch=sm_100a`` assembles them with no spills;
+* ``ptxas -arch=sm_100a`` assembles them with no spills; their SASS has the 4 UTCHMMA of
+  a k-block, LDTM, UTCBAR, the TMA stores (and reduce-adds / bulk puts), no local memory;
 * the sm_100a and sm_90a PTX differ in the MMA path only: tcgen05 against wgmma, the same
   TMA stores / reduce-adds and signals.
 
@@ -220,15 +221,32 @@ def test_emulator_runs_sm100_gemm_reduce_scatter_w4():
 
 # ---- (c) ptxas, (d) the MMA path is the only difference ---------------------------------
 
+# SASS a kernel's communication leaves besides the GEMM's: the TMA reduce-adds of the
+# persistent reduce-scatter (W = 2 sums in the epilogue instead), the all-gather's puts
+SASS_COMM = {("rs", 4): "UTMAREDG", ("ag", 4): "UBLKCP"}
+
+
 @needs_ptxas
 @pytest.mark.parametrize("kind,W", [("rs", 4), ("rs", 2), ("ar", 2), ("ag", 4), ("moe", 2)])
-def test_sm100_fused_kernels_assemble_without_spills(kind, W):
+def test_sm100_fused_kernels_assemble_without_spills_and_keep_tcgen05_in_sass(kind, W):
+    from pkc.codegen.sass import find_tool, sass
+
     m = {"rs": lambda: _rs(W, 333, 264, 136, "kn"), "ar": lambda: _ar(W, 333, 264, 136),
          "ag": lambda: _ag(W), "moe": lambda: _moe(W)}[kind]()
     (kop,) = [k for k in _scheduled(m) if plan_of(k).get("acc") == "tmem"]
-    _, reports, _ = assemble(compile_kernel(kop, "sm_100a").ptx, "sm_100a")
+    cubin, reports, _ = assemble(compile_kernel(kop, "sm_100a").ptx, "sm_100a")
     (rep,) = reports.values()
     assert rep.spill_stores == 0 and rep.spill_loads == 0 and rep.stack_bytes == 0, rep.line()
+    if not find_tool("cuobjdump"):
+        pytest.skip("cuobjdump not found (SASS check)")
+    ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass(cubin))
+    names = [i.split(".")[0] for i in ins]
+    assert names.count("UTCHMMA") == 4          # the 4 k16 tcgen05 MMAs of a k-block
+    assert "LDTM" in names and "UTCBAR" in names and "UTMASTG" in names
+    assert "LDL" not in names and "STL" not in names
+    assert not any(n.startswith("HGMMA") for n in names)
+    if (kind, W) in SASS_COMM:
+        assert SASS_COMM[kind, W] in names, kind
 
 
 def test_sm100_and_sm90_ptx_differ_in_the_mma_path_only():
