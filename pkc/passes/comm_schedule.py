@@ -42,7 +42,11 @@ Large worlds (up to 72, an NVL72 domain): a loop that stores each vector to seve
 takes at most ``PUSH_DESTS`` of them (the peer addresses stay in registers across the loop:
 at W = 72 one loop of 72 destinations spilled, ptxas -arch=sm_90a, 616 bytes in the
 all-gather); more destinations run as several loops over the same slice (the source is
-read again, from L2).
+read again, from L2). A reduce over more than ``SUM_UNROLLED_MAX`` slots is one
+``pks.vec_sum_slots`` per vector (a loop over the slots, not W loads in flight), and the
+two-shot's copy-out takes ``GATHER_SOURCES`` chunks per loop. The LL kinds and the
+two-shot's push gather hold W values per vector: the tuning table uses them only up to
+``LL_MAX_WORLD`` / ``AR2_PUSH_MAX_WORLD`` ranks (:mod:`pkc.target.comm_tuning`).
 """
 
 from __future__ import annotations
