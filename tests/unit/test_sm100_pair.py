@@ -8,7 +8,6 @@ exists). No Blackwell hardware has run any of it."""
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -77,7 +76,7 @@ def test_tuning_picks_pairs_for_large_nk_gemms_and_says_so():
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
 def test_cta_pair_gemm_assembles_without_spills_with_2cta_mmas_in_sass(monkeypatch):
-    from pkc.codegen.sass import find_tool, sass
+    from pkc.codegen.sass import check_sm100_gemm, find_tool, opcodes, sass
 
     cfg = TmemGemmConfig(bn=64, stages=6, pair=True)
     kop, ck = _kernel(2048, 512, 256, "nk", "bf16", cfg, monkeypatch)
@@ -87,11 +86,9 @@ def test_cta_pair_gemm_assembles_without_spills_with_2cta_mmas_in_sass(monkeypat
     if not find_tool("cuobjdump"):
         pytest.skip("cuobjdump not found (SASS check)")
     text = sass(cubin)
-    ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", text)
-    assert sum(i.startswith("UTCHMMA") and "2CTA" in i for i in ins) == 4, \
-        "the 4 k16 MMAs of a k-block are pair MMAs (UTCHMMA.2CTA)"
-    assert any(i.startswith("UTCBAR") and "MULTICAST" in i for i in ins)
-    assert not any(i.split(".")[0] in ("LDL", "STL") for i in ins)
+    # the 4 k16 MMAs of a k-block are pair MMAs (UTCHMMA.2CTA); TMA, LDTM, UTCBAR, no spills
+    assert check_sm100_gemm(text, cta_pair=True) == []
+    assert any(o.startswith("UTCBAR") and "MULTICAST" in o for o in opcodes(text))
 
 
 def test_interpreter_runs_the_pair_schedule_as_the_graph(monkeypatch):
