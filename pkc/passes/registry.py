@@ -18,7 +18,11 @@ A pk pass is one file in ``pkc/passes/`` with one ``ModulePass`` subclass::
 The registry imports every module of the ``pkc.passes`` package the first time the
 passes are asked for (:func:`available_passes`), so that each registers itself; a module
 that fails to import is an error (:class:`PassLoadError`), never a silently missing pass.
-A few generic xDSL passes (canonicalize, cse, dce) are available too.
+A few generic xDSL passes (canonicalize, cse, dce) are available too. A pipeline imports
+only the modules of the passes it names where it can (:func:`_passes_for`: pass
+``sm-partition`` lives in ``sm_partition.py``, by convention), so that ``pkc-opt -p cse``
+or ``-p lower-collectives`` does not pay for importing every pass (issue 19); a name not
+found that way loads every module, as before.
 
 Pipelines are strings in xDSL's syntax: ``a,b{opt=1 other=x}`` (options are the pass's
 dataclass fields; ``opt-name`` and ``opt_name`` both work).
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import pkgutil
 import re
 from collections.abc import Callable
@@ -159,6 +164,11 @@ def load_pass_modules() -> None:
 def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """All passes by name (xDSL generic ones, then pk's), as lazy class getters."""
     load_pass_modules()
+    return _registered_passes()
+
+
+def _registered_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """xDSL's generic passes and the pk passes registered so far, by name."""
     passes: dict[str, Callable[[], type[ModulePass]]] = {}
     for name, (module, cls_name, _) in _XDSL_PASSES.items():
         passes[name] = _xdsl_getter(module, cls_name)
@@ -293,15 +303,46 @@ def _booleans(spec: Any, cls: type[ModulePass]) -> Any:
     return type(spec)(spec.name, params)
 
 
+def _passes_for(names: set[str]) -> dict[str, Callable[[], type[ModulePass]]]:
+    """The passes a pipeline naming ``names`` (passes and named pipelines) needs: xDSL's,
+    and pk passes imported each from the module named after it (``a-b`` from
+    ``pkc/passes/a_b.py``). When a name is not found so (a pass in a module of another
+    name, a plugin's, a misspelt one: the error lists every pass), every pass module is
+    imported, as :func:`available_passes` does."""
+    from pkc.passes.pipelines import PIPELINES
+
+    wanted = set(names)
+    for name in names:
+        wanted.update(PIPELINES.get(name, ()))
+    wanted -= set(PIPELINES) - set(_PK_PASSES)
+    if not _loaded:
+        import pkc.passes as package
+
+        for name in sorted(wanted - set(_XDSL_PASSES) - set(_PK_PASSES)):
+            module = name.replace("-", "_")
+            if not _KEBAB.match(name) or module in _NOT_PASS_MODULES:
+                continue
+            if importlib.util.find_spec(f"{package.__name__}.{module}") is None:
+                continue
+            try:
+                importlib.import_module(f"{package.__name__}.{module}")
+            except Exception as err:  # as load_pass_modules: a broken file is an error
+                raise PassLoadError(f"failed to import pass module '{package.__name__}."
+                                    f"{module}': {type(err).__name__}: {err}") from err
+    if not wanted <= set(_XDSL_PASSES) | set(_PK_PASSES):
+        return available_passes()
+    return _registered_passes()
+
+
 def parse_pipeline(text: str) -> list[ModulePass]:
     """Parse ``a,b{opt=1 other=x}`` into pass instances; raise :class:`PipelineError`."""
     if not text.strip():
         return []  # no pass modules to import for an empty pipeline
-    passes = available_passes()
     try:
         specs = list(_xdsl_parse_pipeline(text))
     except ArgSpecParseError as err:  # a BaseException in xDSL: catch it by name
         raise PipelineError(_format_spec_error(err, text)) from None
+    passes = _passes_for({spec.name for spec in specs})
     result: list[ModulePass] = []
     for spec in _expand_named_pipelines(specs, passes):
         if spec.name not in passes:

@@ -612,12 +612,20 @@ def test_broken_pass_module_is_an_error(clean_registry, tmp_path, monkeypatch, c
     registry._loaded = False
     with pytest.raises(PassLoadError, match="pkc.passes.probe_broken.*half-written pass"):
         available_passes()
-    code, _, err = run(capsys, write(ADD), "-p", "cse")
-    assert code == 2
-    assert (
-        "internal error: PassLoadError: failed to import pass module 'pkc.passes.probe_broken'"
-        in err
-    )
+    # A pipeline imports the modules of the passes it names (probe-broken: probe_broken.py);
+    # a name not found so imports every module: either way the broken file is the error.
+    for pipeline in ("probe-broken", "no-such-pass"):
+        registry._loaded = False
+        code, _, err = run(capsys, write(ADD), "-p", pipeline)
+        assert code == 2, pipeline
+        assert (
+            "internal error: PassLoadError: failed to import pass module 'pkc.passes.probe_broken'"
+            in err
+        ), pipeline
+    # ... and a pipeline of passes found without it does not import it
+    registry._loaded = False
+    code, out, _ = run(capsys, write(ADD), "-p", "cse")
+    assert code == 0 and "func.func" in out
 
 
 def test_pass_reports_error_at_op(capsys, write, clean_registry):

@@ -132,6 +132,18 @@ def test_graph_level_ir_loads_pk_but_not_pks_arith_or_scf():
     assert not _under(modules, *NEVER_FOR_IR)
 
 
+def test_a_pipeline_imports_only_the_passes_it_names(tmp_path):
+    path = tmp_path / "f.mlir"
+    path.write_text(FUNC_ONLY)
+    base = {"pkc.passes", "pkc.passes.registry", "pkc.passes.remarks", "pkc.passes.pipelines"}
+    assert _under(_imported_by([str(path), "-p", "cse,dce"]), "pkc.passes") <= base
+    modules = _imported_by([GRAPH_IR, "-p", "lower-collectives"])
+    assert "pkc.passes.lower_collectives" in modules
+    assert not _under(modules, "pkc.passes.overlap", "pkc.passes.schedule_fused",
+                      "pkc.passes.schedule_moe", "pkc.passes.sm_partition")
+    assert not _under(modules, "torch", "pkc.codegen", "pkc.emu", "pkc.interp", "pkc.frontend")
+
+
 def test_dialects_load_on_first_use_in_a_plain_context():
     """make_context registers func / arith / scf / pk / pks; the parser loads each one
     when it meets it, also in library use (no pkc-opt, no load_dialects_named_in)."""
