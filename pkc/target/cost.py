@@ -188,9 +188,10 @@ def _build(t: Target, pattern: Pattern, sh: Shapes, W: int, dt: int, overlap: Ov
     til = gemm_tiling(t, sh.M, sh.n_total, sh.K, csms, sh.groups)
     rate = link_rate(t, lsms, mech)
     one_way, sig = t.one_way_latency, t.signal_issue
-    # a step whose data went to every peer flags every peer (fan_out_time: per-peer issue);
-    # a reduce-scatter / all-gather step's tiles have one owner / one source
-    sig_all = fan_out_time(t, W - 1)
+    # a step whose data went to every peer flags every peer (fan_out_time: per-peer issue,
+    # spread over the communicating SMs' CTAs); a reduce-scatter / all-gather step's tiles
+    # have one owner / one source
+    sig_all = fan_out_time(t, W - 1, lsms)
     tasks: list = []
 
     def add(name, worker, op, dur, deps=(), lag=0.0, step=0):

@@ -170,15 +170,17 @@ def signal_time(target, n: int = 1) -> float:
     return n * _target(target).signal_latency
 
 
-def fan_out_time(target, peers: int) -> float:
-    """What one thread spends signalling ``peers`` ranks after its data: one release fence
-    and flag (``signal_issue``), then ``peer_signal_issue`` for each further peer (the
-    flags are posted writes issued one after another: pkc's kernels signal every peer
-    from one thread, collective_kernels / comm_schedule's barrier_phase)."""
+def fan_out_time(target, peers: int, issuers: int = 1) -> float:
+    """What signalling ``peers`` ranks after their data costs: one release fence and flag
+    (``signal_issue``), then ``peer_signal_issue`` for each further peer, the flags split
+    among ``issuers`` threads that issue theirs one after another (posted writes). A
+    barrier's flags come from one thread (pkc's kernels: collective_kernels, comm_schedule's
+    barrier_phase); a fused kernel's per-step flags from its communicating CTAs, each
+    flagging the peers its own tiles went to."""
     t = _target(target)
     if peers <= 0:
         return 0.0
-    return t.signal_issue + (peers - 1) * t.peer_signal_issue
+    return t.signal_issue + math.ceil((peers - 1) / max(1, issuers)) * t.peer_signal_issue
 
 
 def barrier_time(target, W: int, n: int = 1) -> float:
