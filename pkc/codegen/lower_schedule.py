@@ -202,7 +202,11 @@ def _tiles(sched: s.ScheduleOp) -> int:
         if isinstance(op, (s.TileLoopOp, ClcTileLoopOp)):
             m, n = (_const(v) for v in (op.m, op.n))
             if m is not None and n is not None:
-                return -(-m // op.bm.data) * -(-n // op.bn.data)
+                num_m, num_n = -(-m // op.bm.data), -(-n // op.bn.data)
+                if isinstance(op, ClcTileLoopOp):   # one cluster per cluster tile
+                    cl = sched.cluster.data
+                    return -(-num_m // cl) * cl * num_n
+                return num_m * num_n
     return 1 << 30
 
 

@@ -36,13 +36,8 @@ Registered as the ``sm_100a`` entry of
   (ctaMask 0b11); every ``pks.tma_load`` the ``.cta_group::2`` form whose bytes count on
   the even CTA's mbarrier (the address mapped to cluster rank 0).
 
-* ``pks.clc_tile_loop`` (cluster launch control, one CTA per tile; single CTAs only): a
-  ``ptx.for`` whose next iv (the tile) the body computes. Trip i: the issuer role waits
-  on ``empty[i % 2]``, announces 16 bytes on ``full[i % 2]`` and issues
-  ``clusterlaunchcontrol.try_cancel`` into ``resp[i % 2]``; after the body every role
-  waits on ``full[i % 2]``, reads the response (``query_cancel``), meets (a warpgroup
-  role) and arrives once on ``empty[i % 2]``; the next tile is the cancelled CTA's id, or
-  the tile count (the loop ends) when the request failed.
+* ``pks.clc_tile_loop``: :mod:`pkc.codegen.lower_schedule_clc` (cluster launch control;
+  single CTAs and CTA pairs).
 
 Not lowered here (a clear error): the per-warpgroup (wgmma-form) accumulator, ``pks.mma_wait``
 (tcgen05 completes through mbarriers), clusters of more than 2.
@@ -54,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from pkc.codegen import ptx, ptx_comm, ptx_sm90
 from pkc.codegen import ptx_sm100 as t5
-from pkc.codegen import ptx_sm100_ext as x5
+from pkc.codegen.lower_schedule_clc import lower_clc_tile_loop
 from pkc.dialects.schedule_clc import ClcTileLoopOp
 from pkc.codegen.errors import CodegenError
 from pkc.dialects import schedule as s
@@ -365,63 +360,6 @@ def _acc_store_global(L: "Lowering", op: s.AccStoreGlobalOp) -> None:
     b.add(t5.Tcgen05FenceOp("before"))
 
 
-def _clc_tile_loop(L: "Lowering", op) -> None:
-    from pkc.codegen.lower_schedule import _op
-    if L.sched.cluster.data != 1:
-        raise CodegenError(f"{op.name}: cluster launch control is lowered for single CTAs (not "
-                           f"clusters of {L.sched.cluster.data}) yet")
-    b = L.b
-    bm, bn, gm = op.bm.data, op.bn.data, op.group_m.data
-    M, N = L.v(op.m), L.v(op.n)
-    num_m = b.bin("div", "u32", b.add32(M, bm - 1), bm)
-    num_n = b.bin("div", "u32", b.add32(N, bn - 1), bn)
-    total = b.mul32(num_m, num_n)
-    group_sz = b.mul32(num_n, gm)
-    resp_t = op.resp.type
-    loop, body = b.for_carried(b.sreg("%ctaid.x"), total, 0,
-                               [b.u32(0), *[L.v(x) for x in op.inits]], "u32", next_iv=True)
-    tile, trip, *carried = body.args
-    with b.at(body):
-        slot = b.bin("and", "b32", trip, 1)
-        phase = b.bin("and", "b32", b.bin("shr", "u32", trip, 1), 1)
-        full = b.r(ptx.FmaOp(slot, b.u32(8), L.bar_base[op.full], "u32", "mad.lo"))
-        empty = b.r(ptx.FmaOp(slot, b.u32(8), L.bar_base[op.empty], "u32", "mad.lo"))
-        resp = b.r(ptx.FmaOp(slot, b.u32(resp_t.bytes.data), L.smem_base[op.resp], "u32",
-                             "mad.lo"))
-        if op.issuer.data:
-            if L.role is None or L.role.single_thread is None:
-                raise CodegenError(f"{op.name}: the issuer is a single_thread role")
-            # every role read the response two trips ago
-            b.add(ptx_sm90.MbarrierWaitParityOp(empty, b.bin("xor", "b32", phase, 1), L.deadline))
-            b.add(ptx_sm90.MbarrierArriveOp(full, b.u32(16)))
-            b.add(x5.ClcTryCancelOp(resp, full))
-        # the tile (grouped order, as pks.tile_loop)
-        g = b.bin("div", "u32", tile, group_sz)
-        first = b.mul32(g, gm)
-        gsz = b.bin("min", "u32", b.bin("sub", "u32", num_m, first), gm)
-        r = b.bin("sub", "u32", tile, b.mul32(g, group_sz))
-        m0, n0, *args = op.block.args
-        L.vals[m0] = b.mul32(b.add32(first, b.bin("rem", "u32", r, gsz)), bm)
-        L.vals[n0] = b.mul32(b.bin("div", "u32", r, gsz), bn)
-        for a, c in zip(args, carried):
-            L.vals[a] = c
-        for inner in list(op.block.ops)[:-1]:
-            _op(L, inner)
-        vals = [L.v(x) for x in op.block.last_op.operands]
-        b.add(ptx_sm90.MbarrierWaitParityOp(full, phase, L.deadline))
-        q = b.add(x5.ClcQueryOp(resp))
-        if L.role is None or L.role.single_thread is None:
-            # every thread of the warpgroup read it before the one arrival
-            b.add(ptx_sm90.NamedBarrierOp(b.add32(L.warpgroup(), 1), 128))
-            b.add(ptx_sm90.MbarrierArriveOp(empty, guard=L.lead()))
-        else:
-            b.add(ptx_sm90.MbarrierArriveOp(empty))
-        nxt = b.selp("b32", q.ctaid_x, total, q.canceled)
-        b.add(ptx.YieldOp([nxt, b.add32(trip, 1), *vals]))
-    for res, val in zip(op.res, loop.res[1:]):
-        L.vals[res] = val
-
-
 def _mbarrier_wait(L: "Lowering", op: s.MbarrierWaitOp) -> None:
     from pkc.codegen.lower_schedule import _mbarrier_wait as common
     common(L, op)
@@ -442,7 +380,7 @@ _OPS = {
     s.AccStoreSmemOp: _acc_store_smem, s.AccStoreGlobalOp: _acc_store_global,
     f.AccAddSmemOp: _acc_add_smem,
     s.MbarrierWaitOp: _mbarrier_wait, s.MbarrierArriveOp: _mbarrier_arrive,
-    s.TmaLoadOp: _tma_load, ClcTileLoopOp: _clc_tile_loop,
+    s.TmaLoadOp: _tma_load, ClcTileLoopOp: lower_clc_tile_loop,
 }
 
 

@@ -2,7 +2,7 @@
 persistent tile loop under cluster launch control.
 
 The interpreter runs the grid's first ``ctas`` CTAs (its usual persistent grid); the other
-tiles' CTAs have not started, and a request cancels the last of them (any not-started CTA
+tiles' clusters have not started, and a request cancels the last of them (any not-started CTA
 is a legal answer), so the running CTAs take every tile between them and a request fails
 only when none is left. The response is written like a TMA load: 16 bytes that land in
 ``resp[slot]`` when the copy engine completes them and count on ``full[slot]``; reading
@@ -41,45 +41,57 @@ def _wait(R, a: Actor, op, bar: Mbarrier, parity: int) -> Generator:
 
 @blocking(c.ClcTileLoopOp)
 def _clc_tile_loop(R, a: Actor, op: c.ClcTileLoopOp, env) -> Generator:
-    """Tiles: this CTA's own, then the cancelled CTAs' (module docstring)."""
-    if R.cluster != 1:
-        raise InterpError(f"{a.at(op)}: cluster launch control in clusters of {R.cluster}")
+    """Tiles: this cluster's own, then the cancelled clusters' (module docstring). In a
+    cluster, rank 0's issuer asks and the response lands in every CTA (multicast); every
+    CTA's issuer announces its 16 bytes; every reader frees the slot on rank 0's empty."""
+    cl = R.cluster
+    if cl > 2:
+        raise InterpError(f"{a.at(op)}: cluster launch control in clusters of {cl}")
     bm, bn, gm = op.bm.data, op.bn.data, op.group_m.data
     num_m, num_n = -(-env[op.m] // bm), -(-env[op.n] // bn)
-    tiles = num_m * num_n
+    num_mc = -(-num_m // cl)
+    tiles = num_mc * num_n
     pending = R.__dict__.setdefault("clc_pending", {}).setdefault(
-        (a.rank, a.launch), list(range(R.ctas, tiles)))
+        (a.rank, a.launch), list(range(R.ctas // cl, tiles)))
+    base = a.cta - a.cta % cl
     resp: Smem = env[op.resp]
-    full, empty = env[op.full], env[op.empty]
+    full = env[op.full]
+    lead_empty = R.cta_objs[a.rank, base][op.empty]
     at = a.at(op)
-    tile, trip = a.cta, 0
+    tile, trip = a.cta // cl, 0
     carried = [env[v] for v in op.inits]
     while tile < tiles:
         slot, phase = trip % c.RING, (trip // c.RING) % 2
         if op.issuer.data:
-            yield from _wait(R, a, op, empty[slot], phase ^ 1)
             full[slot].arrive(a, op, c.RESPONSE_BYTES)
-            nxt = pending.pop() if pending else None
-            words = torch.tensor([1, nxt, 0, 0] if nxt is not None else [0, 0, 0, 0],
-                                 dtype=torch.int32)
-            resp.check_range(at, slot, 0, c.RESPONSE_BYTES)
-            resp.check_write(a, at, slot, 0, c.RESPONSE_BYTES)
-            rec = Write(0, c.RESPONSE_BYTES, op, f"{at}: clusterlaunchcontrol.try_cancel",
-                        pending=True)
-            resp.begin_write(slot, rec)
-            R.loads.append(TmaLoad(op, at, lambda w=words: w.view(torch.uint8), [(resp, slot, rec, full[slot])]))
+            if a.cta == base:
+                yield from _wait(R, a, op, lead_empty[slot], phase ^ 1)
+                nxt = pending.pop() if pending else None
+                words = torch.tensor([1, nxt * cl, 0, 0] if nxt is not None else [0, 0, 0, 0],
+                                     dtype=torch.int32)
+                targets = []
+                for cta in range(base, base + cl):
+                    r_cta: Smem = R.cta_objs[a.rank, cta][op.resp]
+                    r_cta.check_range(at, slot, 0, c.RESPONSE_BYTES)
+                    r_cta.check_write(a, at, slot, 0, c.RESPONSE_BYTES)
+                    rec = Write(0, c.RESPONSE_BYTES, op,
+                                f"{at}: clusterlaunchcontrol.try_cancel", pending=True)
+                    r_cta.begin_write(slot, rec)
+                    targets.append((r_cta, slot, rec, R.cta_objs[a.rank, cta][op.full][slot]))
+                R.loads.append(TmaLoad(op, at, lambda w=words: w.view(torch.uint8), targets))
             a.clock[a.aid] += 1
             R.version += 1
-        mb, nb = grouped_tile(tile, num_m, num_n, gm)
+        mc, nb = grouped_tile(tile, num_mc, num_n, gm)
+        mb = mc * cl + a.cta % cl
         R._count()
         carried = yield from R.run_block(a, op.block, env, [mb * bm, nb * bn, *carried])
         yield from _wait(R, a, op, full[slot], phase)
         resp.check_read(a, at, slot, 0, c.RESPONSE_BYTES, async_proxy=False)
         words = resp.bytes(slot, 0, c.RESPONSE_BYTES).clone().view(torch.int32)
-        empty[slot].arrive(a, op, 0)
+        lead_empty[slot].arrive(a, op, 0)
         a.clock[a.aid] += 1
         R.version += 1
-        tile = int(words[1]) if int(words[0]) else tiles
+        tile = int(words[1]) // cl if int(words[0]) else tiles
         trip += 1
     for res, v in zip(op.res, carried):
         env[res] = v

@@ -31,6 +31,7 @@ from xdsl.ir import Block, SSAValue
 
 from pkc.dialects import schedule as s
 from pkc.passes.gemm_schedule import _SWIZZLE_FOR_ROW_BYTES, GemmParts, _for, _Ops
+from pkc.passes.gemm_schedule_clc import ClcParts
 from pkc.passes.gemm_schedule_tmem import TmemView, _epilogue, _mma
 from pkc.target.gemm_tuning import BK, Epilogue
 from pkc.target.gemm_tuning_sm100 import TmemGemmConfig
@@ -49,7 +50,9 @@ def build_gemm_tmem_pair(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: 
         raise ValueError(f"build_gemm_tmem_pair: {cfg.tag()} is not a CTA-pair config")
     cfg.validate()
     view = PairView(cfg)
-    parts = GemmParts()
+    # under cluster launch control the even CTA's producer, mma and epilogue and the odd
+    # CTA's producer and epilogue read each response (the odd CTA runs no MMA role)
+    parts = ClcParts(roles=5) if cfg.clc else GemmParts()
     top = _Ops(body)
     tA = top.add(s.TmapOp(A, s.TmapType(cfg.dtype, [BK, cfg.bm], 128))).result
     tB = top.add(s.TmapOp(B, s.TmapType(cfg.dtype, [BK, cfg.bn // 2], 128))).result

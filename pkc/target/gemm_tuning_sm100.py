@@ -87,9 +87,6 @@ class TmemGemmConfig(StageBytes):
         return f"{self.bm}x{self.bn}_s{self.stages}_tmem{self.acc_bufs}{epi}"
 
     def validate(self) -> None:
-        if self.pair and self.clc:
-            raise ValueError(f"tmem GEMM {self.tag()}: cluster launch control is built for "
-                             "single CTAs, not CTA pairs, yet")
         if self.pair and (self.b_layout is not BLayout.NK or self.bn % 32):
             raise ValueError(f"tmem GEMM {self.tag()}: a CTA pair reads B as [N, K] with bn a "
                              "multiple of 32 (bn / 2 rows of B in each CTA)")
@@ -138,10 +135,10 @@ def choose_tmem_config(M: int, N: int, K: int, dtype: str, b_layout: BLayout | s
     pair = (b_layout is BLayout.NK and bn % 32 == 0 and num_m >= PAIR_MIN_ROW_BLOCKS
             and -(-(-(-num_m // 2) * num_n) // max(1, num_sms // 2))
             <= -(-(num_m * num_n) // num_sms))
-    # more tiles than SMs (and no pair): the tiles a CTA takes after its first come from
-    # cluster launch control, so a CTA that starts late or an SM another kernel holds does
-    # not leave a fixed share of the tiles to the end (unmeasured)
-    clc = not pair and num_m * num_n > num_sms
+    # more (cluster) tiles than fit at once: the tiles a CTA (pair) takes after its first
+    # come from cluster launch control, so one that starts late or an SM another kernel
+    # holds does not leave a fixed share of the tiles to the end (unmeasured)
+    clc = (-(-num_m // 2) * num_n > num_sms // 2) if pair else num_m * num_n > num_sms
     cfg = TmemGemmConfig(bn=bn, dtype=dtype, b_layout=b_layout, pair=pair, clc=clc)
     cfg = cfg.with_(stages=stages_for(bn, cfg.epi_bytes, pair))
     cfg.validate()

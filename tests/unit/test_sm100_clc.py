@@ -1,11 +1,12 @@
 """The sm_100a GEMM's persistent tile scheduler under cluster launch control
-(``pks.clc_tile_loop``), checked without a Blackwell GPU: the tuning rule picks it when
-there are more tiles than SMs (plan attribute scheduler = clc and a remark); the emulator,
-which launches one CTA per tile but runs only ``sms`` at a time, runs it with the running
-CTAs cancelling and taking the others' tiles, equal to the exact product within one
-output ulp and to the interpreter; a copy without the wait on the response's mbarrier is
-caught; ptxas -arch=sm_100a assembles it with 0 spills (SASS: UGETNEXTWORKID where
-cuobjdump exists); sm_90a refuses the loop by name. No Blackwell hardware has run it."""
+(``pks.clc_tile_loop``), for single CTAs and CTA pairs, checked without a Blackwell GPU:
+the tuning rule picks it when there are more (pair) tiles than fit at once (plan attribute
+scheduler = clc and a remark); the emulator, which launches one CTA (pair) per tile but
+runs only ``sms`` CTAs at a time, runs it with the running ones cancelling and taking the
+others' tiles, equal to the exact product within one output ulp and to the interpreter; a
+copy without the wait on the response's mbarrier is caught; ptxas -arch=sm_100a assembles
+it with 0 spills (SASS: UGETNEXTWORKID, UTCHMMA.2CTA in a pair, where cuobjdump exists);
+sm_90a refuses the loop by name. No Blackwell hardware has run it."""
 
 from __future__ import annotations
 
@@ -30,10 +31,14 @@ from pkc.target.gemm_tuning_sm100 import TmemGemmConfig, choose_tmem_config
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_emu_sm100 import _inputs, _kernel, _text, _within_one_ulp  # noqa: E402
 
-CASES = {   # M, N, K, layout, config: 6 tiles on 2 resident CTAs (4 taken by cancelling)
-    "nk_tma": (200, 96, 72, "nk", TmemGemmConfig(bn=32, stages=2, clc=True)),
+CASES = {   # M, N, K, layout, config, CTAs launched (sms = 2 run at a time), cancelled
+    # 6 tiles on 2 resident CTAs: 4 taken by cancelling
+    "nk_tma": (200, 96, 72, "nk", TmemGemmConfig(bn=32, stages=2, clc=True), 6, 4),
     "kn_global": (136, 192, 136, "kn", TmemGemmConfig(bn=64, stages=2, clc=True,
-                                                      b_layout="kn", epilogue="global")),
+                                                      b_layout="kn", epilogue="global"), 6, 4),
+    # CTA pairs: 6 pair tiles (odd M), one resident pair takes the other 5 (multicast
+    # responses, both CTAs' readers free each slot on the even CTA's empty)
+    "pair_tma": (300, 96, 136, "nk", TmemGemmConfig(bn=32, stages=2, pair=True, clc=True), 12, 5),
 }
 
 
@@ -56,22 +61,22 @@ def _counting(monkeypatch) -> dict:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_emulated_clc_gemm_takes_cancelled_tiles_and_equals_the_product(case, monkeypatch):
-    M, N, K, layout, cfg = CASES[case]
+    M, N, K, layout, cfg, ctas, cancelled = CASES[case]
     stats = _counting(monkeypatch)
     kop, ck = _kernel(M, N, K, layout, "bf16", cfg, monkeypatch)
     assert "clusterlaunchcontrol.try_cancel" in ck.ptx and ck.meta.clc
-    assert ck.meta.grid(2) == 6                       # one CTA per tile, whatever the SMs
+    assert ck.meta.grid(2) == ctas                    # one CTA per tile, whatever the SMs
     x, w, ref = _inputs(M, N, K, layout, "bf16")
     (out,), = emulate(ck, [[x, w]], kop=kop, sms=2)
     assert not torch.isnan(out).any(), "an element no tile wrote"
     assert _within_one_ulp(out, ref).all()
     assert (out == ref.to(out.dtype)).float().mean() > 0.99
-    # the 2 running CTAs took the other 4 tiles; each then had one request fail
-    assert stats == {"requests": 6, "cancelled": 4}
+    # the running CTAs (pairs) took the other tiles; each then had one request fail
+    assert stats == {"requests": ctas // cfg.cluster, "cancelled": cancelled}
 
 
 def test_clc_gemm_without_the_response_wait_is_caught(monkeypatch):
-    M, N, K, layout, cfg = CASES["nk_tma"]
+    M, N, K, layout, cfg, _, _ = CASES["nk_tma"]
     kop, ck = _kernel(M, N, K, layout, "bf16", cfg, monkeypatch)
     queries = [o for o in ck.entry_op.walk() if isinstance(o, x5.ClcQueryOp)]
     assert len(queries) == 3                          # one per role
@@ -86,12 +91,14 @@ def test_clc_gemm_without_the_response_wait_is_caught(monkeypatch):
         emulate(ck, [[x, w]], kop=kop, sms=2)
 
 
-def test_interpreter_runs_the_clc_schedule_as_the_graph(monkeypatch):
-    # 6 tiles, the interpreter's 4 CTAs: two requests cancel, the rest fail
+@pytest.mark.parametrize("case", ["nk_tma", "pair_tma"])
+def test_interpreter_runs_the_clc_schedule_as_the_graph(case, monkeypatch):
+    # the interpreter's 4 CTAs (2 pairs) on 6 (pair) tiles: some requests cancel, then fail
     from pkc.testing import check_transform
 
-    monkeypatch.setattr(sm, "choose_tmem_config", lambda *a: CASES["nk_tma"][4])
-    check_transform(lambda w: parse_module(_text(200, 96, 72, "nk", "bf16"), "t.mlir"),
+    M, N, K, layout, cfg, _, _ = CASES[case]
+    monkeypatch.setattr(sm, "choose_tmem_config", lambda *a: cfg)
+    check_transform(lambda w: parse_module(_text(M, N, K, layout, "bf16"), "t.mlir"),
                     "schedule-matmul{target=b200}", world_sizes=(1,), seeds=(0, 1), func="mm")
 
 
@@ -110,7 +117,8 @@ def test_tuning_picks_clc_past_one_wave_and_says_so():
     assert choose_tmem_config(2048, 4096, 512, "bf16", "kn", 148).clc       # 512 tiles
     assert not choose_tmem_config(384, 256, 320, "bf16", "nk", 148).clc    # one wave
     big = choose_tmem_config(4096, 4096, 4096, "bf16", "nk", 148)
-    assert big.pair and not big.clc                   # pairs keep the static loop (for now)
+    assert big.pair and big.clc                       # 512 pair tiles on 74 pairs
+    assert not choose_tmem_config(2048, 512, 128, "bf16", "nk", 148).clc   # 64 pair tiles
     m = parse_module(_text(2048, 4096, 128, "kn", "bf16"), "t.mlir")
     ScheduleMatmul(target="b200").apply(make_context(), m)
     verify_module(m)
@@ -128,10 +136,11 @@ def test_sm90a_refuses_the_clc_loop(monkeypatch):
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
-def test_clc_gemm_assembles_without_spills(monkeypatch):
+@pytest.mark.parametrize("pair", [False, True])
+def test_clc_gemm_assembles_without_spills(pair, monkeypatch):
     from pkc.codegen.sass import check_sm100_gemm, find_tool, opcodes, sass
 
-    cfg = TmemGemmConfig(bn=64, stages=6, clc=True)
+    cfg = TmemGemmConfig(bn=64, stages=6, clc=True, pair=pair)
     kop, ck = _kernel(2048, 4096, 256, "nk", "bf16", cfg, monkeypatch)
     cubin, reports, _ = assemble(ck.ptx, "sm_100a")
     (rep,) = reports.values()
@@ -139,5 +148,6 @@ def test_clc_gemm_assembles_without_spills(monkeypatch):
     if not find_tool("cuobjdump"):
         pytest.skip("cuobjdump not found (SASS check)")
     text = sass(cubin)
-    assert check_sm100_gemm(text) == []           # UTCHMMA x 4, TMA, LDTM, UTCBAR, no spills
+    # UTCHMMA x 4 (.2CTA in a pair), TMA, LDTM, UTCBAR, no spills
+    assert check_sm100_gemm(text, cta_pair=pair) == []
     assert any(o.startswith("UGETNEXTWORKID") for o in opcodes(text)), "try_cancel"
