@@ -15,6 +15,12 @@ included.
     python benchmarks/compile_time.py --case "llama3-8b decoder decode T=1 bf16" --repeat 3
     python benchmarks/compile_time.py --list
 
+Backends (``--backends``): ``pkc`` (``pkc.backend(pipeline="default")``), ``inductor``
+(plain ``torch.compile``), and each ``+precompile``: with dynamo's precompile cache on
+(``TORCH_CACHING_PRECOMPILE=1``; pkc.runtime.precompile), where a second process loads
+dynamo's bytecode, guards and the compiled graph (at ``torch.compile``, which is timed)
+instead of tracing and compiling.
+
 Every case gets a fresh cache folder (``--cache-dir``: keep it) holding pkc's and
 Inductor's caches (``PKC_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR``, Triton's under it);
 the cold process starts with it empty, the second and later ones reuse it (pkc's key is
@@ -45,7 +51,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # bf16 matmul takes seconds on a CPU, which would only add the layer's run time)
 DEFAULT_CASES = {"cuda": ["llama3-8b mlp prefill T=512 bf16"],
                  "cpu": ["llama3-8b mlp decode T=16 bf16"]}
-BACKENDS = ("pkc", "inductor")
+# "+precompile": dynamo's precompile cache on (TORCH_CACHING_PRECOMPILE=1): a second
+# process loads dynamo's bytecode, guards and the compiled graph instead of tracing; pkc
+# writes that cache after the first call, plain Inductor needs save_cache_artifacts()
+BACKENDS = ("pkc", "pkc+precompile", "inductor", "inductor+precompile")
 # pkc's cache key includes a hash of pkc's sources; in a tree that others edit meanwhile
 # the cold and second processes would hash different sources (a miss that no user sees),
 # so one run of this script pins it (its caches are fresh anyway)
@@ -59,9 +68,10 @@ def _counters() -> dict:
     from torch._dynamo.utils import counters
 
     keep = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass",
-            "autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass")
+            "autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass",
+            "dynamo_cache_hit", "dynamo_cache_miss", "dynamo_cache_error")
     out = {}
-    for group in ("inductor", "aot_autograd"):
+    for group in ("inductor", "aot_autograd", "dynamo_cache"):
         for k, v in counters[group].items():
             if k in keep:
                 out[k] = out.get(k, 0) + v
@@ -86,7 +96,7 @@ def child(case_words: str, device: str, backend: str, profile: str | None) -> di
 
     t1 = time.perf_counter()
     be = None
-    if backend == "pkc":
+    if backend.startswith("pkc"):
         import pkc
 
         be = pkc.backend(pipeline="default")
@@ -111,6 +121,8 @@ def child(case_words: str, device: str, backend: str, profile: str | None) -> di
     if prof is not None:
         prof.disable()
         prof.dump_stats(profile)
+    if be is None and backend.endswith("+precompile"):
+        torch.compiler.save_cache_artifacts()   # writes dynamo's cache (pkc does it itself)
     with torch.no_grad():
         ref = m(x).float()
     err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
@@ -138,6 +150,7 @@ def run_process(case: str, device: str, backend: str, cache: Path, *, profile: s
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     env.pop("PKC_COMPILE_CACHE_DIR", None)
     env.setdefault("PKC_COMPILE_CACHE_VERSION", _VERSION)
+    env["TORCH_CACHING_PRECOMPILE"] = "1" if backend.endswith("+precompile") else "0"
     cmd = [sys.executable, __file__, "--child", case, "--device", device, "--backend", backend]
     if profile:
         cmd += ["--profile", profile]
@@ -146,7 +159,9 @@ def run_process(case: str, device: str, backend: str, cache: Path, *, profile: s
     wall = time.perf_counter() - t0
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
     if res.returncode != 0 or not lines:
-        return {"case": case, "backend": backend, "error": res.stderr[-2000:], "process_s": wall}
+        return {"case": case, "backend": backend, "returncode": res.returncode,
+                "error": (res.stderr[-2000:] or res.stdout[-2000:]).strip() or f"exit {res.returncode}",
+                "process_s": wall}
     row = json.loads(lines[-1])
     row["process_s"] = wall
     return row
@@ -186,8 +201,9 @@ def _line(r: dict) -> str:
     if pkc:
         parts.append(f"pkc {pkc.get('pkc_s', 0):5.2f} s (cache {'hit' if pkc.get('cache_hit') else 'miss'})"
                      f" inductor {pkc.get('inductor_s', 0):5.2f} s")
-    parts.append("fx %s/%s aot %s/%s" % (hits.get("fxgraph_cache_hit", 0), hits.get("fxgraph_cache_miss", 0),
-                                        hits.get("autograd_cache_hit", 0), hits.get("autograd_cache_miss", 0)))
+    parts.append("fx %s/%s aot %s/%s dynamo %s/%s" % (
+        hits.get("fxgraph_cache_hit", 0), hits.get("fxgraph_cache_miss", 0), hits.get("autograd_cache_hit", 0),
+        hits.get("autograd_cache_miss", 0), hits.get("dynamo_cache_hit", 0), hits.get("dynamo_cache_miss", 0)))
     line = " | ".join(parts)
     return line + (f"\n    {r['remark']}" if r.get("remark") else "")
 
@@ -195,11 +211,11 @@ def _line(r: dict) -> str:
 def table(rows: list[dict]) -> str:
     head = ("| case | backend | run | first call (s) | its CPU: process + children (s) | import pkc (s) "
             "| pkc: capture (s) | pkc: passes (s) | pkc IR cache | Inductor part (s) "
-            "| FX-graph cache hit/miss | AOTAutograd cache hit/miss |")
+            "| FX-graph cache hit/miss | AOTAutograd cache hit/miss | dynamo cache hit/miss |")
     out = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['case']} | {r['backend']} | {r.get('run', '')} | error |" + " |" * 8)
+            out.append(f"| {r['case']} | {r['backend']} | {r.get('run', '')} | error |" + " |" * 9)
             continue
         p, c = r.get("pkc", {}), r.get("counters", {})
         out.append(f"| {r['case']} | {r['backend']} | {r['run']} | {r['first_call_s']:.2f} | "
@@ -209,7 +225,8 @@ def table(rows: list[dict]) -> str:
                    f"{'hit' if p.get('cache_hit') else ('miss' if p else '-')} | "
                    f"{p.get('inductor_s', float('nan')):.2f} | "
                    f"{c.get('fxgraph_cache_hit', 0)}/{c.get('fxgraph_cache_miss', 0)} | "
-                   f"{c.get('autograd_cache_hit', 0)}/{c.get('autograd_cache_miss', 0)} |")
+                   f"{c.get('autograd_cache_hit', 0)}/{c.get('autograd_cache_miss', 0)} | "
+                   f"{c.get('dynamo_cache_hit', 0)}/{c.get('dynamo_cache_miss', 0)} |")
     return "\n".join(out)
 
 
@@ -218,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--case", action="append", default=[],
                     help="words of a benchmarks/models.py case label (repeatable)")
-    ap.add_argument("--backends", default="pkc,inductor", help="comma-separated: pkc, inductor")
+    ap.add_argument("--backends", default=",".join(BACKENDS),
+                    help=f"comma-separated, of: {', '.join(BACKENDS)} (default: all)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="OMP_NUM_THREADS of the processes (CPU: 1 keeps their CPU seconds "
+                    "from counting spinning threads on a loaded machine)")
     ap.add_argument("--repeat", type=int, default=1, help="second processes per case (default 1)")
     ap.add_argument("--cache-dir", default=None, help="keep the caches here (default: a temp folder)")
     ap.add_argument("--profile-dir", default=None, help="cProfile each process's first call here")
@@ -239,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     for b in backends:
         if b not in BACKENDS:
             ap.error(f"--backends: unknown backend {b!r} (one of {', '.join(BACKENDS)})")
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)     # the processes inherit it
     if args.profile_dir:
         os.makedirs(args.profile_dir, exist_ok=True)
     rows = []

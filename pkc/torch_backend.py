@@ -72,6 +72,10 @@ class PkcBackend:
         mode = mode or self.mode
         options = {**(self.options or {}), **(options or {})}
         t_start = time.perf_counter()
+        from pkc.runtime import precompile
+
+        # dynamo's id of this graph where its precompile cache is on (pkc.runtime.precompile)
+        backend_id = getattr(gm, "_backend_id", None) if precompile.enabled() else None
 
         def on_graph(captured: CapturedGraph) -> Callable[..., Any]:
             t0 = time.perf_counter()
@@ -83,14 +87,20 @@ class PkcBackend:
             self.programs.append(program)
             t1 = time.perf_counter()
             before = _cache_counters()
+            pre = {}
             if self.inductor and execution_mode(program.world_size) is not ExecutionMode.EAGER:
-                runner = _inductor_runner(program, captured, mode, options)
+                why = None
+                if backend_id is not None:
+                    why = precompile.direct_call_reason(captured.gm, len(example_inputs))
+                    pre["precompile"] = why or "recorded"
+                runner = _inductor_runner(program, captured, mode, options,
+                                          None if why else backend_id, pre)
             else:
                 runner = _graph_runner(program, captured)
             after = _cache_counters()
             record = {"capture_s": t0 - t_start, "pkc_s": t1 - t0,
                       "inductor_s": time.perf_counter() - t1, "cache_hit": program.cache_hit,
-                      **{k: after[k] - before[k] for k in after}}
+                      **{k: after[k] - before[k] for k in after}, **pre}
             self.compile_times.append(record)
             return _first_call_timer(runner, record, program, len(self.programs) - 1, self.explain)
 
@@ -187,6 +197,10 @@ def _first_call_timer(runner: Callable[..., Any], record: dict, program: Compile
         out = runner(*args)
         record["first_run_s"] = time.perf_counter() - t0
         record["first_call_s"] = _since_frame_start(record, time.time())
+        if record.get("precompile") == "recorded":
+            from pkc.runtime import precompile
+
+            precompile.save()   # dynamo recorded the frame's package before running it
         line = _first_call_line(index, record)
         program.runtime_remarks.append(line)
         log.info("%s", line)
@@ -227,11 +241,14 @@ def _first_call_line(index: int, r: dict) -> str:
 
 
 def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: str | None,
-                     options: dict | None) -> Callable[..., Any]:
+                     options: dict | None, backend_id: str | None = None,
+                     record: dict | None = None) -> Callable[..., Any]:
     """pkc's program as one torch program per rank compiled by Inductor
     (:mod:`pkc.runtime.inductor`): pkc's kernels are calls inside it, everything else is
     Inductor's. It takes the aot graph's arguments as they come: no per-call reordering,
-    copies or synchronization on pkc's side."""
+    copies or synchronization on pkc's side. ``backend_id``: dynamo's id of the graph,
+    where the program may stand in for it in dynamo's precompile cache; ``record`` gets
+    ``precompile``: whether it was recorded, or why not."""
     from pkc.runtime.inductor import compile_with_inductor, torch_program
     from pkc.runtime.kernel_call import RunKind
 
@@ -255,7 +272,18 @@ def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: st
     static = [tensor_idx[i] for i, spec in enumerate(captured.inputs)
               if spec.kind in _MODULE_STATE]
     program.runtime_remarks.append(tp.remark())
-    return compile_with_inductor(tp, vals, mode=mode, options=options, static_inputs=static)
+    if backend_id is not None and tp.counts.get("kernel", 0):
+        backend_id = None   # a loading process would have no registry of pkc's kernels
+        if record is not None:
+            record["precompile"] = "pkc kernel calls"
+    compiled = compile_with_inductor(tp, vals, mode=mode, options=options, static_inputs=static,
+                                     backend_id=backend_id)
+    if backend_id is not None:
+        from pkc.runtime import precompile
+
+        if not precompile.adopt(backend_id, cpu=device.type == "cpu") and record is not None:
+            record["precompile"] = "Inductor recorded no artifact"
+    return compiled
 
 
 def backend(*, world_size: int | None = None, target: str = "h200", pipeline: str | None = None,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["CacheEntry", "cache_enabled", "graph_key", "load", "store", "cache_root"]
+__all__ = ["CacheEntry", "cache_enabled", "graph_key", "load", "store", "cache_root", "sources_digest"]
 
 _SOURCES_DIGEST: list[str] = []
 
@@ -61,6 +61,12 @@ def _sources_digest() -> str:
             h.update(p.read_bytes())
         _SOURCES_DIGEST.append(h.hexdigest())
     return _SOURCES_DIGEST[0]
+
+
+def sources_digest() -> str:
+    """The sources part of the key (also what a precompiled graph is valid for,
+    :mod:`pkc.runtime.precompile`)."""
+    return _sources_digest()
 
 
 def graph_key(gm: torch.fx.GraphModule, *, world: int, target: str, pipeline: str | None,

@@ -328,7 +328,8 @@ def _group_name(op, dist) -> str:
 
 def compile_with_inductor(program: TorchProgram, example_inputs: Sequence[Any], *,
                           mode: str | None = None, options: dict | None = None,
-                          static_inputs: Sequence[int] = ()) -> Callable[..., Any]:
+                          static_inputs: Sequence[int] = (),
+                          backend_id: str | None = None) -> Callable[..., Any]:
     """Inductor's compiled callable of ``program`` (positional tensors in, tuple out).
 
     ``mode="reduce-overhead"`` records CUDA graphs (Inductor's cudagraph trees).
@@ -340,7 +341,9 @@ def compile_with_inductor(program: TorchProgram, example_inputs: Sequence[Any], 
     Runs in a tracing context of its own, so that a compile from inside another
     backend's aot_autograd (pkc's capture) leaves that one's metadata alone. Inductor's
     per-process start-up checks are skipped where an earlier process stored their
-    answers (:mod:`pkc.runtime.warm_start`)."""
+    answers (:mod:`pkc.runtime.warm_start`). ``backend_id``: dynamo's id of the graph this
+    program compiles, where the program can stand in for it in dynamo's precompile cache
+    (:mod:`pkc.runtime.precompile`): Inductor then records its artifact under that id."""
     import torch._guards
     from torch._inductor.compile_fx import compile_fx
 
@@ -357,6 +360,8 @@ def compile_with_inductor(program: TorchProgram, example_inputs: Sequence[Any], 
     static = set(static_inputs)
     gm.meta["dynamo_compile_id"] = "pkc"
     gm._param_name_to_source = {}        # no lifted parameters: every tensor is a placeholder
+    if backend_id is not None:
+        gm._backend_id = backend_id      # what AOTAutograd files its bundled entry under
     for k, node in enumerate(gm.graph.find_nodes(op="placeholder")):
         node._dynamo_source = None
         if k in static:
