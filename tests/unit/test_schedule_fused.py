@@ -109,9 +109,10 @@ def test_verifiers_name_the_op():
     with pytest.raises(VerifyException, match="'pks.tmap_select' maps and result must be one"):
         f.TmapSelectOp(idx.result, [a.result, b.result]).verify()
     zero = arith.ConstantOp(IntegerAttr(0, i32)).result
-    loop = f.ChunkTileLoopOp(zero, zero, zero, [], 128, 128, 8, 40)
+    too_many = f.MAX_CHUNKS + 1               # a chunk per rank of the largest domain, and room
+    loop = f.ChunkTileLoopOp(zero, zero, zero, [], 128, 128, 8, too_many)
     loop.block.add_op(s.YieldOp([]))
-    with pytest.raises(VerifyException, match="'pks.chunk_tile_loop' chunks = 40"):
+    with pytest.raises(VerifyException, match=f"'pks.chunk_tile_loop' chunks = {too_many}"):
         loop.verify()
     with pytest.raises(VerifyException, match="'pks.signal_add' scope"):
         from pkc.dialects.schedule_comm import PTR
