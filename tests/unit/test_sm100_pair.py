@@ -114,3 +114,22 @@ def test_emulated_pair_kernel_equals_the_interpreter(monkeypatch):
     res = check_module(m, [[x, w]], 1, target="sm_100a", func_name="mm", sms=2)
     assert res.ok, res.difference
     assert len(res.kernels) == 1
+
+
+def test_a_pair_commit_without_the_multicast_is_a_deadlock_naming_the_odd_cta(monkeypatch):
+    # the commits arrive on the even CTA's mbarriers only: the odd CTA's producer waits on
+    # its empty[s] (and its epilogue on acc_full) forever, and so the pair stalls
+    from pkc.codegen import ptx_sm100 as t5
+    from pkc.emu.errors import EmuDeadlock
+
+    M, N, K, cfg = CASES["global_epilogue"]
+    kop, ck = _kernel(M, N, K, "nk", "bf16", cfg, monkeypatch)
+    commits = [o for o in ck.entry_op.walk() if isinstance(o, t5.Tcgen05CommitOp)]
+    assert commits and all(c.mask is not None for c in commits)
+    for c in commits:
+        c.operands = [c.mbar]
+        c.properties["operandSegmentSizes"] = type(c.properties["operandSegmentSizes"]).from_list(
+            c.properties["operandSegmentSizes"].elt_type, [1, 0])
+    x, w, _ = _inputs(M, N, K, "nk", "bf16")
+    with pytest.raises(EmuDeadlock, match=r"(?s)waiting:.*CTA 1, warp \d+ .*mbarrier_wait_parity"):
+        emulate(ck, [[x, w]], kop=kop, sms=2)
