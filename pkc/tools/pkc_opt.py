@@ -249,6 +249,12 @@ def _run_ir(args: Any) -> int:
     try:
         with light_imports():  # the pass modules the pipeline names
             pipeline = parse_pipeline(pipeline_text(args))
+            if args.emit == "ptx" or args.dump_kernels or args.kernels:
+                # what these take the kernels through (the schedule pipeline, codegen),
+                # imported here where importing is cheap
+                parse_pipeline("schedule")
+                if args.emit == "ptx" or args.dump_kernels:
+                    importlib.import_module("pkc.codegen")
     except PipelineError as err:
         raise UserError(str(err)) from None
     pipeline = cost_target_for(pipeline, pipeline_text(args), args.target)
