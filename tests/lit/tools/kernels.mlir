@@ -9,7 +9,9 @@
 // CHECK: remark: [kernels] @all_gather_matmul: scheduled
 // CHECK: remark: [kernels] @all_reduce_ll: scheduled collective ll
 // CHECK: remark: [kernels] @all_gather_{{[a-z_]+}}: portable path (collective left unscheduled: all_gather along a non-leading dim
-// B200: remark: [kernels] @matmul_reduce_scatter: portable path (no schedule-level lowering of this kernel for sm_100a
+// sm_100a: the schedule stage runs for the b200 target (tensor-memory GEMMs, the collectives)
+// B200: remark: [kernels] @matmul_reduce_scatter: scheduled GEMM + reduce-scatter W=2 {{.*}}sm_100a kernel: tcgen05
+// B200: remark: [kernels] @all_reduce_ll: scheduled collective ll W=2
 // NONE: kernels.mlir: remark: no pk.kernel
 // GONE: error: --fast-path was removed
 func.func @main(%x: tensor<256x512xbf16>, %w: tensor<512x1024xbf16>, %w2: tensor<1024x512xbf16>, %v: tensor<64x32xbf16>)
