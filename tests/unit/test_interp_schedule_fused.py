@@ -77,38 +77,46 @@ def test_schedule_fused_gemm_all_reduce(W):
     check_transform(mm_all_reduce, "schedule-fused,dce", world_sizes=(W,), seeds=(W,),
                     func="mm_ar", tolerance={torch.bfloat16: (2e-2, W / 16)})
 
-def test_three_launches_fused_gemm_reduce_scatter():
+# the role whose epilogue moves the tiles: wgmma's consumers (h200), the tensor-memory
+# GEMM's epilogue warpgroup (b200)
+EPILOGUE_ROLE = {"h200": r"consumer warpgroup \d", "b200": r"epilogue warpgroup \d"}
+
+
+@pytest.mark.parametrize("target", sorted(EPILOGUE_ROLE))
+def test_three_launches_fused_gemm_reduce_scatter(target):
     W, (Mc, N, K, layout) = 4, FUSED[4]
     assert layout == "kn"           # the kernel's operands are the graph's
     before = fused_module(W, Mc, N, K, layout)
-    _, kop = _fused_scheduled(W, Mc, N, K, layout)
+    _, kop = _fused_scheduled(W, Mc, N, K, layout, target)
     check_launches(before, kop, W, "mm_rs", tolerance={torch.bfloat16: (2e-2, W / 16)})
 
-def _fused_scheduled(W, Mc, N, K, layout):
+def _fused_scheduled(W, Mc, N, K, layout, target="h200"):
     m = fused_module(W, Mc, N, K, layout)
-    for p in parse_pipeline("schedule-fused,dce"):
+    for p in parse_pipeline(f"schedule-fused{{target={target}}},dce"):
         p.apply(make_context(), m)
     (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
     return m, kop
 
 
-def test_fused_add_before_the_owners_store():
+@pytest.mark.parametrize("target", sorted(EPILOGUE_ROLE))
+def test_fused_add_before_the_owners_store(target):
     W, (Mc, N, K, layout) = 3, FUSED[3]
-    m, kop = _fused_scheduled(W, Mc, N, K, layout)
+    m, kop = _fused_scheduled(W, Mc, N, K, layout, target)
     waits = [w for w in _ops(kop, c.SignalWaitOp)
              if c.WaitSite(w.site.data) is c.WaitSite.ARRIVAL]
     assert waits
     for w in waits:
         w.detach()
         w.erase()
-    with pytest.raises(InterpError, match=r"'pks.tma_store_or_add' on rank \d, CTA \d, consumer "
-                       r"warpgroup \d: reduce-adds into word \d+ of .* of rank \d"):
+    with pytest.raises(InterpError, match=r"'pks.tma_store_or_add' on rank \d, CTA \d, "
+                       + EPILOGUE_ROLE[target] + r": reduce-adds into word \d+ of .* of rank \d"):
         interpret(m, random_inputs(m, W, 0, "mm_rs"), W, "mm_rs")
 
 
-def test_fused_owner_that_does_not_wait_for_the_peers():
+@pytest.mark.parametrize("target", sorted(EPILOGUE_ROLE))
+def test_fused_owner_that_does_not_wait_for_the_peers(target):
     W, (Mc, N, K, layout) = 3, FUSED[3]
-    m, kop = _fused_scheduled(W, Mc, N, K, layout)
+    m, kop = _fused_scheduled(W, Mc, N, K, layout, target)
     for w in _ops(kop, c.SignalWaitOp):
         if c.WaitSite(w.site.data) is c.WaitSite.EXIT:
             w.detach()
