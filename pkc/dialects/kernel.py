@@ -68,7 +68,8 @@ from pkc.dialects.common import (
     verify_world,
 )
 from pkc.dialects.rank_groups import verify_groups
-from pkc.dialects.types import BufferType, SignalsType, TileType, is_float, shape_str
+from pkc.dialects.types import (BufferType, SignalsType, TileType, is_float, mma_operands_problem,
+                                shape_str)
 from pkc.kinds import Kind
 
 if TYPE_CHECKING:
@@ -564,10 +565,8 @@ class MmaOp(IRDLOperation):
             raise VerifyException(f"'pk.mma' contraction dims differ: a {a} has K={k}, b {b} has K={k2}")
         if c.get_shape() != (m, n):
             raise VerifyException(f"'pk.mma' accumulator {c} should be {m}x{n}")
-        if a.element_type != b.element_type or not is_float(a.element_type):
-            raise VerifyException(
-                f"'pk.mma' a and b need one float element type, got {a.element_type} and {b.element_type}"
-            )
+        if (why := mma_operands_problem(a.element_type, b.element_type)) is not None:
+            raise VerifyException(f"'pk.mma' {why}")
         if c.element_type != f32:
             raise VerifyException(f"'pk.mma' accumulates in f32, got {c.element_type}")
         if r != c:

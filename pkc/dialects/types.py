@@ -60,6 +60,19 @@ def is_fp8(element_type: Attribute) -> bool:
     return isinstance(element_type, FP8_TYPES)
 
 
+def mma_operands_problem(a: Attribute, b: Attribute) -> str | None:
+    """Why tiles of ``a`` and ``b`` cannot be multiplied into an f32 accumulator, if so:
+    they need one float type, or two 8-bit floats (f8E4M3FN and f8E5M2 mix, as the tensor
+    cores' fp8 MMAs take them; two f8E5M2 they do not)."""
+    if is_fp8(a) and is_fp8(b):
+        if isinstance(a, Float8E5M2Type) and isinstance(b, Float8E5M2Type):
+            return "of two f8E5M2 tiles is not supported (make one of them f8E4M3FN)"
+        return None
+    if a != b or not is_float(a):
+        return f"a and b need one float element type, got {a} and {b}"
+    return None
+
+
 def is_supported_element(element_type: Attribute) -> bool:
     if is_float(element_type):
         return True

@@ -66,6 +66,8 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from pkc.dialects import graph as g
 from pkc.dialects.common import int_list
+from pkc.dialects.graph_scaled import ScaledMatmulOp
+from pkc.dialects.types import is_fp8, shape_str
 from pkc.dialects.rank_groups import copy_groups, group_remark, same_groups
 from pkc.passes.patterns import Fusion, build_kernel
 from pkc.passes.registry import register_pass
@@ -95,6 +97,7 @@ class Match:
     gathered: bool = False
     scatter_dim: int = 0  # reduce-scatter: rows (0) or columns (1) of the 2-d product
     batches: int = 1  # reduce-scatter of rows: blocks of rows each scattered (3-d results)
+    scaled: bool = False  # fp8 pk.scaled_matmul(s): inputs carry the scales (patterns_scaled)
     problem: str | None = None  # why it cannot be fused, if it cannot
 
 
@@ -161,12 +164,14 @@ class Overlap(ModulePass):
             return
         style, comm_sms = self._style(plan)
         fusion = Fusion(m.pattern, style, self.tile, self.tile, self.tile_k, m.experts,
-                        m.capacity, m.gathered, m.scatter_dim, m.batches)
+                        m.capacity, m.gathered, m.scatter_dim, m.batches, scaled=m.scaled)
         kernel = _replace(m, fusion)
         set_plan(kernel, **_plan_values(plan, style, comm_sms, not plan.fuse, self.target),
                  tile_m=self.tile, tile_n=self.tile, tile_k=self.tile_k)
         for line in self._remarks(plan, style, comm_sms):
             add_remark(kernel, line)
+        if m.scaled:
+            add_remark(kernel, _scaled_remark(m))
         if (note := group_remark(kernel)) is not None:
             add_remark(kernel, note)
 
@@ -210,7 +215,21 @@ def _plan_values(plan: FusionPlan, style: OverlapStyle, comm_sms: int, forced: b
 
 
 def _element_bytes(t) -> int:
-    return 4 if isinstance(t, Float32Type) else 2
+    return 4 if isinstance(t, Float32Type) else 1 if is_fp8(t) else 2
+
+
+def _scaled_remark(m: Match) -> str:
+    """Names the fp8 fusion and where its scales go (inputs: see patterns_scaled.py)."""
+    ag = m.pattern is Pattern.ALL_GATHER_MM
+    sa, sb = (m.inputs[1], m.inputs[-1]) if ag else (m.inputs[2], m.inputs[3])
+    kinds = ["row-wise" if len(_shape(s)) == 2 else "tensor-wise" for s in (sa, sb)]
+    if ag and kinds[0] == "row-wise":
+        how = "A's row-wise scale is gathered with A by the same kernel"
+    else:
+        how = "each f32 product tile is scaled before it " + ("is stored" if ag else "travels")
+    a = m.inputs[0].type
+    return (f"fp8 scaled matmul ({shape_str(a.get_shape())}x{a.element_type} A, {kinds[0]} "
+            f"A scale, {kinds[1]} B scale): {how}")
 
 
 # ----------------------------------------------------------------------------------------
@@ -280,10 +299,15 @@ def _single_use(v: SSAValue) -> bool:
     return v.has_one_use()
 
 
-def _operand_problem(*mms: g.MatmulOp) -> str | None:
+def _operand_problem(*mms: g.MatmulOp | ScaledMatmulOp) -> str | None:
     """Why the kernel's f32-accumulating MMAs cannot reproduce these matmuls, if so."""
     for mm in mms:
         t, r = mm.lhs.type.element_type, mm.result.type.element_type
+        if isinstance(mm, ScaledMatmulOp):
+            if mm.bias is not None:
+                return ("a scaled matmul with a bias (the fused kernel adds no bias; add it "
+                        "after the collective, once)")
+            t = r  # fp8 operands: the MMAs take them; the result type decides
         if not isinstance(t, _OPERAND_TYPES):
             return (f"operands of {t} (the kernel's MMAs take bf16, f16 or f32 and accumulate "
                     "in f32)")
@@ -298,7 +322,7 @@ def _match_reduction(coll: g.ReduceScatterOp | g.AllReduceOp, pattern: Pattern) 
     The kernel works on the 2-d product [R, N]: a scatter along the last dim owns columns,
     along another dim d blocks of rows (one block per index of the dims before d)."""
     view = _owner(coll.input, g.ReshapeOp)
-    mm = _owner(view.input if view is not None else coll.input, g.MatmulOp)
+    mm = _owner(view.input if view is not None else coll.input, (g.MatmulOp, ScaledMatmulOp))
     if mm is None or len(_shape(mm.result)) != 2:
         return None
     (R, N), shape = _shape(mm.result), _shape(coll.input)
@@ -316,9 +340,11 @@ def _match_reduction(coll: g.ReduceScatterOp | g.AllReduceOp, pattern: Pattern) 
         else:
             batches, out = math.prod(shape[:d]), (R // W, N)
     dead = [coll, *([view] if view is not None else []), mm]
-    m = Match(pattern, coll, W, [mm.lhs, mm.rhs], [None, None], [coll.result],
+    scaled = isinstance(mm, ScaledMatmulOp)
+    inputs = [mm.lhs, mm.rhs] + ([mm.scale_lhs, mm.scale_rhs] if scaled else [])
+    m = Match(pattern, coll, W, inputs, [None] * len(inputs), [coll.result],
               [TensorType(coll.result.type.element_type, out)], (M, N, K), dead=dead,
-              scatter_dim=scatter_dim, batches=batches)
+              scatter_dim=scatter_dim, batches=batches, scaled=scaled)
     m.problem = _operand_problem(mm)
     if coll.reduce.data != "sum":
         m.problem = f"reduction \"{coll.reduce.data}\" (puts can only add)"
@@ -336,7 +362,8 @@ def gather_near_miss(ag: g.AllGatherOp) -> str | None:
         view = use.operation
         if not isinstance(view, g.ReshapeOp):
             continue
-        if any(isinstance(u.operation, g.MatmulOp) and u.index == 0 for u in view.result.uses):
+        if any(isinstance(u.operation, (g.MatmulOp, ScaledMatmulOp)) and u.index == 0
+               for u in view.result.uses):
             if d == 0:
                 return None  # collective-views moves this reshape before the gather
             blocks = math.prod(shape[:d])
@@ -359,7 +386,7 @@ def reduction_near_miss(coll: g.ReduceScatterOp | g.AllReduceOp) -> str | None:
         elif not isinstance(op, g.ReshapeOp):
             break
         v = op.operands[0]
-    if not maps or not isinstance(v.owner, g.MatmulOp):
+    if not maps or not isinstance(v.owner, (g.MatmulOp, ScaledMatmulOp)):
         return None
     fns = ", ".join(f'"{f}"' for f in reversed(maps))
     return (f"the matmul's result goes through {fns} before the {coll.name.removeprefix('pk.')}; "
@@ -383,21 +410,54 @@ def _match_all_gather(ag: g.AllGatherOp) -> Match | None:
         return not isinstance(owner, Operation) or (
             owner.parent is block and block.get_operation_index(owner) < limit)
 
-    consumers = [u for u in users if isinstance(u, g.MatmulOp) and u.lhs == ag.result
-                 and u.rhs != ag.result and defined_before_first(u.rhs)]
+    consumers = [u for u in users if isinstance(u, (g.MatmulOp, ScaledMatmulOp))
+                 and u.lhs == ag.result and u.rhs != ag.result and defined_before_first(u.rhs)]
+    scales, scale_gather, problem = [], None, None
+    scaled = [u for u in consumers if isinstance(u, ScaledMatmulOp)]
+    if scaled:  # fp8: the consumers that share A's scale (others stay as they are)
+        src, scale_gather, problem = _lhs_scale_source(ag, scaled[0])
+        consumers = scaled if problem else [
+            u for u in scaled if _lhs_scale_source(ag, u)[0] == src]
+        scales = [src if problem is None else scaled[0].scale_lhs]
+        if problem is None and not all(defined_before_first(v) for v in
+                                       [src, *[u.scale_rhs for u in consumers]]):
+            problem = "the scales are computed after the gathered tensor's first use"
     if not consumers:
         return None
     gathered = len(consumers) < len(users) or any(
         len([x for x in u.operands if x == ag.result]) > 1 for u in consumers)
     K = _shape(ag.input)[1]
     replaced = [mm.result for mm in consumers] + ([ag.result] if gathered else [])
-    m = Match(Pattern.ALL_GATHER_MM, ag, ag.world_size, [ag.input, *[mm.rhs for mm in consumers]],
-              [None] * (1 + len(consumers)), replaced, [v.type for v in replaced],
+    inputs = [ag.input, *scales[:1], *[mm.rhs for mm in consumers]]
+    if scales:
+        inputs += [mm.scale_rhs for mm in consumers]
+    dead = [*consumers, ag]
+    if scale_gather is not None and all(u.operation in consumers
+                                        for u in scale_gather.result.uses):
+        dead.append(scale_gather)  # gathered by the kernel, with A
+    m = Match(Pattern.ALL_GATHER_MM, ag, ag.world_size, inputs,
+              [None] * len(inputs), replaced, [v.type for v in replaced],
               (_shape(ag.result)[0], tuple(_shape(mm.rhs)[1] for mm in consumers), K),
-              dead=[*consumers, ag], insert_before=first,
-              gathered=gathered)
-    m.problem = _operand_problem(*consumers)
+              dead=dead, insert_before=first, gathered=gathered, scaled=bool(scales))
+    m.problem = problem or _operand_problem(*consumers)
     return m
+
+
+def _lhs_scale_source(ag: g.AllGatherOp, mm: Operation):
+    """(what the kernel takes as A's scale, the gather of it or None, why not) for a scaled
+    consumer of ``ag``: a tensor-wise scale as it is; a row-wise one must be the all_gather
+    (same dim, ranks and groups) of the shard's [Ms, 1] scale, which the kernel gathers
+    with A instead."""
+    s = mm.scale_lhs
+    if len(_shape(s)) == 1:
+        return s, None, None
+    sg = _owner(s, g.AllGatherOp)
+    if sg is None or sg.dim.value.data != 0 or sg.world_size != ag.world_size or \
+            not same_groups(sg, ag):
+        return None, None, ("A's row-wise scale is not the all_gather of the shard's scale "
+                            "(the fused kernel gathers each rank's scale rows with its rows "
+                            "of A)")
+    return sg.input, sg, None
 
 
 def _match_moe(a2: g.AllToAllOp) -> Match | None:

@@ -58,6 +58,7 @@ from pkc.passes.patterns_gemm import (
 )
 from pkc.passes.patterns_ir import STAGING, Code, KernelBuilder
 from pkc.passes.patterns_moe import build_moe
+from pkc.passes.patterns_scaled import arg_names as scaled_arg_names
 from pkc.target.cost import Pattern
 
 # Importable from here, as before the split (overlap.py, buffer_elision.py, tests).
@@ -69,9 +70,10 @@ def build_kernel(f: Fusion, world: int, inputs: Sequence[SSAValue],
     """The ``pk.kernel`` of fusion ``f`` (staged, or with staging elided), with the
     ``pk.fusion`` attribute that describes it."""
     builder = _BUILDERS[f.pattern]
+    names = scaled_arg_names(f, len(inputs), len(output_types)) or _ARG_NAMES[f.pattern](
+        len(inputs), len(output_types))
     kb = KernelBuilder(KERNEL_NAMES[f.pattern], world, inputs, output_types,
-                       symmetric_outputs=elide, arg_names=_ARG_NAMES[f.pattern](len(inputs),
-                                                                                len(output_types)))
+                       symmetric_outputs=elide, arg_names=names)
     builder(kb, f, world, elide)
     return kb.build({FUSION: f.to_attr("elided" if elide else "staged")})
 

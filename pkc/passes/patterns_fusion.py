@@ -40,6 +40,10 @@ class Fusion:
     # scatter_dim 1: columns p*N/W .. (dim -1 of a 2-d or 3-d result).
     scatter_dim: int = 0
     batches: int = 1
+    # fp8 scaled matmuls (pk.scaled_matmul): the kernel also takes the operands' f32
+    # scales (patterns_scaled.py says where) and scales each f32 product tile by them
+    # before it travels or is stored.
+    scaled: bool = False
 
     def to_attr(self, stage: str) -> DictionaryAttr:
         entries: dict[str, Attribute] = {"stage": StringAttr(stage)}
@@ -68,6 +72,7 @@ class Fusion:
                 v = d[f.name]
                 values[f.name] = v.data if isinstance(v, StringAttr) else v.value.data
             values["gathered"] = bool(values["gathered"])
+            values["scaled"] = bool(values.get("scaled", False))
             stage = d["stage"].data
         except (KeyError, AttributeError, TypeError):
             return None
@@ -79,7 +84,7 @@ class Fusion:
         return Fusion(**values), stage
 
 
-_ADDED_LATER = ("scatter_dim", "batches")
+_ADDED_LATER = ("scatter_dim", "batches", "scaled")
 
 KERNEL_NAMES = {
     Pattern.MM_REDUCE_SCATTER: "matmul_reduce_scatter",

@@ -14,6 +14,7 @@ from xdsl.ir import SSAValue
 
 from pkc.dialects import kernel as k
 from pkc.passes.patterns_fusion import Fusion
+from pkc.passes.patterns_scaled import ag_args, gathered_scale, mm_args, put_scale_rows, scale_tile
 from pkc.passes.patterns_ir import (
     F32,
     Code,
@@ -39,7 +40,7 @@ def build_mm_reduce_scatter(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -
     hold one chunk (send's chunk p, recv's slots, the accumulator) are exactly Nc wide:
     a column tile overhanging a chunk's end is dropped there, so column chunks need no
     residue tiles; row tiles must not cross into the next chunk's rows (residue blocks)."""
-    A, B, O = kb.args
+    A, B, SA, SB, O = mm_args(kb, f)
     M, K = shape_of(A)
     (Ro, Nc), odt = shape_of(O), O.type.element_type
     cols, Bt = f.scatter_dim == 1, f.batches
@@ -70,10 +71,11 @@ def build_mm_reduce_scatter(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -
     def product_tile(c: Code, p: Ix, b: Ix, m0: Ix, rows: int, n0: Ix) -> SSAValue:
         """f32 tile of chunk p at its output (b, m0, n0): its rows of A, columns of B."""
         if cols:
-            return gemm_tile(c, A, c.add(c.mul(b, S), m0), B, 0, c.add(c.mul(p, Nc), n0),
-                             rows, bn, K, bk)
-        a_row = c.add(c.add(c.mul(b, S), c.mul(p, Sc)), m0)
-        return gemm_tile(c, A, a_row, B, 0, n0, rows, bn, K, bk)
+            a_row, col = c.add(c.mul(b, S), m0), c.add(c.mul(p, Nc), n0)
+        else:
+            a_row, col = c.add(c.add(c.mul(b, S), c.mul(p, Sc)), m0), n0
+        acc = gemm_tile(c, A, a_row, B, 0, col, rows, bn, K, bk)
+        return scale_tile(c, acc, SA, a_row, SB, col)
 
     def deliver(c: Code, tile: SSAValue, p: Ix, row: Ix, n0: Ix, t: Ix) -> None:
         if elide:
@@ -166,7 +168,7 @@ def build_mm_all_reduce(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> No
     put-add into the owner's zeroed f32 accumulator). Phase 2: the owner waits for W
     partials, sums / loads them, casts, and puts the tile into every rank's bcast
     {staging} (staged; each rank then copies bcast -> output) or output (elided)."""
-    A, B, O = kb.args
+    A, B, SA, SB, O = mm_args(kb, f)
     (M, K), N = shape_of(A), shape_of(B)[1]
     odt = O.type.element_type
     bm, bn, bk = min(f.tile_m, M), min(f.tile_n, N), min(f.tile_k, K)
@@ -200,7 +202,7 @@ def build_mm_all_reduce(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> No
 
         def tile(c: Code, t: Ix) -> None:
             m0, n0 = at(c, t)
-            acc = gemm_tile(c, A, m0, B, 0, n0, bm, bn, K, bk)
+            acc = scale_tile(c, gemm_tile(c, A, m0, B, 0, n0, bm, bn, K, bk), SA, m0, SB, n0)
             if inter:
                 c.store(acc, send, [m0, n0])
                 c.signal(ready, t, c.rank())
@@ -270,9 +272,8 @@ def build_all_gather_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> No
     consumers first multiply the local shard (read from the input, no wait), then the
     shard of rank (r + i) mod W once its row block has arrived. G is the kernel's last
     result when the gathered tensor has other users."""
-    n_mm = len(kb.inputs) - 1
     args = kb.args
-    X, Bs, Ys = args[0], args[1:1 + n_mm], args[1 + n_mm:1 + 2 * n_mm]
+    X, SX, Bs, SBs, Ys = ag_args(kb, f)
     Ms, K = shape_of(X)
     M, dt = W * Ms, X.type.element_type
     bm, bk = min(f.tile_m, Ms), min(f.tile_k, K)
@@ -283,6 +284,7 @@ def build_all_gather_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> No
     else:
         G = kb.alloc("gathered", [M, K], dt, symmetric=elide)
     stage = None if elide else kb.alloc("stage", [M, K], dt, symmetric=True, staging=True)
+    GS = gathered_scale(kb, SX, W)  # a row-wise scale travels with its rows
     ready = kb.signals("ready", W * nrb)
     arrived = None if elide else kb.signals("arrived", W * nrb)
 
@@ -299,6 +301,7 @@ def build_all_gather_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> No
                 c.put(x, stage if stage is not None else G, [c.add(c.mul(r, Ms), m0), k0], q)
 
             k_tiles(c, move)
+            put_scale_rows(c, SX, GS, m0, rows, c.add(c.mul(r, Ms), m0), q)
             c.signal(arrived if arrived is not None else ready, c.add(c.mul(r, nrb), rb), q)
 
         row_blocks(c, Ms, bm, block)
@@ -318,13 +321,15 @@ def build_all_gather_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> No
                                          [row, k0]))
 
     def consume(c: Code, src: SSAValue, src_row: Ix, out_row: Ix, rows: int) -> None:
-        for B, Y in zip(Bs, Ys):
+        sa = SX if src is X or GS is None else GS  # the scale of src's rows
+        for B, SB, Y in zip(Bs, SBs, Ys):
             N = shape_of(B)[1]
             bn = min(f.tile_n, N)
 
-            def tile(c: Code, ni: Ix, B=B, Y=Y, N=N, bn=bn) -> None:
+            def tile(c: Code, ni: Ix, B=B, SB=SB, Y=Y, N=N, bn=bn) -> None:
                 n0 = c.mul(ni, bn)
                 acc = gemm_tile(c, src, src_row, B, 0, n0, rows, bn, K, bk)
+                acc = scale_tile(c, acc, sa, src_row, SB, n0)
                 c.store(c.cast(acc, Y.type.element_type), Y, [out_row, n0])
 
             c.foreach([ceil_div(N, bn)], tile, ["ni"])
