@@ -219,6 +219,26 @@ def test_emulator_runs_sm100_gemm_reduce_scatter_w4():
         torch.testing.assert_close(got[r][0], ref[0][r], rtol=2e-2, atol=4 / 16)
 
 
+def test_emulator_catches_an_epilogue_that_reads_the_accumulator_before_its_commit():
+    """The W = 2 summed epilogue without its wait on acc_full (the MMA thread's commit):
+    the emulator names the tcgen05.ld that read tensor memory before the matching wait."""
+    from pkc.emu.errors import EmuTensorMemoryError
+
+    m = parse_module(rs_text(2, *EMU_RS[2]), "mm_rs.mlir")
+    for p in parse_pipeline("default{force=true},schedule-fused{target=b200},dce"):
+        p.apply(make_context(), m)
+    (kop,) = _scheduled(m)
+    epi = [r for r in kop.walk() if isinstance(r, s.RoleOp)
+           and s.RoleKind(r.kind.data) is s.RoleKind.EPILOGUE]
+    (wait,) = [o for o in epi[0].walk() if isinstance(o, s.MbarrierWaitOp)
+               and isinstance(o.next_op, s.AccSelectOp)]
+    wait.detach()
+    wait.erase()
+    inputs = random_inputs(m, 2, 0, "mm_rs")
+    with pytest.raises(EmuTensorMemoryError, match="read before the matching wait"):
+        emulate(compile_kernel(kop, "sm_100a"), inputs, kop=kop)
+
+
 # ---- (c) ptxas, (d) the MMA path is the only difference ---------------------------------
 
 # SASS a kernel's communication leaves besides the GEMM's: the TMA reduce-adds of the
