@@ -8,9 +8,10 @@ lives in the modules named)
   ``overlap`` pass writes it on the kernel as the ``pk.fusion`` dictionary attribute, and
   ``buffer-elision`` reads it back to recognise the kernels it may rewrite
   (patterns_fusion.py).
-* :class:`KernelBuilder` / :class:`Code`, a small emitter of kernel-level IR (allocs,
-  index constants, workers, ``scf.for`` and ``pk.foreach`` loops, tile ops), with index
-  arithmetic folded when both sides are Python ints (patterns_ir.py).
+* :class:`KernelBuilder` / :class:`Code`, the one builder of kernel-level IR (allocs,
+  index constants, workers, ``scf.for`` and ``pk.foreach`` loops, tile ops; index
+  arithmetic folded and CSE'd, loops of one trip inlined), which lower-collectives uses
+  too (kernel_builder.py); the tiling loops on top of it are in patterns_tiles.py.
 * :func:`build_kernel` (here), which dispatches on the pattern to the builders of
   patterns_gemm.py (matmul with reduce_scatter, all_reduce or all_gather) and
   patterns_moe.py (MoE), which builds the ``pk.kernel`` of a :class:`Fusion` in its
@@ -50,13 +51,13 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import SSAValue
 
 from pkc.dialects import kernel as k
+from pkc.passes.kernel_builder import STAGING, Code, KernelBuilder
 from pkc.passes.patterns_fusion import FUSION, KERNEL_NAMES, Fusion
 from pkc.passes.patterns_gemm import (
     build_all_gather_mm,
     build_mm_all_reduce,
     build_mm_reduce_scatter,
 )
-from pkc.passes.patterns_ir import STAGING, Code, KernelBuilder
 from pkc.passes.patterns_moe import build_moe
 from pkc.passes.patterns_scaled import arg_names as scaled_arg_names
 from pkc.target.cost import Pattern

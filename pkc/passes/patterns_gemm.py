@@ -1,8 +1,8 @@
 """The fused kernels of a matmul and one collective, built by patterns.build_kernel.
 
 ``matmul -> reduce_scatter``, ``matmul -> all_reduce`` and ``all_gather -> matmul(s)``, each
-in its staged and its elided form, on the emitter of patterns_ir.py and following the
-conventions in patterns.py's docstring. Separate from patterns.py (the dispatch) and from
+in its staged and its elided form, on the kernel builder (kernel_builder.py) and following
+the conventions in patterns.py's docstring. Separate from patterns.py (the dispatch) and from
 patterns_moe.py so that each file holds one family of kernels and stays short.
 """
 
@@ -13,19 +13,10 @@ from collections.abc import Callable
 from xdsl.ir import SSAValue
 
 from pkc.dialects import kernel as k
+from pkc.passes.kernel_builder import F32, Code, Ix, KernelBuilder, ceil_div, shape_of
 from pkc.passes.patterns_fusion import Fusion
 from pkc.passes.patterns_scaled import ag_args, gathered_scale, mm_args, put_scale_rows, scale_tile
-from pkc.passes.patterns_ir import (
-    F32,
-    Code,
-    Ix,
-    KernelBuilder,
-    ceil_div,
-    copy_tiles,
-    gemm_tile,
-    row_blocks,
-    shape_of,
-)
+from pkc.passes.patterns_tiles import copy_tiles, gemm_tile, row_blocks
 from pkc.target.cost import OverlapStyle
 
 def build_mm_reduce_scatter(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> None:
@@ -153,7 +144,7 @@ def _sum_slots(c: Code, buf: SSAValue, W: int, slot_rows: int, m0: Ix, n0: Ix, r
     """Sum over s = 0..W-1 (rank order, f32) of the tile at row s*slot_rows + m0."""
     def add(c: Code, s: Ix, acc: SSAValue) -> list[SSAValue]:
         part = c.load(buf, [c.add(c.mul(s, slot_rows), m0), n0], [rows, bn], "part")
-        return [c.add_tiles(acc, part)]
+        return [c.combine(acc, part)]
 
     (total,) = c.loop(0, W, 1, add, [c.fill([rows, bn], F32)], "s")
     return total

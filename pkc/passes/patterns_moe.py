@@ -1,10 +1,10 @@
 """The fused MoE kernel (all_to_all -> grouped matmul -> all_to_all), built by
 patterns.build_kernel.
 
-Staged and elided forms, on the emitter of patterns_ir.py and following the conventions in
-patterns.py's docstring. Separate from patterns_gemm.py because its row layout (blocks of
-``capacity`` token rows per (expert, source rank)) and its two exchanges share nothing with
-the single-collective kernels there.
+Staged and elided forms, on the kernel builder (kernel_builder.py) and following the
+conventions in patterns.py's docstring. Separate from patterns_gemm.py because its row
+layout (blocks of ``capacity`` token rows per (expert, source rank)) and its two exchanges
+share nothing with the single-collective kernels there.
 """
 
 from __future__ import annotations
@@ -14,17 +14,9 @@ from collections.abc import Callable
 from xdsl.ir import SSAValue
 
 from pkc.dialects import kernel as k
+from pkc.passes.kernel_builder import Code, Ix, KernelBuilder, ceil_div, shape_of
 from pkc.passes.patterns_fusion import Fusion
-from pkc.passes.patterns_ir import (
-    Code,
-    Ix,
-    KernelBuilder,
-    ceil_div,
-    copy_tiles,
-    gemm_tile,
-    row_blocks,
-    shape_of,
-)
+from pkc.passes.patterns_tiles import copy_tiles, gemm_tile, row_blocks
 from pkc.target.cost import OverlapStyle
 
 # -- all_to_all -> grouped matmul -> all_to_all (MoE) ------------------------------------

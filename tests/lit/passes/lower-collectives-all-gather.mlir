@@ -17,7 +17,8 @@ func.func @main(%x: tensor<5x3x4xf32>) -> tensor<5x12x4xf32> {
 // DIRECT-SAME:   : (tensor<5x1x12xf32>) -> tensor<5x4x12xf32> {
 // DIRECT-NEXT: ^bb0(%in: !pk.buffer<5x1x12xf32>, %out: !pk.buffer<5x4x12xf32, symmetric>):
 // DIRECT-NEXT:   %arrived = pk.alloc_signals : !pk.signals<1>
-// DIRECT-NEXT:   pk.worker "communicate" {
+// DIRECT-NEXT:   %c2 = arith.constant 2 : index
+// DIRECT:        pk.worker "communicate" {
 // DIRECT:          %rank = pk.rank
 // DIRECT-NEXT:     pk.foreach attributes {bounds = [3 : i64, 1 : i64]} {
 // DIRECT-NEXT:     ^bb0(%i: index, %j: index):
@@ -39,7 +40,8 @@ func.func @main(%x: tensor<5x3x4xf32>) -> tensor<5x12x4xf32> {
 // DIRECT-NEXT: func.return %y : tensor<5x12x4xf32>
 
 // Ring: step 0 stores the own shard and forwards it to rank+1; step s waits for the s-th
-// arrival from rank-1, then forwards shard (rank - s) mod W; a final wait for W-1 arrivals.
+// arrival from rank-1, then forwards shard (rank - s) mod W, computed as (rank + (W - s)) mod W
+// (remui is unsigned); a final wait for W-1 arrivals.
 // RING:      %lowered = pk.kernel "all_gather_ring"(%view)
 // RING:        %next = arith.remui %{{.*}}, %c4 : index
 // RING-NEXT:   pk.foreach attributes {bounds = [3 : i64, 1 : i64]} {
@@ -49,9 +51,9 @@ func.func @main(%x: tensor<5x3x4xf32>) -> tensor<5x12x4xf32> {
 // RING:        pk.signal %arrived[%c0] to %next : !pk.signals<1>
 // RING-NEXT:   scf.for %s = %c1 to %c3 step %c1 {
 // RING-NEXT:     pk.wait %arrived[%c0] until %s : !pk.signals<1>
-// RING-NEXT:     %{{.*}} = arith.addi %rank, %c4 : index
-// RING-NEXT:     %[[D:.*]] = arith.subi %{{.*}}, %s : index
-// RING-NEXT:     %shard = arith.remui %[[D]], %c4 : index
+// RING-NEXT:     %[[D:.*]] = arith.subi %c4, %s : index
+// RING-NEXT:     %[[S:.*]] = arith.addi %rank, %[[D]] : index
+// RING-NEXT:     %shard = arith.remui %[[S]], %c4 : index
 // RING-NEXT:     pk.foreach attributes {bounds = [3 : i64, 1 : i64]} {
 // RING:            %tile_1 = pk.load %out[%row_1, %shard, %c0]
 // RING-NEXT:       pk.put %tile_1, %out[%row_1, %shard, %c0] to %next

@@ -18,7 +18,9 @@ func.func @small(%x: tensor<6x40xbf16>) -> tensor<6x40xbf16> {
 // ONE-NEXT:  ^bb0(%in: !pk.buffer<1x1x240xbf16>, %out: !pk.buffer<1x1x240xbf16>):
 // ONE-NEXT:    %staging = pk.alloc : !pk.buffer<1x8x240xbf16, symmetric>
 // ONE-NEXT:    %arrived = pk.alloc_signals : !pk.signals<1>
-// ONE-NEXT:    pk.worker "communicate" {
+// The index constants (one per value, shared by every worker) follow the allocations.
+// ONE-NEXT:    %c64 = arith.constant 64 : index
+// ONE:         pk.worker "communicate" {
 // Every tile goes to slot `rank` of every peer's staging buffer, peers in rank-rotated order.
 // ONE:           %rank = pk.rank
 // ONE-NEXT:      pk.foreach attributes {bounds = [1 : i64, 4 : i64]} {

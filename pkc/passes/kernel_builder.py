@@ -1,13 +1,28 @@
-"""The emitter of kernel-level IR that the fused-kernel builders of patterns.py use.
+"""The one builder of kernel-level IR (``pk.kernel``): every pass that writes a kernel uses it.
 
-:class:`KernelBuilder` collects the allocs, index constants and workers of one
-``pk.kernel``; :class:`Code` appends ops to one block of a worker (``scf.for`` and
-``pk.foreach`` loops get child emitters), folding index arithmetic when both sides are
-Python ints and reusing an identical ``arith`` op of an enclosing block; the tiling helpers
-(:func:`gemm_tile`, :func:`row_blocks`, :func:`all_tiles`, :func:`copy_tiles`) are the loops
-every pattern shares. Separate from patterns.py because it knows nothing of any pattern or
-of :class:`~pkc.passes.patterns_fusion.Fusion`: the pattern builders
-(patterns_gemm.py, patterns_moe.py) are written on top of it.
+Its users: the fused-kernel builders of ``overlap`` / ``buffer-elision`` (patterns_gemm.py,
+patterns_moe.py, with the tiling loops of patterns_tiles.py) and the collective kernels of
+``lower-collectives`` (collective_kernels.py). One builder so that every kernel follows
+the same conventions, which are:
+
+* :class:`KernelBuilder` collects one ``pk.kernel``: its buffer arguments (inputs local,
+  outputs local or symmetric), ``pk.alloc`` / ``pk.alloc_signals`` at its top, then the
+  ``index`` constants, then the workers. Constants are made once per kernel (one
+  ``%c4`` for every use, in any worker) and live at kernel level, in the order first asked
+  for.
+* :class:`Code` appends ops to one block of a worker; a ``scf.for`` / ``pk.foreach``
+  body gets a child :class:`Code` (the callbacks take it as their first argument).
+* Index arithmetic (``add``, ``sub``, ``mul``, ``div``, ``rem``) is folded when both
+  sides are Python ints and simplified around 0 and 1 (``x + 0``, ``x * 1``, ``x mod 1``);
+  what remains is emitted once: an identical ``arith`` op (same kind, same operands)
+  already emitted in this block or an enclosing one is reused (CSE), so ``(rank + i) mod
+  W`` asked for twice in a loop body is one ``arith.addi`` and one ``arith.remui``.
+* Loops whose trip count is known are not emitted when there is nothing to repeat: a loop
+  of no trips returns its initial values, a loop of one trip (and a ``pk.foreach`` over a
+  one-point grid) is inlined, its body called with the Python int of the one index. So
+  bodies must accept an int index as well as an SSA value (index arithmetic does).
+* ``pk.rank`` is emitted once per worker, first in its block, when :meth:`Code.rank` is
+  first called.
 """
 
 from __future__ import annotations
@@ -20,7 +35,7 @@ from xdsl.dialects.builtin import Float32Type, IndexType, TensorType, UnitAttr
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from pkc.dialects import kernel as k
-from pkc.dialects.types import BufferType, TileType
+from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType, TileType
 
 INDEX = IndexType()
 F32 = Float32Type()
@@ -41,7 +56,7 @@ class KernelBuilder:
                  arg_names: Sequence[str] = ()):
         self.name, self.world = name, world
         self.inputs, self.output_types = list(inputs), list(output_types)
-        space = "symmetric" if symmetric_outputs else "local"
+        space = SYMMETRIC if symmetric_outputs else LOCAL
         types = [_buffer(v.type) for v in inputs] + [_buffer(t, space) for t in output_types]
         self.block = Block(arg_types=types)
         for arg, name_hint in zip(self.block.args, arg_names):
@@ -65,7 +80,8 @@ class KernelBuilder:
 
     def alloc(self, name: str, shape: Sequence[int], elem: Attribute, symmetric: bool = False,
               zero: bool = False, staging: bool = False) -> SSAValue:
-        op = k.AllocOp(BufferType(shape, elem, "symmetric" if symmetric else "local"), zero=zero)
+        """``pk.alloc``; ``staging`` marks a buffer that buffer-elision may remove."""
+        op = k.AllocOp(BufferType(shape, elem, SYMMETRIC if symmetric else LOCAL), zero=zero)
         if staging:
             op.attributes[STAGING] = UnitAttr()
         op.result.name_hint = name
@@ -80,19 +96,19 @@ class KernelBuilder:
 
     def worker(self, role: k.WorkerRole, body: Callable[["Code"], None]) -> None:
         block = Block()
-        code = Code(self, block, {})
+        code = Code(self, block, {"worker": block})
         body(code)
         code.emit(k.YieldOp())
         self._workers.append(k.WorkerOp(role, Region(block)))
 
-    def build(self, attributes: dict[str, Attribute]) -> k.KernelOp:
+    def build(self, attributes: dict[str, Attribute] | None = None) -> k.KernelOp:
         for op in [*self._head, *self._const_ops, *self._workers, k.YieldOp()]:
             self.block.add_op(op)
         return k.KernelOp(self.name, self.world, self.inputs, self.output_types,
                           Region(self.block), attributes)
 
 
-def _buffer(t: Attribute, space: str = "local") -> BufferType:
+def _buffer(t: Attribute, space: str = LOCAL) -> BufferType:
     assert isinstance(t, TensorType)
     return BufferType(tuple(t.get_shape()), t.element_type, space)
 
@@ -106,7 +122,8 @@ class Code:
         self._memo: dict[tuple, SSAValue] = {}  # index arithmetic emitted in this block
 
     def _arith(self, kind: type, a: Ix, b: Ix) -> SSAValue:
-        """``kind(a, b)``, reusing an identical one from this block or an enclosing one."""
+        """``kind(a, b)``, reusing an identical one from this block or an enclosing one
+        (emitted before the op that holds this block, so it dominates every use here)."""
         key = (kind, self.idx(a), self.idx(b))
         code: Code | None = self
         while code is not None:
@@ -128,9 +145,17 @@ class Code:
         return self.kb.const(v) if isinstance(v, int) else v
 
     def rank(self) -> SSAValue:
-        """``pk.rank``, emitted once per worker (call it first, in the worker's block)."""
+        """``pk.rank``, emitted once per worker, at the top of the worker's block (so that
+        it dominates every use, wherever it is first asked for)."""
         if "rank" not in self._shared:
-            self._shared["rank"] = self.emit(k.RankOp(), "rank")
+            op = k.RankOp()
+            op.result.name_hint = "rank"
+            top = self._shared["worker"]
+            if top.first_op is None:
+                top.add_op(op)
+            else:
+                top.insert_op_before(op, top.first_op)
+            self._shared["rank"] = op.result
         return self._shared["rank"]
 
     # -- index arithmetic (folded on ints) -------------------------------------------
@@ -143,6 +168,13 @@ class Code:
         if a == 0 and isinstance(a, int):
             return b
         return self._arith(arith.AddiOp, a, b)
+
+    def sub(self, a: Ix, b: Ix) -> Ix:
+        if isinstance(a, int) and isinstance(b, int):
+            return a - b
+        if b == 0 and isinstance(b, int):
+            return a
+        return self._arith(arith.SubiOp, a, b)
 
     def mul(self, a: Ix, b: Ix) -> Ix:
         if isinstance(a, int) and isinstance(b, int):
@@ -169,17 +201,12 @@ class Code:
         return self._arith(arith.DivUIOp, a, b)
 
     def rotate(self, i: Ix, world: int, back: bool = False) -> Ix:
-        """``(rank + i) mod W``, or ``(rank - i) mod W`` with ``back``."""
+        """``(rank + i) mod W``, or ``(rank - i) mod W`` with ``back`` (``i`` < W, as
+        ``remui`` is unsigned: the sum stays non-negative)."""
         r = self.rank()
         if back:
-            return self.rem(self.add(r, self.sub_const(world, i)), world)
+            return self.rem(self.add(r, self.sub(world, i)), world)
         return self.rem(self.add(r, i), world)
-
-    def sub_const(self, c: int, i: Ix) -> Ix:
-        """``c - i`` for an index i (arith.subi)."""
-        if isinstance(i, int):
-            return c - i
-        return self._arith(arith.SubiOp, c, i)
 
     # -- structure -----------------------------------------------------------------
 
@@ -189,7 +216,8 @@ class Code:
     def loop(self, lb: Ix, ub: Ix, step: int, body: Callable, init: Sequence[SSAValue] = (),
              name: str = "i") -> list[SSAValue]:
         """``scf.for`` from lb to ub; ``body(code, iv, *carried)`` returns the new carried
-        values. A loop known to run once is inlined."""
+        values. A loop known to run no trips returns ``init``; one known to run once is
+        inlined (``iv`` is then the int ``lb``)."""
         if isinstance(lb, int) and isinstance(ub, int):
             if ub <= lb:
                 return list(init)
@@ -206,7 +234,7 @@ class Code:
 
     def foreach(self, bounds: Sequence[int], body: Callable, names: Sequence[str]) -> None:
         """``pk.foreach`` over a static grid (independent iterations, spread over SMs);
-        a grid of one point is inlined."""
+        ``body(code, *indices)``. A grid of one point is inlined (indices the int 0)."""
         if math.prod(bounds) == 1:
             body(self, *[0] * len(bounds))
             return
@@ -246,78 +274,16 @@ class Code:
     def mma(self, a: SSAValue, b: SSAValue, acc: SSAValue) -> SSAValue:
         return self.emit(k.MmaOp(a, b, acc), "acc")
 
-    def add_tiles(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.emit(k.TileMapOp("add", [a, b], a.type), "sum")
+    def combine(self, a: SSAValue, b: SSAValue, fn: str = "add", name: str = "sum") -> SSAValue:
+        """Elementwise ``fn(a, b)`` of two tiles of one type (``add``, ``maximum``, ...)."""
+        return self.emit(k.TileMapOp(fn, [a, b], a.type), name)
 
-    def cast(self, tile: SSAValue, elem: Attribute) -> SSAValue:
+    def cast(self, tile: SSAValue, elem: Attribute, name: str = "out") -> SSAValue:
+        """``tile`` converted to ``elem`` (itself when it already is)."""
         if tile.type.element_type == elem:
             return tile
-        return self.emit(k.TileMapOp("cast", [tile], TileType(tile.type.get_shape(), elem)), "out")
-
-
-# ----------------------------------------------------------------------------------------
-# Tiling helpers.
-
-
-def gemm_tile(c: Code, a: SSAValue, a_row: Ix, b: SSAValue, b_row: Ix, n0: Ix, rows: int,
-              bn: int, K: int, bk: int, exact_k: bool = False) -> SSAValue:
-    """f32 ``a[a_row : a_row+rows, 0:K] @ b[b_row : b_row+K, n0 : n0+bn]``, K in steps of
-    bk. Overhanging K reads zeros from both operands when they end at K; with ``exact_k``
-    (b holds more rows after K, as a stack of experts' weights does) the last step uses a
-    narrower tile instead."""
-    acc = c.fill([rows, bn], F32)
-
-    def step(c: Code, k0: Ix, acc: SSAValue, width: int) -> list[SSAValue]:
-        ta = c.load(a, [a_row, k0], [rows, width], "a")
-        tb = c.load(b, [c.add(b_row, k0), n0], [width, bn], "b")
-        return [c.mma(ta, tb, acc)]
-
-    full = K // bk if exact_k else ceil_div(K, bk)
-    (acc,) = c.loop(0, full * bk, bk, lambda c, k0, acc: step(c, k0, acc, bk), [acc], "k")
-    if exact_k and K % bk:
-        (acc,) = step(c, full * bk, acc, K % bk)
-    return acc
-
-
-def row_blocks(c: Code, rows: int, bm: int, body: Callable, cols: int = 1,
-               parallel: bool = False) -> None:
-    """Calls ``body(code, rb, m0, tile_rows, ni)`` for the row blocks of a chunk of
-    ``rows`` rows (full blocks of bm, then the remainder block with a smaller tile) times
-    ``cols`` column tiles; ``parallel`` spreads them with pk.foreach, else scf.for."""
-    full, rem = divmod(rows, bm)
-
-    def run(c: Code, rb: Ix, ni: Ix, tile_rows: int) -> None:
-        body(c, rb, c.mul(rb, bm), tile_rows, ni)
-
-    if full == 1 and parallel:
-        c.foreach([cols], lambda c, ni: run(c, 0, ni, bm), ["ni"])
-    elif full and parallel:
-        c.foreach([full, cols], lambda c, rb, ni: run(c, rb, ni, bm), ["rb", "ni"])
-    elif full:
-        def row(c: Code, rb: Ix) -> None:
-            c.loop(0, cols, 1, lambda c, ni: run(c, rb, ni, bm), name="ni")
-
-        c.loop(0, full, 1, row, name="rb")
-    if rem and parallel:
-        c.foreach([cols], lambda c, ni: run(c, full, ni, rem), ["ni"])
-    elif rem:
-        c.loop(0, cols, 1, lambda c, ni: run(c, full, ni, rem), name="ni")
-
-
-def all_tiles(c: Code, rows: int, cols: int, bm: int, bn: int, body: Callable) -> None:
-    """``body(code, m0, n0)`` for every tile of a rows x cols buffer (pk.foreach; tiles
-    overhang the end)."""
-    c.foreach([ceil_div(rows, bm), ceil_div(cols, bn)],
-              lambda c, mi, ni: body(c, c.mul(mi, bm), c.mul(ni, bn)), ["mi", "ni"])
-
-
-def copy_tiles(c: Code, src: SSAValue, dst: SSAValue, rows: int, cols: int, bm: int,
-               bn: int) -> None:
-    """Copies a whole rows x cols buffer tile by tile."""
-    def body(c: Code, m0: Ix, n0: Ix) -> None:
-        c.store(c.load(src, [m0, n0], [bm, bn]), dst, [m0, n0])
-
-    all_tiles(c, rows, cols, bm, bn, body)
+        return self.emit(k.TileMapOp("cast", [tile], TileType(tile.type.get_shape(), elem)),
+                         name)
 
 
 def shape_of(v: SSAValue) -> tuple[int, ...]:
