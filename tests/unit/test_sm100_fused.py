@@ -208,6 +208,24 @@ def test_emulator_runs_the_sm100_kernel_bitwise(kind, W):
     assert [k.kernel for k in res.kernels] == kernels(W)
 
 
+def test_emulator_runs_the_summed_epilogue_over_several_pieces(monkeypatch):
+    """GEMM + all-reduce at W = 2 with 128-column tiles forced (the rule picks 64 for the
+    small shapes above): two 64 x 64 pieces per slice, each piece's partial loaded while
+    the previous one is summed and stored (the load ring's phases over two buffers)."""
+    import pkc.passes.fused_schedule as fs
+
+    choose = fs.choose_tmem_config
+    monkeypatch.setattr(fs, "choose_tmem_config", lambda *a: choose(*a).with_(bn=128))
+    m = mm_all_reduce(2, 70, 264, 72)
+    for p in parse_pipeline("schedule-fused{target=b200},dce"):
+        p.apply(make_context(), m)
+    (kop,) = _scheduled(m)
+    assert plan_of(kop)["bn"] == 128
+    res = check_module(m, random_inputs(m, 2, 0, "mm_ar"), 2, target="sm_100a",
+                       func_name="mm_ar")
+    assert res.ok, str(res.difference)
+
+
 def test_emulator_runs_sm100_gemm_reduce_scatter_w4():
     """The default kernel (adds in arrival order): within the rounding of the adds (the
     deterministic one, bitwise, is the all-reduce pair's first kernel above)."""
