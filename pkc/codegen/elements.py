@@ -44,6 +44,10 @@ ELEMS = {
     "i8": Elem("i8", 1, "s8", "s32"),
     "i32": Elem("i32", 4, "s32", "s32"),
     "i64": Elem("i64", 8, "s64", "s64"),
+    # 8-bit floats: moved as bytes, widened to f32 for MMAs and maps (see _fp8_to_f32);
+    # nothing narrows to them (no op of a kernel produces fp8 from a wider float).
+    "f8E4M3FN": Elem("f8E4M3FN", 1, "u8", "f32"),
+    "f8E5M2": Elem("f8E5M2", 1, "u8", "f32"),
 }
 
 
@@ -92,7 +96,27 @@ def widen(b: Builder, e: Elem, raw: SSAValue) -> Val:
         return Val(b.cvt("s32", "s16", raw), "s32")
     if e.name == "i1":
         return Val(b.setp("ne", "u16", raw, b.imm(0, "u16")), "pred")
+    if e.name in ("f8E4M3FN", "f8E5M2"):
+        return Val(_fp8_to_f32(b, e.name, raw), "f32")
     raise CodegenError(f"cannot widen {e.name}")
+
+
+def _fp8_to_f32(b: Builder, name: str, raw: SSAValue) -> SSAValue:
+    """An fp8 byte (zero-extended in a 16-bit register) as f32, exactly, by integer ops
+    (cvt's fp8 forms convert pairs and need sm_89; this runs on sm_80 too). f8E5M2 is the
+    top byte of an f16 (NaN and infinities included). f8E4M3FN (exponent bias 7) shifted
+    into an f16's exponent and mantissa bits reads as its value times 2^-8, subnormals
+    included, so one multiply by 256 rescales it; its one NaN pattern (S.1111.111) has no
+    f16 counterpart there and is made NaN explicitly."""
+    x = b.bin("and", "b32", b.cvt("u32", "u16", raw), b.imm(0xFF, "u32"))
+    if name == "f8E5M2":
+        return b.cvt("f32", "f16", b.cvt("u16", "u32", b.bin("shl", "b32", x, b.imm(8, "u32"))))
+    mag = b.bin("and", "b32", x, b.imm(0x7F, "u32"))
+    sign = b.bin("shl", "b32", b.bin("and", "b32", x, b.imm(0x80, "u32")), b.imm(8, "u32"))
+    bits = b.bin("or", "b32", sign, b.bin("shl", "b32", mag, b.imm(7, "u32")))
+    f = b.bin("mul", "f32", b.cvt("f32", "f16", b.cvt("u16", "u32", bits)), b.imm(256.0, "f32"))
+    nan = b.setp("eq", "u32", mag, b.imm(0x7F, "u32"))
+    return b.selp("f32", b.imm(float("nan"), "f32"), f, nan)
 
 
 def narrow(b: Builder, e: Elem, v: Val) -> SSAValue:

@@ -101,23 +101,7 @@ def kernel_meta(kop: k.KernelOp, target: CodegenTarget, plans: list[SmemPlan]) -
                       buffers, signals, workers, world=kop.world_size)
 
 
-def _refuse_fp8(kop: k.KernelOp, target: CodegenTarget) -> None:
-    """8-bit floats have no lowering on this path (its elements table has none: their
-    casts and MMAs are the scheduled kernels' job); say so instead of failing deep inside."""
-    from pkc.dialects.types import is_fp8
-
-    values = list(kop.body.block.args) + [r for op in kop.walk() for r in op.results]
-    for v in values:
-        elem = getattr(v.type, "element_type", None)
-        if elem is not None and is_fp8(elem):
-            raise CodegenError(
-                f"kernel '{kop.kernel_name.data}': {v.type} holds 8-bit floats, which the "
-                f"portable {target.name} lowering does not take (pkc has no GPU kernel for "
-                "fp8 data on this path yet; the interpreter runs it)")
-
-
 def lower_kernel(kop: k.KernelOp, target: CodegenTarget, entry_name: str) -> tuple[ptx.EntryOp, KernelMeta]:
-    _refuse_fp8(kop, target)
     workers = kop.workers()
     plans = [SmemPlan(w) for w in workers]
     meta = kernel_meta(kop, target, plans)

@@ -32,7 +32,8 @@ HDR_MBARRIER = 8       # b64: mbarrier for bulk loads
 
 def element_bytes(t) -> int:
     name = str(t)
-    return {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i1": 1, "i8": 1, "i32": 4, "i64": 8}[name]
+    return {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i1": 1, "i8": 1, "i32": 4, "i64": 8,
+            "f8E4M3FN": 1, "f8E5M2": 1}[name]
 
 
 def tile_bytes(t: TileType) -> int:

@@ -153,7 +153,7 @@ class ScheduleFused(ModulePass):
                 continue
             if _fusion(kop).get("scaled") is not None and _fusion(kop)["scaled"].value.data:
                 add_remark(kop, "fused kernel left unscheduled: fp8 scaled matmul: no fp8 "
-                                "GEMM schedule yet (the interpreter runs it)")
+                                "GEMM schedule yet (the portable lowering runs it)")
                 continue
             if is_gather_many(kop, pattern):    # gather, then the GEMMs
                 split_gather_many(kop, self.target)

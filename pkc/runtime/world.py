@@ -42,7 +42,8 @@ def dtype_of(name: str) -> torch.dtype:
     table = {"bf16": BFloat16Type(), "f16": Float16Type(), "f32": Float32Type(),
              "f64": Float64Type(), "i1": IntegerType(1), "i8": IntegerType(8),
              "i32": IntegerType(32), "i64": IntegerType(64)}
-    return torch_dtype(table[name])
+    fp8 = {"f8E4M3FN": torch.float8_e4m3fn, "f8E5M2": torch.float8_e5m2}
+    return fp8[name] if name in fp8 else torch_dtype(table[name])
 
 
 def poison_(t: torch.Tensor) -> torch.Tensor:
