@@ -4,10 +4,10 @@ with one and two CTA groups into a fresh output, direct and pull all-gather, dir
 reduce-scatter, all-to-all) lowered for ``sm_100a`` and run by the emulator for W ranks,
 equal (bitwise: every kind sums in rank order in f32 and rounds once, as the interpreter's
 graph-level collective) to the interpreter on the same inputs; W in {1, 2, 4, 8} (W = 1:
-lower-collectives keeps the kernel, ``keep-single-rank``) and the
-cheapest two kinds at W = 72 (one vector per chunk: the kernels unroll their loops over
-the W peers, so a W = 72 emulation costs seconds; the others were run once by hand, see
-docs/sm100.md). ptxas
+lower-collectives keeps the kernel, ``keep-single-rank``) and the five cheapest kinds at
+W = 72 (one vector per chunk: the kernels unroll their loops over the W peers, so a W = 72
+emulation costs 1-3 s of CPU; ar2 with 1 and 2 CTA groups, rs, a2a and agp cost 9-16 s
+each and were run once by hand, all bitwise equal: docs/sm100.md). ptxas
 -arch=sm_100a assembles each kind at W = 8 with no spills, and its SASS passes
 ``pkc.codegen.sass.check_collective`` (where cuobjdump is found).
 
@@ -137,7 +137,7 @@ def test_sm100_collective_matches_the_interpreter(kind, W):
     _run_and_compare(kind, W, 3)
 
 
-@pytest.mark.parametrize("kind", ["ll", "llag"])
+@pytest.mark.parametrize("kind", ["ll", "llag", "ar1", "ag", "llrs"])
 def test_sm100_collective_at_w72(kind):
     """NVL72's world: one vector per chunk (the cheapest launch of the kind)."""
     _run_and_compare(kind, 72, 1)
