@@ -132,9 +132,24 @@ def _config(kop: k.KernelOp, force: CommKind | None = None, groups: int = 0,
         if force is CommKind.AR2:      # the table's two-shot at any size (its unroll)
             base = choose(coll, Algorithm.TWO_SHOT, W, dt, elems)
         cfg = replace(base, reason=f"kind={force.value} forced (the table: {cfg.kind.value})")
+    if cfg.kind.multicast:
+        cfg = replace(cfg, reason=cfg.reason + "; " + _nvls_prediction(coll, target, W, elems * ESIZE[dt]))
     if groups and cfg.kind is CommKind.AR2 and groups != cfg.groups:
         cfg = replace(cfg, groups=groups, reason=f"{cfg.reason}; groups={groups} forced")
     return cfg
+
+
+def _nvls_prediction(coll: Collective, target: str, W: int, in_bytes: int) -> str:
+    """The cost model's NVLS time and the kernel it replaces (two-shot all-reduce, direct
+    all-gather), both predictions for ``target``."""
+    from pkc.target.cost_collectives import all_gather_time, all_reduce_time, nvls_time
+
+    n = in_bytes * W if coll is Collective.ALL_GATHER else in_bytes
+    mine = nvls_time(target, coll, n, W)
+    other, name = ((all_reduce_time(target, n, W, Algorithm.TWO_SHOT), "two-shot")
+                   if coll is Collective.ALL_REDUCE else
+                   (all_gather_time(target, n, W, Algorithm.DIRECT), "direct"))
+    return f"predicted {mine * 1e6:.1f} us on {target} ({name} {other * 1e6:.1f} us)"
 
 
 @register_pass

@@ -120,6 +120,36 @@ def _gather_like(t: Target, nbytes: float, W: int, algo: Algorithm | str, mechan
     return launch_time(t) + body
 
 
+def nvls_time(target, op: Collective | str, nbytes: float, W: int) -> float:
+    """The NVLS (multimem) kernels of a target with ``nvls`` (schedule-collectives' armc /
+    agmc); ``nbytes``: the all-reduce's tensor, the all-gather's output.
+
+    all-reduce: copy-in, barrier, ``multimem.ld_reduce`` of the rank's chunk (the switch
+      reads n/W from every GPU: a GPU's port sends n in all) and ``multimem.st`` of it (the
+      switch delivers every chunk to every GPU: n received), barrier: n each way per port,
+      where the two-shot moves 2(W-1)/W x n.
+    all-gather: barrier, ``multimem.st`` of the shard (n/W sent, (W-1)/W x n received),
+      barrier.
+    The barriers are priced as the others' (:func:`barrier_time`; a ``multimem.red``
+    flags every rank at once, so this overestimates their issue). An estimate from the
+    link figures: no NVLS machine has run these kernels."""
+    t = _target(target)
+    _check_world(t, W)
+    if not t.nvls:
+        raise ValueError(f"nvls_time: target {t.name} has no NVLS (Target.nvls)")
+    op = Collective.parse(op, "nvls_time")
+    if W == 1:
+        return 0.0
+    n = float(nbytes)
+    if op is Collective.ALL_REDUCE:
+        body = barrier_time(t, W, 2) + _xfer(t, n, 3 * n, "ldst")
+    elif op is Collective.ALL_GATHER:
+        body = barrier_time(t, W, 2) + _xfer(t, (W - 1) / W * n, n, "ldst")
+    else:
+        raise ValueError(f"nvls_time: no NVLS kernel for {op} (all_reduce, all_gather)")
+    return launch_time(t) + body
+
+
 def all_gather_time(target, nbytes: float, W: int,
                     algo: Algorithm | str = Algorithm.DIRECT) -> float:
     """All-gather producing an nbytes tensor (W shards of nbytes/W); TMA copies."""

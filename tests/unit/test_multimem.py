@@ -79,6 +79,21 @@ def test_forcing_nvls_on_hopper_is_refused_with_a_remark():
     assert any("target h200 has no NVLS" in r for r in remarks_of(kop))
 
 
+@pytest.mark.parametrize("tgt,W", [("b200", 8), ("nvl72", 8), ("nvl72", 72)])
+def test_cost_model_predicts_nvls_all_reduce_below_two_shot(tgt, W):
+    """One byte each way per port (the switch adds) against the two-shot's 2(W-1)/W: at
+    64 MiB the NVLS all-reduce is predicted faster; the all-gather moves the same bytes
+    per port as the direct one (within 5%); no prediction for a target without NVLS."""
+    from pkc.target.cost_collectives import all_gather_time, all_reduce_time, nvls_time
+
+    n = 64 << 20
+    assert nvls_time(tgt, "all_reduce", n, W) < 0.75 * all_reduce_time(tgt, n, W, "two_shot")
+    ag, direct = nvls_time(tgt, "all_gather", n, W), all_gather_time(tgt, n, W, "direct")
+    assert abs(ag - direct) <= 0.05 * direct
+    with pytest.raises(ValueError, match="target h200 has no NVLS"):
+        nvls_time("h200", "all_reduce", n, 8)
+
+
 def test_small_messages_stay_ll_on_nvls_targets():
     _, kop = _scheduled("armc", 8, vecs=4, force=False)
     assert plan_of(kop)["comm_kind"] == "ll"

@@ -47,6 +47,7 @@ func.func @scatter(%x: tensor<8192x512xbf16>) -> tensor<1024x512xbf16> {
 
 // REM:  scheduled collective ll W=8 bf16 (768 B <= the LL limit 65536 B at W = 8): 48 vectors (48 per chunk), up to 64 per CTA, 1 CTA(s) per SM, into a fresh output
 // REM:  scheduled collective armc W=8 bf16 (2097152 B above the LL limit on a target with NVLS
+// REM-SAME: predicted {{[0-9.]+}} us on b200 (two-shot {{[0-9.]+}} us)
 // REM-SAME: result in symmetric memory, through NVLS (multimem on multicast objects)
 // REM:  scheduled collective agmc W=8 bf16 (8388608 B above the LL limit
 // REM:  scheduled collective rs W=8 bf16
