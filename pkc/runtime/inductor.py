@@ -38,6 +38,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from pkc.dialects import graph as g
 from pkc.dialects.common import int_list
+from pkc.dialects.graph_scaled import ScaledMatmulOp
 from pkc.dialects.kernel import KernelOp
 from pkc.runtime.kernel_call import RunKind, register
 from pkc.target.collectives import Collective
@@ -101,6 +102,25 @@ def _matmul(dtype: torch.dtype, a: torch.Tensor, b: torch.Tensor) -> torch.Tenso
     if a.dtype == b.dtype == dtype:
         return torch.matmul(a, b)
     return torch.matmul(_up(a), _up(b)).to(dtype)
+
+
+def _scaled_mm(dtype: torch.dtype, fast_accum: bool, a: torch.Tensor, b: torch.Tensor,
+               sa: torch.Tensor, sb: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """pk.scaled_matmul: cuBLASLt's fp8 GEMM (torch._scaled_mm) on a GPU for the forms it
+    takes (both scales tensor-wise, or both row-wise with a bf16 result; K and N multiples
+    of 16; no bias; B column-major), else the interpreter's f32 form (dequantize, multiply
+    in f32, round once), which is correct everywhere, only slower."""
+    tensor_wise = sa.numel() == 1 and sb.numel() == 1
+    row_wise = sa.dim() == 2 and sb.dim() == 2 and dtype == torch.bfloat16
+    aligned = a.shape[1] % 16 == 0 and b.shape[1] % 16 == 0 and bias is None
+    if a.is_cuda and aligned and (tensor_wise or row_wise):
+        if tensor_wise:
+            sa, sb = sa.reshape(()), sb.reshape(())
+        return torch._scaled_mm(a.contiguous(), b.t().contiguous().t(), sa, sb, bias=bias,
+                                out_dtype=dtype, use_fast_accum=fast_accum)
+    from pkc.interp.values import scaled_matmul
+
+    return scaled_matmul(a, b, sa, sb, bias, dtype)
 
 
 def _constant(value: float | int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -240,6 +260,8 @@ def torch_program(module: ModuleOp, *, world: int, kind: RunKind, arg_map: Seque
         shape, dtype = out(op) if op.results else ((), None)
         if isinstance(op, g.MatmulOp):
             node = call(_matmul, dtype, *operands)
+        elif isinstance(op, ScaledMatmulOp):
+            node = call(_scaled_mm, dtype, op.fast_accum is not None, *operands)
         elif isinstance(op, g.ReduceOp):
             node = call(_reduce, op.fn.data, int_list(op.dims), op.keepdim is not None, dtype, operands[0])
         elif isinstance(op, g.ReshapeOp):

@@ -173,3 +173,25 @@ def test_arithmetic_on_uint8_view_of_fp8_is_an_error() -> None:
     a = torch.randn(8, 32).to(E4M3)
     err = _capture_error(lambda a: a.view(torch.uint8) + 1, [a])
     assert "computes on the uint8 view of fp8 data" in str(err)
+
+
+def test_torch_program_runs_the_scaled_matmul() -> None:
+    """The torch backend's translation of pk IR (pkc/runtime/inductor.py) computes a
+    pk.scaled_matmul as the interpreter does (off the GPU: the same f32 form)."""
+    from pkc.runtime.inductor import torch_program
+    from pkc.runtime.kernel_call import RunKind
+
+    M, K, N = 12, 48, 20
+    text = SCALED_IR.format(M=M, K=K, N=N, ta=_MLIR[E4M3], tb=_MLIR[E5M2], out="bf16",
+                            sa=f"{M}x1", sb=f"1x{N}", bias_arg=f", %bias: tensor<{N}xf32>",
+                            bias=f" bias %bias : tensor<{N}xf32>")
+    module = parse_module(text)
+    prog = torch_program(module, world=1, kind=RunKind.SIMULATED, arg_map=list(range(5)),
+                         n_inputs=5)
+    gen = torch.Generator().manual_seed(2)
+    args = [torch.randn(M, K, generator=gen).to(E4M3), torch.randn(K, N, generator=gen).to(E5M2),
+            torch.rand(M, 1, generator=gen), torch.rand(1, N, generator=gen),
+            torch.randn(N, generator=gen)]
+    got = prog.gm(*args)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    assert torch.equal(got, interpret(module, [args], 1)[0][0])
