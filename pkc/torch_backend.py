@@ -44,7 +44,10 @@ class PkcBackend:
     of Inductor, Inductor's FX-graph and AOTAutograd cache hits and misses, and, once the
     graph ran, ``first_call_s``: from dynamo's start on the frame to the first call's
     result. That line is also a remark, logged (logger ``pkc.compile``, INFO) and, with
-    ``explain=True``, printed with the passes' remarks. Backward
+    ``explain=True``, printed with the passes' remarks. With dynamo's precompile cache
+    on (``TORCH_CACHING_PRECOMPILE=1``), a graph whose program has no pkc kernel call is
+    recorded for it (:mod:`pkc.runtime.precompile`; ``compile_times``' ``precompile`` says
+    whether, or why not) and a second process runs it without compiling. Backward
     graphs (training) run through torch and are not imported.
 
     Notes: pkc compiles static shapes; pass ``dynamic=False`` to ``torch.compile`` so that a
@@ -272,10 +275,16 @@ def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: st
     static = [tensor_idx[i] for i, spec in enumerate(captured.inputs)
               if spec.kind in _MODULE_STATE]
     program.runtime_remarks.append(tp.remark())
+    why = None
     if backend_id is not None and tp.counts.get("kernel", 0):
-        backend_id = None   # a loading process would have no registry of pkc's kernels
+        why = "pkc kernel calls"     # a loading process would have no registry of them
+    elif backend_id is not None and (mode in ("reduce-overhead", "max-autotune")
+                                     or (options or {}).get("triton.cudagraphs")):
+        why = "CUDA graphs"          # a loaded artifact takes them from the global config
+    if why is not None:
+        backend_id = None
         if record is not None:
-            record["precompile"] = "pkc kernel calls"
+            record["precompile"] = why
     compiled = compile_with_inductor(tp, vals, mode=mode, options=options, static_inputs=static,
                                      backend_id=backend_id)
     if backend_id is not None:

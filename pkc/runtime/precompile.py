@@ -20,6 +20,8 @@ records when the program's graph module carries the backend id), wrapped here so
 - it is used only where the program has no pkc kernel call: a loading process does not
   run pkc's compiler, so ``torch.ops.pkc.kernel``'s registry would be empty (at W = 1
   every collective is the identity and the program is Inductor's alone);
+- not with CUDA graphs (``mode="reduce-overhead"``): a loaded artifact takes them from
+  Inductor's global config, not from the options pkc compiled it with;
 - it names pkc's sources (the digest of the IR cache's key, :mod:`compile_cache`): an
   entry with an artifact of other sources fails to load (dynamo counts a
   ``dynamo_cache_error``) and dynamo compiles the function again.
