@@ -304,6 +304,8 @@ class TransposeOp(_OneTensorOp):
     def verify_(self) -> None:
         a, r = self.input.type, self.result.type
         assert isinstance(a, TensorType) and isinstance(r, TensorType)
+        if not all(isinstance(p, IntegerAttr) for p in self.perm.data):
+            raise VerifyException(f"'pk.transpose' perm must hold integers, got {self.perm}")
         perm = int_list(self.perm)
         if sorted(perm) != list(range(len(a.get_shape()))):
             raise VerifyException(f"'pk.transpose' perm {perm} is not a permutation of rank {len(a.get_shape())}")
