@@ -39,7 +39,9 @@ element size. Where it says fusion does not pay, the IR is left alone and the co
 gets the plan's remark ("left unfused: ...") and ``pk.plan``; a match that cannot be fused
 for a structural reason (``max`` reduction, f64 operands, ...) gets a remark saying so, as
 does a reduction fed by a matmul through elementwise ops (a bias add) and an MoE combine
-after an activation.
+after an activation. An fp8 ``pk.scaled_matmul`` is fused only under ``force`` while the
+target's architecture has no scheduled fp8 fused kernel (``pipelines.unscheduled_fp8``):
+the plan assumes a fast kernel, the portable one is far slower than cuBLASLt.
 A fused kernel gets ``pk.plan`` (pattern, overlap, comm_sms, fused_time, unfused_time in
 seconds, forced, target, tiles) and the plan's remark. Options: ``target``; ``force``
 fuses whatever the cost model says (tests use it on small shapes); ``overlap`` forces
@@ -70,6 +72,7 @@ from pkc.dialects.graph_scaled import ScaledMatmulOp
 from pkc.dialects.types import is_fp8, shape_str
 from pkc.dialects.rank_groups import copy_groups, group_remark, same_groups
 from pkc.passes.patterns import Fusion, build_kernel
+from pkc.passes.pipelines import unscheduled_fp8
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, remarks_of, set_plan
 from pkc.target import PATTERNS, FusionPlan, get_target, plan_fusion
@@ -161,6 +164,10 @@ class Overlap(ModulePass):
             _remark_once(m.anchor, plan.remark())
             set_plan(m.anchor, **_plan_values(plan, plan.overlap, plan.comm_sms, False,
                                               self.target))
+            return
+        # the plan assumes a fast fused kernel; fp8 has none scheduled yet (pipelines.py)
+        if m.scaled and not self.force and (why := unscheduled_fp8(self.target)):
+            _remark_once(m.anchor, f"left unfused: {PATTERNS[m.pattern]}: {why}")
             return
         style, comm_sms = self._style(plan)
         fusion = Fusion(m.pattern, style, self.tile, self.tile, self.tile_k, m.experts,

@@ -47,6 +47,26 @@ SCHEDULED_ARCHS = ("sm_90a", "sm_100a")
 FUSED_ARCHS = ("sm_90a", "sm_100a")
 
 
+# the architectures that have a scheduled (tensor-core) fp8 fused GEMM + collective kernel.
+# None yet: schedule-fused leaves ``pk.scaled_matmul`` kernels on the portable path (scalar
+# FMAs, orders of magnitude slower than cuBLASLt), so overlap fuses fp8 only under force
+# (:func:`unscheduled_fp8`). The pass that builds such a kernel adds its arch here.
+SCALED_FUSED_ARCHS: tuple[str, ...] = ()
+
+
+def unscheduled_fp8(target: str) -> str | None:
+    """Why overlap must not fuse an fp8 scaled matmul with its collective for cost target
+    ``target`` (its architecture has no scheduled fp8 fused kernel: the cost model's
+    prediction assumes one), or None when it has one."""
+    from pkc.target.targets import get_target
+
+    arch = get_target(target).sm_arch
+    if arch in SCALED_FUSED_ARCHS:
+        return None
+    return (f"no scheduled fp8 kernel for {arch} yet; torch._scaled_mm + the collective "
+            "run instead (force=true fuses it on the portable path)")
+
+
 def unlowered_arch(target: str, archs: tuple[str, ...] = FUSED_ARCHS) -> str | None:
     """Why a schedule pass builds nothing for cost target ``target`` (its architecture has
     no lowering of that pass's kernels yet), or None."""
