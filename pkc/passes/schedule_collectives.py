@@ -3,10 +3,12 @@
 Matches every ``pk.kernel`` that lower-collectives wrote (``pk.plan.collective``): an
 all_reduce, or an all_gather / reduce_scatter / all_to_all (equal splits) whose chunks
 are contiguous (the kernel's 3-d view has one row), of bf16 / f16 / f32 data in whole
-16-byte vectors (per chunk). An all_gather whose input buffer is already symmetric (a
-producer kernel left its chunk there) becomes the pull all-gather (``agp``: every rank
-pulls the W chunks into a fresh output; schedule-fused builds one after a fused GEMM +
-reduce-scatter with :func:`build_collective`).
+16-byte vectors (per chunk); an all_gather / all_to_all of 1-byte data (fp8, u8) too: they
+move 16-byte vectors and never read an element (reductions of it stay unscheduled). An
+all_gather whose input buffer is already symmetric (a producer kernel left its chunk
+there) becomes the pull all-gather (``agp``: every rank pulls the W chunks into a fresh
+output; schedule-fused builds one after a fused GEMM + reduce-scatter with
+:func:`build_collective`).
 Replaces its worker body with a ``pks.schedule`` of communication ops
 (:mod:`pkc.passes.comm_schedule`) over a symmetric data buffer, a signal pad and the
 rank's epoch control word (``pk.alloc``; the pad and the control word zeroed once and
@@ -41,8 +43,8 @@ from pkc.passes.comm_schedule import CommBuilder, sym_vecs
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.collectives import Algorithm, Collective
-from pkc.target.comm_tuning import (ESIZE, THREADS, VEC_BYTES, CommConfig, CommKind, choose,
-                                    choose_pull_gather)
+from pkc.target.comm_tuning import (BYTE_TYPES, ESIZE, THREADS, VEC_BYTES, CommConfig,
+                                    CommKind, choose, choose_pull_gather)
 from pkc.target.targets import get_target
 
 SCHEDULED = (CommKind.LL, CommKind.LLAG, CommKind.LLRS, CommKind.AR1, CommKind.RS, CommKind.AG,
@@ -80,7 +82,13 @@ def why_not(kop: k.KernelOp, force: CommKind | None = None, target: str = "h200"
     x, y = kop.inputs[0].type, kop.outputs[0].type
     dt = _dtype(x)
     if dt is None or _dtype(y) != dt:
-        return f"element type {x.element_type}: bf16, f16 or f32"
+        return (f"element type {x.element_type}: bf16, f16 or f32 (1-byte types, fp8 / u8: "
+                "all_gather and all_to_all only)")
+    if dt in BYTE_TYPES and coll in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER):
+        # the scheduled kernels add in f32 from 16-bit / 32-bit words; a 1-byte sum has no
+        # vec_sum lowering (and an fp8 sum would round at every rank)
+        return (f"{coll} of {x.element_type}: reductions of 1-byte element types are not "
+                "scheduled (only the data-moving all_gather / all_to_all are)")
     shape = x.get_shape()
     if coll is not Collective.ALL_REDUCE and (len(shape) != 3 or shape[0] != 1):
         return f"{coll} along a non-leading dim (view {list(shape)}): chunks are not contiguous"

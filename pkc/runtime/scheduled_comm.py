@@ -27,7 +27,10 @@ from pkc.codegen.abi import ScheduledKernelMeta, describe_record
 from pkc.runtime.tma_launch import KernelArgs, launch, load_kernel
 from pkc.runtime.driver import call
 
-_TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32}
+_TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
+          # 1-byte data of the all-gather / all-to-all kinds (moved as bytes)
+          "f8E4M3FN": torch.float8_e4m3fn, "f8E5M2": torch.float8_e5m2, "ui8": torch.uint8,
+          "i8": torch.int8}
 WAIT_SITES = {1: "arrival of the rank's CTA (its data is ready / its kernel started)",
               2: "the rank's results written into this rank (exit)",
               3: "this rank's CTA of the previous group done with its exchange"}

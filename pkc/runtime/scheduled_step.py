@@ -50,7 +50,9 @@ class ScheduledStep:
 def _dtype_name(t) -> str:
     from pkc.interp.values import torch_dtype
 
-    return {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}[
+    return {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32",
+            # 1-byte data: the scheduled all-gather / all-to-all move it as bytes
+            torch.float8_e4m3fn: "f8E4M3FN", torch.float8_e5m2: "f8E5M2"}[
         torch_dtype(t.element_type)]
 
 

@@ -15,6 +15,10 @@ from enum import Enum
 from pkc.target.collectives import Algorithm, Collective
 
 ESIZE = {"bf16": 2, "f16": 2, "f32": 4}
+# 1-byte element types: raw data for the kinds that only move it (all-gather, all-to-all);
+# no kernel adds them (schedule-collectives refuses their reductions)
+BYTE_TYPES = {"f8E4M3FN": 1, "f8E5M2": 1, "ui8": 1, "i8": 1}
+ESIZE.update(BYTE_TYPES)
 VEC_BYTES = 16
 THREADS = 512              # threads per CTA of every collective kernel (one CTA fits any SM)
 UNROLL = 4                 # vectors per thread per loop trip (bandwidth kinds)
