@@ -101,3 +101,49 @@ func.func @main(%a: tensor<{M}x{K}xf8E4M3FN>, %b: tensor<{K}x{N}xf8E4M3FN>, %sa:
     got = (got[0] if isinstance(got, (list, tuple)) else got).cpu().float()
     want = interpret(module, [args], 1)[0][0].float()
     assert (got - want).abs().max().item() <= 2e-2 * want.abs().max().item()
+
+
+@pytest.mark.parametrize("coll,W,n_in,dt,kind", [
+    ("all_gather", 2, 8192, "f8E4M3FN", "llag"),
+    ("all_gather", 4, 1 << 20, "f8E5M2", "ag"),        # 4 MiB gathered: above the LL limit
+    ("all_to_all", 4, 8192, "f8E4M3FN", "a2a"),
+])
+def test_scheduled_fp8_data_movement_moves_bytes(coll, W, n_in, dt, kind):
+    """An unfused fp8 all_gather / all_to_all is a scheduled collective (16-byte vectors of
+    bytes; schedule-collectives) launched by pkc/runtime/scheduled_comm.py in the virtual
+    world: every rank's output holds exactly the bytes torch.cat / the chunk exchange gives
+    (random bytes, NaN patterns included), over several launches (epochs)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the scheduled collectives are built for sm_90a")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from collectives_ir import peers
+
+    from pkc.codegen import compile_kernel
+    from pkc.passes.remarks import plan_of
+    from pkc.runtime.scheduled_comm import ScheduledCollective
+    from tests.unit.test_comm_fp8 import _TORCH, _scheduled
+
+    _, kop = _scheduled(coll, W, n_in, dt)
+    assert plan_of(kop).get("comm_kind") == kind, kop.attributes.get("pk.remarks")
+    ck = compile_kernel(kop, "sm_90a")
+    n_out = n_in * W if coll == "all_gather" else n_in
+    ir = ScheduledCollective(ck.ptx, ck.meta, peers(W), [n_in], [n_out], dt)
+    g = torch.Generator(device="cuda").manual_seed(n_in + W)
+    for launch in range(3):
+        xs = [torch.randint(0, 256, (n_in,), device="cuda", dtype=torch.uint8, generator=g)
+              for _ in range(W)]
+        outs = {r: torch.full((n_out,), 0xAB, device="cuda", dtype=torch.uint8).view(_TORCH[dt])
+                for r in range(W)}
+        got = ir.run({r: xs[r].view(_TORCH[dt]) for r in range(W)}, outs=outs)
+        got = {r: t.view(torch.uint8).clone() for r, t in got.items()}
+        torch.cuda.synchronize()
+        ir.check()
+        for r in range(W):
+            if coll == "all_gather":
+                want = torch.cat(xs)
+            else:   # rank r gets chunk r of every rank, in rank order
+                want = torch.cat([x.chunk(W)[r] for x in xs])
+            assert torch.equal(got[r], want), f"{kind} W={W} rank {r} launch {launch}"
