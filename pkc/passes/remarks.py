@@ -69,7 +69,8 @@ def plan_of(op: Operation) -> dict[str, float | int | str | bool]:
     for key, v in attr.data.items():
         if isinstance(v, StringAttr):
             out[key] = v.data
-        elif isinstance(v, IntegerAttr) and v.type.width.data == 1:
+        elif isinstance(v, IntegerAttr) and getattr(v.type, "width", None) is not None \
+                and v.type.width.data == 1:  # an index-typed entry has no width
             out[key] = bool(v.value.data)
         elif isinstance(v, (IntegerAttr, FloatAttr)):
             out[key] = v.value.data
