@@ -187,10 +187,10 @@ def test_help_pass_list_is_current():
 
 # Start-up budget (issue 19: <= 0.5 s wall on an idle machine). Measured as the CPU time
 # (user + sys) of the child, the best of three runs, so that other work on a loaded 2-core
-# CI machine does not count, with room for a slower or contended CPU. On this machine at
-# load 6-8 (docs/PERF_NOTES.md, "pkc-opt start-up, second step"): --help 0.10-0.13 s
-# (Python alone 0.07-0.11), parse / verify / print 0.34-0.42 s; before, 0.63-0.79 and
-# 0.52-0.68 s.
+# CI machine does not count, with room for a slower or contended CPU. On this machine
+# (docs/PERF_NOTES.md, "pkc-opt start-up, second step"), quiet: --help 0.08-0.11 s (Python
+# alone 0.06-0.09), parse / verify / print of tp_mlp 0.24-0.32 s; at load 10: 0.10-0.13 and
+# 0.32-0.41 s; before, quiet 0.43-0.59 and 0.43-0.54 s.
 STARTUP_CPU_BUDGET_S = {"help": 0.45, "parse-verify-print": 0.70}
 
 
