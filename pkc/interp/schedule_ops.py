@@ -159,14 +159,7 @@ def _mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
         bt = bv.view(acc.cols, 64).t()                          # rows of B^T: [n][k]
     else:
         bt = bv.view(acc.cols // 64, 64, 64).permute(1, 0, 2).reshape(64, acc.cols)  # [nb][k][n]
-    prod = av.double() @ bt.double()
-    if env[op.accumulate]:
-        if acc.data is None:
-            raise InterpError(f"{at}: accumulates into an accumulator no MMA wrote")
-        acc.data = acc.data + prod
-    else:
-        acc.data = prod
-    acc.in_flight += 1
+    _accumulate(acc, av.double() @ bt.double(), env[op.accumulate], at)
     reads = []
     for smem, slot, lo, hi in ((A, a_slot, a0, a1), (B, b_slot, 0, b1)):
         rec = Read(lo, hi, op, at, a.aid, "MMA")
@@ -174,6 +167,17 @@ def _mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
         reads.append((smem, slot, rec))
     a.mma_open.append(Mma(acc, reads))
     return True
+
+
+def _accumulate(acc: Acc, prod, accumulate: bool, at: str) -> None:
+    """An MMA's product into ``acc`` (added where ``accumulate``), now in flight."""
+    if accumulate:
+        if acc.data is None:
+            raise InterpError(f"{at}: accumulates into an accumulator no MMA wrote")
+        acc.data = acc.data + prod
+    else:
+        acc.data = prod
+    acc.in_flight += 1
 
 
 def _pair_mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
@@ -205,14 +209,7 @@ def _pair_mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
         bvs.append(B.bytes(b_slot, 0, b1).view(dt).view(acc.cols // 2, 64))
     prod = torch.cat(avs).double() @ torch.cat(bvs).t().double()
     for j, acc_j in enumerate(accs):
-        part = prod[j * acc.rows:(j + 1) * acc.rows]
-        if env[op.accumulate]:
-            if acc_j.data is None:
-                raise InterpError(f"{at}: accumulates into an accumulator no MMA wrote")
-            acc_j.data = acc_j.data + part
-        else:
-            acc_j.data = part
-        acc_j.in_flight += 1
+        _accumulate(acc_j, prod[j * acc.rows:(j + 1) * acc.rows], env[op.accumulate], at)
         a.mma_open.append(Mma(acc_j, reads if j == 0 else []))
     return True
 
