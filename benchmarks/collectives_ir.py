@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 KIB, MIB = 1 << 10, 1 << 20
 TIMEOUT_NS = 500_000_000     # a broken protocol costs half a second per wait, not a hang
-ESIZE = {"bf16": 2, "f16": 2, "f32": 4}
+ESIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8E4M3FN": 1, "f8E5M2": 1}
 # (collective, algorithm, bytes: the all-reduce buffer / the all-gather's output / the
 # reduce-scatter's input): LL sizes and bandwidth sizes of each kind
 SIZES = {

@@ -91,13 +91,19 @@ GEMMS += [(f"gemm_variant_{v}", (2 * bm if bm == 256 else 256 if bm == 128 else 
                             ("256x128_s4_cl2", 256, 128), ("256x128_s4_tma", 256, 128),
                             ("64x256_c1_s5", 64, 256))]
 GENERAL = ["ar_f32", "mm_rs", "ag_mm", "a2a_mm"]
+# fp8 scaled matmuls fused with their collective (the portable path: no fp8 wgmma yet),
+# from the fp8 overlap tests: A's row-wise scale gathered with A; a reduce-scatter of f32
+GENERAL_FP8 = {"fp8_ag_mm": ("ag_ir", (2, 40, 48, 64, True)),
+               "fp8_mm_rs": ("red_ir", (2, 80, 48, 64, False, "f32"))}
+ESIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8E4M3FN": 1, "f8E5M2": 1}
 NO_LL = ((CT, "LL_MAX_BYTES", 0), (CT, "LL_GATHER_MAX_BYTES", 0))
 
 
 def cases() -> list[Case]:
     out = [Case(n, Family.GEMM, f"gemm {v or 'default'}", 1, dict(zip("MNK", s), layout=lay),
                 extra={"shape": s, "variant": v, "layout": lay}) for n, s, v, lay in GEMMS]
-    out += [Case(f"general_{n}_w2", Family.GENERAL, f"general {n}", 2, {}) for n in GENERAL]
+    out += [Case(f"general_{n}_w2", Family.GENERAL, f"general {n}", 2, {})
+            for n in GENERAL + list(GENERAL_FP8)]
     out += [
         _comm("comm_ll_ar_w2", "all_reduce", "one_shot", 2, 64 << 10, "ll"),
         _comm("comm_ll_ar_w4", "all_reduce", "one_shot", 4, 32 << 10, "ll"),
@@ -118,6 +124,10 @@ def cases() -> list[Case]:
         _comm("comm_agp_w3", "all_gather", "pull", 3, 3 * 2 * 12344, "agp"),
         _comm("comm_a2a_w2", "all_to_all", "direct", 2, 64 << 10, "a2a"),
         _comm("comm_a2a_w3", "all_to_all", "direct", 3, 3 * 3 * 2 * 4104, "a2a"),
+        # fp8 moves as bytes (no arithmetic): the data-movement kinds only
+        _comm("comm_fp8_llag_w2", "all_gather", "direct", 2, 32 << 10, "llag", dt="f8E4M3FN"),
+        _comm("comm_fp8_ag_w2", "all_gather", "direct", 2, 128 << 10, "ag", NO_LL, dt="f8E5M2"),
+        _comm("comm_fp8_a2a_w2", "all_to_all", "direct", 2, 32 << 10, "a2a", dt="f8E4M3FN"),
     ]
     mm = {"Mc": 67, "N": 136, "K": 72, "layout": "nk"}      # reduce-scatter: chunk rows Mc
 
@@ -204,7 +214,14 @@ def _general(c: Case) -> list:
 
     name, W = c.name[len("general_"):-3], c.W
     ctx = make_context()
-    m = parse_module(GRAPHS[name].format(W=W, M=16 * W, M8=8 * W), name, ctx=ctx)
+    if name in GENERAL_FP8:
+        import test_fp8_overlap
+
+        build, args = GENERAL_FP8[name]
+        text = getattr(test_fp8_overlap, build)(*args)
+    else:
+        text = GRAPHS[name].format(W=W, M=16 * W, M8=8 * W)
+    m = parse_module(text, name, ctx=ctx)
     for p in parse_pipeline("default{force=true}"):
         p.apply(ctx, m)
     return kernels_of(m)[:1]
@@ -214,7 +231,7 @@ def _comm_kops(c: Case) -> list:
     from collectives_ir import module_text
 
     coll, W, dt = c.extra["coll"], c.W, c.shapes["dtype"]
-    n = c.shapes["bytes"] // {"bf16": 2, "f16": 2, "f32": 4}[dt]
+    n = c.shapes["bytes"] // ESIZE[dt]
     if coll == "all_to_all":
         t = f"tensor<{n}x{dt}>"
         return _kernels(f"func.func @f(%x: {t}) -> {t} {{\n  %y = pk.all_to_all %x {{world = {W} : "
