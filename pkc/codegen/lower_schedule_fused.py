@@ -12,7 +12,9 @@ trap), bound to the same registers the collectives' lowering reads
 ``pks.signal_wait`` and the rest lower as they do in a collective. Nothing is decided here.
 
 * ``pks.peer_tmap``: a by-value tensor map parameter (``TmapArg.peer``);
-  ``pks.tmap_select``: a ``selp`` chain over the maps' addresses.
+  ``pks.tmap_select``: a ``selp`` chain over the maps' addresses, or, over more than
+  ``SELECT_CHAIN_MAX`` maps that are consecutive parameters, the first one's address plus
+  128 bytes per index (W live addresses spilled at W = 72).
 * ``pks.chunk_tile_loop``: the GEMM's tile loop over ``chunks`` tile spaces
   (:func:`~pkc.codegen.lower_schedule.lower_tile_loop`).
 * ``pks.tma_store_or_add``: two TMA bulk ops from the warpgroup's first thread, the store
@@ -143,8 +145,29 @@ def _peer_tmap_arg(op: f.PeerTmapOp, args) -> TmapArg:
                    peer=op.peer.data)
 
 
+# Up to this many maps a pks.tmap_select is a selp chain (the PTX the H200 measurements ran,
+# W <= 8); above, an offset from the first map: a chain keeps every map's address live
+# through the tile loop, and at W = 72 those 72 addresses spilled 348 bytes (ptxas sm_90a).
+SELECT_CHAIN_MAX = 8
+TMAP_PARAM_BYTES = 128      # a by-value CUtensorMap: .param .align 64 .b8 [128]
+
+
+def _consecutive_params(regs: list) -> bool:
+    """Whether ``regs`` are the entry's parameters k, k + 1, ... (tensor map parameters
+    come first and are all 128 bytes aligned to 64, so such maps lie back to back in the
+    parameter space, and their generic addresses (``cvta.param``) too)."""
+    idx = [getattr(r, "index", None) for r in regs]
+    return None not in idx and idx == list(range(idx[0], idx[0] + len(idx)))
+
+
 def _tmap_select(L: Lowering, op: f.TmapSelectOp) -> None:
-    L.vals[op.result] = select_b64(L, [L.v(m) for m in op.tmaps], op.index, "'pks.tmap_select'")
+    regs = [L.v(m) for m in op.tmaps]
+    if len(regs) <= SELECT_CHAIN_MAX or not _consecutive_params(regs):
+        L.vals[op.result] = select_b64(L, regs, op.index, "'pks.tmap_select'")
+        return
+    b = L.b
+    off = b.bin("mul.wide", "u32", L.v(op.index), TMAP_PARAM_BYTES, result_kind="b64")
+    L.vals[op.result] = b.add64(off, regs[0])
 
 
 def _chunk_tile_loop(L: Lowering, op: f.ChunkTileLoopOp) -> None:

@@ -207,8 +207,10 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
                 x = torch.full(tuple(t.get_shape()), float("nan"), dtype=dt)
             addrs[r][i] = gm.alloc(x.numel() * x.element_size(), f"buf{i}", r)
             host.append((addrs[r][i], x))
-    maps = [[gm.alloc(RECORD_BYTES, f"tmap{j}", r) for j in range(len(meta.tmaps))]
-            for r in range(W)]
+    # the maps back to back, as by-value parameters lie (a kernel may index them:
+    # pkc.codegen.lower_schedule_fused._tmap_select)
+    starts = [gm.alloc(RECORD_BYTES * max(1, len(meta.tmaps)), "tmaps", r) for r in range(W)]
+    maps = [[starts[r] + j * RECORD_BYTES for j in range(len(meta.tmaps))] for r in range(W)]
     named: list[dict] = [{} for _ in range(W)]    # comm parameters by ABI name
     if extra is not None:
         _comm_buffers(gm, extra, types, addrs, host, named, W)

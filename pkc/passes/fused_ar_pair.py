@@ -56,8 +56,8 @@ def why_not(kop: k.KernelOp, dtype_of: Callable) -> str | None:
         return f"{PATTERN}: operands and result must all be bf16 or f16 ({a}, {b} -> {y})"
     W = kop.world_size
     if W > RS_MAX_WORLD:
-        return (f"{PATTERN} at W = {W}: its GEMM + reduce-scatter kernel keeps one mask bit "
-                f"per chunk owner and a tensor map per peer, up to W = {RS_MAX_WORLD} "
+        return (f"{PATTERN} at W = {W}: its GEMM + reduce-scatter kernel takes a tensor map "
+                f"per peer as a kernel parameter, checked up to W = {RS_MAX_WORLD} "
                 "(pkc.target.fused_tuning.RS_MAX_WORLD); the portable path runs it")
     (M, K), (K2, N) = a.get_shape(), b.get_shape()
     if K != K2 or tuple(y.get_shape()) != (M, N):

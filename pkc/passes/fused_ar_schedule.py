@@ -81,6 +81,11 @@ class ArParts(RsParts):
         super().__init__(world, mc, n, cfg, pad, ctl)
         self.m = m
 
+    def epilogue_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
+        """RsParts' carried values and the owners known ready (the own bit set): this
+        kernel enters a chunk at a tile start and again at its epilogue (``_enter``)."""
+        return [*super().epilogue_setup(r, cfg), r.bin(arith.ShLIOp, r.c(1), self.rank)]
+
     def _chunk_maps(self, top: _Ops, buf: SSAValue, tc_t, peers: list[int]) -> list[SSAValue]:
         """Maps of every chunk's rows of ``buf`` on each rank of ``peers`` (-1: this rank),
         peer-major: entry ``i * W + p`` is chunk p on ``peers[i]``."""
@@ -365,7 +370,7 @@ class RsOutParts(_Summed, RsParts):
         return loop, [m0, n0, chunk], list(loop.block.args[3:])
 
     def epilogue_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
-        cur, pend, _ = super().epilogue_setup(r, cfg)
+        cur, pend = super().epilogue_setup(r, cfg)
         return [cur, pend, r.c(0), r.c(0)]     # + staged (the peer's partial seen), phases
 
     def _stage_map(self, t: _Ops, rank: SSAValue) -> SSAValue:

@@ -17,7 +17,9 @@ output):
   chunk owner's copy of the output through its tensor map (``pks.peer_tmap`` W times,
   ``pks.tmap_select``): a plain store for the own chunk (the owner's stores come first:
   nothing is ever zeroed), a reduce-add for a peer's, issued only after the peer's own
-  chunk is complete there (a bounded wait on its pad slot, once per peer: a bitmask).
+  chunk is complete there (a bounded wait on its pad slot, once per peer: when the chunk
+  changes to one that is not the own one; a CTA's tiles of a chunk come in one contiguous
+  run of its tile loop, so it never enters a chunk twice and needs no per-owner state).
 * Signals: when a warpgroup's chunk changes (and at its end) it waits for its bulk
   groups, fences the async proxy and adds its tile count to slot ``rank`` of the chunk
   owner's pad (release). The owner's chunk is whole once slot q reached ``epoch x tiles
@@ -162,7 +164,8 @@ class RsParts(GemmParts):
     # ---- the consumers' epilogue ---------------------------------------------------
     def epilogue_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
         """The warpgroup leader predicate, the count every slot reaches this epoch; the
-        carried (chunk pending, tiles pending, owners known ready: the own bit set)."""
+        carried (chunk pending: the own one, so that a first tile of a peer's chunk waits
+        for its owner; tiles pending)."""
         tid = r.add(c.GridValueOp(c.GridValue.TID)).result
         self.lead = r.cmp("eq", r.bin(arith.AndIOp, tid, 127), 0)
         # the output maps' descriptors fetched while the main loop runs, not at the first
@@ -171,8 +174,7 @@ class RsParts(GemmParts):
         for m in self.maps:
             w.add(s.TmaPrefetchOp(m))
         self.want = r.bin(arith.MuliOp, self.epoch, self.tiles_per_chunk * cfg.consumers)
-        own_bit = r.bin(arith.ShLIOp, r.c(1), self.rank)
-        return [self.rank, r.c(0), own_bit]
+        return [self.rank, r.c(0)]
 
     def _when(self, o: _Ops, cond: SSAValue) -> _Ops:
         w = o.add(c.WhenOp(cond))
@@ -189,30 +191,30 @@ class RsParts(GemmParts):
 
     def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: Epi, coords, row0, ebuf, extra):
         m0, n0, chunk = coords
-        cur, pend, ready = extra
+        cur, pend = extra
         changed = t.cmp("ne", chunk, cur)
         self._signal(t, cur, t.select(changed, pend, t.c(0)))
         pend = t.select(changed, t.c(0), pend)
+        add = t.cmp("ne", chunk, self.rank)
         if self.W > 1:
-            # adds into a peer's chunk only after its owner stored it (once per owner)
-            bit = t.bin(arith.ShLIOp, t.c(1), chunk)
-            unknown = t.cmp("eq", t.bin(arith.AndIOp, ready, bit), 0)
-            w = self._when(self._when(t, unknown), self.lead)
+            # adds into a peer's chunk only after its owner stored it: once per owner, as
+            # pks.chunk_tile_loop gives a CTA each chunk's tiles in one contiguous run
+            # (slot t / tiles grows with t), so the first tile of a peer's chunk is the
+            # one where the chunk changes (or the CTA's first tile: cur starts as the rank)
+            w = self._when(self._when(self._when(t, changed), add), self.lead)
             pad = w.add(c.BufferPtrOp(self.pad, chunk)).result
             before = self.adds_after(w, chunk)
             w.add(c.SignalWaitOp(pad, before, self.want, before, c.WaitSite.ARRIVAL, "sys", 64))
             w.add(f.FenceAsyncGlobalOp())
-            ready = t.bin(arith.OrIOp, ready, bit)
         tm = t.add(f.TmapSelectOp(chunk, self.maps)).result
-        add = t.cmp("ne", chunk, self.rank)
         ebuf = _tma_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, n0, ebuf,
                              lambda slot, col, row: t.add(f.TmaStoreOrAddOp(e.epi, slot, tm,
                                                                             [col, row], add)))
         pend = t.bin(arith.AddiOp, pend, 1)
-        return ebuf, [chunk, pend, ready]
+        return ebuf, [chunk, pend]
 
     def epilogue_finish(self, r: _Ops, cfg: GemmConfig, extra) -> None:
-        cur, pend, _ = extra
+        cur, pend = extra
         self._signal(r, cur, pend)
         if self.W == 1:
             return                      # the own tiles: ordered by the kernel's completion

@@ -89,8 +89,8 @@ def fusion_pattern(kop: k.KernelOp) -> Pattern | None:
 
 def rs_world_reason(pattern, W: int) -> str:
     """Why a GEMM + reduce-scatter over W > RS_MAX_WORLD ranks stays unscheduled."""
-    return (f"{pattern} at W = {W}: the scheduled GEMM + reduce-scatter keeps one mask bit "
-            f"per chunk owner and a tensor map per peer, up to W = {RS_MAX_WORLD} "
+    return (f"{pattern} at W = {W}: the scheduled GEMM + reduce-scatter takes a tensor map "
+            f"per peer as a kernel parameter, checked up to W = {RS_MAX_WORLD} "
             "(pkc.target.fused_tuning.RS_MAX_WORLD); the portable path runs it")
 
 

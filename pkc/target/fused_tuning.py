@@ -36,12 +36,14 @@ PUT_CTA_BW = 24e9
 ARF_ENABLED = False
 
 # The scheduled GEMM + reduce-scatter (alone, and as the first kernel of GEMM + all-reduce
-# at W > 2) keeps one bit of an i32 per chunk owner it has seen ready, and takes a TMA
-# tensor map per peer: up to 32 ranks. Above, schedule-fused leaves it to the portable path
-# (which assembles without spills at W = 72, ptxas -arch=sm_90a: tests/unit/test_world72.py);
-# a trial build at W = 72 with the cap lifted spilled 452 bytes. The all-gather + GEMM and
-# the collectives are scheduled at any world up to 72.
-RS_MAX_WORLD = 32
+# at W > 2) takes a TMA tensor map per peer by value (10 KB of parameters at W = 72: more
+# than the classic 4 KB, within the 32 KB that CUDA 12.1+ allows on sm_70+) and waits for a
+# chunk's owner when its tile loop enters the chunk (no per-owner mask: it was one bit of
+# an i32, hence a cap of 32 before). It assembles without spills at W = 72 (ptxas
+# -arch=sm_90a: tests/unit/test_world72.py; 452 bytes spilled there while pks.tmap_select
+# was a 72-way selp chain, which kept 72 map addresses live). 72: the largest NVLink
+# domain (nvl72); nothing above it was checked.
+RS_MAX_WORLD = 72
 
 # Fused GEMM + all-reduce (broadcast) and GEMM + reduce-scatter at W <= 2 where the link,
 # not the GEMM, bounds the kernel (the bytes a rank sends take this many times the GEMM's

@@ -160,7 +160,74 @@ def test_fused_kernels_at_72_schedule_or_say_why():
     ag = [ln for ln in lines if "@all_gather_matmul" in ln]
     rs = [ln for ln in lines if "@matmul_reduce_scatter" in ln]
     assert ag and "scheduled all-gather + GEMM W=72" in ag[0], lines
-    assert rs and "portable path" in rs[0] and f"up to W = {RS_MAX_WORLD}" in rs[0], lines
+    assert RS_MAX_WORLD >= 72
+    assert rs and "scheduled GEMM + reduce-scatter W=72" in rs[0], lines
+
+
+def test_fused_rs_above_the_cap_says_why(monkeypatch):
+    from pkc.target import fused_tuning
+
+    monkeypatch.setattr(fused_tuning, "RS_MAX_WORLD", 64)
+    monkeypatch.setattr("pkc.passes.schedule_fused.RS_MAX_WORLD", 64)
+    m = parse_module(FUSED_72, "fused72.mlir")
+    run_pipeline("default{target=nvl72 force=true},schedule", m)
+    rs = [ln for ln in kernel_lines(m, "fused72.mlir") if "@matmul_reduce_scatter" in ln]
+    assert rs and "portable path" in rs[0] and "checked up to W = 64" in rs[0], rs
+
+
+# ---- the fused GEMM + reduce-scatter past 32 ranks ------------------------------------
+
+
+def _fused_rs(W: int, Mc: int, N: int, K: int):
+    """The kernel-level GEMM + reduce-scatter (overlap's fusion) planned for nvl72."""
+    from fused_ir import module_text as fused_text
+
+    m = parse_module(fused_text(W, Mc, N, K, "nk"), "fused.mlir")
+    run_pipeline("default{target=nvl72 force=true}", m)
+    return m
+
+
+def _fused_rs_scheduled(W: int, Mc: int, N: int, K: int, deterministic: bool = False):
+    m = _fused_rs(W, Mc, N, K)
+    run_pipeline(f"schedule-fused{{deterministic={str(deterministic).lower()}}},"
+                 "dce", m)
+    (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
+    return m, kop
+
+
+def test_fused_rs_at_33_matches_the_kernel_level():
+    # past the old cap of 32 (a 32-bit mask of owners known ready): the wait for a chunk's
+    # owner comes when the tile loop enters the chunk; odd chunk rows, 33 chunks
+    W, Mc, N, K = 33, 3, 16, 8
+    _, kop = _fused_rs_scheduled(W, Mc, N, K)
+    assert plan_of(kop)["schedule"] == "fused"
+    check_transform(lambda w: _fused_rs(w, Mc, N, K), "schedule-fused,dce",
+                    world_sizes=(W,), seeds=(W,), func="mm_rs",
+                    tolerance={torch.bfloat16: (2e-2, W / 16)})
+
+
+def test_fused_rs_emulated_past_the_select_chain():
+    """W = 9 (> SELECT_CHAIN_MAX): the owner's tensor map is the first peer map's address
+    plus 128 bytes per chunk; the emulator lays the maps out as the parameters lie and
+    rejects an address that is not a map."""
+    from pkc.codegen import compile_kernel, lower_schedule  # noqa: F401 (registers first)
+    from pkc.codegen.lower_schedule_fused import SELECT_CHAIN_MAX
+    from pkc.emu import emulate
+
+    W, Mc, N, K = 9, 5, 40, 24
+    assert W > SELECT_CHAIN_MAX
+    _, kop = _fused_rs_scheduled(W, Mc, N, K)
+    ck = compile_kernel(kop, "sm_90a")
+    g = torch.Generator().manual_seed(0)
+    a = [torch.randn(W * Mc, K, generator=g).to(torch.bfloat16) for _ in range(W)]
+    w = [(torch.randn(N, K, generator=g) / K ** 0.5).to(torch.bfloat16) for _ in range(W)]
+    out = emulate(ck, [[a[r], w[r]] for r in range(W)], kop=kop)
+    full = sum(a[r].float() @ w[r].float().t() for r in range(W))
+    tol = 2 ** -7 * float(full.abs().max()) * (W + 1)    # a bf16 rounding per add
+    for r in range(W):
+        got = out[r][0].float()
+        assert not torch.isnan(got).any()
+        assert float((got - full[r * Mc:(r + 1) * Mc]).abs().max()) <= tol, r
 
 
 # ---- ptxas at W = 72 ---------------------------------------------------------------------
@@ -183,6 +250,18 @@ def test_w72_scheduled_collective_assembles_without_spills(coll, algo, kind):
     assert plan_of(kop)["comm_kind"] == kind
     for name, reports in _ptx_reports(m).items():
         for rep in reports.values():
+            assert rep.spill_stores == rep.spill_loads == rep.stack_bytes == 0, rep.line()
+
+
+@needs_ptxas
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_w72_fused_rs_assembles_without_spills(deterministic):
+    # 452 bytes spilled while the owner's map was a 72-way selp chain (72 live addresses)
+    m, kop = _fused_rs_scheduled(72, 3, 256, 256, deterministic)
+    reports = _ptx_reports(m)
+    assert reports
+    for reps in reports.values():
+        for rep in reps.values():
             assert rep.spill_stores == rep.spill_loads == rep.stack_bytes == 0, rep.line()
 
 

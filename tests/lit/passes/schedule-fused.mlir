@@ -39,7 +39,8 @@ func.func @mm_rs(%x: tensor<597x72xbf16>, %w: tensor<136x72xbf16>) -> tensor<199
 // CHECK:             "pks.tma_load"
 // CHECK:           chunks = #builtin.int<3>
 // CHECK:           kind = "producer"
-// The consumers: signal the previous chunk when the chunk changes, wait once per owner,
+// The consumers: signal the previous chunk when the chunk changes, wait for the owner on
+// entering a peer's chunk,
 // store or reduce-add each piece through the owner's map.
 // CHECK:           "pks.chunk_tile_loop"
 // CHECK:             "pks.mma_async"
