@@ -231,11 +231,6 @@ def _vec_load(L: Lowering, op: c.VecLoadOp) -> None:
     addr = _vec_addr(L, op.ptr, op.index, op.offset)
     g = _guard(L, op.index, op.bound, op.pred)
     other = _comm(L).vecs[op.other] if op.other is not None else ()
-    if g is not None and not other:
-        # a guarded load leaves its registers undefined where the guard fails, so ptxas
-        # keeps them live from the kernel's entry; under a register cap it then sinks the
-        # unrolled loads between the stores (docs/PERF_NOTES.md, 2026-12-02). Zero them.
-        other = [L.b.imm(0, "u32")] * 4
     ld = L.b.add(LdV4Op(addr, guard=g, other=other, cache=op.cache.data))
     _comm(L).vecs[op.result] = list(ld.res)
 

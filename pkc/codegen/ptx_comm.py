@@ -45,7 +45,10 @@ def _vec(n: Names, regs: Sequence[SSAValue]) -> str:
 @irdl_op_definition
 class LdV4Op(Inst):
     """``{@g} ld.global{.cache}.v4.b32 {a, b, c, d}, [addr]``; with ``other``
-    (4 registers) the results hold them where the guard fails."""
+    (4 registers) the results hold them where the guard fails, with a guard and no
+    ``other`` zeros. A guarded load always defines its registers: left undefined, ptxas keeps
+    them live from the kernel's entry and, under a register cap, sinks unrolled loads between
+    the stores (docs/PERF_NOTES.md, 2026-12-02)."""
 
     name = "ptx.ld_v4"
     addr = operand_def(RegType)
@@ -66,7 +69,10 @@ class LdV4Op(Inst):
             raise VerifyException(f"'ptx.ld_v4' other takes 4 registers, got {len(self.other)}")
 
     def render(self, n: Names) -> list[str]:
-        lines = [f"mov.b32 {n(r)}, {n(o)};" for r, o in zip(self.res, self.other)]
+        if self.other:
+            lines = [f"mov.b32 {n(r)}, {n(o)};" for r, o in zip(self.res, self.other)]
+        else:
+            lines = [f"mov.b32 {n(r)}, 0;" for r in self.res] if self.guard is not None else []
         cache = f".{self.cache.data}" if self.cache is not None else ""
         return lines + [f"{_guard(n, self.guard)}ld.global{cache}.v4.b32 {_vec(n, self.res)}, "
                         f"[{n(self.addr)}];"]

@@ -30,13 +30,14 @@ def _words(m, off: np.ndarray) -> np.ndarray:
 @handles(ptx_comm.LdV4Op)
 def _ld_v4(m, ins, g):
     """``ld.global{.cache}.v4.b32`` (PTX ISA 9.7.9.8, vector loads): 16 aligned bytes;
-    ``other`` where the guard fails."""
+    ``other`` (zeros without it) where the guard fails."""
     op = ins.op
     act, p = active_of(m, ins, g)
     res = [m.prog.slots[r] for r in op.res]
-    if p is not None and len(op.other):
-        for r, o in zip(res, [m.prog.slots[x] for x in op.other]):
-            g.set(r, g.get(o))
+    if p is not None:
+        others = [m.prog.slots[x] for x in op.other]
+        for k, r in enumerate(res):
+            g.set(r, g.get(others[k]) if others else np.zeros(g.n, np.uint32))
     if act.n == 0:
         return
     off = global_offsets(m, ins, act, act.get(ins.args[0]), 16, False)
