@@ -95,7 +95,6 @@ GENERAL = ["ar_f32", "mm_rs", "ag_mm", "a2a_mm"]
 # from the fp8 overlap tests: A's row-wise scale gathered with A; a reduce-scatter of f32
 GENERAL_FP8 = {"fp8_ag_mm": ("ag_ir", (2, 40, 48, 64, True)),
                "fp8_mm_rs": ("red_ir", (2, 80, 48, 64, False, "f32"))}
-ESIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8E4M3FN": 1, "f8E5M2": 1}
 NO_LL = ((CT, "LL_MAX_BYTES", 0), (CT, "LL_GATHER_MAX_BYTES", 0))
 
 
@@ -228,7 +227,7 @@ def _general(c: Case) -> list:
 
 
 def _comm_kops(c: Case) -> list:
-    from collectives_ir import module_text
+    from collectives_ir import ESIZE, module_text
 
     coll, W, dt = c.extra["coll"], c.W, c.shapes["dtype"]
     n = c.shapes["bytes"] // ESIZE[dt]
