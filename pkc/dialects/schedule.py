@@ -35,6 +35,7 @@ from xdsl.ir import Dialect
 from pkc.dialects.schedule_mma import (
     TMEM_COLUMNS,
     AccAllocOp,
+    AccScaleOp,
     AccSelectOp,
     AccStoreGlobalOp,
     AccStoreSmemOp,
@@ -70,6 +71,7 @@ from pkc.dialects.schedule_tma import (
 )
 from pkc.dialects.schedule_types import (
     ELEMENT_BYTES,
+    FP8_ELEMENTS,
     MAX_SMEM,
     SWIZZLES,
     AccType,
@@ -86,6 +88,7 @@ SCHEDULE_OPS = [
     MbarrierAllocOp, MbarrierWaitOp, MbarrierArriveOp, WarpgroupBarrierOp, FenceAsyncSharedOp,
     ClusterSyncOp, TmaLoadOp, TmaPrefetchOp, TmaStoreOp, BulkCommitOp, BulkWaitOp, AccAllocOp, MmaAsyncOp,
     MmaCommitOp, MmaWaitOp, AccStoreSmemOp, AccStoreGlobalOp, AccSelectOp, MmaCommitArriveOp,
+    AccScaleOp,
 ]
 SCHEDULE_TYPES = [TmapType, SmemType, MbarriersType, AccType]
 
@@ -109,4 +112,4 @@ PKS = Dialect("pks", SCHEDULE_OPS + COMM_OPS + SUM_OPS + FUSED_OPS + AG_OPS + MO
 
 __all__ = ["PKS", "RoleKind", "BMajor", *[c.__name__ for c in SCHEDULE_OPS + SCHEDULE_TYPES]]
 # the shared limits and helpers, importable from here as before the split
-__all__ += ["ELEMENT_BYTES", "SWIZZLES", "MAX_SMEM", "TMEM_COLUMNS", "_fail"]
+__all__ += ["ELEMENT_BYTES", "FP8_ELEMENTS", "SWIZZLES", "MAX_SMEM", "TMEM_COLUMNS", "_fail"]

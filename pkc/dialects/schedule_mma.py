@@ -10,10 +10,13 @@ from collections.abc import Sequence
 
 from xdsl.dialects.builtin import IntAttr, StringAttr, i1, i32
 from xdsl.irdl import (
+    AttrSizedOperandSegments,
     IRDLOperation,
     attr_def,
     irdl_op_definition,
     operand_def,
+    opt_attr_def,
+    opt_operand_def,
     result_def,
     var_operand_def,
 )
@@ -21,7 +24,9 @@ from xdsl.ir import SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from pkc.dialects.schedule_structure import ScheduleOp
-from pkc.dialects.schedule_types import AccType, BMajor, MbarriersType, SmemType, _fail
+from pkc.dialects.schedule_types import (ELEMENT_BYTES, FP8_ELEMENTS, MMA_ELEMENTS, AccType,
+                                        BMajor, MbarriersType, SmemType, _fail)
+from pkc.dialects.types import BufferType, is_float
 
 # ----------------------------------------------------------------------------------------
 # Compute
@@ -99,11 +104,13 @@ class AccSelectOp(IRDLOperation):
 
 @irdl_op_definition
 class MmaAsyncOp(IRDLOperation):
-    """Issue acc (+)= A @ B for one 64-deep k-block, asynchronously: A is rows ``a_row`` ..
-    ``a_row + acc.rows`` of slot ``a_slot`` of ``a`` (K-major, 128-byte rows, 128-byte
-    swizzle), B is slot ``b_slot`` of ``b`` (``b_major``: K- or N-major); ``accumulate``
-    false overwrites. Completes at a later ``pks.mma_wait``; lowered to wgmma (sm_90a) or
-    tcgen05 (sm_100a)."""
+    """Issue acc (+)= A @ B for one k-block of 128 bytes per operand row, asynchronously:
+    A is rows ``a_row`` .. ``a_row + acc.rows`` of slot ``a_slot`` of ``a`` (K-major,
+    128-byte rows, 128-byte swizzle), B is slot ``b_slot`` of ``b`` (``b_major``: K- or
+    N-major); ``accumulate`` false overwrites. ``dtype``: A's elements, bf16 / f16 (a
+    64-deep k-block) or fp8 e4m3 / e5m2 (128-deep; both operands K-major); ``b_dtype``:
+    B's where it differs (fp8 only: e4m3 x e5m2). Completes at a later ``pks.mma_wait``;
+    lowered to wgmma (sm_90a) or tcgen05 (sm_100a)."""
 
     name = "pks.mma_async"
     acc = operand_def(AccType)
@@ -115,19 +122,46 @@ class MmaAsyncOp(IRDLOperation):
     accumulate = operand_def(i1)
     dtype = attr_def(StringAttr)
     b_major = attr_def(StringAttr)
+    b_dtype = opt_attr_def(StringAttr)
 
     def __init__(self, acc: SSAValue, a: SSAValue, a_slot: SSAValue, a_row: SSAValue, b: SSAValue,
-                 b_slot: SSAValue, accumulate: SSAValue, dtype: str, b_major: BMajor):
+                 b_slot: SSAValue, accumulate: SSAValue, dtype: str, b_major: BMajor,
+                 b_dtype: str = ""):
+        attrs = {"dtype": StringAttr(dtype), "b_major": StringAttr(b_major.value)}
+        if b_dtype and b_dtype != dtype:
+            attrs["b_dtype"] = StringAttr(b_dtype)
         super().__init__(operands=[acc, a, a_slot, a_row, b, b_slot, accumulate],
-                         attributes={"dtype": StringAttr(dtype), "b_major": StringAttr(b_major.value)})
+                         attributes=attrs)
+
+    @property
+    def types(self) -> tuple[str, str]:
+        """(A's, B's) element types."""
+        a = self.dtype.data
+        return a, (self.b_dtype.data if self.b_dtype is not None else a)
+
+    @property
+    def fp8(self) -> bool:
+        return self.dtype.data in FP8_ELEMENTS
+
+    @property
+    def k_depth(self) -> int:
+        """Elements of K in the k-block: one 128-byte row of each operand."""
+        return 128 // ELEMENT_BYTES[self.dtype.data]
 
     def verify_(self) -> None:
-        if self.dtype.data not in ("bf16", "f16"):
-            _fail(self.name, f"dtype {self.dtype.data!r}: bf16 or f16")
+        ta, tb = self.types
+        if ta not in MMA_ELEMENTS:
+            _fail(self.name, f"dtype {ta!r}: one of {', '.join(MMA_ELEMENTS)}")
+        if (ta in FP8_ELEMENTS) != (tb in FP8_ELEMENTS) or (ta not in FP8_ELEMENTS and ta != tb):
+            _fail(self.name, f"A of {ta} with B of {tb}: one 16-bit type for both, or two "
+                  "fp8 types (e4m3 / e5m2)")
         try:
             major = BMajor(self.b_major.data)
         except ValueError:
             _fail(self.name, f"b_major {self.b_major.data!r} not k / n")
+        if ta in FP8_ELEMENTS and major is not BMajor.K:
+            _fail(self.name, "fp8 MMAs read B K-major (b_major = k; wgmma / tcgen05 have no "
+                  "transposed 8-bit operand)")
         cols = self.acc.type.cols.data
         need_b = cols * 128 // _cta_pair_split(self)
         if self.b.type.bytes.data < need_b:
@@ -238,3 +272,55 @@ class AccStoreGlobalOp(IRDLOperation):
                  rows: SSAValue, cols: SSAValue, dtype: str):
         super().__init__(operands=[acc, buffer, row, col, rows, cols],
                          attributes={"dtype": StringAttr(dtype)})
+
+
+@irdl_op_definition
+class AccScaleOp(IRDLOperation):
+    """The scaled GEMM's epilogue step (fp8: torch's ``_scaled_mm``), in place on the f32
+    accumulator whose element (i, j) is C's (``row + i``, ``col + j``):
+    ``acc[i, j] = acc[i, j] * scale_a[row + i] * scale_b[col + j] (+ bias[col + j])``,
+    multiplied in that order and rounded to f32 at each step. The scales are f32 kernel
+    buffers, each tensor-wise ``[1]`` or row-wise: ``[rows, 1]`` (one per row of A),
+    ``[1, cols]`` (one per column of B); when both are tensor-wise their product is formed
+    first (one f32 multiply of the accumulator, as cuBLASLt's alpha). ``bias``: a float
+    ``[cols]`` buffer, added in f32.
+    Elements outside ``rows`` x ``cols`` read no scale (they are never stored)."""
+
+    name = "pks.acc_scale"
+    acc = operand_def(AccType)
+    scale_a = operand_def(BufferType)
+    scale_b = operand_def(BufferType)
+    bias = opt_operand_def(BufferType)
+    row = operand_def(i32)
+    col = operand_def(i32)
+    rows = operand_def(i32)
+    cols = operand_def(i32)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, acc: SSAValue, scale_a: SSAValue, scale_b: SSAValue,
+                 bias: SSAValue | None, row: SSAValue, col: SSAValue, rows: SSAValue,
+                 cols: SSAValue):
+        super().__init__(operands=[acc, scale_a, scale_b, [bias] if bias is not None else [],
+                                   row, col, rows, cols])
+
+    def row_wise(self) -> tuple[bool, bool]:
+        """(A's scale per row, B's per column)."""
+        return (len(self.scale_a.type.get_shape()) == 2,
+                len(self.scale_b.type.get_shape()) == 2)
+
+    def verify_(self) -> None:
+        from xdsl.dialects.builtin import Float32Type
+
+        for what, v, row_shape in (("scale_a", self.scale_a, "[rows, 1]"),
+                                   ("scale_b", self.scale_b, "[1, cols]")):
+            t = v.type
+            shape = tuple(t.get_shape())
+            ok = shape == (1,) or (len(shape) == 2 and (shape[1] == 1 if what == "scale_a"
+                                                        else shape[0] == 1))
+            if not isinstance(t.element_type, Float32Type) or not ok:
+                _fail(self.name, f"{what} must be an f32 buffer of shape [1] (tensor-wise) or "
+                      f"{row_shape} (row-wise), got {t}")
+        if self.bias is not None:
+            t = self.bias.type
+            if len(t.get_shape()) != 1 or not is_float(t.element_type):
+                _fail(self.name, f"bias must be a 1-d float buffer [cols], got {t}")

@@ -17,7 +17,11 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
+ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}
+# 8-bit floats (f8E4M3FN, f8E5M2: PTX's .e4m3 / .e5m2) of the fp8 GEMM's operands
+FP8_ELEMENTS = ("e4m3", "e5m2")
+# the element types an MMA multiplies: 16-bit floats, or fp8 (A and B may differ)
+MMA_ELEMENTS = ("bf16", "f16", *FP8_ELEMENTS)
 SWIZZLES = (0, 32, 64, 128)
 MAX_SMEM = 232448            # dynamic shared memory per CTA on sm_90 / sm_100 (227 KiB)
 

@@ -1,6 +1,22 @@
 """Builds the schedule-level (``pks``) program of a persistent, warp-specialized GEMM.
 
     C[M, N] = A[M, K] @ B        (bf16 / f16 in, f32 accumulate, bf16 / f16 out)
+    C[M, N] = (A @ B) * sa * sb [+ bias]   (fp8 in: pk.scaled_matmul, torch's _scaled_mm)
+
+fp8 at the schedule level (the shape other targets' lowerings build on): the same program
+with 8-bit element types and a scale step, no new structure -
+
+* ``!pks.tmap<e4m3 | e5m2, 128 x rows, swizzle 128>`` for A ([M, K]) and B ([N, K], K-major:
+  torch's column-major ``mat2``); a stage row is still 128 bytes, now 128 elements of K
+  (``GemmConfig.bk``), so stage bytes, slots and the ring are unchanged;
+* ``pks.mma_async {dtype = "e4m3", b_dtype = "e5m2"}`` (``b_dtype`` only where B's type
+  differs): one 128-deep k-block, B K-major (wgmma m64nNk32 .e4m3/.e5m2 on sm_90a; sm_100a
+  maps it to tcgen05 kind::f8f6f4);
+* ``pks.acc_scale %acc, %SA, %SB [, %bias] at (row0, n0) in (M, N)`` right after the tile's
+  last ``pks.mma_wait`` and before the epilogue's stores: the f32 accumulator times the
+  scales (tensor-wise [1] or row-wise [M, 1] / [1, N] kernel buffers), plus the bias; every
+  epilogue (TMA store, register store, a fused kernel's puts and reduce-adds) then stores
+  the scaled tile as it stores any accumulator.
 
 Written with the schedule level's fine-grained ops, the way a Gluon kernel is written in
 Triton: every stage wait, arrival, copy and MMA is an op that a later pass can move or
@@ -77,11 +93,12 @@ def _for(o: _Ops, lb: SSAValue, ub: SSAValue, step: SSAValue, inits: list[SSAVal
 
 def tmap_types(cfg: GemmConfig) -> tuple[s.TmapType, s.TmapType, s.TmapType | None]:
     """The A, B and (TMA epilogue) C tensor maps of ``cfg``."""
-    a = s.TmapType(cfg.dtype, [BK, cfg.bm], 128)
+    ta, tb = cfg.in_types
+    a = s.TmapType(ta, [cfg.bk, cfg.bm], 128)
     if cfg.b_layout is BLayout.NK:
-        b = s.TmapType(cfg.dtype, [BK, cfg.bn // cfg.cluster_m], 128)
+        b = s.TmapType(tb, [cfg.bk, cfg.bn // cfg.cluster_m], 128)
     else:
-        b = s.TmapType(cfg.dtype, [64, BK], 128)
+        b = s.TmapType(tb, [64, BK], 128)
     c = None
     if cfg.epilogue is Epilogue.TMA:
         w = cfg.epi_width
@@ -175,12 +192,25 @@ class Epi:
         self.acc, self.epi, self.C, self.tC, self.wg, self.M, self.N = acc, epi, C, tC, wg, M, N
 
 
+class Scales:
+    """The scaled GEMM's epilogue operands (kernel buffers): A's and B's f32 scales
+    (tensor-wise [1] or row-wise [M, 1] / [1, N]) and the optional bias [N]."""
+
+    def __init__(self, sa: SSAValue, sb: SSAValue, bias: SSAValue | None = None):
+        self.sa, self.sb, self.bias = sa, sb, bias
+
+
 def build_gemm(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int, K: int,
-               cfg: GemmConfig, parts: GemmParts | None = None) -> s.ScheduleOp:
+               cfg: GemmConfig, parts: GemmParts | None = None,
+               scales: Scales | None = None) -> s.ScheduleOp:
     """Appends the tensor maps and the ``pks.schedule`` of ``cfg`` for the given shape to
     ``body`` (a ``pk.kernel`` block whose arguments include A, B and C); ``parts``: the
-    pieces a fused kernel replaces (default: the plain GEMM's)."""
+    pieces a fused kernel replaces (default: the plain GEMM's); ``scales``: an fp8 GEMM's
+    (``pks.acc_scale`` before every tile's epilogue)."""
     cfg.validate()
+    if cfg.fp8 != (scales is not None):
+        raise ValueError(f"build_gemm: {cfg.tag()} with{'out' if scales is None else ''} "
+                         "scales (fp8 operands and scales go together)")
     parts = parts or GemmParts()
     ta_t, tb_t, tc_t = tmap_types(cfg)
     top = _Ops(body)
@@ -201,7 +231,7 @@ def build_gemm(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: in
 
     roles = parts.role_block(o, cfg, a_st)
     _producer(roles, cfg, dims, tA, tB, a_st, b_st, full, empty, parts)
-    _consumer(roles, cfg, dims, C, tC, a_st, b_st, epi, full, empty, parts)
+    _consumer(roles, cfg, dims, C, tC, a_st, b_st, epi, full, empty, parts, scales)
     parts.end(o)
     return sched
 
@@ -215,7 +245,7 @@ def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty,
     M, N, K = (r.c(d) for d in dims)
     rank = r.add(s.ClusterRankOp()).result
     zero, one = r.c(0), r.c(1)
-    num_kb = r.c(-(-dims[2] // BK))
+    num_kb = r.c(-(-dims[2] // cfg.bk))
     pinit = parts.producer_setup(r, cfg)
     loop, coords, (stage, phase, *pextra) = parts.tile_loop(r, M, N, [zero, zero, *pinit], cfg)
     t = _Ops(loop.block)
@@ -238,7 +268,7 @@ def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty,
     parity = k.bin(arith.XOrIOp, kph, 1)
     k.add(s.MbarrierWaitOp(empty, ks, parity))
     k.add(s.MbarrierArriveOp(full, ks, tx_bytes=cfg.stage_bytes))
-    kc = k.bin(arith.MuliOp, kb, BK)
+    kc = k.bin(arith.MuliOp, kb, cfg.bk)
     k.add(s.TmaLoadOp(tA_tile, [kc, m0, *outer], a_st, ks, k.c(0), full, ks))
     for off, n in b_parts:
         coords = [kc, n] if cfg.b_layout is BLayout.NK else [n, kc]
@@ -249,7 +279,7 @@ def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty,
 
 
 def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empty,
-              parts: GemmParts) -> None:
+              parts: GemmParts, scales: Scales | None = None) -> None:
     role = o.add(s.RoleOp(s.RoleKind.CONSUMER, 1, cfg.consumers, cfg.consumer_reg_target
                           if cfg.consumers == 2 else 0))
     r = _Ops(role.block)
@@ -258,7 +288,7 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
     acc = r.add(s.AccAllocOp(cfg.wg_m, cfg.bn)).result
     a_row = r.bin(arith.MuliOp, wg, cfg.wg_m)
     zero, one = r.c(0), r.c(1)
-    num_kb = r.c(-(-dims[2] // BK))
+    num_kb = r.c(-(-dims[2] // cfg.bk))
     all_ctas = cfg.cluster_m > 1
     extra = parts.epilogue_setup(r, cfg)
     loop, coords, (stage, phase, ebuf, *extra) = parts.tile_loop(
@@ -269,8 +299,9 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
     kloop, k, kb, (ks, kph, _prev) = _for(t, zero, num_kb, one, [stage, phase, zero])
     k.add(s.MbarrierWaitOp(full, ks, kph))
     not_first = k.cmp("ne", kb, 0)
-    k.add(s.MmaAsyncOp(acc, a_st, ks, a_row, b_st, ks, not_first, cfg.dtype,
-                       s.BMajor.K if cfg.b_layout is BLayout.NK else s.BMajor.N))
+    ta, tb = cfg.in_types
+    k.add(s.MmaAsyncOp(acc, a_st, ks, a_row, b_st, ks, not_first, ta,
+                       s.BMajor.K if cfg.b_layout is BLayout.NK else s.BMajor.N, tb))
     k.add(s.MmaCommitOp())
     k.add(s.MmaWaitOp(1))
     # the previous k-block's group is complete: release its stage
@@ -281,6 +312,8 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
     t.add(s.MmaWaitOp(0))
     t.add(s.MbarrierArriveOp(empty, last, all_ctas=all_ctas))
     row0 = t.bin(arith.AddiOp, m0, a_row)
+    if scales is not None:
+        t.add(s.AccScaleOp(acc, scales.sa, scales.sb, scales.bias, row0, coords[1], M, N))
     e = Epi(acc, epi, C, tC, wg, M, N)
     ebuf, extra = parts.epilogue_tile(t, cfg, e, coords, row0, ebuf, extra)
     t.add(s.YieldOp([stage2, phase2, ebuf, *extra]))
@@ -313,4 +346,4 @@ def _tma_epilogue(t: _Ops, cfg: GemmConfig, acc, epi, wg, row0, n0, ebuf, store)
     return ebuf
 
 
-__all__ = ["build_gemm", "tmap_types", "GemmParts", "Epi", "i1"]
+__all__ = ["build_gemm", "tmap_types", "GemmParts", "Epi", "Scales", "i1"]

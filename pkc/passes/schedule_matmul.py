@@ -16,6 +16,14 @@ The kernel has ``world = 1``: it is rank-local (every rank of a W-rank program r
 copy on its own operands, with no communication), which is how the interpreter and the
 runtime run it.
 
+A ``pk.scaled_matmul`` (fp8 operands, f32 scales, optional bias: torch's ``_scaled_mm``)
+becomes ``pk.kernel "scaled_matmul"`` (arguments A, B as [N, K], SA, SB, [bias], C) with
+the same GEMM on 8-bit operands and a ``pks.acc_scale`` epilogue step (sm_90a; a remark
+says why where it cannot: an sm_100a target, an f32 result, N or K not multiples of 16).
+B is read K-major (both fp8 operands of wgmma are): the ``[N, K]`` value under a
+``pk.transpose``, or a ``pk.transpose`` of B added here (free when B is torch's
+column-major ``mat2``, a view).
+
 Why: this is how pkc's fast GEMM is produced from IR: every later decision (a pass that
 adds a stage, a lowering per target) sees and changes this body, and ``--emit=ptx`` prints
 exactly what runs. A matmul that does not match stays a graph-level op and says why in a
@@ -26,15 +34,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, ModuleOp, TensorType
+from xdsl.dialects.builtin import (BFloat16Type, Float8E4M3FNType, Float8E5M2Type, Float16Type,
+                                   ModuleOp, TensorType)
 from xdsl.ir import Block, Region
 from xdsl.passes import ModulePass
-from xdsl.rewriter import Rewriter
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
+from pkc.dialects.graph_scaled import ScaledMatmulOp
 from pkc.dialects.types import BufferType
-from pkc.passes.gemm_schedule import build_gemm
+from pkc.passes.gemm_schedule import Scales, build_gemm
 from pkc.passes.gemm_schedule_tmem import build_gemm_tmem
 from pkc.passes.gemm_schedule_clc import ClcParts
 from pkc.passes.gemm_schedule_tmem_pair import build_gemm_tmem_pair
@@ -45,6 +55,7 @@ from pkc.target.gemm_tuning_sm100 import choose_tmem_config
 from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
+_FP8 = {Float8E4M3FNType: "e4m3", Float8E5M2Type: "e5m2"}
 
 
 def _dtype(t) -> str | None:
@@ -71,7 +82,7 @@ def why_not(op: g.MatmulOp) -> str | None:
 @register_pass
 @dataclass(frozen=True)
 class ScheduleMatmul(ModulePass):
-    """Rewrite 2-D bf16/f16 pk.matmul ops into scheduled GEMM kernels."""
+    """Rewrite 2-D bf16/f16 pk.matmul and fp8 pk.scaled_matmul ops into scheduled GEMM kernels."""
 
     name = "schedule-matmul"
     target: str = "h200"
@@ -100,6 +111,12 @@ class ScheduleMatmul(ModulePass):
                 _schedule_tmem(op, num_sms)
             else:
                 _schedule(op, num_sms, self.variant)
+        for op in [o for o in module.walk() if isinstance(o, ScaledMatmulOp)]:
+            reason = why_not_scaled(op, target.sm_arch)
+            if reason:
+                add_remark(op, f"scaled matmul left to the graph level: {reason}")
+                continue
+            _schedule_scaled(op, num_sms, self.variant)
 
 
 def _schedule(op: g.MatmulOp, num_sms: int, variant: str) -> None:
@@ -172,5 +189,65 @@ def _schedule_tmem(op: g.MatmulOp, num_sms: int) -> None:
     add_remark(kop, f"scheduled GEMM {M}x{N}x{K} {dt}: {cfg.tag()} ({pair}{tiles} tiles over "
                f"{num_sms} SMs, accumulators in tensor memory, MMA and epilogue roles "
                f"overlapping; B read as {'[N, K]' if layout is BLayout.NK else '[K, N]'})")
+    kop.location = op.location
+    Rewriter.replace_op(op, kop)
+
+
+def why_not_scaled(op: ScaledMatmulOp, arch: str = "sm_90a") -> str | None:
+    """Why ``op`` cannot become a scheduled fp8 GEMM on ``arch`` (None: it can)."""
+    if arch != "sm_90a":
+        return f"no scheduled fp8 GEMM for {arch} yet (sm_90a wgmma only)"
+    (M, K), N = op.lhs.type.get_shape(), op.rhs.type.get_shape()[1]
+    out = _dtype(op.result.type)
+    if out is None:
+        return (f"result {op.result.type.element_type}: the scheduled fp8 GEMM stores bf16 or "
+                "f16 (an f32 result runs on the portable path)")
+    if K % 16 or N % 16:
+        return f"N = {N} and K = {K} must be multiples of 16 (TMA rows and wgmma k32 of fp8)"
+    if min(M, N, K) == 0:
+        return "empty matmul"
+    if op.bias is not None and len(op.bias.type.get_shape()) != 1:
+        return f"bias {op.bias.type} is not 1-d"
+    return None
+
+
+def _schedule_scaled(op: ScaledMatmulOp, num_sms: int, variant: str) -> None:
+    """``op`` -> ``pk.kernel "scaled_matmul"``: the GEMM of 8-bit operands, B read [N, K]."""
+    a, rhs = op.lhs, op.rhs
+    M, K = a.type.get_shape()
+    N = rhs.type.get_shape()[1]
+    out = _dtype(op.result.type)
+    types = (_FP8[type(a.type.element_type)], _FP8[type(rhs.type.element_type)])
+    src = rhs.owner
+    if isinstance(src, g.TransposeOp) and len(src.input.type.get_shape()) == 2:
+        b_val, how = src.input, "the [N, K] value under its transpose"
+    else:
+        t = g.TransposeOp(rhs, [1, 0])
+        t.location = op.location
+        Rewriter.insert_op(t, InsertPoint.before(op))
+        b_val, how = t.result, "a pk.transpose of [K, N] B (a view when B is column-major)"
+    if variant:
+        cfg = VARIANTS[variant].with_(dtype=out, b_layout=BLayout.NK, a_type=types[0],
+                                      b_type=types[1])
+    else:
+        cfg = choose_config(M, N, K, out, BLayout.NK, num_sms, types)
+    cfg.validate()
+    ins = [a, b_val, op.scale_lhs, op.scale_rhs] + ([op.bias] if op.bias is not None else [])
+    block = Block(arg_types=[BufferType(v.type.get_shape(), v.type.element_type) for v in ins]
+                  + [BufferType(op.result.type.get_shape(), op.result.type.element_type)])
+    A, B, SA, SB = block.args[:4]
+    bias = block.args[4] if op.bias is not None else None
+    build_gemm(block, A, B, block.args[-1], M, N, K, cfg, scales=Scales(SA, SB, bias))
+    block.add_op(k.YieldOp())
+    kop = k.KernelOp("scaled_matmul", 1, ins, [op.result.type], Region(block))
+    row = op.row_wise()
+    set_plan(kop, pattern="gemm", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
+             consumers=cfg.consumers, cluster=cfg.cluster_m, epilogue=cfg.epilogue,
+             b_layout=BLayout.NK, group_m=cfg.group_m)
+    tiles = -(-M // cfg.bm) * -(-N // cfg.bn)
+    scales = "/".join("row-wise" if r else "tensor-wise" for r in row)
+    add_remark(kop, f"scheduled fp8 GEMM {M}x{N}x{K} {types[0]} x {types[1]} -> {out}: "
+               f"{cfg.tag()} ({tiles} tiles over {num_sms} SMs; {scales} scales"
+               f"{', bias' if op.bias is not None else ''} in the epilogue; B read as {how})")
     kop.location = op.location
     Rewriter.replace_op(op, kop)

@@ -15,6 +15,9 @@ from pkc.kinds import Kind
 
 BK = 64                   # elements of K per stage: 128 bytes of 16-bit data = one swizzle row
 ROW_BYTES = 128
+# 8-bit float operands (pk.scaled_matmul): a stage row is still 128 bytes, i.e. 128
+# elements of K (GemmConfig.bk)
+FP8_TYPES = ("e4m3", "e5m2")
 SMEM_LIMIT = 232448       # max dynamic shared memory per block on sm_90 (227 KiB)
 MAX_REGS = 65536          # registers per SM
 
@@ -85,7 +88,9 @@ class GemmConfig(StageBytes):
     bn: int = 256
     stages: int = 4
     consumers: int = 2
-    dtype: str = "bf16"            # "bf16" | "f16" (inputs and output)
+    dtype: str = "bf16"            # "bf16" | "f16" (inputs and output; fp8: the output)
+    a_type: str = ""               # A's elements where they differ from dtype: "e4m3" | "e5m2"
+    b_type: str = ""               # B's (fp8: both set, both 8-bit; B read as [N, K])
     b_layout: BLayout = BLayout.NK
     epilogue: Epilogue = Epilogue.TMA
     group_m: int = 8               # row-blocks per rasterization group
@@ -105,6 +110,21 @@ class GemmConfig(StageBytes):
         gemm_kinds(self)
 
     # ---- derived -------------------------------------------------------------------
+    @property
+    def fp8(self) -> bool:
+        """8-bit float operands (a scaled GEMM: its epilogue applies the scales)."""
+        return self.a_type in FP8_TYPES
+
+    @property
+    def in_types(self) -> tuple[str, str]:
+        """(A's, B's) element types."""
+        return (self.a_type or self.dtype, self.b_type or self.a_type or self.dtype)
+
+    @property
+    def bk(self) -> int:
+        """Elements of K per stage: one 128-byte row (64 of 16 bits, 128 of 8)."""
+        return 128 if self.fp8 else BK
+
     @property
     def wg_m(self) -> int:
         return self.bm // self.consumers
@@ -164,13 +184,15 @@ class GemmConfig(StageBytes):
     def kernel_name(self) -> str:
         if self.name:
             return self.name
-        return (f"pkc_gemm_sm90a_{self.dtype}_{self.bm}x{self.bn}x{BK}_s{self.stages}"
+        types = f"{self.a_type}{self.b_type}_" if self.fp8 else ""
+        return (f"pkc_gemm_sm90a_{types}{self.dtype}_{self.bm}x{self.bn}x{self.bk}_s{self.stages}"
                 f"_c{self.consumers}_{self.b_layout}_{self.epilogue}_g{self.group_m}"
                 f"_cl{self.cluster_m}")
 
     def tag(self) -> str:
         """Short human label."""
         return (f"{self.bm}x{self.bn} s{self.stages} {self.b_layout} {self.epilogue}"
+                f"{' ' + self.a_type + 'x' + self.b_type if self.fp8 else ''}"
                 f"{' cl2' if self.cluster_m == 2 else ''} g{self.group_m}")
 
     def with_(self, **kw) -> "GemmConfig":
@@ -181,6 +203,11 @@ class GemmConfig(StageBytes):
             if not cond:
                 raise ValueError(f"GemmConfig {self.tag()}: {msg}")
         need(self.dtype in ("bf16", "f16"), f"dtype {self.dtype!r} not bf16/f16")
+        if self.a_type or self.b_type:
+            need(self.a_type in FP8_TYPES and self.b_type in FP8_TYPES,
+                 f"operand types {self.a_type!r} x {self.b_type!r}: both e4m3 / e5m2 (fp8)")
+            need(self.b_layout is BLayout.NK,
+                 "fp8 needs B as [N, K] (wgmma's 8-bit operands are K-major)")
         need(self.consumers in (1, 2), "consumers must be 1 or 2")
         need(self.bm % self.consumers == 0 and self.wg_m in (64, 128),
              "bm / consumers must be 64 or 128")
@@ -239,10 +266,15 @@ AUTO_CANDIDATES: list[tuple[GemmConfig, float]] = [
 
 
 def choose_config(M: int, N: int, K: int, dtype: str = "bf16",
-                  b_layout: BLayout | str = BLayout.NK, num_sms: int = 132) -> GemmConfig:
+                  b_layout: BLayout | str = BLayout.NK, num_sms: int = 132,
+                  in_types: tuple[str, str] = ("", "")) -> GemmConfig:
     """A tile shape for (M, N, K) without measuring: the persistent kernel's time is about
     (waves of tiles) x (time of one tile), one tile's time about its area over the tile
-    shape's efficiency; the biggest tile wins ties (within 2%)."""
+    shape's efficiency; the biggest tile wins ties (within 2%). ``in_types``: fp8 operand
+    types (a scaled GEMM); its tiles come from the same table: a stage holds the same 128
+    bytes per row of A and B as a 16-bit one (twice the K), so the shared-memory and
+    register budgets are the same; the efficiencies are the bf16 measurements (issue 6)
+    until the fp8 kernel has its own (docs/PERF_NOTES.md)."""
     best, best_cost = None, None
     b_layout = BLayout.parse(b_layout, "choose_config's b_layout")
     for c, eff in AUTO_CANDIDATES:
@@ -253,7 +285,7 @@ def choose_config(M: int, N: int, K: int, dtype: str = "bf16",
         cost = waves * c.bm * c.bn / eff
         if best_cost is None or cost < best_cost * 0.98:
             best, best_cost = c, cost
-    return best.with_(dtype=dtype, b_layout=b_layout)
+    return best.with_(dtype=dtype, b_layout=b_layout, a_type=in_types[0], b_type=in_types[1])
 
 
 def check_variant(owner: str, variant: str) -> None:
