@@ -10,6 +10,9 @@ modules, by-value tensor-map parameters and ``cuLaunchKernelEx`` on a given stre
   reductions are clipped).
 * ``KernelArgs``: the packed ``void**`` block, built once per binding so that a repeated
   call only launches; ``launch``: ``cuLaunchKernelEx`` with a cached launch config.
+* The parameter space (:mod:`pkc.runtime.param_space`): the PTX's declared parameters are
+  checked against the driver's limit (4096 or 32764 bytes) before the module loads, the
+  packed arguments at each launch, so an oversized launch is an error naming the kernel.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import hashlib
 
 import torch
 
+from pkc.runtime import param_space
 from pkc.runtime.driver import call, cu
 from pkc.runtime.errors import CudaDriverError
 
@@ -45,6 +49,11 @@ class LoadedModule:
                  cubin: bytes | None = None):
         d = cu()
         ensure_context(device)
+        # the parameter space the driver accepts (4096 or 32764 bytes): the PTX's declared
+        # parameters before the load, the packed arguments at each launch (one compare)
+        self.param_limit = param_space.device_limit(ptx, call("cuDeviceGet", device.index or 0))
+        if ptx is not None:
+            param_space.check(name, param_space.ptx_param_bytes(ptx, name), self.param_limit)
         image = cubin if cubin is not None else ptx.encode() + b"\0"
         self.module = call("cuModuleLoadData", image)
         self.func = call("cuModuleGetFunction", self.module, name.encode())
@@ -120,6 +129,7 @@ class KernelArgs:
                 self._bufs.append(v)
                 ptrs.append(ctypes.addressof(v))
         self._array = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        self.nbytes = param_space.args_bytes(values)
 
     @property
     def address(self) -> int:
@@ -132,6 +142,8 @@ _CONFIGS: dict = {}
 def launch(kernel: LoadedModule, grid: int, block: int, args: KernelArgs,
            stream: int | None = None) -> None:
     d = cu()
+    if args.nbytes > kernel.param_limit[0]:
+        param_space.check(kernel.name, args.nbytes, kernel.param_limit)
     if stream is None:
         stream = torch.cuda.current_stream().cuda_stream
     key = (id(kernel), grid, block, stream)
