@@ -24,6 +24,7 @@ from xdsl.irdl import (AttrSizedOperandSegments, attr_def, irdl_op_definition, o
 from xdsl.utils.exceptions import VerifyException
 
 from pkc.codegen.ptx import F32, Inst, Names, RegType
+from pkc.kinds import Kind
 
 TMEM_LANES = 128
 TMEM_COLUMNS = 512
@@ -49,18 +50,52 @@ def instr_desc_f16(dtype: str, m: int, n: int, a_mn_major: bool = False,
             | ((n >> 3) << 17) | ((m >> 4) << 24))
 
 
-def check_mma_shape(m: int, n: int, cta_group: int = 1) -> None:
-    """Shapes of dense ``tcgen05.mma.kind::f16`` (PTX ISA 9.7.16.10.1, "Valid shapes"):
+class MmaKind(Kind):
+    """The ``.kind`` of a dense ``tcgen05.mma`` that pkc emits (PTX ISA 9.7.16.10.9): 16-bit
+    floats (K = 16 per instruction) or 8-bit floats (``f8f6f4`` with e4m3 / e5m2 operands,
+    K = 32 per instruction; the 6- and 4-bit formats of the kind are not used)."""
+
+    F16 = "f16"
+    F8F6F4 = "f8f6f4"
+
+    @property
+    def k(self) -> int:
+        """K of one instruction: 32 bytes of each operand row either way."""
+        return 32 if self is MmaKind.F8F6F4 else 16
+
+
+# .kind::f8f6f4 A / B type codes (the same table, column .kind::f8f6f4: E4M3 = 0, E5M2 = 1,
+# E2M3 = 3, E3M2 = 4, E2M1 = 5), keyed by pkc's element names (MLIR's).
+F8_TYPE_CODE = {"f8E4M3FN": 0, "f8E5M2": 1}
+
+
+def instr_desc_f8f6f4(atype: str, btype: str, m: int, n: int, cta_group: int = 1) -> int:
+    """The 32-bit instruction descriptor of a dense ``tcgen05.mma .kind::f8f6f4`` with an
+    f32 accumulator, K-major A (``atype``) and B (``btype``), each f8E4M3FN or f8E5M2, and
+    shape ``m x n x 32`` (``m`` of the whole MMA: 256 for a CTA pair's ``cta_group::2``).
+    MN-major 8-bit operands are not built (torch's fp8 GEMM takes B as [N, K] K-major)."""
+    for what, t in (("A", atype), ("B", btype)):
+        if t not in F8_TYPE_CODE:
+            raise ValueError(f"tcgen05 kind::f8f6f4 {what} is f8E4M3FN or f8E5M2, not {t}")
+    check_mma_shape(m, n, cta_group, MmaKind.F8F6F4)
+    return ((1 << 4) | (F8_TYPE_CODE[atype] << 7) | (F8_TYPE_CODE[btype] << 10)
+            | ((n >> 3) << 17) | ((m >> 4) << 24))
+
+
+def check_mma_shape(m: int, n: int, cta_group: int = 1, kind: MmaKind = MmaKind.F16) -> None:
+    """Shapes of dense ``tcgen05.mma`` of ``.kind::f16`` and ``.kind::f8f6f4`` (PTX ISA
+    9.7.16.10.1, "Valid shapes"; the same M and N for both, K = 16 or 32):
     cta_group::1: M = 64 with N a multiple of 8, or M = 128 with N a multiple of 16;
     cta_group::2 (a CTA pair): M = 128 or 256 with N a multiple of 16; N up to 256."""
+    k, kind = MmaKind(kind).k, MmaKind(kind)
     if cta_group == 2:
         if m not in (128, 256) or n % 16 or not 16 <= n <= 256:
-            raise ValueError(f"tcgen05.mma kind::f16 cta_group::2: no shape m{m}n{n}k16 (M = 128 "
-                             "or 256, N a multiple of 16 up to 256)")
+            raise ValueError(f"tcgen05.mma kind::{kind} cta_group::2: no shape m{m}n{n}k{k} (M = "
+                             "128 or 256, N a multiple of 16 up to 256)")
         return
     step = 8 if m == 64 else 16
     if m not in (64, 128) or n % step or not step <= n <= 256:
-        raise ValueError(f"tcgen05.mma kind::f16 cta_group::1: no shape m{m}n{n}k16 (M = 64 "
+        raise ValueError(f"tcgen05.mma kind::{kind} cta_group::1: no shape m{m}n{n}k{k} (M = 64 "
                          "with N a multiple of 8, or 128 with N a multiple of 16, N <= 256)")
 
 
@@ -180,7 +215,8 @@ class Tcgen05MmaOp(Inst):
     (PTX ISA 9.7.16.10.9): D (tensor memory at ``d``) = A x B (+ D where
     ``enable_input_d``), A and B in shared memory by descriptor (9.7.16.4.1), the shape and
     types in the instruction descriptor ``idesc`` (9.7.16.4.2). One thread issues it; it
-    completes asynchronously (``tcgen05.commit``)."""
+    completes asynchronously (``tcgen05.commit``). ``kind`` (:class:`MmaKind`) ``f8f6f4``:
+    8-bit float operands (e4m3 / e5m2 in the descriptor), K = 32 per instruction."""
 
     name = "ptx.tcgen05_mma"
     d = operand_def(RegType)
@@ -189,11 +225,19 @@ class Tcgen05MmaOp(Inst):
     idesc = operand_def(RegType)
     enable_d = operand_def(RegType)
     cta_group = opt_attr_def(IntAttr)
+    kind = opt_attr_def(StringAttr)       # MmaKind; absent: f16
 
     def __init__(self, d: SSAValue, adesc: SSAValue, bdesc: SSAValue, idesc: SSAValue,
-                 enable_d: SSAValue, cta_group: int = 1):
+                 enable_d: SSAValue, cta_group: int = 1, kind: MmaKind = MmaKind.F16):
+        kind = MmaKind(kind)
         super().__init__(operands=[d, adesc, bdesc, idesc, enable_d],
-                         attributes=_group_attr(cta_group))
+                         attributes={**_group_attr(cta_group),
+                                     **({} if kind is MmaKind.F16 else
+                                        {"kind": StringAttr(kind.value)})})
+
+    def mma_kind(self) -> MmaKind:
+        """The instruction's ``.kind`` (its optional ``kind`` attribute; f16 when absent)."""
+        return MmaKind.F16 if self.kind is None else MmaKind(self.kind.data)
 
     def verify_(self) -> None:
         kinds = [o.type.kind.data for o in self.operands]
@@ -201,10 +245,16 @@ class Tcgen05MmaOp(Inst):
             raise VerifyException(f"'ptx.tcgen05_mma' operands are (b32 taddr, b64 adesc, b64 "
                                   f"bdesc, b32 idesc, pred), got {kinds}")
         _check_group(self)
+        if self.kind is not None:
+            try:
+                MmaKind.parse(self.kind.data, "'ptx.tcgen05_mma' kind")
+            except ValueError as e:
+                raise VerifyException(str(e)) from None
 
     def render(self, n: Names) -> list[str]:
-        return [f"tcgen05.mma.cta_group::{cta_group_of(self)}.kind::f16 [{n(self.d)}], "
-                f"{n(self.adesc)}, {n(self.bdesc)}, {n(self.idesc)}, {n(self.enable_d)};"]
+        return [f"tcgen05.mma.cta_group::{cta_group_of(self)}.kind::{self.mma_kind().value} "
+                f"[{n(self.d)}], {n(self.adesc)}, {n(self.bdesc)}, {n(self.idesc)}, "
+                f"{n(self.enable_d)};"]
 
 
 @irdl_op_definition
@@ -312,5 +362,6 @@ from pkc.codegen.ptx_sm100_ext import EXT_OPS  # noqa: E402  (st / cp / shift / 
 SM100_OPS = [Tcgen05AllocOp, Tcgen05DeallocOp, Tcgen05RelinquishOp, Tcgen05MmaOp, Tcgen05CommitOp,
              Tcgen05LdOp, Tcgen05WaitOp, Tcgen05FenceOp, *EXT_OPS]
 
-__all__ = ["SM100_OPS", "instr_desc_f16", "smem_desc_hi", "check_mma_shape", "cta_group_of",
+__all__ = ["SM100_OPS", "instr_desc_f16", "instr_desc_f8f6f4", "MmaKind", "F8_TYPE_CODE",
+           "smem_desc_hi", "check_mma_shape", "cta_group_of",
            "DESC_KMAJOR", "DESC_MNMAJOR", *[c.__name__ for c in SM100_OPS]]

@@ -15,7 +15,11 @@ a ``uint32 [128, 512]`` array that starts poisoned (NaN bits). Addresses: lane i
   independently of the encoders in :mod:`pkc.codegen.ptx_sm100`; the operands are read in
   the canonical layouts (9.7.16.3, the same as wgmma's) through the swizzle. M = 128 only
   (lane i = row i). The product is computed at issue, as one K = 16 step summed exactly and
-  rounded once to f32 (how the B200's tensor core rounds is not known here). The columns
+  rounded once to f32 (how the B200's tensor core rounds is not known here).
+  ``.kind::f8f6f4``: the descriptor's type codes are the kind's (E4M3 = 0, E5M2 = 1; a code
+  of no format is an :class:`EmuTensorMemoryError`, the 6- / 4-bit ones unsupported), the
+  bytes decoded exactly (:mod:`pkc.emu.fp8`), K-major A and B, one K = 32 step summed
+  exactly and rounded once to f32, as for f16. The columns
   are *in flight* until a ``tcgen05.commit`` of the issuing thread and the completion of
   the phase of the mbarrier it arrived on.
 * ``tcgen05.commit ... mbarrier::arrive::one`` (9.7.16.11.1): the issuing thread's MMAs
@@ -49,6 +53,7 @@ import numpy as np
 
 from pkc.codegen import ptx_sm100 as t5
 from pkc.emu.errors import EmuTensorMemoryError, EmuUnsupported, EmuWarpError
+from pkc.emu.fp8 import FP8_TABLES, fp8_to_f32
 from pkc.emu.machine import DEADLOCK_CLASS, EXPLAIN, WARP
 from pkc.emu.ops_async import arrive, mbar_keys, mbars
 from pkc.emu.ops_mma import full_warps
@@ -235,40 +240,86 @@ def decode_instr_desc(d: int) -> dict:
                 shift=(d >> 30) & 3)
 
 
-def _operand_addrs(f: dict, rows: int, mn_major: bool) -> tuple[np.ndarray, int]:
-    """Shared addresses [rows, 16] of element (i, k) of an operand (A: i < M, B: i < N),
-    canonical layouts of PTX ISA 9.7.16.3 with a swizzle of ``sw`` bytes (rows of sw bytes,
-    8-row groups SBO apart; MN-major: sw / 2 elements of i per row, K-rows of 8 SBO apart,
-    MN blocks LBO apart)."""
+def _operand_addrs(f: dict, rows: int, mn_major: bool, esize: int = 2) -> tuple[np.ndarray, int]:
+    """Shared addresses [rows, 32 / esize] of element (i, k) of an operand (A: i < M, B:
+    i < N) of ``esize``-byte elements (one instruction's K: 32 bytes of a row), canonical
+    layouts of PTX ISA 9.7.16.3 (in 16-byte units, so the same bytes for 16- and 8-bit
+    elements) with a swizzle of ``sw`` bytes (rows of sw bytes, 8-row groups SBO apart;
+    MN-major: sw / esize elements of i per row, K-rows of 8 SBO apart, MN blocks LBO
+    apart; no swizzle: 8 x 16-byte core matrices, LBO between them along the leading
+    dimension, SBO between 8-row groups)."""
     sw = _SWIZZLE_OF[f["swizzle"]]
     start, lbo, sbo = f["start"], f["lbo"], f["sbo"]
     i = np.arange(rows)[:, None]
-    k = np.arange(16)[None, :]
+    k = np.arange(32 // esize)[None, :]
     if sw:
         if not mn_major:
-            a = start + (i // 8) * sbo + (i % 8) * sw + 2 * k
+            a = start + (i // 8) * sbo + (i % 8) * sw + esize * k
         else:
-            per = sw // 2
-            a = start + (i // per) * lbo + (k // 8) * sbo + (k % 8) * sw + 2 * (i % per)
+            per = sw // esize
+            a = start + (i // per) * lbo + (k // 8) * sbo + (k % 8) * sw + esize * (i % per)
     else:
         if not mn_major:
-            a = start + (i // 8) * sbo + (k // 8) * lbo + (i % 8) * 16 + 2 * (k % 8)
+            kb = esize * k
+            a = start + (i // 8) * sbo + (kb // 16) * lbo + (i % 8) * 16 + kb % 16
         else:
-            a = start + (k // 8) * sbo + (i // 8) * lbo + (k % 8) * 16 + 2 * (i % 8)
+            ib = esize * i
+            a = start + (k // 8) * sbo + (ib // 16) * lbo + (k % 8) * 16 + ib % 16
     return swizzle(a, sw), sw
 
 
 def read_operand(m, g, ins, i, cta: int, addrs: np.ndarray, dtype: str) -> np.ndarray:
+    """The elements at ``addrs`` of the CTA's shared memory as f32 (bf16, f16, or the 8-bit
+    floats of :mod:`pkc.emu.fp8`)."""
     S = m.smem.size
-    if (addrs < 0).any() or (addrs + 2 > m.smem.declared).any():
+    esize = 1 if dtype in FP8_TABLES else 2
+    if (addrs < 0).any() or (addrs + esize > m.smem.declared).any():
         _fail(m, g, ins, i, "tcgen05.mma descriptor addresses leave the CTA's shared memory")
     flat = (cta * S + addrs).reshape(-1)
-    if m.smem.pending[flat].any() or m.smem.pending[flat + 1].any():
+    if m.smem.pending[flat].any() or m.smem.pending[flat + esize - 1].any():
         from pkc.emu.errors import EmuAsyncProxyError
         m.fail(EmuAsyncProxyError, "tcgen05.mma reads shared memory that a TMA / bulk copy "
                                    "writes and whose mbarrier this CTA has not waited on", g, ins, i)
+    if esize == 1:
+        return fp8_to_f32(m.smem.data[flat].reshape(addrs.shape), dtype)
     bits = m.smem.data.view(np.uint16)[flat // 2].reshape(addrs.shape)
     return bf16_to_f32(bits) if dtype == "bf16" else bits.view(np.float16).astype(np.float32)
+
+
+_F8_OF_CODE = {0: "f8E4M3FN", 1: "f8E5M2"}
+_F8_NOT_MODELLED = {3: "E2M3", 4: "E3M2", 5: "E2M1"}
+
+
+def _mma_types(m, act, ins, i, f: dict) -> tuple[str, str]:
+    """The A and B element types of a ``tcgen05.mma`` from its ``.kind`` and instruction
+    descriptor (PTX ISA 9.7.16.4.2: the type codes mean different formats per kind)."""
+    kind = ins.op.mma_kind()
+    if kind is t5.MmaKind.F16:
+        types = {0: "f16", 1: "bf16"}
+        if f["sparse"] or f["dtype"] != 1 or f["atype"] != f["btype"] or f["atype"] not in types \
+                or f["neg_a"] or f["neg_b"] or f["shift"] or f["trans_a"]:
+            raise EmuUnsupported(f"tcgen05.mma instruction descriptor {f} (modelled: dense, f32 D, "
+                                 "A = B = f16 / bf16, K-major A, no negate / shift)", act.where(ins, i))
+        return types[f["atype"]], types[f["btype"]]
+    out = []
+    for name in ("atype", "btype"):
+        code = f[name]
+        if code in _F8_NOT_MODELLED:
+            raise EmuUnsupported(f"tcgen05.mma .kind::f8f6f4 with {name} {_F8_NOT_MODELLED[code]} "
+                                 "(modelled: E4M3, E5M2)", act.where(ins, i))
+        if code not in _F8_OF_CODE:
+            _fail(m, act, ins, i, f"instruction descriptor {name} = {code} is no .kind::f8f6f4 "
+                                  "format (E4M3 = 0, E5M2 = 1, E2M3 = 3, E3M2 = 4, E2M1 = 5; PTX "
+                                  "ISA 9.7.16.4.2): a descriptor built for another kind?")
+        out.append(_F8_OF_CODE[code])
+    if f["dtype"] not in (0, 1):
+        _fail(m, act, ins, i, f"instruction descriptor dtype = {f['dtype']}: .kind::f8f6f4 "
+                              "accumulates in F16 (0) or F32 (1)")
+    if f["sparse"] or f["dtype"] != 1 or f["neg_a"] or f["neg_b"] or f["shift"] \
+            or f["trans_a"] or f["trans_b"]:
+        raise EmuUnsupported(f"tcgen05.mma .kind::f8f6f4 instruction descriptor {f} (modelled: "
+                             "dense, f32 D, K-major A and B, no negate / shift)", act.where(ins, i))
+    return out[0], out[1]
 
 
 # ---------------------------------------------------------------------------------------
@@ -287,16 +338,13 @@ def _mma(m, ins, g):
         adesc, bdesc = (int(m.regs[ins.args[j]][t]) for j in (1, 2))
         f = decode_instr_desc(int(m.regs[ins.args[3]][t]))
         enable = bool(m.regs[ins.args[4]][t])
-        types = {0: "f16", 1: "bf16"}
-        if f["sparse"] or f["dtype"] != 1 or f["atype"] != f["btype"] or f["atype"] not in types \
-                or f["neg_a"] or f["neg_b"] or f["shift"] or f["trans_a"]:
-            raise EmuUnsupported(f"tcgen05.mma instruction descriptor {f} (modelled: dense, f32 D, "
-                                 "A = B = f16 / bf16, K-major A, no negate / shift)", act.where(ins, i))
+        adt, bdt = _mma_types(m, act, ins, i, f)
+        esize = 1 if adt in FP8_TABLES else 2
         M, N = f["m"], f["n"]
         group = t5.cta_group_of(ins.op)
         check_group(m, act, ins, i, group)
         try:
-            t5.check_mma_shape(M, N, group)
+            t5.check_mma_shape(M, N, group, ins.op.mma_kind())
         except ValueError as e:
             _fail(m, act, ins, i, f"instruction descriptor: {e}")
         if group == 2 and M != 256:
@@ -312,16 +360,17 @@ def _mma(m, ins, g):
                 _fail(m, act, ins, i, f"shared-memory descriptor of {name} {fd}: the fixed "
                                       "constant 0b001 in bits 46-48, base offset 0, relative "
                                       "LBO and swizzle 0 / 2 / 4 / 6 are modelled")
-        dt = types[f["atype"]]
         ctas = pair_ctas(m, cta, group)
         rows = M // len(ctas)                 # rows of A and D per CTA
         half = N // len(ctas)                 # columns of B per CTA
-        A = np.concatenate([read_operand(m, act, ins, i, c, _operand_addrs(fa, rows, False)[0], dt)
+        A = np.concatenate([read_operand(m, act, ins, i, c,
+                                         _operand_addrs(fa, rows, False, esize)[0], adt)
                             for c in ctas]).astype(np.float64)
         B = np.concatenate([read_operand(m, act, ins, i, c,
-                                         _operand_addrs(fb, half, bool(f["trans_b"]))[0], dt)
+                                         _operand_addrs(fb, half, bool(f["trans_b"]), esize)[0], bdt)
                             for c in ctas]).astype(np.float64)
-        D = A @ B.T                                                   # M x N, exact
+        with np.errstate(invalid="ignore"):        # inf x 0 is NaN, as on the GPU
+            D = A @ B.T                                               # M x N, exact
         # tensor-memory lanes of D's rows in each CTA: identity (M = 128, or 128 per CTA of
         # a pair), or 16 rows per warp quarter (M = 64, layout F)
         lanes = (np.arange(rows) if M != 64
