@@ -31,6 +31,7 @@ for g in $GROUPS_; do
     fusedar) file=tests/gpu/test_scheduled_fused_ar.py; k=""; t=90;;
     agpa2a) file=tests/gpu/test_scheduled_agp_a2a.py; k=""; t=90;;
     moe) file=tests/gpu/test_gpu_moe.py; k=""; t=90;;
+    world72) file=tests/gpu/test_world72.py; k=""; t=300;;
     *) echo "unknown group $g"; continue;;
   esac
   echo "=== $g"
