@@ -51,12 +51,12 @@ from xdsl.rewriter import Rewriter
 from pkc.dialects import kernel as k
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
-from pkc.passes import fused_ar_pair
+from pkc.passes import fused_ar_pair, fused_rs_layouts
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
 from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
-from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
-from pkc.passes.fused_schedule import (RsParts, arrangement, b_operand, build_fused_gemm,
-                                       fused_config)
+from pkc.passes.fused_clc import ClcChoice, decide_rs
+from pkc.passes.fused_rs_ordered import add_order
+from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
 from pkc.passes.gather_many import is_gather_many, split_gather_many
 from pkc.passes.pipelines import unlowered_arch
 from pkc.passes.registry import register_pass
@@ -137,10 +137,12 @@ class ScheduleFused(ModulePass):
     target: str = "h200"
     variant: str = ""           # force a GEMM tile variant (pkc.target.gemm_tuning.VARIANTS)
     deterministic: bool = False  # W > 2 reduce-scatter adds in a fixed rank order (fused_rs_ordered)
+    clc: str = "auto"           # sm_100a cluster launch control: auto / on / off (fused_clc)
 
     def __post_init__(self):
         get_target(self.target)
         check_variant("schedule-fused", self.variant)
+        ClcChoice.parse(self.clc, "schedule-fused: clc")
 
     def apply(self, ctx, module: ModuleOp) -> None:
         for kop in [o for o in module.walk() if isinstance(o, k.KernelOp)]:
@@ -169,7 +171,17 @@ class ScheduleFused(ModulePass):
                     fused_ar_pair.schedule_pair(kop, self.target, _dtype(kop.inputs[0].type),
                                                 lambda kop, y: _schedule_rs(kop, self.target,
                                                                             self.variant, y,
-                                                                            self.deterministic))
+                                                                            self.deterministic,
+                                                                            self.clc))
+                continue
+            fz = _fusion(kop)   # columns / blocks of rows: fused_rs_layouts' kernels
+            if pattern is Pattern.MM_REDUCE_SCATTER and fused_rs_layouts.is_other_layout(fz):
+                reason = fused_rs_layouts.why_not(kop, fz, _dtype)
+                if reason:
+                    add_remark(kop, f"fused kernel left unscheduled: {reason}")
+                else:
+                    fused_rs_layouts.schedule_rs_layout(kop, fz, self.target, self.variant,
+                                                        self.deterministic, _dtype)
                 continue
             reason = why_not(kop)
             if reason:
@@ -180,11 +192,11 @@ class ScheduleFused(ModulePass):
             elif rs_into_output(kop.world_size):
                 schedule_rs_out(kop, self.target, self.variant, _dtype(kop.inputs[0].type))
             else:
-                _schedule_rs(kop, self.target, self.variant, None, self.deterministic)
+                _schedule_rs(kop, self.target, self.variant, None, self.deterministic, self.clc)
 
 
 def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
-                 deterministic: bool = False) -> k.KernelOp:
+                 deterministic: bool = False, clc: str = "auto") -> k.KernelOp:
     """The GEMM + reduce-scatter kernel of ``kop``, replacing it; with ``chunk`` (the
     reduced chunk's tensor type) built for a caller that places it (not replacing)."""
     W = kop.world_size
@@ -205,7 +217,11 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
     block.add_op(pad)
     block.add_op(ctl)
     ordered = deterministic and W > 2      # at W <= 2 the one add has a fixed order
-    parts = (RsOrderedParts if ordered else RsParts)(W, Mc, N, cfg, pad.result, ctl.result)
+    # sm_100a: the chunked loop under cluster launch control where it pays (fused_clc)
+    cfg, parts_cls, clc_plan, clc_words = decide_rs(
+        cfg, W, Mc, N, get_target(target).num_sms, ClcChoice.parse(clc, "schedule-fused: clc"),
+        ordered)
+    parts = parts_cls(W, Mc, N, cfg, pad.result, ctl.result)
     build_fused_gemm(block, A, B, C, Mc, N, K, cfg, parts)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
@@ -219,7 +235,7 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
              stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
              chunk_rows=Mc, tiles_per_chunk=parts.tiles_per_chunk,
              scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, fresh_output=False,
-             add_order=add_order(W, ordered), **tmem_plan)
+             add_order=add_order(W, ordered), **tmem_plan, **clc_plan)
     why_intra = ("tiles move by TMA from the consumers' epilogue while the SM computes the "
                  "next tile (intra-SM, no communicate CTAs)")
     if planned is OverlapStyle.INTER and comm_sms:
@@ -229,7 +245,7 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
                f"{W} chunks of {parts.tiles_per_chunk} tiles, own chunk first; {why_intra}; "
                "result in the symmetric output (persistent)"
                + ("; adds in a fixed rank order (deterministic: each chunk's adds wait for "
-                  "the previous rank's)" if ordered else "") + tmem_words)
+                  "the previous rank's)" if ordered else "") + tmem_words + clc_words)
     new.location = kop.location
     if chunk is None:
         Rewriter.replace_op(kop, new)

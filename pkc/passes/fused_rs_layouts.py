@@ -1,0 +1,235 @@
+"""The scheduled GEMM + reduce-scatter for the layouts other than contiguous row chunks.
+
+``overlap`` fuses ``pk.matmul -> pk.reduce_scatter`` along any dim into a kernel on the
+2-D product ``[R, N]`` (``pk.fusion``: ``scatter_dim``, ``batches``); the row kernel of
+:class:`pkc.passes.fused_schedule.RsParts` scatters ``W`` contiguous row chunks. Here the
+same kernel (one GEMM, the same protocol: own chunk stored first, peers' partials
+reduce-added by TMA into the owner's copy of the symmetric output, epoch-counted chunk
+signals) with another ownership of the tiles:
+
+* columns (``scatter_dim = 1``: dim 1 of a 2-D result, the last dim of a 3-D
+  ``[B, S, N]`` one, which is the same ``[B*S, N]`` product): rank p owns columns
+  ``[p*Nc, (p+1)*Nc)`` and its output is ``[R, Nc]``. The tile space is W chunks of
+  ``[R, Nc]`` tiles (``pks.chunk_tile_loop``, slot s is chunk ``(rank + s) mod W``: every
+  rank starts with its own chunk and at each step the destinations are a permutation). The
+  producer loads A's rows ``m0`` and B's columns ``chunk*Nc + n0``; the epilogue stores the
+  tile at ``(m0, n0)`` through the owner's map of ``[R, Nc]``. A tile that overhangs the
+  chunk's last column computes columns of the next chunk, which the owner's map clips (so
+  ``Nc`` need not be a multiple of the tile: no residue tiles);
+* blocks of rows (``batches = B > 1``: dim 1 of ``[B, S, N]``, DTensor ``Shard(1)``):
+  rank p owns rows ``b*S + p*Sc .. + Sc`` of every block b (``Sc = S / W``); its output
+  ``[B*Sc, N]`` (a view of ``[B, Sc, N]``) is contiguous, so the output map is the row
+  kernel's; only the rows the producer loads change: output row ``m0`` of chunk p is
+  product row ``(m0 / Sc)*S + p*Sc + m0 % Sc``. That needs every tile inside one block
+  (``Sc`` a multiple of the tile's rows; a 64-row tile is taken where 128 does not
+  divide); otherwise a tile would write the next block's rows, and the kernel is left on
+  the portable path with a remark saying so. ``B = 1`` is the row kernel itself.
+
+Both run on the wgmma (sm_90a) and the tensor-memory (sm_100a) GEMM (the parts only
+change the tile loop's coordinates and the producer's rows), with the fixed add order of
+:mod:`pkc.passes.fused_rs_ordered` under ``deterministic``. The result stays in the
+symmetric output at every W (the W = 2 fresh-output variant of the row kernel,
+``fused_ar_build``, is built for row chunks only).
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import IntegerType
+from xdsl.ir import Block, Region
+from xdsl.rewriter import Rewriter
+
+from pkc.dialects import kernel as k
+from pkc.dialects import schedule_fused as f
+from pkc.dialects.plan import ScheduleKind
+from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
+from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
+from pkc.passes.fused_schedule import (RsParts, arrangement, b_operand, build_fused_gemm,
+                                       fused_config)
+from pkc.passes.gemm_schedule import _Ops
+from pkc.passes.gemm_schedule_tmem import TmemView
+from pkc.passes.remarks import add_remark, set_plan
+from pkc.target.cost import OverlapStyle
+from pkc.target.fused_tuning import RS_MAX_WORLD, FusedKind
+
+
+def layout_of(fusion: dict) -> tuple[int, int]:
+    """(scatter_dim, batches) of a fused kernel's ``pk.fusion`` entries (defaults 0, 1)."""
+    vals = [getattr(fusion.get(key), "value", None) for key in ("scatter_dim", "batches")]
+    return tuple(d if v is None else v.data for v, d in zip(vals, (0, 1)))
+
+
+def is_other_layout(fusion: dict) -> bool:
+    """Whether the kernel scatters columns or blocks of rows (this module's kernels)."""
+    return layout_of(fusion) != (0, 1)
+
+
+def layout_words(fusion: dict) -> str:
+    sd, bt = layout_of(fusion)
+    return ("column blocks (scatter_dim 1)" if sd == 1 else
+            f"row blocks of {bt} batch blocks (3-D dim 1, Shard(1))")
+
+
+def why_not(kop: k.KernelOp, fusion: dict, dtype_of) -> str | None:
+    """Why a column / row-block GEMM + reduce-scatter cannot be scheduled (None: it can)."""
+    sd, bt = layout_of(fusion)
+    what = f"mm_reduce_scatter of {layout_words(fusion)}"
+    W = kop.world_size
+    if W > RS_MAX_WORLD:
+        return f"{what} at W = {W}: peer tensor maps checked up to W = {RS_MAX_WORLD}"
+    if len(kop.inputs) != 2 or len(kop.outputs) != 1:
+        return f"{what} with {len(kop.inputs)} inputs and {len(kop.outputs)} outputs"
+    a, b, y = kop.inputs[0].type, kop.inputs[1].type, kop.outputs[0].type
+    if any(len(t.get_shape()) != 2 for t in (a, b, y)):
+        return f"{what}: operands are not 2-D ({a}, {b} -> {y})"
+    dt = dtype_of(a)
+    if dt is None or dtype_of(b) != dt or dtype_of(y) != dt:
+        return f"{what}: operands and result must all be bf16 or f16 ({a}, {b} -> {y})"
+    (R, K), (K2, N) = a.get_shape(), b.get_shape()
+    if min(R, N, K) == 0:
+        return f"{what}: empty product"
+    if sd == 1:
+        if K != K2 or N % W or tuple(y.get_shape()) != (R, N // W):
+            return f"{what}: A {a} x B {b} -> {y} is not a reduce-scatter of {W} column chunks"
+        if K % 8 or N % 8 or (N // W) % 8:
+            return (f"{what}: K = {K}, N = {N} and the chunk's {N // W} columns must be "
+                    "multiples of 8 (TMA row strides of the operands and the owner's output)")
+        return None
+    if K != K2 or R % (bt * W) or tuple(y.get_shape()) != (R // W, N):
+        return f"{what}: A {a} x B {b} -> {y} is not a reduce-scatter of {W} row blocks"
+    if K % 8 or N % 8:
+        return f"{what}: N = {N} and K = {K} must be multiples of 8 (TMA row strides)"
+    return None
+
+
+def _block_rows_config(cfg, sc: int):
+    """A tile whose rows divide ``sc`` (every tile in one batch block), None if none: the
+    chosen one, else on sm_90a the one-warpgroup 64-row tile."""
+    if sc % cfg.bm == 0:
+        return cfg
+    if not isinstance(cfg, TmemView) and sc % 64 == 0:
+        small = cfg.with_(bm=64, consumers=1)
+        small.validate()
+        return small
+    return None
+
+
+class ColumnRsParts(RsParts):
+    """:class:`RsParts` whose chunks are column blocks of ``nc`` columns (module doc):
+    the tile loop runs over ``[rows, nc]`` per chunk, B's column is ``chunk*nc + n0``."""
+
+    def __init__(self, world, rows, nc, cfg, pad, ctl):
+        super().__init__(world, rows, nc, cfg, pad, ctl)
+        self.nc = nc
+
+    def tile_loop(self, r: _Ops, M, N, inits, cfg):
+        loop = r.add(f.ChunkTileLoopOp(M, N, self.rank, inits, cfg.bm, cfg.bn, cfg.group_m, self.W))
+        m0, n0, chunk, *carried = loop.block.args
+        t = _Ops(loop.block)
+        bcol = t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.nc), n0)
+        # coords[1] is what the producer loads B at; the epilogue takes the chunk's n0
+        return loop, [m0, bcol, chunk, n0], carried
+
+    def producer_row(self, t: _Ops, coords):
+        return coords[0]
+
+    def epilogue_tile(self, t, cfg, e, coords, row0, ebuf, extra):
+        m0, _, chunk, n0 = coords
+        return super().epilogue_tile(t, cfg, e, [m0, n0, chunk], row0, ebuf, extra)
+
+
+class BlockRsParts(RsParts):
+    """:class:`RsParts` whose chunk p is rows ``p*sc .. + sc`` of each block of ``W*sc``
+    product rows (module doc); tiles never cross a block (``sc`` a multiple of bm)."""
+
+    def __init__(self, world, blocks, sc, n, cfg, pad, ctl):
+        super().__init__(world, blocks * sc, n, cfg, pad, ctl)
+        self.sc = sc
+
+    def producer_row(self, t: _Ops, coords):
+        m0, _, chunk = coords
+        blk = t.bin(arith.DivUIOp, m0, self.sc)
+        inner = t.bin(arith.RemUIOp, m0, self.sc)
+        base = t.bin(arith.MuliOp, t.bin(arith.AddiOp, t.bin(arith.MuliOp, blk, self.W), chunk),
+                     self.sc)
+        return t.bin(arith.AddiOp, base, inner)
+
+
+class _ColumnOrdered(ColumnRsParts, RsOrderedParts):
+    pass
+
+
+class _BlockOrdered(BlockRsParts, RsOrderedParts):
+    pass
+
+
+def schedule_rs_layout(kop: k.KernelOp, fusion: dict, target: str, variant: str,
+                       deterministic: bool, dtype_of) -> k.KernelOp | None:
+    """Replace ``kop`` (checked by :func:`why_not`) by its scheduled kernel; None (and a
+    remark) where the block layout has no tile that fits a block."""
+    W = kop.world_size
+    sd, bt = layout_of(fusion)
+    a, b = kop.inputs
+    R, K = a.type.get_shape()
+    N = b.type.get_shape()[1]
+    dt = dtype_of(a.type)
+    b_val, layout = b_operand(b)
+    cfg = fused_config(FusedKind.RS, R, N, K, W, dt, layout, target, variant)
+    sc = R // bt // W
+    if sd == 0:
+        fit = _block_rows_config(cfg, sc)
+        if fit is None:
+            add_remark(kop, f"fused kernel left unscheduled: mm_reduce_scatter of "
+                       f"{layout_words(fusion)}: each block's {sc} rows per rank are not a "
+                       f"multiple of the tile's {cfg.bm} rows (or 64), so a tile would cross "
+                       "into the next block's rows of the owner's output (the portable path "
+                       "runs it)")
+            return None
+        cfg = fit
+    y = kop.outputs[0].type
+    block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
+                             BufferType(b_val.type.get_shape(), b_val.type.element_type),
+                             BufferType(y.get_shape(), y.element_type, SYMMETRIC)])
+    A, B, C = block.args
+    i32 = IntegerType(32)
+    pad = k.AllocOp(BufferType([W], i32, SYMMETRIC), zero=True)
+    ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
+    block.add_op(pad)
+    block.add_op(ctl)
+    ordered = deterministic and W > 2
+    if sd == 1:
+        nc = N // W
+        parts = (_ColumnOrdered if ordered else ColumnRsParts)(W, R, nc, cfg, pad.result,
+                                                               ctl.result)
+        build_fused_gemm(block, A, B, C, R, nc, K, cfg, parts)
+        own = f"columns [p*{nc}, (p+1)*{nc}) of the {R}x{N} product"
+    else:
+        parts = (_BlockOrdered if ordered else BlockRsParts)(W, bt, sc, N, cfg, pad.result,
+                                                             ctl.result)
+        build_fused_gemm(block, A, B, C, bt * sc, N, K, cfg, parts)
+        own = (f"rows [p*{sc}, (p+1)*{sc}) of each of the {bt} blocks of {W * sc} rows "
+               f"(tiles of {cfg.bm} rows never cross a block)")
+    block.add_op(k.YieldOp())
+    attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
+    new = k.KernelOp("matmul_reduce_scatter", W, [a, b_val], [y], Region(block), attributes=attrs)
+    tmem_plan, tmem_words = arrangement(cfg)
+    set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=FusedKind.RS, bm=cfg.bm, bn=cfg.bn,
+             stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
+             chunk_rows=parts.mc, tiles_per_chunk=parts.tiles_per_chunk,
+             scatter_dim=sd, batches=bt,
+             scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, fresh_output=False,
+             add_order=add_order(W, ordered), **tmem_plan)
+    add_remark(new, f"scheduled GEMM + reduce-scatter of {layout_words(fusion)} W={W} "
+               f"{R}x{N}x{K} {dt}: {cfg.tag()}, rank p owns {own}; {W} chunks of "
+               f"{parts.tiles_per_chunk} tiles, own chunk first, peers' tiles reduce-added by "
+               "TMA into the owner's output (intra-SM, no communicate CTAs); result in the "
+               "symmetric output (persistent, also at W = 2: the fresh-output variant is "
+               "built for row chunks only)"
+               + ("; adds in a fixed rank order" if ordered else "") + tmem_words)
+    new.location = kop.location
+    Rewriter.replace_op(kop, new)
+    return new
+
+
+__all__ = ["ColumnRsParts", "BlockRsParts", "is_other_layout", "layout_of", "why_not",
+           "schedule_rs_layout"]
