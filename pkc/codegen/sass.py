@@ -196,24 +196,29 @@ def opcodes(text: str) -> list[str]:
 
 
 def check_sm100_gemm(text: str, *, mmas_per_kblock: int = BK // 16, cta_pair: bool = False,
-                     tma_store: bool = True) -> list[str]:
+                     tma_store: bool = True, fp8: bool = False) -> list[str]:
     """Problems in the SASS of an sm_100a (tcgen05) GEMM kernel: the k-block's MMAs are
-    tensor-memory MMAs (``UTCHMMA``; ``UTCHMMA.2CTA`` where the PTX has ``cta_group::2``,
-    ``cta_pair``), issued once in the code; A and B come by TMA (``UTMALDG``); the epilogue
-    reads tensor memory (``LDTM``) after a commit to an mbarrier (``UTCBAR``); the TMA
-    store epilogue stores by TMA (``UTMASTG``); no wgmma (``HGMMA``) and no local memory
-    (``LDL`` / ``STL``: spills)."""
+    tensor-memory MMAs (``UTCHMMA``, or ``UTCQMMA`` for ``fp8``: ``.kind::f8f6f4``;
+    ``.2CTA`` where the PTX has ``cta_group::2``, ``cta_pair``), issued once in the code
+    (4 per k-block: K = 16 of 16-bit or K = 32 of 8-bit data, 32 bytes of a row each); A
+    and B come by TMA (``UTMALDG``); the epilogue reads tensor memory (``LDTM``) after a
+    commit to an mbarrier (``UTCBAR``); the TMA store epilogue stores by TMA
+    (``UTMASTG``); no wgmma (``HGMMA`` / ``QGMMA``), no MMA of the other kind, and no local
+    memory (``LDL`` / ``STL``: spills)."""
     ops = opcodes(text)
     bad = []
-    mma = [o for o in ops if o.startswith("UTCHMMA")]
+    want, other = ("UTCQMMA", "UTCHMMA") if fp8 else ("UTCHMMA", "UTCQMMA")
+    mma = [o for o in ops if o.startswith(want)]
     pair = [o for o in mma if ".2CTA" in o]
     if len(mma) != mmas_per_kblock:
-        bad.append(f"{len(mma)} UTCHMMA, expected {mmas_per_kblock} (one per K = 16 step of a "
+        bad.append(f"{len(mma)} {want}, expected {mmas_per_kblock} (one per 32 bytes of K of a "
                    "k-block)")
+    if any(o.startswith(other) for o in ops):
+        bad.append(f"{other} in a{'n fp8' if fp8 else ' 16-bit'} GEMM")
     if cta_pair and len(pair) != len(mma):
-        bad.append(f"{len(mma) - len(pair)} UTCHMMA without .2CTA in a CTA-pair kernel")
+        bad.append(f"{len(mma) - len(pair)} {want} without .2CTA in a CTA-pair kernel")
     if not cta_pair and pair:
-        bad.append(f"{len(pair)} UTCHMMA.2CTA in a single-CTA kernel")
+        bad.append(f"{len(pair)} {want}.2CTA in a single-CTA kernel")
     base = [o.split(".")[0] for o in ops]
     if base.count("UTMALDG") < 2:
         bad.append(f"{base.count('UTMALDG')} UTMALDG, expected >= 2 (A and B)")
@@ -222,8 +227,8 @@ def check_sm100_gemm(text: str, *, mmas_per_kblock: int = BK // 16, cta_pair: bo
             bad.append(f"no {op} ({why})")
     if tma_store and "UTMASTG" not in base:
         bad.append("no UTMASTG (the TMA-store epilogue)")
-    if any(o.startswith("HGMMA") for o in base):
-        bad.append("HGMMA (wgmma) in an sm_100a kernel")
+    if any(o in ("HGMMA", "QGMMA") for o in base):
+        bad.append("HGMMA / QGMMA (wgmma) in an sm_100a kernel")
     bad += _local_memory(base)
     return bad
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pkc.target.gemm_tuning import (BK, ROW_BYTES, SMEM_LIMIT, BLayout, Epilogue, StageBytes,
-                                    gemm_kinds)
+from pkc.target.gemm_tuning import (BK, FP8_TYPES, ROW_BYTES, SMEM_LIMIT, BLayout, Epilogue,
+                                    StageBytes, gemm_kinds)
 
 TMEM_COLUMNS = 512
 MAX_STAGES = 8
@@ -47,7 +47,27 @@ class TmemGemmConfig(StageBytes):
     # static tile += grid loop
     clc: bool = False
 
+    # fp8 operands (a scaled GEMM, tcgen05 kind::f8f6f4): A's and B's types, "e4m3" /
+    # "e5m2"; dtype is then the output's. A stage row is still 128 bytes (bk = 128)
+    a_type: str = ""
+    b_type: str = ""
+
     threads = 384
+
+    @property
+    def fp8(self) -> bool:
+        """8-bit float operands (a scaled GEMM: its epilogue applies the scales)."""
+        return self.a_type in FP8_TYPES
+
+    @property
+    def in_types(self) -> tuple[str, str]:
+        """(A's, B's) element types."""
+        return (self.a_type or self.dtype, self.b_type or self.a_type or self.dtype)
+
+    @property
+    def bk(self) -> int:
+        """Elements of K per stage: one 128-byte row (64 of 16 bits, 128 of 8)."""
+        return 128 if self.fp8 else BK
 
     def __post_init__(self):
         gemm_kinds(self)
@@ -82,11 +102,18 @@ class TmemGemmConfig(StageBytes):
 
     def tag(self) -> str:
         epi = ("" if self.epilogue is Epilogue.TMA else "_global") + ("_clc" if self.clc else "")
+        epi += f"_{self.a_type}x{self.b_type}" if self.fp8 else ""
         if self.pair:
             return f"{2 * self.bm}x{self.bn}_pair_s{self.stages}_tmem{self.acc_bufs}{epi}"
         return f"{self.bm}x{self.bn}_s{self.stages}_tmem{self.acc_bufs}{epi}"
 
     def validate(self) -> None:
+        if (self.a_type or self.b_type) and not (self.a_type in FP8_TYPES
+                                                 and self.b_type in FP8_TYPES
+                                                 and self.b_layout is BLayout.NK):
+            raise ValueError(f"tmem GEMM {self.tag()}: operand types {self.a_type!r} x "
+                             f"{self.b_type!r}: both e4m3 / e5m2 (fp8), B read as [N, K] "
+                             "(tcgen05 kind::f8f6f4 operands are built K-major)")
         if self.pair and (self.b_layout is not BLayout.NK or self.bn % 32):
             raise ValueError(f"tmem GEMM {self.tag()}: a CTA pair reads B as [N, K] with bn a "
                              "multiple of 32 (bn / 2 rows of B in each CTA)")
@@ -112,9 +139,10 @@ def stages_for(bn: int, epi_bytes: int = 0, pair: bool = False) -> int:
 
 
 def choose_tmem_config(M: int, N: int, K: int, dtype: str, b_layout: BLayout | str,
-                       num_sms: int) -> TmemGemmConfig:
+                       num_sms: int, in_types: tuple[str, str] = ("", "")) -> TmemGemmConfig:
     """The tile for ``M x N x K`` on ``num_sms`` SMs: fewest waves of tiles, then the widest
-    tile (BK = 64 elements of K per stage)."""
+    tile (BK = 64 elements of K per stage). ``in_types``: fp8 operand types (a scaled GEMM:
+    the same choice, a stage's 128-byte rows then hold 128 elements of K)."""
     del K  # every K works: the last stage's box is zero-filled by TMA
     b_layout = BLayout.parse(b_layout, "choose_tmem_config's b_layout")
     step = 64 if b_layout is BLayout.KN else 16
@@ -139,7 +167,8 @@ def choose_tmem_config(M: int, N: int, K: int, dtype: str, b_layout: BLayout | s
     # come from cluster launch control, so one that starts late or an SM another kernel
     # holds does not leave a fixed share of the tiles to the end (unmeasured)
     clc = (-(-num_m // 2) * num_n > num_sms // 2) if pair else num_m * num_n > num_sms
-    cfg = TmemGemmConfig(bn=bn, dtype=dtype, b_layout=b_layout, pair=pair, clc=clc)
+    cfg = TmemGemmConfig(bn=bn, dtype=dtype, b_layout=b_layout, pair=pair, clc=clc,
+                         a_type=in_types[0], b_type=in_types[1])
     cfg = cfg.with_(stages=stages_for(bn, cfg.epi_bytes, pair))
     cfg.validate()
     return cfg
