@@ -16,7 +16,8 @@ cluster's id. Trip i, slot ``i % 2``, phase ``(i / 2) % 2``:
   thread read it) and arrives once on rank 0's ``empty[slot]`` (``mapa`` in a cluster);
 * the next tile is the cancelled cluster's (its first CTA's id / cluster size), or the
   tile count when the request failed (the loop ends). Rows as ``pks.tile_loop``: cluster
-  rank r takes m block ``cluster x (grouped m) + r``.
+  rank r takes m block ``cluster x (grouped m) + r`` (with ``cluster_n``: row ``r % cm``,
+  column ``r / cm`` of the cluster's cm x cn block of tiles).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 from pkc.codegen import ptx, ptx_sm90
 from pkc.codegen import ptx_sm100_ext as x5
 from pkc.codegen.errors import CodegenError
+from pkc.dialects.schedule_structure import cluster_shape
 
 if TYPE_CHECKING:
     from pkc.codegen.lower_schedule import Lowering
@@ -35,14 +37,17 @@ def lower_clc_tile_loop(L: "Lowering", op) -> None:
     from pkc.codegen.lower_schedule import _op
     b = L.b
     cl = L.sched.cluster.data
-    if cl > 2:
-        raise CodegenError(f"{op.name}: cluster launch control is lowered for single CTAs and "
-                           f"CTA pairs (not clusters of {cl})")
+    if cl > 4:
+        raise CodegenError(f"{op.name}: cluster launch control is lowered for single CTAs, "
+                           f"CTA pairs and two pairs (not clusters of {cl})")
     bm, bn, gm = op.bm.data, op.bn.data, op.group_m.data
+    cm, cn = cluster_shape(op)          # cm x cn tiles per cluster (pks.tile_loop's cluster_n)
     M, N = L.v(op.m), L.v(op.n)
     num_m = b.bin("div", "u32", b.add32(M, bm - 1), bm)
     num_n = b.bin("div", "u32", b.add32(N, bn - 1), bn)
-    num_mc = b.bin("div", "u32", b.add32(num_m, cl - 1), cl) if cl > 1 else num_m
+    num_mc = b.bin("div", "u32", b.add32(num_m, cm - 1), cm) if cm > 1 else num_m
+    if cn > 1:
+        num_n = b.bin("div", "u32", b.add32(num_n, cn - 1), cn)
     total = b.mul32(num_mc, num_n)
     group_sz = b.mul32(num_n, gm)
     rank = b.sreg("%cluster_ctarank") if cl > 1 else None
@@ -75,11 +80,15 @@ def lower_clc_tile_loop(L: "Lowering", op) -> None:
         gsz = b.bin("min", "u32", b.bin("sub", "u32", num_mc, first), gm)
         r = b.bin("sub", "u32", tile, b.mul32(g, group_sz))
         mb = b.add32(first, b.bin("rem", "u32", r, gsz))
-        if cl > 1:
+        nb = b.bin("div", "u32", r, gsz)
+        if cn > 1:
+            mb = b.r(ptx.FmaOp(mb, b.u32(cm), b.bin("rem", "u32", rank, cm), "u32", "mad.lo"))
+            nb = b.r(ptx.FmaOp(nb, b.u32(cn), b.bin("div", "u32", rank, cm), "u32", "mad.lo"))
+        elif cl > 1:
             mb = b.r(ptx.FmaOp(mb, b.u32(cl), rank, "u32", "mad.lo"))
         m0, n0, *args = op.block.args
         L.vals[m0] = b.mul32(mb, bm)
-        L.vals[n0] = b.mul32(b.bin("div", "u32", r, gsz), bn)
+        L.vals[n0] = b.mul32(nb, bn)
         for a, c in zip(args, carried):
             L.vals[a] = c
         for inner in list(op.block.ops)[:-1]:

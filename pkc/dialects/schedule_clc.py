@@ -28,8 +28,8 @@ from collections.abc import Sequence
 
 from xdsl.dialects.builtin import IntAttr, i32
 from xdsl.ir import Block, Region, SSAValue
-from xdsl.irdl import (IRDLOperation, attr_def, irdl_op_definition, operand_def, region_def,
-                       var_operand_def, var_result_def)
+from xdsl.irdl import (IRDLOperation, attr_def, irdl_op_definition, operand_def, opt_attr_def,
+                       region_def, var_operand_def, var_result_def)
 
 from pkc.dialects.schedule_structure import check_tile_loop
 from pkc.dialects.schedule_types import MbarriersType, SmemType, _fail
@@ -53,16 +53,21 @@ class ClcTileLoopOp(IRDLOperation):
     bn = attr_def(IntAttr)
     group_m = attr_def(IntAttr)
     issuer = attr_def(IntAttr)
+    cluster_n = opt_attr_def(IntAttr)      # as pks.tile_loop's: the cluster's column blocks
     res = var_result_def()
     body = region_def("single_block")
 
     def __init__(self, m: SSAValue, n: SSAValue, resp: SSAValue, full: SSAValue, empty: SSAValue,
-                 inits: Sequence[SSAValue], bm: int, bn: int, group_m: int, issuer: bool):
+                 inits: Sequence[SSAValue], bm: int, bn: int, group_m: int, issuer: bool,
+                 cluster_n: int = 1):
         block = Block(arg_types=[i32, i32, *[v.type for v in inits]])
+        attrs = {"bm": IntAttr(bm), "bn": IntAttr(bn), "group_m": IntAttr(group_m),
+                 "issuer": IntAttr(int(issuer))}
+        if cluster_n > 1:
+            attrs["cluster_n"] = IntAttr(cluster_n)
         super().__init__(operands=[m, n, resp, full, empty, list(inits)],
                          result_types=[[v.type for v in inits]], regions=[Region(block)],
-                         attributes={"bm": IntAttr(bm), "bn": IntAttr(bn),
-                                     "group_m": IntAttr(group_m), "issuer": IntAttr(int(issuer))})
+                         attributes=attrs)
 
     @property
     def block(self) -> Block:

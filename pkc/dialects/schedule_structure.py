@@ -160,8 +160,10 @@ class TileLoopOp(IRDLOperation):
     """The persistent tile loop: this CTA (cluster) visits tiles ``id, id + grid, ...`` of
     the ``ceil(M / bm) x ceil(N / bn)`` output tiles in grouped order (``group_m`` row
     blocks share a column sweep, for L2 reuse; with clusters a cluster takes ``cluster``
-    vertically adjacent tiles). The body gets the tile's first row and column and the
-    loop-carried values."""
+    vertically adjacent tiles, or with ``cluster_n`` = c a block of ``cluster / c`` row
+    blocks by c column blocks: cluster rank r takes row ``r % (cluster / c)`` and column
+    ``r / (cluster / c)`` of it, so CTAs whose ranks differ by ``cluster / c`` share their
+    rows of A). The body gets the tile's first row and column and the loop-carried values."""
 
     name = "pks.tile_loop"
     m = operand_def(i32)
@@ -170,15 +172,18 @@ class TileLoopOp(IRDLOperation):
     bm = attr_def(IntAttr)
     bn = attr_def(IntAttr)
     group_m = attr_def(IntAttr)
+    cluster_n = opt_attr_def(IntAttr)
     res = var_result_def()
     body = region_def("single_block")
 
     def __init__(self, m: SSAValue, n: SSAValue, inits: Sequence[SSAValue], bm: int, bn: int,
-                 group_m: int):
+                 group_m: int, cluster_n: int = 1):
         block = Block(arg_types=[i32, i32, *[v.type for v in inits]])
+        attrs = {"bm": IntAttr(bm), "bn": IntAttr(bn), "group_m": IntAttr(group_m)}
+        if cluster_n > 1:
+            attrs["cluster_n"] = IntAttr(cluster_n)
         super().__init__(operands=[m, n, list(inits)], result_types=[[v.type for v in inits]],
-                         regions=[Region(block)],
-                         attributes={"bm": IntAttr(bm), "bn": IntAttr(bn), "group_m": IntAttr(group_m)})
+                         regions=[Region(block)], attributes=attrs)
 
     @property
     def block(self) -> Block:
@@ -197,6 +202,24 @@ def check_tile_loop(op) -> None:
     term = op.block.last_op
     if not isinstance(term, YieldOp) or len(term.values) != len(op.inits):
         _fail(op.name, "body must end in a pks.yield of its carried values")
+    cn = getattr(op, "cluster_n", None)
+    if cn is not None:
+        sched = op.parent_op()
+        while sched is not None and not isinstance(sched, ScheduleOp):
+            sched = sched.parent_op()
+        cl = sched.cluster.data if sched is not None else 1
+        if cn.data < 1 or cl % cn.data:
+            _fail(op.name, f"cluster_n = {cn.data} does not divide the cluster of {cl} CTAs")
+
+
+def cluster_shape(op) -> tuple[int, int]:
+    """(row blocks, column blocks) of a tile loop's cluster (``cluster_n``'s doc)."""
+    sched = op.parent_op()
+    while sched is not None and not isinstance(sched, ScheduleOp):
+        sched = sched.parent_op()
+    cl = sched.cluster.data if sched is not None else 1
+    cn = op.cluster_n.data if getattr(op, "cluster_n", None) is not None else 1
+    return cl // cn, cn
 
 
 # ----------------------------------------------------------------------------------------

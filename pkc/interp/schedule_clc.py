@@ -17,6 +17,7 @@ from collections.abc import Generator
 import torch
 
 from pkc.dialects import schedule_clc as c
+from pkc.dialects.schedule_structure import cluster_shape
 from pkc.interp.schedule_ops import grouped_tile
 from pkc.interp.schedule_rules import BLOCKED, blocking
 from pkc.interp.schedule_state import Actor, Mbarrier, Smem, TmaLoad, Write, join
@@ -45,12 +46,14 @@ def _clc_tile_loop(R, a: Actor, op: c.ClcTileLoopOp, env) -> Generator:
     cluster, rank 0's issuer asks and the response lands in every CTA (multicast); every
     CTA's issuer announces its 16 bytes; every reader frees the slot on rank 0's empty."""
     cl = R.cluster
-    if cl > 2:
-        raise InterpError(f"{a.at(op)}: cluster launch control in clusters of {cl}")
+    if cl > 2 and not getattr(R, "pair", False):
+        raise InterpError(f"{a.at(op)}: cluster launch control in clusters of {cl} (of single "
+                          "CTAs; clusters of 4 are two CTA pairs)")
     bm, bn, gm = op.bm.data, op.bn.data, op.group_m.data
+    cm, cn = cluster_shape(op)
     num_m, num_n = -(-env[op.m] // bm), -(-env[op.n] // bn)
-    num_mc = -(-num_m // cl)
-    tiles = num_mc * num_n
+    num_mc, num_nc = -(-num_m // cm), -(-num_n // cn)
+    tiles = num_mc * num_nc
     pending = R.__dict__.setdefault("clc_pending", {}).setdefault(
         (a.rank, a.launch), list(range(R.ctas // cl, tiles)))
     base = a.cta - a.cta % cl
@@ -81,8 +84,8 @@ def _clc_tile_loop(R, a: Actor, op: c.ClcTileLoopOp, env) -> Generator:
                 R.loads.append(TmaLoad(op, at, lambda w=words: w.view(torch.uint8), targets))
             a.clock[a.aid] += 1
             R.version += 1
-        mc, nb = grouped_tile(tile, num_mc, num_n, gm)
-        mb = mc * cl + a.cta % cl
+        mc, nc = grouped_tile(tile, num_mc, num_nc, gm)
+        mb, nb = mc * cm + a.cta % cl % cm, nc * cn + a.cta % cl // cm
         R._count()
         carried = yield from R.run_block(a, op.block, env, [mb * bm, nb * bn, *carried])
         yield from _wait(R, a, op, full[slot], phase)
