@@ -33,8 +33,8 @@ from pkc.codegen import ptx, ptx_sm90
 from pkc.codegen.abi import ScheduledKernelMeta, TmapArg, _ident
 from pkc.codegen.builder import Builder
 from pkc.codegen.errors import CodegenError
-from pkc.codegen.lower_schedule_mma import (lower_acc_store_global, lower_acc_store_smem, lower_mma,
-                                             thread_geometry)
+from pkc.codegen.lower_schedule_mma import (lower_acc_scale, lower_acc_store_global,
+                                             lower_acc_store_smem, lower_mma, thread_geometry)
 from pkc.dialects import schedule as s
 from pkc.dialects.schedule_clc import ClcTileLoopOp
 from pkc.dialects.kernel import KernelOp
@@ -368,7 +368,7 @@ def _thread_values(L: Lowering, scope: Operation) -> None:
     if L.target != "sm_90a":
         return              # wgmma's fragment geometry; tensor memory has its own
     widths = {o.width.data for o in scope.walk() if isinstance(o, s.AccStoreSmemOp)}
-    if widths or any(isinstance(o, s.AccStoreGlobalOp) for o in scope.walk()):
+    if widths or any(isinstance(o, (s.AccStoreGlobalOp, s.AccScaleOp)) for o in scope.walk()):
         thread_geometry(L, widths)
 
 
@@ -597,3 +597,4 @@ from pkc.codegen import lower_schedule_fused  # noqa: E402,F401  (registers its 
 from pkc.codegen import lower_schedule_tcgen05  # noqa: E402,F401  (registers sm_100a)
 from pkc.codegen import lower_schedule_ag  # noqa: E402,F401  (registers its lowerings)
 from pkc.codegen import lower_schedule_moe  # noqa: E402,F401  (registers its lowerings)
+    s.AccScaleOp: lambda L, op: lower_acc_scale(L, op),

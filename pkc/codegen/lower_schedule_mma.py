@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from xdsl.dialects.builtin import BFloat16Type, Float16Type
+
 from pkc.codegen import ptx, ptx_sm90
 
 if TYPE_CHECKING:
@@ -47,7 +49,8 @@ def _desc(L: "Lowering", addr, hi: int):
 
 
 def lower_mma(L: "Lowering", op) -> None:
-    """One 64-deep k-block: 4 k16 steps x (rows / 64) slices of wgmma, after a fence."""
+    """One k-block of 128-byte rows: 4 steps of 32 bytes (k16 of 16-bit types, k32 of fp8)
+    x (rows / 64) slices of wgmma, after a fence."""
     b = L.b
     acc = op.acc.type
     n, slices = acc.cols.data, acc.rows.data // 64
@@ -58,6 +61,7 @@ def lower_mma(L: "Lowering", op) -> None:
     da = _desc(L, a_addr, DESC_HI_KMAJOR)
     db = _desc(L, b_addr, DESC_HI_NMAJOR if n_major else DESC_HI_KMAJOR)
     scale = L.v(op.accumulate)
+    ta, tb = op.types
     b.add(ptx_sm90.WgmmaSyncOp("fence"))
     for k in range(BK // 16):
         boff = k * 16 * ROW_BYTES if n_major else k * 32
@@ -65,8 +69,8 @@ def lower_mma(L: "Lowering", op) -> None:
         for mi in range(slices):
             aoff = mi * 64 * ROW_BYTES + k * 32
             dak = b.bin("add", "s64", da, aoff >> 4) if aoff else da
-            b.add(ptx_sm90.WgmmaOp(frag, dak, dbk, n, op.dtype.data, int(n_major),
-                                   scale if k == 0 else None, first=mi * n // 2))
+            b.add(ptx_sm90.WgmmaOp(frag, dak, dbk, n, ta, int(n_major),
+                                   scale if k == 0 else None, first=mi * n // 2, b_dtype=tb))
 
 
 def _frag_pair(L: "Lowering", op, mi: int, q: int):
@@ -136,5 +140,81 @@ def lower_acc_store_global(L: "Lowering", op) -> None:
                 b.st("global", "b32", b.add64(addr, 16 * j) if j else addr, v, guard=pst)
 
 
-__all__ = ["lower_mma", "lower_acc_store_smem", "lower_acc_store_global", "DESC_HI_KMAJOR",
+def _scale_value(L: "Lowering", buf, index, bound):
+    """f32 ``buf[index]`` where ``index < bound`` (0.0 elsewhere: an element never stored);
+    ``bound`` None: unguarded."""
+    b = L.b
+    addr = b.add64(L.v(buf), b.bin("mul.wide", "u32", index, b.u32(4), "b64"))
+    if bound is None:
+        return b.ld("global", "f32", addr, cache="nc")
+    return b.ld("global", "f32", addr, cache="nc", guard=b.setp("lt", "u32", index, bound),
+                other=b.imm(0.0, "f32"))
+
+
+def _bias_value(L: "Lowering", buf, index, bound):
+    """``bias[index]`` widened to f32 where ``index < bound`` (0.0 elsewhere)."""
+    b = L.b
+    et = buf.type.element_type
+    kind = ("bf16" if isinstance(et, BFloat16Type) else "f16" if isinstance(et, Float16Type)
+            else "f32")
+    addr = b.add64(L.v(buf), b.bin("mul.wide", "u32", index, b.u32(4 if kind == "f32" else 2),
+                                   "b64"))
+    guard = b.setp("lt", "u32", index, bound)
+    if kind == "f32":
+        return b.ld("global", "f32", addr, cache="nc", guard=guard, other=b.imm(0.0, "f32"))
+    raw = b.ld("global", "b16", addr, cache="nc", guard=guard, other=b.imm(0, "b16"))
+    return b.cvt("f32", kind, raw)
+
+
+def lower_acc_scale(L: "Lowering", op) -> None:
+    """``pks.acc_scale`` on wgmma's register fragments: each thread loads the scales of its
+    rows (2 per 64-row slice) and, 8-column block by block, of its columns (2 per block;
+    all at once would not fit beside a 128-register accumulator), multiplies its
+    accumulator registers with ``mul.rn`` (no contraction into an FMA: each product is
+    rounded as the op says) and adds the bias, in place."""
+    b = L.b
+    n = op.acc.type.cols.data
+    frag = L.v(op.acc)
+    r0, quad = L.geo["row"], L.geo["quad"]
+    rows, cols = L.v(op.rows), L.v(op.cols)
+    row_a, row_b = op.row_wise()
+    slices, blocks = op.region()
+    zero = b.u32(0)
+    alpha = None
+    if not row_a and not row_b:
+        alpha = b.bin("mul.rn", "f32", _scale_value(L, op.scale_a, zero, None),
+                      _scale_value(L, op.scale_b, zero, None))
+    sa = None if row_a else _scale_value(L, op.scale_a, zero, None)
+    sb = None if row_b else _scale_value(L, op.scale_b, zero, None)
+    col0 = b.add32(L.v(op.col), b.bin("shl", "b32", quad, 1))
+    ras = {}
+    for mi in slices:
+        for i in range(2):
+            ras[mi, i] = sa
+            if row_a:
+                row = b.add32(b.add32(L.v(op.row), r0), 64 * mi + 8 * i)
+                ras[mi, i] = _scale_value(L, op.scale_a, row, rows)
+    for j in blocks:
+        cs, bs = {}, {}
+        for c in range(2):
+            col = b.add32(col0, 8 * j + c) if 8 * j + c else col0
+            cs[c] = _scale_value(L, op.scale_b, col, cols) if row_b else sb
+            if op.bias is not None:
+                bs[c] = _bias_value(L, op.bias, col, cols)
+        for mi in slices:
+            for i in range(2):
+                for c in range(2):
+                    q = mi * (n // 2) + 4 * j + 2 * i + c
+                    v = b.r(ptx_sm90.FragGetOp(frag, q))
+                    if alpha is not None:
+                        v = b.bin("mul.rn", "f32", v, alpha)
+                    else:
+                        v = b.bin("mul.rn", "f32", v, ras[mi, i])
+                        v = b.bin("mul.rn", "f32", v, cs[c])
+                    if op.bias is not None:
+                        v = b.bin("add.rn", "f32", v, bs[c])
+                    b.add(ptx_sm90.FragSetOp(frag, q, v))
+
+
+__all__ = ["lower_mma", "lower_acc_scale", "lower_acc_store_smem", "lower_acc_store_global", "DESC_HI_KMAJOR",
            "DESC_HI_NMAJOR", "desc_hi", "ptx"]

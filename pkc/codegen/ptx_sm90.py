@@ -39,6 +39,7 @@ from pkc.codegen.ptx import B32, B64, F32, Inst, Names, RegType, _guard, reg_kin
 
 WGMMA_N = tuple(range(8, 257, 8))   # PTX ISA 9.7.15.5.1: n is a multiple of 8 up to 256
 MMA_DTYPES = ("bf16", "f16")
+FP8_DTYPES = ("e4m3", "e5m2")        # wgmma's 8-bit float operands (k32, both K-major)
 
 
 @irdl_attr_definition
@@ -113,7 +114,9 @@ class FragGetOp(Inst):
 class WgmmaOp(Inst):
     """``wgmma.mma_async.sync.aligned.m64n<N>k16.f32.<t>.<t> {acc}, descA, descB, scale_d,
     1, 1, 0, tnspB`` (PTX ISA 9.7.15.5.2): A and B from shared-memory descriptors, the
-    accumulator block updated in place; ``scale_d`` (a predicate) false means d = a*b."""
+    accumulator block updated in place; ``scale_d`` (a predicate) false means d = a*b.
+    fp8 (``dtype`` e4m3 / e5m2, ``b_dtype`` B's where it differs): ``m64n<N>k32.f32.<a>.<b>
+    {acc}, descA, descB, scale_d, 1, 1`` (both operands K-major: no transpose operands)."""
 
     name = "ptx.wgmma"
     acc = operand_def(FragType)
@@ -124,13 +127,28 @@ class WgmmaOp(Inst):
     dtype = attr_def(StringAttr)
     trans_b = attr_def(IntAttr)
     first = attr_def(IntAttr)      # the slice's first register in the block
+    b_dtype = opt_attr_def(StringAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     def __init__(self, acc: SSAValue, desc_a: SSAValue, desc_b: SSAValue, n: int, dtype: str,
-                 trans_b: int = 0, scale_d: SSAValue | None = None, first: int = 0):
+                 trans_b: int = 0, scale_d: SSAValue | None = None, first: int = 0,
+                 b_dtype: str = ""):
+        attrs = {"n": IntAttr(n), "dtype": StringAttr(dtype), "trans_b": IntAttr(trans_b),
+                 "first": IntAttr(first)}
+        if b_dtype and b_dtype != dtype:
+            attrs["b_dtype"] = StringAttr(b_dtype)
         super().__init__(operands=[acc, desc_a, desc_b, [scale_d] if scale_d else []],
-                         attributes={"n": IntAttr(n), "dtype": StringAttr(dtype),
-                                     "trans_b": IntAttr(trans_b), "first": IntAttr(first)})
+                         attributes=attrs)
+
+    @property
+    def types(self) -> tuple[str, str]:
+        a = self.dtype.data
+        return a, (self.b_dtype.data if self.b_dtype is not None else a)
+
+    @property
+    def k(self) -> int:
+        """K of one instruction: 16 (16-bit types) or 32 (fp8): 32 bytes of each row."""
+        return 32 if self.dtype.data in FP8_DTYPES else 16
 
     def verify_(self) -> None:
         n, first, size = self.n.data, self.first.data, self.acc.type.size.data
@@ -139,17 +157,45 @@ class WgmmaOp(Inst):
         if first < 0 or first + n // 2 > size:
             raise VerifyException(f"'ptx.wgmma' m64n{n} at register {first} needs {n // 2} "
                                   f"registers of !ptx.frag<{size}>")
-        if self.dtype.data not in MMA_DTYPES:
-            raise VerifyException(f"'ptx.wgmma' dtype {self.dtype.data!r} not in {MMA_DTYPES}")
+        ta, tb = self.types
+        if not ((ta in MMA_DTYPES and tb == ta) or (ta in FP8_DTYPES and tb in FP8_DTYPES)):
+            raise VerifyException(f"'ptx.wgmma' types {ta} x {tb}: one of {MMA_DTYPES} for "
+                                  f"both, or two of {FP8_DTYPES}")
+        if ta in FP8_DTYPES and self.trans_b.data:
+            raise VerifyException("'ptx.wgmma' fp8 operands are K-major (no transposed B)")
 
     def render(self, n: Names) -> list[str]:
-        N, t = self.n.data, self.dtype.data
+        N = self.n.data
+        ta, tb = self.types
         base = n.frag(self.acc)
         f = self.first.data
         accs = ", ".join(f"{base}{i}" for i in range(f, f + N // 2))
         scale = n(self.scale_d) if self.scale_d is not None else "1"
-        return [f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{t}.{t} {{{accs}}}, "
-                f"{n(self.desc_a)}, {n(self.desc_b)}, {scale}, 1, 1, 0, {self.trans_b.data};"]
+        tail = "" if ta in FP8_DTYPES else f", 0, {self.trans_b.data}"
+        return [f"wgmma.mma_async.sync.aligned.m64n{N}k{self.k}.f32.{ta}.{tb} {{{accs}}}, "
+                f"{n(self.desc_a)}, {n(self.desc_b)}, {scale}, 1, 1{tail};"]
+
+
+@irdl_op_definition
+class FragSetOp(Inst):
+    """Element ``index`` of an accumulator block := ``value`` (an f32 register):
+    ``mov.f32`` (an epilogue that rewrites the accumulator in place, e.g. its scales)."""
+
+    name = "ptx.frag_set"
+    frag = operand_def(FragType)
+    value = operand_def(RegType)
+    index = attr_def(IntAttr)
+
+    def __init__(self, frag: SSAValue, index: int, value: SSAValue):
+        super().__init__(operands=[frag, value], attributes={"index": IntAttr(index)})
+
+    def verify_(self) -> None:
+        size = self.frag.type.size.data
+        if not 0 <= self.index.data < size:
+            raise VerifyException(f"'ptx.frag_set' index {self.index.data} outside !ptx.frag<{size}>")
+
+    def render(self, n: Names) -> list[str]:
+        return [f"mov.f32 {n.frag(self.frag)}{self.index.data}, {n(self.value)};"]
 
 
 @irdl_op_definition
@@ -438,7 +484,7 @@ class TrapOp(Inst):
 
 
 SM90_OPS = [
-    FragAllocOp, FragGetOp, WgmmaOp, WgmmaSyncOp, SetmaxnregOp, TmaLoadOp, TmaStoreOp,
+    FragAllocOp, FragGetOp, FragSetOp, WgmmaOp, WgmmaSyncOp, SetmaxnregOp, TmaLoadOp, TmaStoreOp,
     PrefetchTensormapOp, MbarrierArriveOp, MbarrierWaitParityOp, MapaOp, ClusterBarrierOp,
     NamedBarrierOp, CvtPackOp, TrapOp,
 ]

@@ -97,7 +97,8 @@ class SassSummary:
     def of(text: str) -> "SassSummary":
         ins = instructions(text)
         return SassSummary(
-            hgmma=[i for i in ins if "HGMMA" in i],
+            # wgmma: HGMMA of 16-bit operands, QGMMA of fp8 ones
+            hgmma=[i for i in ins if "HGMMA" in i or "QGMMA" in i],
             mbarrier_inits=sum(1 for i in ins if "SYNCS.EXCH.64" in i),
             tma_loads=sum(1 for i in ins if "UTMALDG" in i),
             tma_stores=sum(1 for i in ins if "UTMASTG" in i),
@@ -115,7 +116,9 @@ def expected_pipeline(cfg: GemmConfig) -> dict:
     b_boxes = 1 if cfg.b_layout is BLayout.NK else cfg.bn // 64 // cfg.cluster_m
     stores = (cfg.m_slices * cfg.bn // cfg.epi_width) if cfg.epilogue is Epilogue.TMA else 0
     return {
-        "hgmma_shape": f"HGMMA.64x{cfg.bn}x16.F32{'.BF16' if cfg.dtype == 'bf16' else ''}",
+        "hgmma_shape": (f"QGMMA.64x{cfg.bn}x32.F32.{cfg.in_types[0].upper()}."
+                        f"{cfg.in_types[1].upper()}" if cfg.fp8 else
+                        f"HGMMA.64x{cfg.bn}x16.F32{'.BF16' if cfg.dtype == 'bf16' else ''}"),
         "hgmma_per_stage": (BK // 16) * cfg.m_slices,
         "mbarrier_inits": 2 * cfg.stages + cfg.extra_bars,
         "tma_loads": 1 + b_boxes,

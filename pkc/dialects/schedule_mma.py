@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import IntAttr, StringAttr, i1, i32
+from xdsl.dialects.builtin import DenseArrayBase, IntAttr, StringAttr, i1, i32, i64
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -283,8 +283,10 @@ class AccScaleOp(IRDLOperation):
     buffers, each tensor-wise ``[1]`` or row-wise: ``[rows, 1]`` (one per row of A),
     ``[1, cols]`` (one per column of B); when both are tensor-wise their product is formed
     first (one f32 multiply of the accumulator, as cuBLASLt's alpha). ``bias``: a float
-    ``[cols]`` buffer, added in f32.
-    Elements outside ``rows`` x ``cols`` read no scale (they are never stored)."""
+    ``[cols]`` buffer, added in f32. Elements outside ``rows`` x ``cols`` read no scale
+    (they are never stored). ``piece`` = [slice, first column, width]: only that 64-row
+    slice's columns (an epilogue that scales each piece just before it stores it, so that
+    the scales of one piece are live at a time); absent: the whole accumulator."""
 
     name = "pks.acc_scale"
     acc = operand_def(AccType)
@@ -299,12 +301,14 @@ class AccScaleOp(IRDLOperation):
 
     def __init__(self, acc: SSAValue, scale_a: SSAValue, scale_b: SSAValue,
                  bias: SSAValue | None, row: SSAValue, col: SSAValue, rows: SSAValue,
-                 cols: SSAValue):
+                 cols: SSAValue, piece: tuple[int, int, int] | None = None):
+        attrs = {"piece": DenseArrayBase.from_list(i64, list(piece))} if piece else {}
         super().__init__(operands=[acc, scale_a, scale_b, [bias] if bias is not None else [],
-                                   row, col, rows, cols])
+                                   row, col, rows, cols], attributes=attrs)
 
     def row_wise(self) -> tuple[bool, bool]:
         """(A's scale per row, B's per column)."""
+    piece = opt_attr_def(DenseArrayBase)
         return (len(self.scale_a.type.get_shape()) == 2,
                 len(self.scale_b.type.get_shape()) == 2)
 
@@ -318,9 +322,27 @@ class AccScaleOp(IRDLOperation):
             ok = shape == (1,) or (len(shape) == 2 and (shape[1] == 1 if what == "scale_a"
                                                         else shape[0] == 1))
             if not isinstance(t.element_type, Float32Type) or not ok:
+    def region(self) -> tuple[range, range]:
+        """(64-row slices, 8-column blocks) of the accumulator the op scales."""
+        a = self.acc.type
+        if self.piece is None:
+            return range(a.rows.data // 64), range(a.cols.data // 8)
+        sl, c, w = self.piece.get_values()
+        return range(sl, sl + 1), range(c // 8, (c + w) // 8)
+
                 _fail(self.name, f"{what} must be an f32 buffer of shape [1] (tensor-wise) or "
                       f"{row_shape} (row-wise), got {t}")
         if self.bias is not None:
             t = self.bias.type
             if len(t.get_shape()) != 1 or not is_float(t.element_type):
                 _fail(self.name, f"bias must be a 1-d float buffer [cols], got {t}")
+        if self.piece is not None:
+            a = self.acc.type
+            vals = self.piece.get_values()
+            if len(vals) != 3:
+                _fail(self.name, f"piece {list(vals)}: [slice, first column, width]")
+            sl, c, w = vals
+            if not (0 <= sl < a.rows.data // 64 and c % 8 == 0 and w % 8 == 0 and w > 0
+                    and c + w <= a.cols.data):
+                _fail(self.name, f"piece [{sl}, {c}, {w}] outside !pks.acc<{a.rows.data}x"
+                      f"{a.cols.data}> (64-row slices, 8-column blocks)")

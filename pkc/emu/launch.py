@@ -217,7 +217,7 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
     gm.finalize()
     for a, x in host:
         gm.write_tensor(a, x)
-    esize = {"bf16": 2, "f16": 2, "f32": 4}
+    esize = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}
     for r in range(W):
         for j, tm in enumerate(meta.tmaps):
             es = esize[tm.element]

@@ -27,6 +27,7 @@ without ``fence.proxy.async`` or that a TMA load has not completed.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from pkc.codegen import ptx, ptx_sm90
 from pkc.emu.errors import (EmuAsyncProxyError, EmuError, EmuRegisterBudgetError,
@@ -44,6 +45,14 @@ from pkc.emu.values import bf16_to_f32, f32_to_bf16, f32_to_f16
 WG = 128
 MAX_REGS = 65536
 _SWIZZLE_OF_MODE = {0: 0, 1: 128, 2: 64, 3: 32}
+_FP8_TORCH = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+def fp8_bytes_to_f32(data: np.ndarray, dtype: str) -> np.ndarray:
+    """8-bit floats (``e4m3`` = f8E4M3FN, ``e5m2``) as f32: exact (every fp8 value is an
+    f32, and so is the product of two)."""
+    raw = torch.from_numpy(np.ascontiguousarray(data, dtype=np.uint8))
+    return raw.view(_FP8_TORCH[dtype]).float().numpy()
 
 
 # ---------------------------------------------------------------------------------------
@@ -70,6 +79,23 @@ def _frag_get(m, ins, g):
             m.fail(EmuError, "accumulator read while a wgmma that writes it is in flight "
                              "(no wgmma.wait_group retired its group)", g, ins, i)
     g.set(ins.res[0], g.get(ins.args[0])[:, ins.op.index.data])
+
+
+@handles(ptx_sm90.FragSetOp)
+def _frag_set(m, ins, g):
+    """One register of a block written (``mov.f32``); an error while an MMA that writes
+    the block is in flight."""
+    inflight = _inflight(m).get(ins.args[0])
+    if inflight is not None:
+        busy = np.isin(g.idx // WG, list(inflight))
+        if busy.any():
+            i = int(np.flatnonzero(busy)[0])
+            m.fail(EmuError, "accumulator written while a wgmma that writes it is in flight "
+                             "(no wgmma.wait_group retired its group)", g, ins, i)
+    arr = m.regs[ins.args[0]]
+    if arr is None:
+        arr = m.regs[ins.args[0]] = m.new_reg(ins.args[0])
+    arr[g.idx, ins.op.index.data] = g.get(ins.args[1]).view(np.float32)
 
 
 @handles(ptx_sm90.CvtPackOp)
@@ -101,20 +127,22 @@ def _desc_fields(d: int):
     return start, lbo, sbo, _SWIZZLE_OF_MODE[(d >> 62) & 3]
 
 
-def _operand_addrs(desc: int, rows: int, kmajor: bool) -> tuple[np.ndarray, int]:
-    """Shared addresses [rows, 16] of a descriptor's operand (A: rows = 64 of M; B: N),
-    element (i, k); and its swizzle."""
+def _operand_addrs(desc: int, rows: int, kmajor: bool, esize: int = 2) -> tuple[np.ndarray, int]:
+    """Shared addresses [rows, k] of a descriptor's operand (A: rows = 64 of M; B: N),
+    element (i, k) of one instruction's 32 bytes of K (k16 of 16-bit, k32 of 8-bit
+    elements: ``esize`` bytes each); and its swizzle."""
     start, lbo, sbo, sw = _desc_fields(desc)
     i = np.arange(rows)[:, None]
-    k = np.arange(16)[None, :]
+    k = np.arange(32 // esize)[None, :]
+    per = 16 // esize                 # elements of a core matrix's 16-byte row
     if sw:
         if kmajor:
-            a = start + (i // 8) * sbo + (i % 8) * 128 + 2 * k
+            a = start + (i // 8) * sbo + (i % 8) * 128 + esize * k
         else:
             a = start + (i // 64) * lbo + (k // 8) * sbo + (k % 8) * 128 + 2 * (i % 64)
     else:
         if kmajor:
-            a = start + (i // 8) * sbo + (k // 8) * lbo + (i % 8) * 16 + 2 * (k % 8)
+            a = start + (i // 8) * sbo + (k // per) * lbo + (i % 8) * 16 + esize * (k % per)
         else:
             a = start + (k // 8) * sbo + (i // 8) * lbo + (k % 8) * 16 + 2 * (i % 8)
     return swizzle(a, sw), sw
@@ -131,15 +159,18 @@ def _acc_map(n: int):
 
 def _read_operand(m, ins, g, i, cta: int, addrs: np.ndarray, dtype: str) -> np.ndarray:
     S = m.smem.size
+    esize = 1 if dtype in ptx_sm90.FP8_DTYPES else 2
     flat = (cta * S + addrs).reshape(-1)
-    if (addrs < 0).any() or (addrs + 2 > m.smem.declared).any():
+    if (addrs < 0).any() or (addrs + esize > m.smem.declared).any():
         m.fail(EmuError, "wgmma descriptor addresses leave the CTA's shared memory", g, ins, i)
-    byt = np.concatenate([flat, flat + 1])
+    byt = np.concatenate([flat + j for j in range(esize)])
     check_async_reads_smem(m, ins, g, byt, np.full(byt.size, i), "wgmma (async proxy)")
-    pend = m.smem.pending[flat]
+    pend = m.smem.pending[byt]
     if pend.any():
         m.fail(EmuAsyncProxyError, "wgmma reads shared memory that a TMA / bulk copy writes "
                                    "and whose mbarrier this CTA has not waited on", g, ins, i)
+    if esize == 1:
+        return fp8_bytes_to_f32(m.smem.data[flat].reshape(addrs.shape), dtype)
     bits = m.smem.data.view(np.uint16)[flat // 2].reshape(addrs.shape)
     return bf16_to_f32(bits) if dtype == "bf16" else bits.view(np.float16).astype(np.float32)
 
@@ -194,13 +225,16 @@ ACCUMULATE = accumulate_h200
 
 @handles(ptx_sm90.WgmmaOp)
 def _wgmma(m, ins, g):
-    """``wgmma.mma_async.sync.aligned.m64nNk16.f32.<t>.<t>`` (PTX ISA 9.7.15.5.2): the
-    four warps of a warpgroup issue it together (``.aligned``)."""
+    """``wgmma.mma_async.sync.aligned.m64nNk16.f32.<t>.<t>`` (PTX ISA 9.7.15.5.2; fp8:
+    ``m64nNk32.f32.<a>.<b>``, both operands K-major): the four warps of a warpgroup issue
+    it together (``.aligned``)."""
     ok, rows = full_warps(m, g, WG)
     if rows.size == 0:
         return ok
     op = ins.op
-    n, dtype, first = op.n.data, op.dtype.data, op.first.data
+    n, first = op.n.data, op.first.data
+    ta, tb = op.types
+    esize = 1 if ta in ptx_sm90.FP8_DTYPES else 2
     trans_b = op.trans_b.data
     frag = ins.args[0]
     da = m.regs[ins.args[1]][rows[:, 0]].astype(np.uint64)
@@ -213,10 +247,10 @@ def _wgmma(m, ins, g):
     for w in range(rows.shape[0]):
         cta = int(m.cta_of[rows[w, 0]])
         i0 = int(np.flatnonzero(ok)[w * WG])
-        a_addr, _ = _operand_addrs(int(da[w]), 64, True)
-        b_addr, _ = _operand_addrs(int(db[w]), n, not trans_b)
-        A = _read_operand(m, ins, g, i0, cta, a_addr, dtype).astype(np.float64)       # 64 x 16
-        B = _read_operand(m, ins, g, i0, cta, b_addr, dtype).astype(np.float64).T     # 16 x n
+        a_addr, _ = _operand_addrs(int(da[w]), 64, True, esize)
+        b_addr, _ = _operand_addrs(int(db[w]), n, not trans_b, esize)
+        A = _read_operand(m, ins, g, i0, cta, a_addr, ta).astype(np.float64)   # 64 x k
+        B = _read_operand(m, ins, g, i0, cta, b_addr, tb).astype(np.float64).T  # k x n
         C = None
         if scale is None or bool(scale[w]):
             C = np.zeros((64, n))

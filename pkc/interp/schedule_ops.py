@@ -17,7 +17,8 @@ from pkc.interp.schedule_state import Acc, Actor, Mma, Read, Smem, TmaLoad, Writ
 from pkc.interp.values import InterpError, torch_dtype, where
 
 ROW_BYTES = 128        # an MMA operand row: 64 16-bit elements of K (the 128-byte swizzle span)
-_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+           "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 
 class Tmap:
@@ -142,7 +143,9 @@ def _mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
     if getattr(R, "pair", False):
         return _pair_mma(R, a, op, env)
     acc: Acc = env[op.acc]
-    dt = _DTYPES[op.dtype.data]
+    ta, tb = op.types
+    dt, dtb = _DTYPES[ta], _DTYPES[tb]
+    kd = op.k_depth                     # 64 (16-bit) or 128 (fp8) elements of K
     at = a.at(op)
     A: Smem = env[op.a]
     B: Smem = env[op.b]
@@ -153,10 +156,10 @@ def _mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
     B.check_range(at, b_slot, 0, b1)
     A.check_read(a, at, a_slot, a0, a1, async_proxy=True)
     B.check_read(a, at, b_slot, 0, b1, async_proxy=True)
-    av = A.bytes(a_slot, a0, a1).view(dt).view(acc.rows, 64)
-    bv = B.bytes(b_slot, 0, b1).view(dt)
+    av = A.bytes(a_slot, a0, a1).view(dt).view(acc.rows, kd)
+    bv = B.bytes(b_slot, 0, b1).view(dtb)
     if op.b_major.data == s.BMajor.K.value:
-        bt = bv.view(acc.cols, 64).t()                          # rows of B^T: [n][k]
+        bt = bv.view(acc.cols, kd).t()                          # rows of B^T: [n][k]
     else:
         bt = bv.view(acc.cols // 64, 64, 64).permute(1, 0, 2).reshape(64, acc.cols)  # [nb][k][n]
     _accumulate(acc, av.double() @ bt.double(), env[op.accumulate], at)
@@ -173,6 +176,7 @@ def _accumulate(acc: Acc, prod, accumulate: bool, at: str) -> None:
     """An MMA's product into ``acc`` (added where ``accumulate``), now in flight."""
     if accumulate:
         if acc.data is None:
+    # fp8 and 16-bit products and their sums over a k-block are exact in f64
             raise InterpError(f"{at}: accumulates into an accumulator no MMA wrote")
         acc.data = acc.data + prod
     else:
@@ -366,6 +370,39 @@ def _acc_select(R, a: Actor, op: s.AccSelectOp, env) -> bool:
     if not 0 <= i < len(op.accs):
         raise InterpError(f"{a.at(op)}: accumulator index {i} outside 0..{len(op.accs) - 1}")
     env[op.result] = env[op.accs[i]]
+def _acc_scale(R, a: Actor, op: s.AccScaleOp, env) -> bool:
+    """The f32 accumulator times its scales (+ bias), each step rounded to f32, as the op
+    says; elements outside rows x cols get scale 0."""
+    acc: Acc = env[op.acc]
+    val = acc_value(a, op, acc)
+    row, col = env[op.row], env[op.col]
+    rows, cols = env[op.rows], env[op.cols]
+    ri = torch.arange(row, row + acc.rows)
+    ci = torch.arange(col, col + acc.cols)
+    ok_r, ok_c = ri < rows, ci < cols
+
+    def pick(buf, idx, ok) -> torch.Tensor:
+        v = R.data[buf][a.rank].reshape(-1).float()
+        return torch.where(ok, v[idx.clamp(max=v.numel() - 1)], torch.zeros(()))
+
+    row_a, row_b = op.row_wise()
+    sa = R.data[op.scale_a][a.rank].reshape(-1)[0].float()
+    sb = R.data[op.scale_b][a.rank].reshape(-1)[0].float()
+    if not row_a and not row_b:
+        out = val * (sa * sb)
+    else:
+        out = val * (pick(op.scale_a, ri, ok_r)[:, None] if row_a else sa)
+        out = out * (pick(op.scale_b, ci, ok_c)[None, :] if row_b else sb)
+    if op.bias is not None:
+        out = out + pick(op.bias, ci, ok_c)[None, :]
+    slices, blocks = op.region()            # a piece: only its rows and columns change
+    rs = slice(64 * slices.start, 64 * slices.stop)
+    cs = slice(8 * blocks.start, 8 * blocks.stop)
+    val[rs, cs] = out[rs, cs]
+    acc.data = val.double()
+    return False
+
+
     return False
 
 
@@ -410,3 +447,4 @@ SIMPLE = {
     s.WarpgroupIndexOp: _set(lambda R, a: a.role_wg),
     s.ClusterRankOp: _set(lambda R, a: a.cta % R.cluster),
 }
+    s.AccScaleOp: _acc_scale,

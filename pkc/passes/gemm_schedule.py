@@ -12,11 +12,12 @@ with 8-bit element types and a scale step, no new structure -
 * ``pks.mma_async {dtype = "e4m3", b_dtype = "e5m2"}`` (``b_dtype`` only where B's type
   differs): one 128-deep k-block, B K-major (wgmma m64nNk32 .e4m3/.e5m2 on sm_90a; sm_100a
   maps it to tcgen05 kind::f8f6f4);
-* ``pks.acc_scale %acc, %SA, %SB [, %bias] at (row0, n0) in (M, N)`` right after the tile's
-  last ``pks.mma_wait`` and before the epilogue's stores: the f32 accumulator times the
-  scales (tensor-wise [1] or row-wise [M, 1] / [1, N] kernel buffers), plus the bias; every
-  epilogue (TMA store, register store, a fused kernel's puts and reduce-adds) then stores
-  the scaled tile as it stores any accumulator.
+* ``pks.acc_scale %acc, %SA, %SB [, %bias] at (row0, n0) in (M, N) {piece}`` in the
+  epilogue, after the tile's last ``pks.mma_wait``: the f32 accumulator times the scales
+  (tensor-wise [1] or row-wise [M, 1] / [1, N] kernel buffers), plus the bias; the TMA
+  epilogue scales each 64 x w piece just before writing it (``piece``; its scales are
+  then live one piece at a time), the register epilogue the whole tile; then the stores
+  (or a fused kernel's puts and reduce-adds) move the scaled tile as any accumulator.
 
 Written with the schedule level's fine-grained ops, the way a Gluon kernel is written in
 Triton: every stage wait, arrival, copy and MMA is an op that a later pass can move or
@@ -168,8 +169,9 @@ class GemmParts:
         if cfg.epilogue is Epilogue.TMA:
             ebuf = _tma_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, coords[1], ebuf,
                                  lambda slot, col, row: t.add(s.TmaStoreOp(e.epi, slot, e.tC,
-                                                                           [col, row])))
+                                                                           [col, row])), e)
         else:
+            e.scale(t, row0, coords[1])
             t.add(s.AccStoreGlobalOp(e.acc, e.C, row0, coords[1], e.M, e.N, cfg.dtype))
         return ebuf, extra
 
@@ -188,8 +190,16 @@ class Epi:
     """What the consumer's epilogue works with: its accumulator, the epilogue buffers, C
     and its map, the warpgroup index, the shape's M and N (values of the role)."""
 
-    def __init__(self, acc, epi, C, tC, wg, M, N):
+    def __init__(self, acc, epi, C, tC, wg, M, N, scales: "Scales | None" = None):
         self.acc, self.epi, self.C, self.tC, self.wg, self.M, self.N = acc, epi, C, tC, wg, M, N
+        self.scales = scales     # an fp8 GEMM's: every epilogue applies them (pks.acc_scale)
+
+    def scale(self, t: "_Ops", row0: SSAValue, n0: SSAValue,
+              piece: tuple[int, int, int] | None = None) -> None:
+        """``pks.acc_scale`` of the accumulator (or one piece of it) if the GEMM is scaled."""
+        sc = self.scales
+        if sc is not None:
+            t.add(s.AccScaleOp(self.acc, sc.sa, sc.sb, sc.bias, row0, n0, self.M, self.N, piece))
 
 
 class Scales:
@@ -312,9 +322,7 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
     t.add(s.MmaWaitOp(0))
     t.add(s.MbarrierArriveOp(empty, last, all_ctas=all_ctas))
     row0 = t.bin(arith.AddiOp, m0, a_row)
-    if scales is not None:
-        t.add(s.AccScaleOp(acc, scales.sa, scales.sb, scales.bias, row0, coords[1], M, N))
-    e = Epi(acc, epi, C, tC, wg, M, N)
+    e = Epi(acc, epi, C, tC, wg, M, N, scales)
     ebuf, extra = parts.epilogue_tile(t, cfg, e, coords, row0, ebuf, extra)
     t.add(s.YieldOp([stage2, phase2, ebuf, *extra]))
     parts.epilogue_finish(r, cfg, list(loop.results)[3:])
@@ -323,10 +331,12 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
     r.add(s.YieldOp())
 
 
-def _tma_epilogue(t: _Ops, cfg: GemmConfig, acc, epi, wg, row0, n0, ebuf, store) -> SSAValue:
+def _tma_epilogue(t: _Ops, cfg: GemmConfig, acc, epi, wg, row0, n0, ebuf, store,
+                  e: Epi | None = None) -> SSAValue:
     """The accumulator piece by piece (64 rows x w columns) through the warpgroup's
     ``epi_bufs`` swizzled buffers, each stored by TMA while the next is written
-    (``store(slot, col, row)`` appends the piece's TMA store)."""
+    (``store(slot, col, row)`` appends the piece's TMA store); a scaled GEMM's piece is
+    scaled just before it is written (``e.scale``: its scales live one piece at a time)."""
     w = cfg.epi_width
     base = t.bin(arith.MuliOp, wg, cfg.epi_bufs)
     for mi in range(cfg.m_slices):
@@ -335,6 +345,8 @@ def _tma_epilogue(t: _Ops, cfg: GemmConfig, acc, epi, wg, row0, n0, ebuf, store)
             t.add(s.BulkWaitOp(cfg.epi_bufs - 1, read=True))
             t.add(s.WarpgroupBarrierOp())
             slot = t.bin(arith.AddiOp, base, ebuf)
+            if e is not None:
+                e.scale(t, row0, n0, (mi, ch * w, w))
             t.add(s.AccStoreSmemOp(acc, epi, slot, mi, ch * w, w, cfg.dtype))
             t.add(s.FenceAsyncSharedOp())
             t.add(s.WarpgroupBarrierOp())

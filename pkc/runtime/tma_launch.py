@@ -26,9 +26,12 @@ from pkc.runtime import param_space
 from pkc.runtime.driver import call, cu
 from pkc.runtime.errors import CudaDriverError
 
+# fp8 operands are moved as bytes (the MMA reads their type from its instruction)
 _TMAP_DTYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
-                "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
-_TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+                "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", "e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+                "e5m2": "CU_TENSOR_MAP_DATA_TYPE_UINT8"}
+_TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32",
+                 torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
 
 def ensure_context(device: torch.device) -> None:
