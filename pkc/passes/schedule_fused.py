@@ -9,7 +9,9 @@ body becomes the persistent warp-specialized GEMM of :mod:`pkc.passes.gemm_sched
 the tile space, C maps and epilogue of :class:`pkc.passes.fused_schedule.RsParts`: each
 output tile goes by TMA to its chunk owner's copy of the symmetric output (stored for the
 own chunk, reduce-added for the others) and epoch-counted signals tell the owner when its
-chunk is whole. The other patterns stay as they are, with a remark saying why.
+chunk is whole. The same kernel scatters columns (2-D dim 1, 3-D last dim) and blocks
+of rows (3-D dim 1) with their own tile ownership: :mod:`pkc.passes.fused_rs_layouts`.
+The other patterns stay as they are, with a remark saying why.
 
 Decisions (written into ``pk.plan``: ``schedule = "fused"``, ``fused_kind``, the tile,
 ``overlap``, ``comm_ctas``, ``fresh_output``; and a remark), from the kernel's plan and the

@@ -29,6 +29,7 @@ for g in $GROUPS_; do
     agpa2a) file=tests/gpu/test_scheduled_agp_a2a.py; k=""; t=150;;
     program) file=tests/gpu/test_gpu_scheduled_program.py; k=""; t=240;;
     fusedar) file=tests/gpu/test_scheduled_fused_ar.py; k=""; t=90;;
+    fusedlayouts) file=tests/gpu/test_scheduled_fused_layouts.py; k=""; t=150;;
     agpa2a) file=tests/gpu/test_scheduled_agp_a2a.py; k=""; t=90;;
     moe) file=tests/gpu/test_gpu_moe.py; k=""; t=90;;
     world72) file=tests/gpu/test_world72.py; k=""; t=300;;

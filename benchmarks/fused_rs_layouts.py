@@ -1,0 +1,156 @@
+"""The IR-built GEMM + reduce-scatter along columns and along dim 1 of a 3-D result
+(pkc/passes/fused_rs_layouts.py) on the GPU, in the virtual world (W ranks on W
+green-context lanes of one H200): the output of each rank against torch, then the fused
+kernel, the row-chunk fused kernel of the same product (benchmarks/fused_ir.py's, where R
+divides by W) and the IR-built GEMM alone of the same per-rank problem launched in
+alternation (benchmarks/timing.py ``rotated``): medians and the paired ratios fused /
+GEMM (the fusion's cost over the GEMM: the goal is <= 1.05) and fused / row kernel (the
+layout's cost over the row layout).
+
+    python benchmarks/fused_rs_layouts.py --out DIR   # on the GPU machine (xdsl carried)
+    python benchmarks/fused_rs_layouts.py --list      # the cases, no GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# (name, W, lead dims of the result, scattered dim, N, K, B layout): odd shapes (rows,
+# N, K not multiples of 16 or of W; chunks of columns multiples of 8 for TMA) and larger
+CASES = [
+    ("cols odd W=2", 2, (998,), 1, 784, 520, "nk"),
+    ("cols odd W=3", 3, (1001,), 1, 600, 392, "kn"),
+    ("cols 3d odd W=4", 4, (4, 517), 2, 1056, 712, "nk"),
+    ("blocks odd W=2", 2, (3, 1024), 1, 776, 520, "nk"),
+    ("blocks odd W=4", 4, (3, 768), 1, 584, 392, "kn"),
+    ("cols 4096 W=2", 2, (4096,), 1, 4096, 4096, "nk"),
+    ("cols 4096 W=4", 4, (4096,), 1, 4096, 4096, "nk"),
+    ("blocks 4096 W=4", 4, (2, 2048), 1, 4096, 4096, "nk"),
+]
+
+
+def compile_case(W, lead, dim, N, K, layout):
+    """(compiled kernel, its pk.kernel) of the scheduled fused kernel of one case."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
+    from test_schedule_fused_layouts import rs_text, scheduled
+
+    from pkc.codegen import compile_kernel
+    from pkc.codegen.emit import kernels_of
+
+    (kop,) = [k for k in kernels_of(scheduled(rs_text(W, lead, dim, N, K, layout)))
+              if k.schedule() is not None]
+    return compile_kernel(kop, "sm_90a"), kop
+
+
+def expected(full, W: int, r: int, sd: int, bt: int):
+    """Rank r's chunk of the summed product ``full`` [R, N] under the layout."""
+    R, N = full.shape
+    if sd == 1:
+        return full[:, r * (N // W):(r + 1) * (N // W)]
+    return full.reshape(bt, W, R // bt // W, N)[:, r].reshape(-1, N)
+
+
+def run_case(name, W, lead, dim, N, K, layout, rounds: int, peers) -> dict:
+    import torch
+    from fused_ir import compile_ir, gemm_alone
+    from timing import paired, rotated
+
+    from pkc.passes.remarks import plan_of
+    from pkc.runtime.scheduled_fused import ScheduledFused
+
+    ck, kop = compile_case(W, lead, dim, N, K, layout)
+    plan = plan_of(kop)
+    sd, bt = plan["scatter_dim"], plan["batches"]
+    ir = ScheduledFused(ck.ptx, ck.meta, peers, owner=("layouts", name), timeout_ns=500_000_000)
+    R = 1
+    for d in lead:
+        R *= d
+    torch.manual_seed(0)
+    a = [torch.randn(R, K, device="cuda", dtype=torch.bfloat16) for _ in range(W)]
+    w = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5 for _ in range(W)]
+    b = [wi if layout == "nk" else wi.t().contiguous() for wi in w]
+    outs = ir.run(a, b)
+    torch.cuda.synchronize()
+    ir.check()
+    full = sum(a[r].float() @ w[r].float().t() for r in range(W))
+    tol = 2 ** -6 * float(full.abs().max()) * W
+
+    def errors(res):
+        return [float((res[r].float() - expected(full, W, r, sd, bt)).abs().max())
+                for r in range(W)]
+    errs = errors(outs)
+    row = {"case": name, "W": W, "lead": list(lead), "dim": dim, "N": N, "K": K,
+           "layout": layout, "scatter_dim": sd, "batches": bt,
+           "tile": f"{plan['bm']}x{plan['bn']}_s{plan['stages']}", "max_abs_err": max(errs),
+           "tol": tol, "correct": max(errs) <= tol, "grid": ir.grid,
+           "registers": ir.kernel.num_regs}
+    if not row["correct"]:
+        return row
+    gemm, g = gemm_alone(kop, R, N, K, layout, peers, a, b)
+    fns, names = [lambda: ir.run(a, b), gemm], ["fused", "gemm"]
+    if R % W == 0:      # the row-chunk kernel of the same product, for the layout's cost
+        ck_rows, kop_rows = compile_ir(W, R // W, N, K, layout)
+        rows = ScheduledFused(ck_rows.ptx, ck_rows.meta, peers, owner=("layouts-rows", name))
+        fresh = bool(plan_of(kop_rows).get("fresh_output"))
+        keep = ({r: torch.empty(R // W, N, device="cuda", dtype=torch.bfloat16)
+                 for r in range(W)} if fresh else None)
+        fns.append(lambda: rows.run(a, b, out=keep))
+        names.append("rows")
+    for _ in range(3):
+        for fn in fns:
+            fn()
+    row.update(paired(rotated(fns, rounds), names, base=1), gemm_variant=g.variant)
+    if "us_rows" in row:
+        row["fused_over_rows"] = row["us_fused"] / row["us_rows"]
+    torch.cuda.synchronize()
+    ir.check()
+    row["correct_after_timing"] = max(errors(ir.run(a, b))) <= tol
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="out/fused_rs_layouts")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--rounds", type=int, default=30)
+    args = ap.parse_args()
+    if args.list:
+        for c in CASES:
+            print(*c)
+        return
+    from pkc.runtime.peers import VirtualPeers
+
+    os.makedirs(args.out, exist_ok=True)
+    rows, worlds = [], {}
+    for c in CASES:
+        try:
+            W = c[1]
+            peers = worlds.get(W) or worlds.setdefault(W, VirtualPeers(W))
+            row = run_case(*c, rounds=args.rounds, peers=peers)
+        except Exception as e:      # one failing case must not hide the others
+            row = {"case": c[0], "error": f"{type(e).__name__}: {e}"}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    with open(os.path.join(args.out, "fused_rs_layouts.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print(f"\n{'case':18} {'W':>2} {'tile':12} {'ok':5} {'fused us':>8} {'GEMM us':>8} "
+          f"{'rows us':>8} {'fused/GEMM':>10} {'fused/rows':>10}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['case']:18} ERROR {r['error'][:100]}")
+            continue
+        print(f"{r['case']:18} {r['W']:2} {r['tile']:12} "
+              f"{str(r['correct'] and r.get('correct_after_timing', False)):5} "
+              f"{r.get('us_fused', 0):8.1f} {r.get('us_gemm', 0):8.1f} {r.get('us_rows', 0):8.1f} "
+              f"{r.get('fused_over_gemm', 0):10.3f} {r.get('fused_over_rows', 0):10.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""The scheduled GEMM + reduce-scatter along columns (2-D dim 1, 3-D last dim) and along
+dim 1 of a 3-D [B, S, N] result (B blocks of rows, DTensor Shard(1)):
+pkc/passes/fused_rs_layouts.py. The schedule-level interpreter computes what the
+kernel-level kernel computes (check_transform) for W in {2, 3, 4, 8} with odd shapes
+(rows not multiples of 16 or of W, chunks wider than one tile and overhanging it); the
+emulator runs the lowered kernels at W = 2 and 3 and equals the interpreter (bitwise:
+W = 2 has one add per element, W = 3 is the fixed-order variant); what stays on the
+portable path says why at the user's line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pkc.codegen.emit import kernels_of
+from pkc.dialects import kernel as k
+from pkc.ir import make_context, parse_module
+from pkc.passes.registry import parse_pipeline
+from pkc.passes.remarks import format_remarks, plan_of
+from pkc.testing import check_transform
+
+
+def rs_text(W: int, lead: tuple[int, ...], dim: int, N: int, K: int, layout: str = "kn",
+            t: str = "bf16") -> str:
+    """matmul [R, K] x B -> (view [*lead, N]) -> reduce_scatter(dim) (B as [K, N], or the
+    transpose of an [N, K] weight for ``nk``)."""
+    R = 1
+    for d in lead:
+        R *= d
+    full = [*lead, N]
+    out = list(full)
+    out[dim] //= W
+    ts = lambda s: "x".join(map(str, s)) + f"x{t}"  # noqa: E731
+    view = "" if len(lead) == 1 else \
+        f"\n  %v = pk.reshape %c : tensor<{R}x{N}x{t}> -> tensor<{ts(full)}>"
+    src = "%c" if len(lead) == 1 else "%v"
+    if layout == "nk":
+        bdecl, bv = f"%w: tensor<{N}x{K}x{t}>", "%wt"
+        pre = (f"\n  %wt = pk.transpose %w {{perm = [1, 0]}} : tensor<{N}x{K}x{t}> -> "
+               f"tensor<{K}x{N}x{t}>")
+    else:
+        bdecl, bv, pre = f"%w: tensor<{K}x{N}x{t}>", "%w", ""
+    return f"""func.func @main(%a: tensor<{R}x{K}x{t}>, {bdecl}) -> tensor<{ts(out)}> {{{pre}
+  %c = pk.matmul %a, {bv} : (tensor<{R}x{K}x{t}>, tensor<{K}x{N}x{t}>) -> tensor<{R}x{N}x{t}>{view}
+  %o = pk.reduce_scatter {src} {{dim = {dim} : i64, reduce = "sum", world = {W} : i64}} : tensor<{ts(full)}> -> tensor<{ts(out)}>
+  func.return %o : tensor<{ts(out)}>
+}}
+"""
+
+
+def kernel_level(text: str):
+    m = parse_module(text, "layouts.mlir")
+    for p in parse_pipeline("default{force=true}"):
+        p.apply(make_context(), m)
+    return m
+
+
+def scheduled(text: str, opts: str = ""):
+    m = kernel_level(text)
+    for p in parse_pipeline(f"schedule-fused{opts},dce"):
+        p.apply(make_context(), m)
+    return m
+
+
+def _kop(m) -> k.KernelOp:
+    (kop,) = [o for o in kernels_of(m) if o.schedule() is not None]
+    return kop
+
+
+# name: (lead(W), dim, N(W), K, B layout, expected (scatter_dim, batches))
+CASES = {
+    # 2-D columns: 37 rows, chunks of 24 columns (not a multiple of 16)
+    "cols-2d": (lambda W: (37,), 1, lambda W: 24 * W, 40, "kn", (1, 1)),
+    # 3-D [3, 7, N] scattered on its last dim: the column kernel on the [21, N] product
+    "cols-3d": (lambda W: (3, 7), 2, lambda W: 8 * W, 24, "nk", (1, 1)),
+    # 3-D [2, 64 W, 24] scattered on dim 1: 2 blocks of rows, 64 per rank (64-row tiles)
+    "blocks-3d": (lambda W: (2, 64 * W), 1, lambda W: 24, 16, "kn", (0, 2)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("W", [2, 3, 4, 8])
+def test_scheduled_layout_computes_the_kernel_level_reduce_scatter(name, W):
+    lead, dim, N, K, layout, (sd, bt) = CASES[name]
+    text = rs_text(W, lead(W), dim, N(W), K, layout)
+    kop = _kop(scheduled(text))
+    plan = plan_of(kop)
+    assert (plan["schedule"], plan["fused_kind"]) == ("fused", "rs")
+    assert (plan["scatter_dim"], plan["batches"]) == (sd, bt)
+    assert plan["fresh_output"] is False and kop.block.args[2].type.symmetric
+    # partials rounded to bf16 before they are summed, in any order: W/16 absolute
+    check_transform(lambda w: kernel_level(text), "schedule-fused,dce", world_sizes=(W,),
+                    seeds=(W,), tolerance={torch.bfloat16: (2e-2, W / 16)})
+
+
+def test_column_chunk_wider_than_a_tile_and_overhanging_it():
+    """Chunks of 136 columns: two 128-column tiles, the second computes 120 columns of
+    the next chunk that the owner's map clips; 150 rows: two row tiles."""
+    text = rs_text(2, (150,), 1, 272, 24, "kn")
+    assert plan_of(_kop(scheduled(text)))["tiles_per_chunk"] == 4
+    check_transform(lambda w: kernel_level(text), "schedule-fused,dce", world_sizes=(2,),
+                    seeds=(1,), tolerance={torch.bfloat16: (2e-2, 2 / 16)})
+
+
+def test_fixed_add_order_variant_of_the_column_kernel():
+    text = rs_text(4, (19,), 1, 64, 24, "nk")
+    assert plan_of(_kop(scheduled(text, "{deterministic=true}")))["add_order"] == "rank-ring"
+    check_transform(lambda w: kernel_level(text), "schedule-fused{deterministic=true},dce",
+                    world_sizes=(4,), seeds=(4,), tolerance={torch.bfloat16: (2e-2, 4 / 16)})
+
+
+def test_remarks_name_the_layout_and_why_a_kernel_stays_portable():
+    # scheduled: the remark says which layout and who owns what
+    text = "\n".join(format_remarks(scheduled(rs_text(3, (29,), 1, 72, 40))))
+    assert "scheduled GEMM + reduce-scatter of column blocks (scatter_dim 1) W=3" in text
+    assert "rank p owns columns [p*24, (p+1)*24) of the 29x72 product" in text
+    text = "\n".join(format_remarks(scheduled(rs_text(2, (2, 128), 1, 24, 16))))
+    assert "row blocks of 2 batch blocks (3-D dim 1, Shard(1))" in text
+    # left on the portable path, at the user's line (the reduce_scatter)
+    for src, why in [
+        (rs_text(2, (2, 100), 1, 24, 16),
+         "each block's 50 rows per rank are not a multiple of the tile's 128 rows (or 64)"),
+        (rs_text(2, (37,), 1, 24, 16),
+         "the chunk's 12 columns must be multiples of 8 (TMA row strides"),
+    ]:
+        m = scheduled(src)
+        assert not [o for o in kernels_of(m) if o.schedule() is not None]
+        line = next(i for i, s in enumerate(src.splitlines(), 1) if "pk.reduce_scatter" in s)
+        rem = [r for r in format_remarks(m) if "left unscheduled" in r]
+        assert rem and why in rem[0] and rem[0].startswith(f"layouts.mlir:{line}:"), rem
+
+
+# ----------------------------------------------------------------------------------------
+# The lowered kernels on the emulator (sm_90a PTX-dialect), against the interpreter
+
+
+def _emulate_vs_interpret(text: str, W: int, opts: str = ""):
+    from pkc.codegen import compile_kernel
+    from pkc.emu.launch import emulate_scheduled
+    from pkc.interp.schedule import run_schedule_launches
+
+    kop = _kop(scheduled(text, opts))
+    ck = compile_kernel(kop, "sm_90a")
+    gen = torch.Generator().manual_seed(W)
+    x = [[torch.randn(tuple(v.type.get_shape()), generator=gen).to(torch.bfloat16)
+          for v in kop.inputs] for _ in range(W)]
+    emu = emulate_scheduled(ck, kop, x)
+    ref = run_schedule_launches(kop, [[[x[r][i] for r in range(W)]
+                                       for i in range(len(kop.inputs))]], W)[0][0]
+    return kop, x, [emu[r][0] for r in range(W)], ref
+
+
+EMU = {  # name: (W, text, schedule-fused options)
+    "cols W=2": (2, rs_text(2, (37,), 1, 48, 24, "kn"), ""),
+    "cols-3d W=3": (3, rs_text(3, (2, 35), 2, 264, 40, "nk"), "{deterministic=true}"),
+    "blocks W=2": (2, rs_text(2, (2, 128), 1, 24, 16, "kn"), ""),
+    "blocks W=3": (3, rs_text(3, (2, 192), 1, 16, 16, "nk"), "{deterministic=true}"),
+}
+
+
+@pytest.mark.parametrize("name", list(EMU))
+def test_emulated_kernel_equals_the_interpreter_and_torch(name):
+    W, text, opts = EMU[name]
+    kop, x, emu, ref = _emulate_vs_interpret(text, W, opts)
+    sd, bt = plan_of(kop)["scatter_dim"], plan_of(kop)["batches"]
+    nk = "transpose" in text
+    full = sum(x[r][0].float() @ (x[r][1].float().t() if nk else x[r][1].float())
+               for r in range(W))
+    R, N = full.shape
+    for r in range(W):
+        assert torch.equal(emu[r], ref[r]), f"{name}: rank {r}: emulator != interpreter"
+        if sd == 1:
+            want = full[:, r * (N // W):(r + 1) * (N // W)]
+        else:
+            want = full.reshape(bt, W, R // bt // W, N)[:, r].reshape(-1, N)
+        assert emu[r].shape == want.shape
+        scale = float(want.abs().max())
+        assert torch.allclose(emu[r].float(), want, rtol=0, atol=W * 2 ** -7 * scale), name
