@@ -590,6 +590,7 @@ _LOWERINGS = {
     s.MmaAsyncOp: lambda L, op: lower_mma(L, op),
     s.AccStoreSmemOp: lambda L, op: lower_acc_store_smem(L, op),
     s.AccStoreGlobalOp: lambda L, op: lower_acc_store_global(L, op),
+    s.AccScaleOp: lambda L, op: lower_acc_scale(L, op),
 }
 
 from pkc.codegen import lower_schedule_comm  # noqa: E402,F401  (registers its lowerings)
@@ -597,4 +598,3 @@ from pkc.codegen import lower_schedule_fused  # noqa: E402,F401  (registers its 
 from pkc.codegen import lower_schedule_tcgen05  # noqa: E402,F401  (registers sm_100a)
 from pkc.codegen import lower_schedule_ag  # noqa: E402,F401  (registers its lowerings)
 from pkc.codegen import lower_schedule_moe  # noqa: E402,F401  (registers its lowerings)
-    s.AccScaleOp: lambda L, op: lower_acc_scale(L, op),

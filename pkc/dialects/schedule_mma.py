@@ -297,6 +297,7 @@ class AccScaleOp(IRDLOperation):
     col = operand_def(i32)
     rows = operand_def(i32)
     cols = operand_def(i32)
+    piece = opt_attr_def(DenseArrayBase)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     def __init__(self, acc: SSAValue, scale_a: SSAValue, scale_b: SSAValue,
@@ -308,9 +309,16 @@ class AccScaleOp(IRDLOperation):
 
     def row_wise(self) -> tuple[bool, bool]:
         """(A's scale per row, B's per column)."""
-    piece = opt_attr_def(DenseArrayBase)
         return (len(self.scale_a.type.get_shape()) == 2,
                 len(self.scale_b.type.get_shape()) == 2)
+
+    def region(self) -> tuple[range, range]:
+        """(64-row slices, 8-column blocks) of the accumulator the op scales."""
+        a = self.acc.type
+        if self.piece is None:
+            return range(a.rows.data // 64), range(a.cols.data // 8)
+        sl, c, w = self.piece.get_values()
+        return range(sl, sl + 1), range(c // 8, (c + w) // 8)
 
     def verify_(self) -> None:
         from xdsl.dialects.builtin import Float32Type
@@ -322,14 +330,6 @@ class AccScaleOp(IRDLOperation):
             ok = shape == (1,) or (len(shape) == 2 and (shape[1] == 1 if what == "scale_a"
                                                         else shape[0] == 1))
             if not isinstance(t.element_type, Float32Type) or not ok:
-    def region(self) -> tuple[range, range]:
-        """(64-row slices, 8-column blocks) of the accumulator the op scales."""
-        a = self.acc.type
-        if self.piece is None:
-            return range(a.rows.data // 64), range(a.cols.data // 8)
-        sl, c, w = self.piece.get_values()
-        return range(sl, sl + 1), range(c // 8, (c + w) // 8)
-
                 _fail(self.name, f"{what} must be an f32 buffer of shape [1] (tensor-wise) or "
                       f"{row_shape} (row-wise), got {t}")
         if self.bias is not None:

@@ -162,6 +162,7 @@ def _mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
         bt = bv.view(acc.cols, kd).t()                          # rows of B^T: [n][k]
     else:
         bt = bv.view(acc.cols // 64, 64, 64).permute(1, 0, 2).reshape(64, acc.cols)  # [nb][k][n]
+    # fp8 and 16-bit products and their sums over a k-block are exact in f64
     _accumulate(acc, av.double() @ bt.double(), env[op.accumulate], at)
     reads = []
     for smem, slot, lo, hi in ((A, a_slot, a0, a1), (B, b_slot, 0, b1)):
@@ -176,7 +177,6 @@ def _accumulate(acc: Acc, prod, accumulate: bool, at: str) -> None:
     """An MMA's product into ``acc`` (added where ``accumulate``), now in flight."""
     if accumulate:
         if acc.data is None:
-    # fp8 and 16-bit products and their sums over a k-block are exact in f64
             raise InterpError(f"{at}: accumulates into an accumulator no MMA wrote")
         acc.data = acc.data + prod
     else:
@@ -356,20 +356,6 @@ def _acc_store_global(R, a: Actor, op: s.AccStoreGlobalOp, env) -> bool:
     return False
 
 
-def _acc_alloc(R, a: Actor, op: s.AccAllocOp, env) -> bool:
-    if isinstance(op.parent_op(), s.ScheduleOp):     # the CTA's (tensor memory): shared
-        env[op.result] = R.cta_objs[a.rank, a.cta][op.result]
-        return False
-    t = op.result.type
-    env[op.result] = Acc(t.rows.data, t.cols.data)
-    return False
-
-
-def _acc_select(R, a: Actor, op: s.AccSelectOp, env) -> bool:
-    i = env[op.index]
-    if not 0 <= i < len(op.accs):
-        raise InterpError(f"{a.at(op)}: accumulator index {i} outside 0..{len(op.accs) - 1}")
-    env[op.result] = env[op.accs[i]]
 def _acc_scale(R, a: Actor, op: s.AccScaleOp, env) -> bool:
     """The f32 accumulator times its scales (+ bias), each step rounded to f32, as the op
     says; elements outside rows x cols get scale 0."""
@@ -403,6 +389,20 @@ def _acc_scale(R, a: Actor, op: s.AccScaleOp, env) -> bool:
     return False
 
 
+def _acc_alloc(R, a: Actor, op: s.AccAllocOp, env) -> bool:
+    if isinstance(op.parent_op(), s.ScheduleOp):     # the CTA's (tensor memory): shared
+        env[op.result] = R.cta_objs[a.rank, a.cta][op.result]
+        return False
+    t = op.result.type
+    env[op.result] = Acc(t.rows.data, t.cols.data)
+    return False
+
+
+def _acc_select(R, a: Actor, op: s.AccSelectOp, env) -> bool:
+    i = env[op.index]
+    if not 0 <= i < len(op.accs):
+        raise InterpError(f"{a.at(op)}: accumulator index {i} outside 0..{len(op.accs) - 1}")
+    env[op.result] = env[op.accs[i]]
     return False
 
 
@@ -439,6 +439,7 @@ SIMPLE = {
     s.BulkCommitOp: _bulk_commit,
     s.BulkWaitOp: _bulk_wait,
     s.AccStoreGlobalOp: _acc_store_global,
+    s.AccScaleOp: _acc_scale,
     s.AccAllocOp: _acc_alloc,
     s.AccSelectOp: _acc_select,
     s.MmaCommitArriveOp: _mma_commit_arrive,
@@ -447,4 +448,3 @@ SIMPLE = {
     s.WarpgroupIndexOp: _set(lambda R, a: a.role_wg),
     s.ClusterRankOp: _set(lambda R, a: a.cta % R.cluster),
 }
-    s.AccScaleOp: _acc_scale,
