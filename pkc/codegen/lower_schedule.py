@@ -37,6 +37,7 @@ from pkc.codegen.lower_schedule_mma import (lower_acc_scale, lower_acc_store_glo
                                              lower_acc_store_smem, lower_mma, thread_geometry)
 from pkc.dialects import schedule as s
 from pkc.dialects.schedule_clc import ClcTileLoopOp
+from pkc.dialects.schedule_structure import cluster_shape
 from pkc.dialects.kernel import KernelOp
 
 SMEM_ALIGN = 1024
@@ -203,9 +204,9 @@ def _tiles(sched: s.ScheduleOp) -> int:
             m, n = (_const(v) for v in (op.m, op.n))
             if m is not None and n is not None:
                 num_m, num_n = -(-m // op.bm.data), -(-n // op.bn.data)
-                if isinstance(op, ClcTileLoopOp):   # one cluster per cluster tile
-                    cl = sched.cluster.data
-                    return -(-num_m // cl) * cl * num_n
+                cm, cn = cluster_shape(op)
+                if isinstance(op, ClcTileLoopOp) or cn > 1:   # one cluster per cluster tile
+                    return -(-num_m // cm) * -(-num_n // cn) * cm * cn
                 return num_m * num_n
     return 1 << 30
 
@@ -393,10 +394,13 @@ def lower_tile_loop(L: Lowering, op, chunks: int = 1) -> None:
     b = L.b
     bm, bn, gm = op.bm.data, op.bn.data, op.group_m.data
     cl = L.sched.cluster.data
+    cm, cn = cluster_shape(op)          # cm x cn tiles per cluster (cluster_n's doc)
     M, N = L.v(op.m), L.v(op.n)
     num_m = b.bin("div", "u32", b.add32(M, bm - 1), bm)
     num_n = b.bin("div", "u32", b.add32(N, bn - 1), bn)
-    num_mc = b.bin("div", "u32", b.add32(num_m, cl - 1), cl) if cl > 1 else num_m
+    num_mc = b.bin("div", "u32", b.add32(num_m, cm - 1), cm) if cm > 1 else num_m
+    if cn > 1:      # the sweep is over column blocks of clusters
+        num_n = b.bin("div", "u32", b.add32(num_n, cn - 1), cn)
     num_tiles = b.mul32(num_mc, num_n)
     group_sz = b.mul32(num_n, gm)
     if cl > 1:
@@ -424,7 +428,10 @@ def lower_tile_loop(L: Lowering, op, chunks: int = 1) -> None:
         mloc = b.bin("rem", "u32", r, gsz)
         nb = b.bin("div", "u32", r, gsz)
         mb = b.add32(first, mloc)
-        if rank is not None:
+        if rank is not None and cn > 1:
+            mb = b.r(ptx.FmaOp(mb, b.u32(cm), b.bin("rem", "u32", rank, cm), "u32", "mad.lo"))
+            nb = b.r(ptx.FmaOp(nb, b.u32(cn), b.bin("div", "u32", rank, cm), "u32", "mad.lo"))
+        elif rank is not None:
             mb = b.r(ptx.FmaOp(mb, b.u32(cl), rank, "u32", "mad.lo"))
         m0, n0, *args = op.block.args
         L.vals[m0] = b.mul32(mb, bm)

@@ -24,6 +24,7 @@ from xdsl.ir import SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from pkc.dialects.schedule_structure import ScheduleOp
+from pkc.dialects.schedule_tma import check_pair_multicast
 from pkc.dialects.schedule_types import (ELEMENT_BYTES, FP8_ELEMENTS, MMA_ELEMENTS, AccType,
                                         BMajor, MbarriersType, SmemType, _fail)
 from pkc.dialects.types import BufferType, is_float
@@ -36,12 +37,12 @@ TMEM_COLUMNS = 512          # tensor memory per CTA on sm_100: 128 lanes x 512 3
 
 
 def _cta_pair_split(op) -> int:
-    """2 when ``op`` is in a cluster of 2 whose accumulators are the CTA's (tensor memory):
+    """2 when ``op`` is in a cluster of 2 (or 4: two pairs) whose accumulators are the CTA's (tensor memory):
     a CTA pair, each CTA holding half of B's rows (sm_100a cta_group::2); else 1."""
     p = op.parent_op()
     while p is not None and p.name != "pks.schedule":
         p = p.parent_op()
-    if p is None or p.cluster.data != 2:
+    if p is None or p.cluster.data not in (2, 4):    # one pair, or two
         return 1
     return 2 if any(o.name == "pks.acc_alloc" for o in p.block.ops) else 1
 
@@ -185,14 +186,23 @@ class MmaCommitArriveOp(IRDLOperation):
     """Close the group of MMAs this thread issued since the last commit and arrive once on
     mbarrier ``index`` of ``bars`` when all of them have completed (their shared-memory
     operands may then be overwritten, their accumulator read). Lowered to
-    ``tcgen05.commit`` (sm_100a)."""
+    ``tcgen05.commit`` (sm_100a). In a CTA pair the arrival is on the mbarrier of both
+    CTAs of the pair; ``pair_multicast`` (a cluster of pairs): on both CTAs of each pair of
+    the mask instead (a stage's release to every CTA that multicasts into it)."""
 
     name = "pks.mma_commit_arrive"
     bars = operand_def(MbarriersType)
     index = operand_def(i32)
+    pair_multicast = opt_attr_def(IntAttr)
 
-    def __init__(self, bars: SSAValue, index: SSAValue):
-        super().__init__(operands=[bars, index])
+    def __init__(self, bars: SSAValue, index: SSAValue, pair_multicast: int = 0):
+        super().__init__(operands=[bars, index],
+                         attributes={"pair_multicast": IntAttr(pair_multicast)}
+                         if pair_multicast else {})
+
+    def verify_(self) -> None:
+        if self.pair_multicast is not None:
+            check_pair_multicast(self, self.pair_multicast.data)
 
 
 @irdl_op_definition

@@ -268,6 +268,13 @@ def _operand_addrs(f: dict, rows: int, mn_major: bool, esize: int = 2) -> tuple[
     return swizzle(a, sw), sw
 
 
+# what else watches the async proxy's reads of shared memory and the commits that end them
+# (pkc.emu.ops_sm100_cluster): hook(m, g, ins, i, flat byte indices, element size) and
+# hook(m, ins, thread, mbarrier keys the commit arrives on)
+SMEM_READ_HOOKS: list = []
+COMMIT_HOOKS: list = []
+
+
 def read_operand(m, g, ins, i, cta: int, addrs: np.ndarray, dtype: str) -> np.ndarray:
     """The elements at ``addrs`` of the CTA's shared memory as f32 (bf16, f16, or the 8-bit
     floats of :mod:`pkc.emu.fp8`)."""
@@ -276,6 +283,8 @@ def read_operand(m, g, ins, i, cta: int, addrs: np.ndarray, dtype: str) -> np.nd
     if (addrs < 0).any() or (addrs + esize > m.smem.declared).any():
         _fail(m, g, ins, i, "tcgen05.mma descriptor addresses leave the CTA's shared memory")
     flat = (cta * S + addrs).reshape(-1)
+    for hook in SMEM_READ_HOOKS:        # e.g. the stage stays in use until a commit
+        hook(m, g, ins, i, flat, esize)
     if m.smem.pending[flat].any() or m.smem.pending[flat + esize - 1].any():
         from pkc.emu.errors import EmuAsyncProxyError
         m.fail(EmuAsyncProxyError, "tcgen05.mma reads shared memory that a TMA / bulk copy "
@@ -429,6 +438,8 @@ def _commit(m, ins, g):
                 for k in tk:    # the earliest phase on each mbarrier
                     tm.tokens[col].setdefault(k, table[k].phase)
         targets.append(tk)
+        for hook in COMMIT_HOOKS:
+            hook(m, ins, t, tk)
     for i, tk in enumerate(targets):
         sub = act.sub(np.arange(act.n) == i)
         for k in tk:

@@ -258,3 +258,6 @@ def _query(m, ins, g):
 
 
 __all__ = ["flush_stores", "stores_in_flight"]
+
+# the stage-release rule of MMAs' shared-memory operands (registers its hooks)
+from pkc.emu import ops_sm100_cluster as _stage_release  # noqa: E402,F401

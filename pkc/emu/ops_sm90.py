@@ -455,6 +455,11 @@ def _coords(m, ins, g, i: int) -> list[int]:
     return [int(m.regs[m.prog.slots[c]][g.idx[i]].view(np.int32)) for c in ins.op.coords]
 
 
+# checks of the shared-memory bytes a TMA load is about to overwrite:
+# hook(machine, ins, group, thread index in group, destination CTA, flat byte indices)
+TMA_WRITE_CHECKS: list = []
+
+
 @handles(ptx_sm90.TmaLoadOp)
 def _tma_load(m, ins, g):
     """``cp.async.bulk.tensor.<r>d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
@@ -483,10 +488,17 @@ def _tma_load(m, ins, g):
             targets = [cta]
         # .cta_group::2 (sm_100a): the bytes are counted on the mbarrier the address names,
         # the pair peer's where it carries a cluster rank; the copied bytes stay pending
-        # until a wait on that mbarrier (the mark -(its flat index + 1))
-        bar_key = None
+        # until a wait on that mbarrier (the mark -(its flat index + 1)). A multicast
+        # signals each receiver alike: on its own mbarrier where the address names the
+        # issuer's, on its pair peer's where it names the issuer's peer
+        bar_keys = {t: None for t in targets}
         if ins.op.cta_group is not None and bar >> CLUSTER_SHIFT:
-            bar_key = (base + (bar >> CLUSTER_SHIFT) - 1) * S + (bar & 0xFFFFFF)
+            named = base + (bar >> CLUSTER_SHIFT) - 1
+            if named not in (cta, cta ^ 1):
+                m.fail(EmuError, f"TMA .cta_group::2 mbarrier in CTA rank {named - base} of the "
+                                 "cluster: neither the issuing CTA nor its pair peer", act, ins, i)
+            peer = named != cta
+            bar_keys = {t: ((t ^ 1) if peer else t) * S + (bar & 0xFFFFFF) for t in targets}
         local = dst & ((1 << CLUSTER_SHIFT) - 1)
         if local % 128:
             m.fail(EmuError, f"TMA destination 0x{dst:x} is not 128-byte aligned", act, ins, i)
@@ -502,10 +514,14 @@ def _tma_load(m, ins, g):
                 if m.smem.reading[byt].any():
                     m.fail(EmuAsyncProxyError, "TMA load into shared memory that a bulk / TMA "
                            "store still reads (no cp.async.bulk.wait_group.read)", act, ins, i)
+                for hook in TMA_WRITE_CHECKS:      # e.g. a stage an MMA still reads
+                    hook(m, ins, act, i, t, byt)
                 m.smem.data[byt] = vals
-                m.smem.pending[byt] = (bar & 0xFFFFFF) + 1 if bar_key is None else -(bar_key + 1)
+                bk = bar_keys[t]
+                m.smem.pending[byt] = (bar & 0xFFFFFF) + 1 if bk is None else -(bk + 1)
         for t in targets:
-            complete_tx(m, t * S + (bar & 0xFFFFFF) if bar_key is None else bar_key, tm.box_bytes)
+            bk = bar_keys[t]
+            complete_tx(m, t * S + (bar & 0xFFFFFF) if bk is None else bk, tm.box_bytes)
         if m.check_races:
             from pkc.emu import race
             sub = act.sub(np.arange(act.n) == i)

@@ -90,7 +90,9 @@ def _arrive(R, a: Actor, op: s.MbarrierArriveOp, env) -> bool:
     if op.pred is not None and not env[op.pred]:
         return False
     tx = op.tx_bytes.data if op.tx_bytes is not None else 0
-    if op.all_ctas is not None and R.cluster > 1:
+    if op.all_ctas is not None and getattr(R, "pair", False):
+        ctas = [a.cta - a.cta % 2, a.cta - a.cta % 2 + 1]     # the CTAs of its pair
+    elif op.all_ctas is not None and R.cluster > 1:
         base = a.cta - a.cta % R.cluster
         ctas = range(base, base + R.cluster)
     else:
@@ -102,6 +104,16 @@ def _arrive(R, a: Actor, op: s.MbarrierArriveOp, env) -> bool:
     return True
 
 
+def pair_targets(R, a: Actor, mask: int, place: int | None = None) -> list[int]:
+    """The CTA at ``a``'s place (or ``place``) in each pair of ``mask`` of its cluster."""
+    if not getattr(R, "pair", False) or mask >> (R.cluster // 2):
+        raise InterpError(f"pair multicast {mask:#b} in a cluster of {R.cluster} CTAs "
+                          f"{'' if getattr(R, 'pair', False) else '(not CTA pairs)'}")
+    base = a.cta - a.cta % R.cluster
+    pl = a.cta % 2 if place is None else place
+    return [base + 2 * p + pl for p in range(R.cluster // 2) if mask >> p & 1]
+
+
 def _tma_load(R, a: Actor, op: s.TmaLoadOp, env) -> bool:
     tm: Tmap = env[op.tmap]
     coords = [env[c] for c in op.coords]
@@ -111,6 +123,8 @@ def _tma_load(R, a: Actor, op: s.TmaLoadOp, env) -> bool:
         raise InterpError(f"{a.at(op)}: multicast to {mc} CTAs in clusters of {R.cluster}")
     base = a.cta - a.cta % R.cluster
     ctas = range(base, base + R.cluster) if mc > 1 else [a.cta]
+    if op.pair_multicast is not None:   # this CTA's place in each pair of the mask
+        ctas = pair_targets(R, a, op.pair_multicast.data)
     at = a.at(op)
     targets = []
     for c in ctas:
@@ -415,8 +429,15 @@ def _mma_commit_arrive(R, a: Actor, op: s.MmaCommitArriveOp, env) -> bool:
         for _, _, rec in m.reads:
             rec.epoch = a.epoch
     a.mma_open, a.mma_groups = [], []
-    # a pair's commit arrives on the mbarrier of both CTAs (multicast)
-    for c in ([a.cta - a.cta % 2, a.cta - a.cta % 2 + 1] if getattr(R, "pair", False) else [a.cta]):
+    # a pair's commit arrives on the mbarrier of both CTAs (multicast), or of both CTAs of
+    # every pair its pair_multicast names
+    ctas = [a.cta]
+    if getattr(R, "pair", False):
+        pm = op.attributes.get("pair_multicast")
+        ctas = [a.cta - a.cta % 2, a.cta - a.cta % 2 + 1]
+        if pm is not None:
+            ctas = [c + d for c in pair_targets(R, a, pm.data, place=0) for d in (0, 1)]
+    for c in ctas:
         R._bar(a, op, env, op.bars, op.index, c).arrive(a, op, 0)
     a.clock[a.aid] += 1
     R.version += 1
