@@ -33,6 +33,7 @@ from pkc.codegen.lower_schedule import (EXTRA_LOWERINGS, KERNEL_LOWERINGS, TMAP_
                                         lower_tile_loop, lower_tma_kernel, select_b64)
 from pkc.codegen.lower_schedule_comm import CommState
 from pkc.dialects import schedule_fused as f
+from pkc.dialects.schedule_clc_chunk import ClcChunkTileLoopOp
 from pkc.dialects.kernel import AllocOp, KernelOp
 from pkc.dialects.plan import ScheduleKind, schedule_kind
 from pkc.dialects.types import BufferType
@@ -71,7 +72,9 @@ class FusedExtend:
         self.args = list(kop.block.args)
         self.n_in = len(kop.inputs)
         self.peer_out = list(peer_out or [])
-        self.loop = next((op for op in kop.walk() if isinstance(op, f.ChunkTileLoopOp)), None)
+        # the chunked loop, static or under cluster launch control (one CTA per tile)
+        self.loop = next((op for op in kop.walk()
+                          if isinstance(op, (f.ChunkTileLoopOp, ClcChunkTileLoopOp))), None)
 
     def tiles(self) -> int | None:
         """The tiles the grid rule counts (None: the GEMM's own count)."""
@@ -96,6 +99,8 @@ class FusedExtend:
         tiles = self.tiles()
         if tiles is not None:
             meta.tiles = tiles
+        # under cluster launch control: one CTA per work index (ScheduledKernelMeta.grid)
+        meta.clc = meta.clc or isinstance(self.loop, ClcChunkTileLoopOp)
 
     def bind(self, L: Lowering, params: list) -> None:
         regs = iter(params)

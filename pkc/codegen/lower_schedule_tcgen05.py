@@ -50,6 +50,8 @@ from typing import TYPE_CHECKING
 from pkc.codegen import ptx, ptx_comm, ptx_sm90
 from pkc.codegen import ptx_sm100 as t5
 from pkc.codegen.lower_schedule_clc import lower_clc_tile_loop
+from pkc.codegen.lower_schedule_clc_chunk import lower_clc_chunk_tile_loop
+from pkc.dialects.schedule_clc_chunk import ClcChunkTileLoopOp
 from pkc.dialects.schedule_clc import ClcTileLoopOp
 from pkc.codegen.errors import CodegenError
 from pkc.dialects import schedule as s
@@ -381,6 +383,7 @@ _OPS = {
     f.AccAddSmemOp: _acc_add_smem,
     s.MbarrierWaitOp: _mbarrier_wait, s.MbarrierArriveOp: _mbarrier_arrive,
     s.TmaLoadOp: _tma_load, ClcTileLoopOp: lower_clc_tile_loop,
+    ClcChunkTileLoopOp: lower_clc_chunk_tile_loop,
 }
 
 

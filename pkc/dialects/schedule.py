@@ -106,9 +106,11 @@ from pkc.dialects.schedule_moe import MOE_OPS  # noqa: E402
 
 # and the tile loop under cluster launch control (sm_100a)
 from pkc.dialects.schedule_clc import CLC_OPS  # noqa: E402
+# (and its chunked form for the fused kernels, work indices from a ticket counter)
+from pkc.dialects.schedule_clc_chunk import CLC_CHUNK_OPS  # noqa: E402
 
-PKS = Dialect("pks", SCHEDULE_OPS + COMM_OPS + SUM_OPS + FUSED_OPS + AG_OPS + MOE_OPS + CLC_OPS,
-              SCHEDULE_TYPES + COMM_TYPES)
+PKS = Dialect("pks", SCHEDULE_OPS + COMM_OPS + SUM_OPS + FUSED_OPS + AG_OPS + MOE_OPS + CLC_OPS
+              + CLC_CHUNK_OPS, SCHEDULE_TYPES + COMM_TYPES)
 
 __all__ = ["PKS", "RoleKind", "BMajor", *[c.__name__ for c in SCHEDULE_OPS + SCHEDULE_TYPES]]
 # the shared limits and helpers, importable from here as before the split

@@ -245,9 +245,13 @@ def emulate_scheduled(ck, kop, inputs: list[list[torch.Tensor]], *, sms: int = D
                                          f"parameter '{name}'")
                 ps.append(named[r][name])
             params.append(ps)
+        # a fused kernel under cluster launch control: every work index's CTA is launched,
+        # sms of them run at a time (the others are cancelled or start as those exit)
+        resident = max(1, sms // meta.cluster) if getattr(meta, "clc", False) else None
         run_entry(ck.entry_op, gm, params, world=W, ctas=grid, threads=threads,
                   smem_bytes=meta.smem_bytes, cluster=meta.cluster, target=ck.target,
-                  check_races=check_races, max_steps=max_steps, rank_order=rank_order)
+                  check_races=check_races, max_steps=max_steps, rank_order=rank_order,
+                  resident=resident)
         _comm_errors(meta, gm, named, W)
         return _outputs(gm, addrs, types, n_in, W, named, extra)
     grid = meta.grid(max(sms, meta.cluster))

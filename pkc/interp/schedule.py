@@ -50,6 +50,7 @@ from pkc.dialects import schedule as s
 from pkc.dialects import schedule_ag as sag
 from pkc.dialects import schedule_fused as sf
 from pkc.dialects.schedule_clc import ClcTileLoopOp
+from pkc.dialects.schedule_clc_chunk import ClcChunkTileLoopOp
 from pkc.dialects.kernel import AllocOp, KernelOp
 from pkc.dialects.schedule_comm import GridValueOp
 from pkc.interp import schedule_comm as comm
@@ -57,6 +58,7 @@ from pkc.interp import schedule_ag as _ag_rules  # noqa: F401  (registers its ru
 from pkc.interp import schedule_fused as _fused_rules  # noqa: F401  (registers its rules)
 from pkc.interp import schedule_moe as _moe_rules  # noqa: F401  (registers its rules)
 from pkc.interp import schedule_clc as _clc_rules  # noqa: F401  (registers its rules)
+from pkc.interp import schedule_clc_chunk as _clc_chunk_rules  # noqa: F401  (its rules)
 from pkc.interp import schedule_multimem as _mc_rules  # noqa: F401  (registers its rules)
 from pkc.interp.kernel import _ARITH, _cmpi, _constant
 from pkc.interp.schedule_ops import SIMPLE, Tmap, grouped_tile
@@ -152,12 +154,13 @@ class ScheduleRun:
             return ctas
         tiles = 1
         for op in self.sched.walk():
-            if isinstance(op, (s.TileLoopOp, sf.ChunkTileLoopOp, ClcTileLoopOp)):
+            if isinstance(op, (s.TileLoopOp, sf.ChunkTileLoopOp, ClcTileLoopOp,
+                               ClcChunkTileLoopOp)):
                 m, n = op.m.owner, op.n.owner
                 if isinstance(m, arith.ConstantOp) and isinstance(n, arith.ConstantOp):
                     num_m = -(-_constant(m) // op.bm.data)
                     tiles = -(-num_m // cl) * -(-_constant(n) // op.bn.data)
-                    if isinstance(op, sf.ChunkTileLoopOp):
+                    if isinstance(op, (sf.ChunkTileLoopOp, ClcChunkTileLoopOp)):
                         tiles *= op.chunks.data
                 break
         side = sum(op.side.data for op in self.sched.walk() if isinstance(op, sag.CtaPartitionOp))

@@ -339,12 +339,15 @@ def _epoch_publish(R, a: Actor, op: c.EpochPublishOp, env) -> bool:
         return False
     words = R.gbuf(op.ctl, a.rank).words
     words[1] += 1
-    if int(words[1]) == R.ctas:
+    # the launch's grid: under cluster launch control more CTAs than the interpreter runs
+    # (the cancelled ones are counted by pks.clc_chunk_tile_loop)
+    grid = getattr(R, "launch_ctas", R.ctas)
+    if int(words[1]) == grid:
         words[1] = 0
         words[0] = uniform(a, op, env[op.epoch], "the epoch")
-    elif int(words[1]) > R.ctas:
+    elif int(words[1]) > grid:
         raise InterpError(f"{a.at(op)}: {int(words[1])} CTAs counted done in a grid of "
-                          f"{R.ctas} (pks.epoch_publish runs more than once per CTA)")
+                          f"{grid} (pks.epoch_publish runs more than once per CTA)")
     R.version += 1
     return True
 
