@@ -40,6 +40,7 @@ _LINES: tuple[str, ...] = (
     '                          option target: str = h200',
     '                          option variant: str = ',
     '                          option deterministic: bool = false',
+    '                          option clc: str = auto',
     '  schedule-matmul       Rewrite 2-D bf16/f16 pk.matmul ops into scheduled GEMM kernels.',
     '                          option target: str = h200',
     '                          option variant: str = ',
