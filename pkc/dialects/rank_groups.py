@@ -143,18 +143,3 @@ def infer_partition(group: Sequence[int], world: int) -> Groups | None:
         left -= set(grp)
         out.append(grp)
     return out if any(base == g for g in out) else None
-
-
-def gpu_refusal(op: Operation) -> str | None:
-    """Why the GPU runtime cannot run ``op`` (a collective or kernel over sub-groups), or
-    None. The runtime's peers, symmetric buffers and signal pads span the whole world; a
-    per-group rendezvous is not built yet, and running a group's kernel over the whole
-    world would be silently wrong."""
-    groups = rank_groups(op)
-    if groups is None:
-        return None
-    name = getattr(op, "kernel_name", None)
-    what = f"'{op.name}' @{name.data}" if name is not None else f"'{op.name}'"
-    return (f"{what} runs in sub-groups {groups} of a device mesh; the GPU runtime sets up "
-            "peers and symmetric memory over the whole world only (for now): run the program "
-            "on the interpreter (CompiledProgram.run_simulated)")

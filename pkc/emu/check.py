@@ -60,6 +60,7 @@ class KernelReport:
 class Result:
     kernels: list[KernelReport] = field(default_factory=list)
     difference: Difference | None = None
+    outputs: list[list[torch.Tensor]] | None = None   # per rank, when every kernel matched
 
     @property
     def ok(self) -> bool:
@@ -67,7 +68,7 @@ class Result:
 
 
 def compare(kernel: str, i: int, rank: int, emu: torch.Tensor, ref: torch.Tensor,
-            exact: bool) -> tuple[Difference | None, bool, float]:
+            exact: bool, tolerance: dict | None = None) -> tuple[Difference | None, bool, float]:
     """(first difference or None, bitwise equal, max abs difference)."""
     if emu.shape != ref.shape or emu.dtype != ref.dtype:
         return (Difference(kernel, i, rank, (), f"{tuple(emu.shape)} {emu.dtype}",
@@ -90,7 +91,7 @@ def compare(kernel: str, i: int, rank: int, emu: torch.Tensor, ref: torch.Tensor
         return None, True, 0.0
     if exact:
         return _first(kernel, i, rank, emu, ref, ~equal), False, max_abs
-    rtol, atol = TOLERANCE.get(emu.dtype, (1e-5, 1e-5))
+    rtol, atol = (tolerance or TOLERANCE).get(emu.dtype, (1e-5, 1e-5))
     close = equal | ((e - r).abs() <= atol + rtol * r.abs())
     if bool(close.all()):
         return None, False, max_abs
@@ -106,12 +107,16 @@ def _first(kernel, i, rank, emu, ref, bad) -> Difference:
 def check_module(module: ModuleOp, inputs: list[list[torch.Tensor]], world: int, *,
                  target: str = "sm_90a", func_name: str = "main", exact: bool = False,
                  sms: int | None = None, check_races: bool = True, seed: int = 0,
-                 log=None) -> Result:
-    """Runs ``@func_name``; see the module docstring. ``log(line)`` gets a line per kernel."""
+                 log=None, tolerance: dict | None = None, forward_emulated: bool = False) -> Result:
+    """Runs ``@func_name``; see the module docstring. ``log(line)`` gets a line per kernel.
+    ``tolerance``: (rtol, atol) per dtype instead of ``TOLERANCE``; ``forward_emulated``:
+    the emulator's outputs (not the interpreter's) go on to the next ops, so
+    ``Result.outputs`` (the function's results per rank) is what the kernels computed."""
     from pkc.emu.launch import DEFAULT_SMS, emulate
     from pkc.interp.graph import LOCAL_RULES, WORLD_RULES, find_function, run_opaque
     from pkc.interp.kernel import run_kernel
     from pkc.interp.values import InterpError, where
+    from pkc.dialects.rank_groups import rank_groups
 
     fn = find_function(module, func_name)
     env: dict = {}
@@ -120,22 +125,32 @@ def check_module(module: ModuleOp, inputs: list[list[torch.Tensor]], world: int,
     result = Result()
     for op in fn.body.blocks[0].ops:
         if isinstance(op, func.ReturnOp):
+            result.outputs = [[env[v][r] for v in op.arguments] for r in range(world)]
             return result
         operands = [env[v] for v in op.operands]
         if isinstance(op, KernelOp):
             ref = run_kernel(op, operands, world, seed)
             ck = compile_kernel(op, target)
-            if getattr(ck.meta, "world", world) != world:
-                raise InterpError(f"{where(op)} is compiled for {ck.meta.world} ranks, the check "
-                                  f"runs {world}")
+            # a kernel over sub-groups is one group's kernel: emulated once per group, the
+            # group's members as its ranks 0 .. size-1 (pkc/dialects/rank_groups.py)
+            groups = rank_groups(op) or [list(range(world))]
+            size = len(groups[0])
+            if getattr(ck.meta, "world", size) != size or len(groups) * size != world:
+                raise InterpError(f"{where(op)} is compiled for {ck.meta.world} ranks"
+                                  + (f" in groups {groups}" if len(groups) > 1 else "")
+                                  + f", the check runs {world}")
             t0 = time.perf_counter()
-            emu = emulate(ck, [[o[r] for o in operands] for r in range(world)],
-                          sms=sms or DEFAULT_SMS, check_races=check_races, kop=op)
+            emu: list = [None] * world
+            for grp in groups:
+                outs = emulate(ck, [[o[r] for o in operands] for r in grp],
+                               sms=sms or DEFAULT_SMS, check_races=check_races, kop=op)
+                for j, r in enumerate(grp):
+                    emu[r] = outs[j]
             secs = time.perf_counter() - t0
             all_exact, worst = True, 0.0
             for j, per_rank in enumerate(ref):
                 for r in range(world):
-                    d, same, mx = compare(ck.name, j, r, emu[r][j], per_rank[r], exact)
+                    d, same, mx = compare(ck.name, j, r, emu[r][j], per_rank[r], exact, tolerance)
                     all_exact &= same
                     worst = max(worst, mx)
                     if d is not None:
@@ -146,7 +161,8 @@ def check_module(module: ModuleOp, inputs: list[list[torch.Tensor]], world: int,
             if log:
                 how = "bitwise" if all_exact else f"within tolerance (max abs diff {worst:.3g})"
                 log(f"ok   @{ck.name}: {world} rank(s), {target}, {secs:.2f} s, {how}")
-            outs = ref
+            outs = ([[emu[r][j] for r in range(world)] for j in range(len(ref))]
+                    if forward_emulated else ref)
         elif isinstance(op, g.COLLECTIVE_OPS):
             outs = [WORLD_RULES[type(op)](op, operands[0], world)]
         elif isinstance(op, g.OpaqueOp):
@@ -162,10 +178,11 @@ def check_module(module: ModuleOp, inputs: list[list[torch.Tensor]], world: int,
 
 
 def world_of(module: ModuleOp) -> int | None:
-    """The world size the module's collectives or kernels are written for."""
+    """The number of ranks the module's collectives or kernels are written for (over
+    sub-groups: all groups' ranks, the program's)."""
+    from pkc.dialects.rank_groups import program_world
+
     for op in module.walk():
-        if isinstance(op, KernelOp):
-            return op.world_size
-        if isinstance(op, g.COLLECTIVE_OPS):
-            return op.world_size
+        if isinstance(op, (KernelOp, *g.COLLECTIVE_OPS)):
+            return program_world(op, op.world_size)
     return None

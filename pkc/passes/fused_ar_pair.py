@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.rewriter import Rewriter
 
 from pkc.dialects import kernel as k
+from pkc.dialects.rank_groups import copy_groups
 from pkc.passes.remarks import add_remark, set_plan
 from pkc.passes.schedule_collectives import build_collective
 from pkc.target.comm_tuning import choose_pull_gather
@@ -96,6 +97,7 @@ def schedule_pair(kop: k.KernelOp, target: str, dtype: str, build_rs: Callable) 
     add_remark(ag, why + "; this kernel pulls every rank's reduced chunk from the GEMM "
                "kernel's symmetric output into a fresh output")
     rs.location = ag.location = kop.location
+    copy_groups(kop, rs, ag)     # over sub-groups: both kernels run in the pair's groups
     Rewriter.replace_op(kop, [rs, ag], [ag.results[0]])
 
 

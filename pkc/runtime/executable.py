@@ -11,6 +11,8 @@ op type). Steps:
   call;
 * any other ``pk.kernel``: the portable codegen path (compiled once here), run by a
   :class:`~pkc.runtime.world.VirtualWorld` or :class:`~pkc.runtime.symm.DistributedRunner`;
+* a kernel over sub-groups (``group_ranks``, a device mesh's dimension): either of the
+  above per group, over that group's peers (:mod:`pkc.runtime.groups`);
 * graph-level ops: torch on CUDA tensors with the interpreter's per-op rules (cuBLAS for a
   matmul the overlap pass left alone); collectives outside kernels in a virtual world by
   the interpreter's rules (under torch.distributed they must have been lowered).
@@ -36,7 +38,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from pkc.dialects.kernel import KernelOp
-from pkc.dialects.rank_groups import gpu_refusal
+from pkc.dialects.rank_groups import rank_groups
 from pkc.runtime.world import DEFAULT_TIMEOUT_S
 
 Step = Callable[[dict], dict]
@@ -103,11 +105,9 @@ class Executable:
         from pkc.interp.graph import LOCAL_RULES, WORLD_RULES, run_opaque
 
         dev = self.peers.device
-        why = gpu_refusal(op)
-        if why is not None:
-            raise NotImplementedError(why)
         if isinstance(op, KernelOp):
-            return self._kernel_step(op)
+            groups = rank_groups(op)
+            return self._kernel_step(op) if groups is None else self._group_step(op, groups)
         if isinstance(op, g.COLLECTIVE_OPS):
             if self.distributed:
                 raise NotImplementedError(
@@ -130,34 +130,71 @@ class Executable:
             return lambda vals: {r: [rule(op, *v).to(dev)] for r, v in vals.items()}
         raise NotImplementedError(f"'{op.name}' cannot run at graph level on the GPU")
 
-    def _kernel_step(self, op: KernelOp) -> Step:
+    def _kernel_step(self, op: KernelOp, peers=None, general=None, ck=None,
+                     report: str = "") -> Step:
+        """``op`` over ``peers`` / ``general`` (default: the program's; a sub-group's for a
+        kernel with ``group_ranks``, see :meth:`_group_step`); ``ck``: already compiled."""
+        peers = peers or self.peers
+        general = general or self.general
         name = op.kernel_name.data
         if op.schedule() is not None:
-            self.kernel_report.append(f"@{name}: scheduled kernel (built from schedule-level IR)")
-            return self._scheduled_step(op)
+            self.kernel_report.append(f"@{name}: scheduled kernel (built from schedule-level IR)"
+                                      + report)
+            return self._scheduled_step(op, peers, ck)
         from pkc.passes.pipelines import unscheduled_reason
 
-        self.kernel_report.append(f"@{name}: portable path ({unscheduled_reason(op)})")
+        self.kernel_report.append(f"@{name}: portable path ({unscheduled_reason(op)})" + report)
         from pkc.runtime.execute import compiled
 
         ck = compiled(op, self.target, self.bulk)
         if self.distributed:
-            return lambda vals: {r: self.general.run(ck, v, self.timeout_s) for r, v in vals.items()}
-        W = self.peers.world
+            return lambda vals: {r: general.run(ck, v, self.timeout_s) for r, v in vals.items()}
+        W = peers.world
 
         def run_virtual(vals):
-            outs = self.general.run(ck, [vals[r] for r in range(W)], self.timeout_s)
+            outs = general.run(ck, [vals[r] for r in range(W)], self.timeout_s)
             return dict(enumerate(outs))
         return run_virtual
 
-    def _scheduled_step(self, op: KernelOp) -> Step:
+    def _scheduled_step(self, op: KernelOp, peers=None, ck=None) -> Step:
         """A kernel the compiler scheduled: its PTX and launch metadata, run by the launcher
         the metadata names (:mod:`pkc.runtime.scheduled_step`); nothing is chosen here."""
         from pkc.runtime.scheduled_step import scheduled_step
 
-        step = scheduled_step(op, self.peers, self.target, self.timeout_s)
+        peers = peers or self.peers
+        step = (scheduled_step(op, peers, self.target, self.timeout_s) if ck is None else
+                scheduled_step(op, peers, self.target, self.timeout_s, ck=ck))
         self.aliased.update(v for v, keep in zip(op.results, step.persistent) if keep)
         return step.run
+
+    def _group_step(self, op: KernelOp, groups: list[list[int]]) -> Step:
+        """A kernel over sub-groups (:mod:`pkc.runtime.groups`): compiled once for one
+        group, launched per group over that group's peers (its symmetric buffers, signal
+        pads and epochs), program rank ``members[j]`` being the kernel's rank ``j``. In a
+        virtual world every group runs; under torch.distributed this rank's group."""
+        from pkc.runtime import groups as G
+
+        ck = None
+        if op.schedule() is not None:
+            from pkc.codegen import compile_kernel
+
+            ck = compile_kernel(op, self.target)   # once for every group
+        note = f" in {len(groups)} groups of {len(groups[0])} ranks {groups}"
+        if self.distributed:
+            runner, members, _ = G.distributed_group(op, groups, self.peers.device)
+            return G.grouped_step([(members, self._kernel_step(op, runner.peers, runner, ck,
+                                                               note))])
+        if self.peers.world != len(groups) * len(groups[0]):
+            raise ValueError(f"'{op.name}' @{op.kernel_name.data} runs in {len(groups)} groups "
+                             f"of {len(groups[0])} ranks {groups}, but the world has "
+                             f"{self.peers.world} ranks")
+        parts, first = [], len(self.kernel_report)
+        for members in groups:
+            peers = G.group_peers(self.peers, members)
+            parts.append((members, self._kernel_step(op, peers, G.world_view(self.general, members),
+                                                     ck, note)))
+        del self.kernel_report[first + 1:]          # one line per kernel, not per group
+        return G.grouped_step(parts)
 
     # ---- running -------------------------------------------------------------------
     def run(self, inputs: dict) -> dict:

@@ -139,13 +139,23 @@ def _gpu_runner(e: KernelEntry):
     launch metadata says, else the portable codegen path (nothing is chosen here)."""
     import torch.distributed as dist
 
-    from pkc.dialects.rank_groups import gpu_refusal
+    from pkc.dialects.rank_groups import rank_groups
     from pkc.runtime.world import DEFAULT_TIMEOUT_S
 
-    why = gpu_refusal(e.op)
-    if why is not None:
-        raise NotImplementedError(why)
-    if e.world == 1:
+    groups = rank_groups(e.op)
+    if groups is not None:
+        # a sub-group kernel (device mesh): this rank's group's runner and peers, the
+        # kernel's rank being this rank's position in the group (pkc.runtime.groups)
+        from pkc.runtime.groups import distributed_group
+
+        if not (dist.is_initialized() and dist.get_world_size() == e.world):
+            raise RuntimeError(f"pkc: '{e.op.name}' runs in groups {groups} of "
+                               f"a {e.world}-rank program; it needs a torch.distributed world "
+                               f"of {e.world} ranks in this process")
+        general, _, rank = distributed_group(e.op, groups,
+                                             torch.device("cuda", torch.cuda.current_device()))
+        peers = general.peers
+    elif e.world == 1:
         from pkc.runtime.peers import VirtualPeers
         from pkc.runtime.world import VirtualWorld
 

@@ -56,11 +56,12 @@ def _dtype_name(t) -> str:
         torch_dtype(t.element_type)]
 
 
-def scheduled_step(op, peers, target: str, timeout_s: float) -> ScheduledStep:
-    """The step of scheduled kernel ``op`` (compiled for ``target``, e.g. ``sm_90a``)."""
+def scheduled_step(op, peers, target: str, timeout_s: float, ck=None) -> ScheduledStep:
+    """The step of scheduled kernel ``op`` (compiled for ``target``, e.g. ``sm_90a``;
+    ``ck``: already compiled, e.g. once for every sub-group that launches it)."""
     from pkc.codegen import compile_kernel
 
-    ck = compile_kernel(op, target)
+    ck = ck or compile_kernel(op, target)
     timeout_ns = int(timeout_s * 1e9)
     if getattr(ck.meta, "comm", None) is not None:
         return _collective(op, ck, peers, timeout_ns)

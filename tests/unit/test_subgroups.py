@@ -5,8 +5,9 @@
 - the default pipeline (fused and lowered kernels) computes what the graph-level program
   computes, W in {4, 8} with 2-D meshes 2x2, 2x4, 4x2 and odd shapes;
 - capture of a program on a 2-D DeviceMesh through torch's fake process group, and
-  pkc (run_simulated) equal to eager torch on W simulated ranks;
-- the GPU runtime refuses what it cannot run yet.
+  pkc (run_simulated) equal to eager torch on W simulated ranks.
+
+The runtime's side (per-group peers, the emulator per group) is test_subgroups_runtime.py.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from xdsl.utils.exceptions import VerifyException
 import pkc
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
-from pkc.dialects.rank_groups import gpu_refusal, infer_partition, rank_groups
+from pkc.dialects.rank_groups import infer_partition, rank_groups
 from pkc.frontend import fake_process_group, run_eager
 from pkc.interp import InterpError, interpret, random_inputs
 from pkc.ir import parse_module
@@ -230,15 +231,3 @@ def test_mesh2d_pkc_equals_eager(dp: int, tp: int) -> None:
     # sanity of the reference: TP groups differ, and ranks of one TP group agree on z
     assert torch.allclose(expected[0][1], expected[1][1], atol=1e-5)
     assert not torch.allclose(expected[0][1], expected[tp][1], atol=1e-3)
-
-
-# ----------------------------------------------------------------------------------------
-# What the GPU runtime cannot run yet says so
-
-
-def test_gpu_runtime_refuses_subgroup_kernels() -> None:
-    m = parse_module(_collectives_ir(4, tp_groups(4, 2)))
-    op = next(o for o in m.walk() if isinstance(o, g.AllReduceOp))
-    assert gpu_refusal(op) is not None and "[[0, 1], [2, 3]]" in gpu_refusal(op)
-    op.attributes.pop("group_ranks")
-    assert gpu_refusal(op) is None
