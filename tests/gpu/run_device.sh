@@ -32,6 +32,7 @@ for g in $GROUPS_; do
     fusedlayouts) file=tests/gpu/test_scheduled_fused_layouts.py; k=""; t=150;;
     agpa2a) file=tests/gpu/test_scheduled_agp_a2a.py; k=""; t=90;;
     moe) file=tests/gpu/test_gpu_moe.py; k=""; t=90;;
+    subgroups) file=tests/gpu/test_gpu_subgroups.py; k=""; t=240;;
     world72) file=tests/gpu/test_world72.py; k=""; t=300;;
     *) echo "unknown group $g"; continue;;
   esac
