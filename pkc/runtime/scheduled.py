@@ -15,7 +15,8 @@ import torch
 from pkc.codegen.abi import ScheduledKernelMeta
 from pkc.runtime.tma_launch import KernelArgs, encode_tensor_map_2d, launch, load_kernel
 
-_TORCH_DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+_TORCH_DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+                "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 
 class ScheduledKernel:
