@@ -44,7 +44,6 @@ from pkc.passes.fused_rs_ordered import RsOrderedParts
 from pkc.passes.fused_schedule import RsParts
 from pkc.passes.gemm_schedule import _Ops
 from pkc.passes.gemm_schedule_tmem import TmemView
-from pkc.target.fused_tuning import FusedKind
 
 
 class ClcChoice(Kind):
@@ -161,17 +160,8 @@ def rs_parts(ordered: bool, clc: bool) -> type:
     return RsOrderedParts if ordered else RsParts
 
 
-def fused_kind_of(kind: FusedKind, fresh: bool) -> ClcKind:
-    """The CLC decision's kind of a fused kernel kind (``fresh``: into a fresh output)."""
-    if kind is FusedKind.RS:
-        return ClcKind.RS_OUT if fresh else ClcKind.RS
-    if kind is FusedKind.AR:
-        return ClcKind.AR
-    return ClcKind.AG
-
-
 __all__ = ["ClcChoice", "ClcKind", "clc_decision", "with_clc", "ClcChunkMixin", "ClcRsParts",
-           "ClcRsOrderedParts", "rs_parts", "fused_kind_of"]
+           "ClcRsOrderedParts", "rs_parts"]
 
 
 def decide_rs(cfg, world: int, mc: int, n: int, num_sms: int, choice: ClcChoice,
@@ -188,13 +178,4 @@ def decide_rs(cfg, world: int, mc: int, n: int, num_sms: int, choice: ClcChoice,
     return (with_clc(cfg) if on else cfg), rs_parts(ordered, on), plan, f"; {why}"
 
 
-def static_words(kind: ClcKind, cfg) -> tuple[dict, str]:
-    """(plan entries, remark words) of a fused kind that keeps its static loop on sm_100a
-    (nothing for the wgmma kernel)."""
-    if not isinstance(cfg, TmemView):
-        return {}, ""
-    _, why = clc_decision(kind, 0, 0, "sm_100a")
-    return {"scheduler": "static"}, f"; {why}"
-
-
-__all__ += ["decide_rs", "static_words"]
+__all__ += ["decide_rs"]
