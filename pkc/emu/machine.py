@@ -108,6 +108,10 @@ class Machine:
                  names: dict | None = None, resident: int | None = None):
         self.prog, self.code = prog, prog.code
         self.kernel = prog.name
+        if cluster < 1 or ctas % cluster:
+            # cudaLaunchKernelEx refuses a grid that is not whole clusters
+            raise EmuError(f"kernel @{prog.name}: a grid of {ctas} CTAs is not a whole number "
+                           f"of clusters of {cluster} (the cluster size must divide the grid)")
         self.world, self.ctas, self.threads, self.cluster = world, ctas, threads, cluster
         self.target = target
         self.N = N = world * ctas * threads
