@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import json
 import os
 import statistics
@@ -68,6 +69,9 @@ def cases() -> list[tuple[str, str, int, int, str]]:
     return out
 
 
+_HANDS = itertools.count()      # allocation keys (an id() comes back once an object is freed)
+
+
 class HandOnShared:
     """The hand kernel of one case, bound to the IR runner's staging buffer and the caller's
     input / output tensors; its own pads, epoch word and error record."""
@@ -95,7 +99,7 @@ class HandOnShared:
         if have < want or next(iter(self.sym.tensors.values())).dtype != ir.tdt:
             raise RuntimeError(f"the IR staging buffer ({have} elements) cannot hold the hand "
                                f"kernel's ({want})")
-        key = ("hand-on-shared", h["kernel"], spec["n_in"], id(self))
+        key = ("hand-on-shared", h["kernel"], spec["n_in"], next(_HANDS))
         self.pads = peers.symmetric(key + ("pads",), [(2 * W + 1) * self.grid], torch.int32, zero=True)
         self.ctl = peers.local(key + ("ctl",), [2], torch.int32, zero=True)
         if self.kind.startswith("ll"):
@@ -211,7 +215,8 @@ def run_case(spec: dict, budget_s: float) -> dict:
         row[f"phase{phase}"] = {"iters": len(t_ir), "us_ir": statistics.median(t_ir) * 1e3,
                                 "us_hand": statistics.median(t_h) * 1e3,
                                 "ir_speed_over_hand": statistics.median(ratios),
-                                "late_chunks": last_stats.get("late_chunks")}
+                                "late_chunks": last_stats.get("late_chunks"),
+                                **by_position(t_ir, t_h)}
     p0, p1 = row["phase0"], row["phase1"]
     ratios_all.sort()
     q = len(ratios_all) // 4
@@ -221,6 +226,22 @@ def run_case(spec: dict, budget_s: float) -> dict:
                ir_speed_over_hand=(p0["ir_speed_over_hand"] * p1["ir_speed_over_hand"]) ** 0.5,
                ratio_q1=ratios_all[q], ratio_q3=ratios_all[-q - 1])
     return row
+
+
+def by_position(t_ir: list, t_h: list) -> dict:
+    """The launches split by their place in the pair (``alternate`` runs IR then hand in
+    even iterations, hand then IR in odd ones; whole chunks of 8 are kept or dropped, so
+    the parity holds): medians (us) of each kernel first and second, and the paired ratio
+    hand / IR of each order. A kernel's time depends on what ran just before it (the L2
+    holds the previous launch's staging half), so a distribution of two modes shows here."""
+    def med(xs):
+        return statistics.median(xs) * 1e3 if xs else float("nan")
+    ev, od = range(0, len(t_ir), 2), range(1, len(t_ir), 2)
+    return {"us_ir_first": med([t_ir[i] for i in ev]), "us_hand_second": med([t_h[i] for i in ev]),
+            "us_hand_first": med([t_h[i] for i in od]), "us_ir_second": med([t_ir[i] for i in od]),
+            "ratio_ir_first": statistics.median(t_h[i] / t_ir[i] for i in ev) if ev else None,
+            "ratio_hand_first": statistics.median(t_h[i] / t_ir[i] for i in od) if od else None,
+            "t_ir_us": [round(t * 1e3, 3) for t in t_ir], "t_hand_us": [round(t * 1e3, 3) for t in t_h]}
 
 
 def control_set(peers, ir, key) -> dict:

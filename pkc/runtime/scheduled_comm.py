@@ -20,6 +20,7 @@ two steps, the first's output handed to the second, does the same).
 from __future__ import annotations
 
 import ctypes
+import itertools
 
 import torch
 
@@ -34,6 +35,9 @@ _TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i
 WAIT_SITES = {1: "arrival of the rank's CTA (its data is ready / its kernel started)",
               2: "the rank's results written into this rank (exit)",
               3: "this rank's CTA of the previous group done with its exchange"}
+
+
+_RUNNERS = itertools.count()
 
 
 class ScheduledCollectiveTimeout(RuntimeError):
@@ -66,7 +70,9 @@ class ScheduledCollective:
         per_sm = min(fit, comm.ctas_per_sm)
         max_ctas = per_sm * min(peers.sms_of(r) for r in peers.ranks)
         self.slice, self.grid, self.threads = comm.launch(max_ctas, meta.threads)
-        key = ("scheduled-collective", meta.name, id(self))
+        # a number of its own per runner (an id() is reused once a runner is freed, and the
+        # peers keep the allocations: a later runner of another size would find them)
+        key = ("scheduled-collective", meta.name, next(_RUNNERS))
         self.syms, self.locals = [], []
         for i, b in enumerate(comm.buffers):
             if b.symmetric:
