@@ -40,7 +40,9 @@ class MbarrierArriveOp(IRDLOperation):
     """One arrival on ``bars[index]`` (from one thread; where ``pred`` holds, if given).
     ``tx_bytes``: the arrival also announces that many bytes of TMA traffic. ``all_ctas``:
     arrive on the barrier of that index in every CTA of the cluster (a stage shared
-    through multicast is released everywhere)."""
+    through multicast is released everywhere); in a schedule of CTA pairs (sm_100a, CTA
+    accumulators), in both CTAs of the arriving CTA's pair (the accumulator's MMA spans
+    the pair, not the cluster)."""
 
     name = "pks.mbarrier_arrive"
     bars = operand_def(MbarriersType)
