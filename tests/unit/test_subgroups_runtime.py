@@ -374,3 +374,36 @@ def test_mesh_program_in_the_emulator_equals_eager(make, dp, tp, rows) -> None:
                                        msg=lambda m: f"rank {r}: {m}")
     # the reference differs between TP groups (a program run over the wrong group would not)
     assert not torch.allclose(expected[0][0].float(), expected[tp][0].float(), atol=0.5)
+
+
+def test_mesh3d_pkc_equals_eager() -> None:
+    """A 2x2x2 mesh (pp, dp, tp): TP all-gather / reduce-scatter around an MLP, a DP
+    all-reduce over the middle dimension (groups [0, 2], [1, 3], [4, 6], [5, 7]) and a PP
+    all-reduce over the outer one; each collective's kernel runs in its dimension's groups
+    and pkc (interpreter) equals eager torch on 8 simulated ranks."""
+    def make(rank):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("pp", "dp", "tp"))
+
+        def block(x, w1, w2):
+            h = funcol.all_gather_tensor(x, 0, mesh["tp"])
+            y = funcol.reduce_scatter_tensor(torch.relu(h @ w1) @ w2, "sum", 0, mesh["tp"])
+            return y, funcol.all_reduce(y.sum(0), "sum", mesh["dp"]), funcol.all_reduce(y, "max", mesh["pp"])
+        return block
+
+    W = 8
+    gen = torch.Generator().manual_seed(3)
+    ins = [tuple(torch.randn(s, generator=gen) for s in ((3, 16), (16, 12), (12, 8))) for _ in range(W)]
+    with fake_process_group(W), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = pkc.compile(make(0), ins[0], pipeline="default{force=true tile=16 tile-k=16}")
+    found = {str(rank_groups(o)) for o in prog.module.walk() if isinstance(o, KernelOp)}
+    assert found == {str(g) for g in ([[0, 1], [2, 3], [4, 5], [6, 7]], [[0, 2], [1, 3], [4, 6], [5, 7]],
+                                      [[0, 4], [1, 5], [2, 6], [3, 7]])}, found
+    got = prog.run_simulated(ins)
+    expected = run_eager(make, ins, world_size=W)
+    for r in range(W):
+        for a, b in zip(got[r], expected[r]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=lambda m: f"rank {r}: {m}")
+    assert not torch.allclose(expected[0][1], expected[1][1])        # DP groups differ
