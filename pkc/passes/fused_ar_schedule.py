@@ -98,7 +98,10 @@ class ArParts(RsParts):
 
     def _signal(self, o: _Ops, chunk: SSAValue, count: SSAValue) -> None:
         """Leader, if ``count`` tiles are pending: they landed (bulk groups done, async
-        proxy fenced); add the count to slot ``chunk*W + rank`` of every rank's pad."""
+        proxy fenced); add the count to slot ``chunk*W + rank`` of every rank's pad.
+        Nothing at W = 1 (no peer reads the pad)."""
+        if self.W == 1:
+            return
         w = self._when(self._when(o, o.cmp("ne", count, 0)), self.lead)
         w.add(s.BulkWaitOp(0))
         w.add(f.FenceAsyncGlobalOp())
@@ -421,7 +424,11 @@ class RsOutParts(_Summed, RsParts):
         return ebuf, [chunk, t.bin(arith.AddiOp, pend, 1), staged, ph]
 
     def epilogue_finish(self, r: _Ops, cfg: GemmConfig, extra) -> None:
-        self._signal(r, extra[0], extra[1])    # the peer waits for its chunk's count
+        # the peer waits for its chunk's count; nobody reads the own chunk's (the peer's
+        # only wait is for its own chunk, the own tiles are ordered by the kernel's end),
+        # so no count, fence or bulk wait for it at the kernel's tail
+        cur, pend = extra[0], extra[1]
+        self._signal(r, cur, r.select(r.cmp("eq", cur, self.rank), r.c(0), pend))
 
 
 __all__ = ["ArParts", "ArOutParts", "RsOutParts", "chunk_rows"]

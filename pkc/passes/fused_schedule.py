@@ -138,12 +138,20 @@ class RsParts(GemmParts):
         self.maps = [top.add(f.PeerTmapOp(C, p, tc_t)).result for p in range(self.W)]
         return None
 
+    def needs_epoch(self) -> bool:
+        """Whether the kernel reads the launch epoch: W > 1 (the counts its waits compare
+        with), or a tile loop of a subclass's own (cluster launch control's tickets read
+        it). At W = 1 no peer reads a signal, so the kernel has the plain GEMM's prologue
+        and end: no control-word load ahead of the setup barrier, no completion atomic."""
+        return self.W > 1 or type(self).tile_loop is not RsParts.tile_loop
+
     def prologue(self, o: _Ops) -> None:
         self.rank = o.add(c.LaunchParamOp(c.CommParam.RANK)).result
-        self.epoch = o.add(c.EpochOp(self.ctl)).result
+        self.epoch = o.add(c.EpochOp(self.ctl)).result if self.needs_epoch() else None
 
     def end(self, o: _Ops) -> None:
-        o.add(c.EpochPublishOp(self.ctl, self.epoch))
+        if self.epoch is not None:
+            o.add(c.EpochPublishOp(self.ctl, self.epoch))
 
     def tile_loop(self, r: _Ops, M, N, inits, cfg):
         loop = r.add(f.ChunkTileLoopOp(M, N, self.rank, inits, cfg.bm, cfg.bn, cfg.group_m, self.W))
@@ -173,7 +181,8 @@ class RsParts(GemmParts):
         w = self._when(r, self.lead)
         for m in self.maps:
             w.add(s.TmaPrefetchOp(m))
-        self.want = r.bin(arith.MuliOp, self.epoch, self.tiles_per_chunk * cfg.consumers)
+        self.want = (None if self.epoch is None else
+                     r.bin(arith.MuliOp, self.epoch, self.tiles_per_chunk * cfg.consumers))
         return [self.rank, r.c(0)]
 
     def _when(self, o: _Ops, cond: SSAValue) -> _Ops:
@@ -182,12 +191,23 @@ class RsParts(GemmParts):
 
     def _signal(self, o: _Ops, chunk: SSAValue, count: SSAValue) -> None:
         """Leader, if ``count`` tiles are pending: they landed (bulk groups done, async
-        proxy fenced); add the count to slot rank of the chunk owner's pad."""
+        proxy fenced); add the count to slot rank of the chunk owner's pad. Nothing at
+        W = 1 (no peer reads the pad)."""
+        if self.W == 1:
+            return
         w = self._when(self._when(o, o.cmp("ne", count, 0)), self.lead)
         w.add(s.BulkWaitOp(0))
         w.add(f.FenceAsyncGlobalOp())
         pad = w.add(c.BufferPtrOp(self.pad, chunk)).result
-        w.add(f.SignalAddOp(pad, self.rank, count, "sys", "release"))
+        # the own chunk's count at GPU scope, as the hand kernel signalled it: the stores
+        # it orders and the pad are this GPU's memory, which its L2 serves to the peers'
+        # loads and reduce-adds too, and the CTA made no peer write before it (the own
+        # chunk is the tile loop's first). A system-scope release (MEMBAR.SYS) sat on the
+        # critical path of every peer's first add (measured: docs/PERF_NOTES.md 2026-12-02)
+        own = w.cmp("eq", chunk, self.rank)
+        self._when(w, own).add(f.SignalAddOp(pad, self.rank, count, "gpu", "release"))
+        self._when(w, w.cmp("ne", chunk, self.rank)).add(
+            f.SignalAddOp(pad, self.rank, count, "sys", "release"))
 
     def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: Epi, coords, row0, ebuf, extra):
         m0, n0, chunk = coords

@@ -82,10 +82,14 @@ func.func @mm_rs2(%x: tensor<198x72xbf16>, %w: tensor<136x72xbf16>) -> tensor<99
 // CHECK-NEXT:  ^bb0(%{{.*}}: !pk.buffer<137x72xbf16>, %{{.*}}: !pk.buffer<72x136xbf16>, %[[C1:.*]]: !pk.buffer<137x136xbf16, symmetric>):
 // CHECK-NEXT:    pk.alloc {zero} : !pk.buffer<1xi32, symmetric>
 // CHECK:         "pks.rows_tmap"(%[[C1]]) {peer = #builtin.int<0>, first = #builtin.int<0>, rows = #builtin.int<137>}
+// At W = 1 no peer reads a signal: no epoch read, no counts, no publication (the plain
+// GEMM's prologue and end).
 // CHECK-NOT:     "pks.rows_tmap"
+// CHECK-NOT:     "pks.epoch"
 // CHECK:           "pks.tma_store_or_add"
 // CHECK-NOT:       "pks.acc_add_smem"
-// CHECK:         "pks.epoch_publish"
+// CHECK-NOT:       "pks.signal_add"
+// CHECK-NOT:       "pks.epoch_publish"
 
 // CHECK-LABEL: func.func @mm_rs2
 // CHECK:       pk.kernel "matmul_reduce_scatter"(%x, %w) {world = 2 : i64

@@ -48,7 +48,10 @@ func.func @mm_rs(%x: tensor<597x72xbf16>, %w: tensor<136x72xbf16>) -> tensor<199
 // CHECK:               "pks.bulk_wait"() {pending = #builtin.int<0>}
 // CHECK-NEXT:          "pks.fence_async_global"()
 // CHECK-NEXT:          "pks.ptr"(%[[PAD]], %{{.*}})
-// CHECK-NEXT:          "pks.signal_add"({{.*}}) {scope = "sys", sem = "release"}
+// The own chunk's count at GPU scope (its stores and pad are this GPU's), a peer's at
+// system scope.
+// CHECK:               "pks.signal_add"({{.*}}) {scope = "gpu", sem = "release"}
+// CHECK:               "pks.signal_add"({{.*}}) {scope = "sys", sem = "release"}
 // CHECK:               "pks.signal_wait"({{.*}}) {site = #builtin.int<1>
 // CHECK:             "pks.tmap_select"
 // CHECK:             "pks.acc_store_smem"
@@ -67,6 +70,7 @@ func.func @mm_rs(%x: tensor<597x72xbf16>, %w: tensor<136x72xbf16>) -> tensor<199
 // PTX:   cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group
 // PTX:   cp.async.bulk.wait_group 0;
 // PTX-NEXT: fence.proxy.async.global;
+// PTX:   red.release.gpu.global.add.u32
 // PTX:   red.release.sys.global.add.u32
 // PTX:   ld.acquire.sys.global.u32
 
