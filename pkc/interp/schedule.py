@@ -323,6 +323,12 @@ class ScheduleRun:
             self._try_release_sync(key)
         left = self.left[a.rank, a.launch]
         left[0] -= 1
+        # the kernel's end orders the warpgroup's completed TMA writes (pks.bulk_wait 0)
+        # before what follows it on the rank (the host's read, the next launch): a kernel
+        # boundary is a fence for every proxy, as a plain GEMM's TMA-store epilogue relies
+        # on (no pks.fence_async_global needed where no peer reads them during the kernel)
+        key = ("bulk", a.aid)
+        a.clock[key] = max(a.clock.get(key, 0), a.bulk_done)
         join(left[1], a.clock)
         if not left[0]:
             self._launch_ended(a.rank, a.launch)
