@@ -39,6 +39,10 @@ Registered as the ``sm_100a`` entry of
 * ``pks.clc_tile_loop``: :mod:`pkc.codegen.lower_schedule_clc` (cluster launch control;
   single CTAs and CTA pairs).
 
+* fp8 (:mod:`pkc.codegen.lower_schedule_tcgen05_scale`): ``pks.mma_async`` of e4m3 / e5m2
+  operands is 4 ``tcgen05.mma.kind::f8f6f4`` of K = 32 (the same 32-byte steps);
+  ``pks.acc_scale`` is applied by the accumulator's readers right after ``tcgen05.ld``.
+
 Not lowered here (a clear error): the per-warpgroup (wgmma-form) accumulator, ``pks.mma_wait``
 (tcgen05 completes through mbarriers), clusters of more than 2.
 """
@@ -50,6 +54,7 @@ from typing import TYPE_CHECKING
 from pkc.codegen import ptx, ptx_comm, ptx_sm90
 from pkc.codegen import ptx_sm100 as t5
 from pkc.codegen.lower_schedule_clc import lower_clc_tile_loop
+from pkc.codegen.lower_schedule_tcgen05_scale import lower_acc_scale, mma_kind_and_desc, scale_loaded
 from pkc.codegen.lower_schedule_clc_chunk import lower_clc_chunk_tile_loop
 from pkc.dialects.schedule_clc_chunk import ClcChunkTileLoopOp
 from pkc.dialects.schedule_clc import ClcTileLoopOp
@@ -217,8 +222,8 @@ def _mma(L: "Lowering", op: s.MmaAsyncOp) -> None:
     m, n = acc.rows.data, acc.cols.data
     n_major = op.b_major.data == "n"
     group = _group(L)
-    try:
-        idesc_val = t5.instr_desc_f16(op.dtype.data, m * group, n, False, n_major, group)
+    try:        # kind::f16, or kind::f8f6f4 for fp8 operands (lower_schedule_tcgen05_scale)
+        kind, idesc_val = mma_kind_and_desc(op, m * group, n, n_major, group)
     except ValueError as e:
         raise CodegenError(f"{op.name} on !pks.acc<{m}x{n}>: {e}") from None
     d = _tmem(L, op.acc)
@@ -233,7 +238,7 @@ def _mma(L: "Lowering", op: s.MmaAsyncOp) -> None:
         dak = b.bin("add", "s64", da, (k * 32) >> 4) if k else da
         dbk = b.bin("add", "s64", db, boff >> 4) if boff else db
         b.add(t5.Tcgen05MmaOp(d, dak, dbk, idesc, L.v(op.accumulate) if k == 0 else always,
-                              group))
+                              group, kind))
 
 
 def _commit_arrive(L: "Lowering", op: s.MmaCommitArriveOp) -> None:
@@ -317,6 +322,7 @@ def _acc_piece(L: "Lowering", op, pair) -> None:
             vals = list(b.add(t5.Tcgen05LdOp(b.add32(taddr, c0 + c) if c0 + c else taddr,
                                              num)).res)
             b.add(t5.Tcgen05WaitOp("ld"))
+            vals = scale_loaded(L, op.acc, vals, c0 + c, range(sl, sl + 1))   # fp8's scales
             for i in range(num // 2):
                 byte = 2 * (c + 2 * i)                      # byte of the pair in the row
                 chunk, within = byte // 16, byte % 16
@@ -351,6 +357,7 @@ def _acc_store_global(L: "Lowering", op: s.AccStoreGlobalOp) -> None:
         num = max(x for x in t5.LD_32X32B_NUM if x <= num)
         vals = list(b.add(t5.Tcgen05LdOp(b.add32(taddr, c) if c else taddr, num)).res)
         b.add(t5.Tcgen05WaitOp("ld"))
+        vals = scale_loaded(L, op.acc, vals, c, range(acc.rows.data // 64))    # fp8's scales
         packed = [b.r(ptx_sm90.CvtPackOp(op.dtype.data, vals[2 * i], vals[2 * i + 1]))
                   for i in range(num // 2)]
         for q in range(0, num // 8):
@@ -380,7 +387,7 @@ _OPS = {
     s.AccAllocOp: _acc_alloc, s.AccSelectOp: _acc_select, s.MmaAsyncOp: _mma,
     s.MmaCommitArriveOp: _commit_arrive, s.MmaCommitOp: _no_wait, s.MmaWaitOp: _no_wait,
     s.AccStoreSmemOp: _acc_store_smem, s.AccStoreGlobalOp: _acc_store_global,
-    f.AccAddSmemOp: _acc_add_smem,
+    f.AccAddSmemOp: _acc_add_smem, s.AccScaleOp: lower_acc_scale,
     s.MbarrierWaitOp: _mbarrier_wait, s.MbarrierArriveOp: _mbarrier_arrive,
     s.TmaLoadOp: _tma_load, ClcTileLoopOp: lower_clc_tile_loop,
     ClcChunkTileLoopOp: lower_clc_chunk_tile_loop,

@@ -65,18 +65,20 @@ class MmaKind(Kind):
 
 
 # .kind::f8f6f4 A / B type codes (the same table, column .kind::f8f6f4: E4M3 = 0, E5M2 = 1,
-# E2M3 = 3, E3M2 = 4, E2M1 = 5), keyed by pkc's element names (MLIR's).
-F8_TYPE_CODE = {"f8E4M3FN": 0, "f8E5M2": 1}
+# E2M3 = 3, E3M2 = 4, E2M1 = 5), keyed by pkc's element names: the schedule level's (PTX's
+# .e4m3 / .e5m2) and the tensor level's (MLIR's).
+F8_TYPE_CODE = {"e4m3": 0, "e5m2": 1, "f8E4M3FN": 0, "f8E5M2": 1}
 
 
 def instr_desc_f8f6f4(atype: str, btype: str, m: int, n: int, cta_group: int = 1) -> int:
     """The 32-bit instruction descriptor of a dense ``tcgen05.mma .kind::f8f6f4`` with an
-    f32 accumulator, K-major A (``atype``) and B (``btype``), each f8E4M3FN or f8E5M2, and
+    f32 accumulator, K-major A (``atype``) and B (``btype``), each e4m3 or e5m2, and
     shape ``m x n x 32`` (``m`` of the whole MMA: 256 for a CTA pair's ``cta_group::2``).
     MN-major 8-bit operands are not built (torch's fp8 GEMM takes B as [N, K] K-major)."""
     for what, t in (("A", atype), ("B", btype)):
         if t not in F8_TYPE_CODE:
-            raise ValueError(f"tcgen05 kind::f8f6f4 {what} is f8E4M3FN or f8E5M2, not {t}")
+            raise ValueError(f"tcgen05 kind::f8f6f4 {what} is e4m3 or e5m2 (f8E4M3FN / "
+                             f"f8E5M2), not {t}")
     check_mma_shape(m, n, cta_group, MmaKind.F8F6F4)
     return ((1 << 4) | (F8_TYPE_CODE[atype] << 7) | (F8_TYPE_CODE[btype] << 10)
             | ((n >> 3) << 17) | ((m >> 4) << 24))

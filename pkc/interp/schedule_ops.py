@@ -201,9 +201,12 @@ def _accumulate(acc: Acc, prod, accumulate: bool, at: str) -> None:
 def _pair_mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
     """A CTA pair's MMA (sm_100a cta_group::2), issued by the even CTA: A's rows from both
     CTAs' ``a`` slot (the even CTA's first), B's columns half from each CTA's ``b`` slot,
-    the 2 x rows result split over the two CTAs' accumulators (the same one of each)."""
+    the 2 x rows result split over the two CTAs' accumulators (the same one of each);
+    fp8 operands as for one CTA (128 elements of K per 128-byte row)."""
     acc: Acc = env[op.acc]
-    dt = _DTYPES[op.dtype.data]
+    ta, tb = op.types
+    dt, dtb = _DTYPES[ta], _DTYPES[tb]
+    kd = op.k_depth
     at = a.at(op)
     if op.b_major.data != s.BMajor.K.value:
         raise InterpError(f"{at}: a CTA pair reads B as [N, K] (K-major) only")
@@ -223,8 +226,8 @@ def _pair_mma(R, a: Actor, op: s.MmaAsyncOp, env) -> bool:
             rec = Read(lo, hi, op, at, a.aid, "MMA")
             smem.add_read(slot, rec)
             reads.append((smem, slot, rec))
-        avs.append(A.bytes(a_slot, a0, a1).view(dt).view(acc.rows, 64))
-        bvs.append(B.bytes(b_slot, 0, b1).view(dt).view(acc.cols // 2, 64))
+        avs.append(A.bytes(a_slot, a0, a1).view(dt).view(acc.rows, kd))
+        bvs.append(B.bytes(b_slot, 0, b1).view(dtb).view(acc.cols // 2, kd))
     prod = torch.cat(avs).double() @ torch.cat(bvs).t().double()
     for j, acc_j in enumerate(accs):
         _accumulate(acc_j, prod[j * acc.rows:(j + 1) * acc.rows], env[op.accumulate], at)

@@ -3,6 +3,7 @@ CTA-shared (tensor memory on sm_100a), so that the MMAs and the epilogue run in 
 roles and overlap across tiles.
 
     C[M, N] = A[M, K] @ B        (bf16 / f16 in, f32 accumulate, bf16 / f16 out)
+    C[M, N] = (A @ B) * sa * sb [+ bias]   (fp8 in: pk.scaled_matmul; ``scales``)
 
 The same target-neutral ops as :mod:`pkc.passes.gemm_schedule`, arranged as Blackwell
 GEMMs are (one CTA per SM, three warpgroups):
@@ -25,6 +26,13 @@ With two accumulators the epilogue of tile t runs while the MMAs of tile t + 1 f
 other one. The accumulators are ``pks.acc_alloc`` at the top of the schedule (one of the
 CTA, not of a warpgroup), picked per tile with ``pks.acc_select``.
 
+fp8 (``cfg.a_type`` / ``b_type``, e4m3 / e5m2; ``scales``): the same roles on 8-bit
+operands - the k-block's 128-byte rows hold 128 elements of K (``cfg.bk``), the MMA is
+``pks.mma_async {dtype, b_dtype}`` (tcgen05 ``kind::f8f6f4`` on sm_100a), and the epilogue
+applies ``pks.acc_scale`` (the scales and bias) to each piece before it stores it, as the
+wgmma GEMM's epilogue does (:class:`~pkc.passes.gemm_schedule.Epi`); the MMA warpgroup
+gives registers back to the epilogue's (``EPILOGUE_REGS_FP8``).
+
 A fused kernel gives its :class:`~pkc.passes.gemm_schedule.GemmParts` as for the wgmma GEMM
 (the same parts: tensor maps, prologue / end, tile loop, the producer's rows, the
 epilogue's setup / tile start / tile / finish); they see the configuration through
@@ -38,7 +46,8 @@ from xdsl.dialects import arith, scf
 from xdsl.ir import Block, SSAValue
 
 from pkc.dialects import schedule as s
-from pkc.passes.gemm_schedule import _SWIZZLE_FOR_ROW_BYTES, Epi, GemmParts, _for, _Ops, _producer
+from pkc.passes.gemm_schedule import (_SWIZZLE_FOR_ROW_BYTES, Epi, GemmParts, Scales, _for, _Ops,
+                                      _producer)
 from pkc.target.gemm_tuning import BK, BLayout, Epilogue
 from pkc.target.gemm_tuning_sm100 import TmemGemmConfig
 
@@ -55,20 +64,32 @@ class _ProducerView:
         return getattr(self.cfg, name)
 
 
-def tmem_tmap_types(cfg: TmemGemmConfig) -> tuple[s.TmapType, s.TmapType]:
-    """The A and B tensor maps (128-byte swizzle, 64 elements of K per box row)."""
-    a = s.TmapType(cfg.dtype, [BK, cfg.bm], 128)
-    b = (s.TmapType(cfg.dtype, [BK, cfg.bn], 128) if cfg.b_layout is BLayout.NK
-         else s.TmapType(cfg.dtype, [64, BK], 128))
+def tmem_tmap_types(cfg: TmemGemmConfig, b_rows: int | None = None) -> tuple[s.TmapType, s.TmapType]:
+    """The A and B tensor maps (128-byte swizzle, one 128-byte row of K per box row: 64
+    16-bit or 128 8-bit elements); ``b_rows``: B's box rows (default ``bn``)."""
+    ta, tb = cfg.in_types
+    a = s.TmapType(ta, [cfg.bk, cfg.bm], 128)
+    b = (s.TmapType(tb, [cfg.bk, b_rows or cfg.bn], 128) if cfg.b_layout is BLayout.NK
+         else s.TmapType(tb, [64, BK], 128))
     return a, b
 
 
+# fp8: the epilogue holds a piece's column scales and bias in registers beside the
+# accumulator's (at the launch's 168 per thread, ptxas spilled 8-24 bytes); the MMA
+# warpgroup (one issuing thread) gives registers back so that the epilogue may take them
+# (40 + 40 + 232 of 512 per SM's 128-thread slice: within the register file)
+MMA_REGS_FP8, EPILOGUE_REGS_FP8 = 40, 232
+
+
 def build_gemm_tmem(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int, K: int,
-                    cfg: TmemGemmConfig, parts: GemmParts | None = None) -> s.ScheduleOp:
+                    cfg: TmemGemmConfig, parts: GemmParts | None = None,
+                    scales: Scales | None = None) -> s.ScheduleOp:
     """Appends the tensor maps and the ``pks.schedule`` of ``cfg`` for the given shape to
     ``body`` (a ``pk.kernel`` block whose arguments include A, B and C); ``parts``: the
-    pieces a fused kernel replaces (default: the plain GEMM's)."""
+    pieces a fused kernel replaces (default: the plain GEMM's); ``scales``: an fp8 GEMM's
+    (``pks.acc_scale`` in every tile's epilogue)."""
     cfg.validate()
+    check_scales(cfg, scales)
     parts = parts or GemmParts()
     view = cfg if isinstance(cfg, TmemView) else TmemView(cfg)
     ta_t, tb_t = tmem_tmap_types(cfg)
@@ -97,18 +118,25 @@ def build_gemm_tmem(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, 
     roles = parts.role_block(o, view, a_st)      # an all-gather's put CTAs: the side role
     _producer(roles, view, dims, tA, tB, a_st, b_st, full, empty, parts)
     _mma(roles, view, dims, a_st, b_st, full, empty, acc_full, acc_empty, accs, parts)
-    _epilogue(roles, view, dims, C, tC, epi, acc_full, acc_empty, accs, parts)
+    _epilogue(roles, view, dims, C, tC, epi, acc_full, acc_empty, accs, parts, scales)
     parts.end(o)
     return sched
 
 
+def check_scales(cfg: TmemGemmConfig, scales: Scales | None) -> None:
+    if cfg.fp8 != (scales is not None):
+        raise ValueError(f"tmem GEMM {cfg.tag()} with{'out' if scales is None else ''} scales "
+                         "(fp8 operands and scales go together)")
+
+
 def _mma(o: _Ops, cfg: TmemGemmConfig, dims, a_st, b_st, full, empty, acc_full, acc_empty,
          accs, parts: GemmParts) -> None:
-    role = o.add(s.RoleOp(s.RoleKind.MMA, 1, 1, 0, single_thread=True))
+    role = o.add(s.RoleOp(s.RoleKind.MMA, 1, 1, MMA_REGS_FP8 if cfg.fp8 else 0,
+                          single_thread=True))
     r = _Ops(role.block)
     M, N = r.c(dims[0]), r.c(dims[1])
     zero, one = r.c(0), r.c(1)
-    num_kb = r.c(-(-dims[2] // BK))
+    num_kb = r.c(-(-dims[2] // cfg.bk))
     loop, _coords, (stage, phase, ab, aph) = parts.tile_loop(r, M, N, [zero] * 4, cfg)
     t = _Ops(loop.block)
     # the epilogue drained accumulator ab (the first pass over the ring finds it free)
@@ -118,7 +146,8 @@ def _mma(o: _Ops, cfg: TmemGemmConfig, dims, a_st, b_st, full, empty, acc_full, 
     major = s.BMajor.K if cfg.b_layout is BLayout.NK else s.BMajor.N
     kloop, k, kb, (ks, kph) = _for(t, zero, num_kb, one, [stage, phase])
     k.add(s.MbarrierWaitOp(full, ks, kph))
-    k.add(s.MmaAsyncOp(acc, a_st, ks, row, b_st, ks, k.cmp("ne", kb, 0), cfg.dtype, major))
+    ta, tb = cfg.in_types
+    k.add(s.MmaAsyncOp(acc, a_st, ks, row, b_st, ks, k.cmp("ne", kb, 0), ta, major, tb))
     k.add(s.MmaCommitArriveOp(empty, ks))      # the stage is free once these MMAs are done
     k.add(scf.YieldOp(*k.advance(ks, kph, cfg.stages)))
     stage2, phase2 = kloop.results
@@ -147,8 +176,9 @@ class TmemView(_ProducerView):
 
 
 def _epilogue(o: _Ops, cfg: TmemView, dims, C, tC, epi, acc_full, acc_empty, accs,
-              parts: GemmParts) -> None:
-    role = o.add(s.RoleOp(s.RoleKind.EPILOGUE, cfg.epilogue_wg, 1, 0))
+              parts: GemmParts, scales: Scales | None = None) -> None:
+    role = o.add(s.RoleOp(s.RoleKind.EPILOGUE, cfg.epilogue_wg, 1,
+                          EPILOGUE_REGS_FP8 if cfg.fp8 else 0))
     r = _Ops(role.block)
     M, N = r.c(dims[0]), r.c(dims[1])
     zero = r.c(0)
@@ -163,7 +193,7 @@ def _epilogue(o: _Ops, cfg: TmemView, dims, C, tC, epi, acc_full, acc_empty, acc
     extra = parts.consumer_tile_start(t, cfg, coords, zero, epi, ebuf, extra)
     t.add(s.MbarrierWaitOp(acc_full, ab, aph))
     acc = t.add(s.AccSelectOp(ab, accs)).result
-    e = Epi(acc, epi, C, tC, zero, M, N)
+    e = Epi(acc, epi, C, tC, zero, M, N, scales)     # scales: pks.acc_scale per piece
     ebuf, extra = parts.epilogue_tile(t, cfg, e, coords, coords[0], ebuf, extra)
     if not tma:
         # every thread's reads of the accumulator are done before it is handed back
@@ -178,4 +208,4 @@ def _epilogue(o: _Ops, cfg: TmemView, dims, C, tC, epi, acc_full, acc_empty, acc
     r.add(s.YieldOp())
 
 
-__all__ = ["build_gemm_tmem", "tmem_tmap_types", "TmemView"]
+__all__ = ["build_gemm_tmem", "tmem_tmap_types", "TmemView", "check_scales"]

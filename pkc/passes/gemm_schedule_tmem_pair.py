@@ -22,6 +22,10 @@ The roles are those of :mod:`pkc.passes.gemm_schedule_tmem`; what differs:
 
 B is split between the pair, not multicast: each CTA loads half of the tile's B rows and
 the pair MMA reads both halves, which halves each CTA's B traffic as a multicast would.
+
+fp8 (``scales``): as for one CTA (:mod:`pkc.passes.gemm_schedule_tmem`): 128 elements of K
+per 128-byte stage row, the pair MMA ``kind::f8f6f4``, each CTA's epilogue scales its own
+128 rows.
 """
 
 from __future__ import annotations
@@ -30,10 +34,10 @@ from xdsl.dialects import arith, scf
 from xdsl.ir import Block, SSAValue
 
 from pkc.dialects import schedule as s
-from pkc.passes.gemm_schedule import _SWIZZLE_FOR_ROW_BYTES, GemmParts, _for, _Ops
+from pkc.passes.gemm_schedule import _SWIZZLE_FOR_ROW_BYTES, GemmParts, Scales, _for, _Ops
 from pkc.passes.gemm_schedule_clc import ClcParts
-from pkc.passes.gemm_schedule_tmem import TmemView, _epilogue, _mma
-from pkc.target.gemm_tuning import BK, Epilogue
+from pkc.passes.gemm_schedule_tmem import TmemView, _epilogue, _mma, check_scales, tmem_tmap_types
+from pkc.target.gemm_tuning import Epilogue
 from pkc.target.gemm_tuning_sm100 import TmemGemmConfig
 
 
@@ -44,18 +48,21 @@ class PairView(TmemView):
 
 
 def build_gemm_tmem_pair(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int,
-                         K: int, cfg: TmemGemmConfig) -> s.ScheduleOp:
-    """Appends the tensor maps and the ``pks.schedule`` of the pair config ``cfg``."""
+                         K: int, cfg: TmemGemmConfig, scales: Scales | None = None) -> s.ScheduleOp:
+    """Appends the tensor maps and the ``pks.schedule`` of the pair config ``cfg``
+    (``scales``: an fp8 GEMM's)."""
     if not cfg.pair:
         raise ValueError(f"build_gemm_tmem_pair: {cfg.tag()} is not a CTA-pair config")
     cfg.validate()
+    check_scales(cfg, scales)
     view = PairView(cfg)
     # under cluster launch control the even CTA's producer, mma and epilogue and the odd
     # CTA's producer and epilogue read each response (the odd CTA runs no MMA role)
     parts = ClcParts(roles=5) if cfg.clc else GemmParts()
     top = _Ops(body)
-    tA = top.add(s.TmapOp(A, s.TmapType(cfg.dtype, [BK, cfg.bm], 128))).result
-    tB = top.add(s.TmapOp(B, s.TmapType(cfg.dtype, [BK, cfg.bn // 2], 128))).result
+    ta_t, tb_t = tmem_tmap_types(cfg, cfg.bn // 2)       # each CTA loads half of B's rows
+    tA = top.add(s.TmapOp(A, ta_t)).result
+    tB = top.add(s.TmapOp(B, tb_t)).result
     tC = None
     if cfg.epilogue is Epilogue.TMA:
         w = cfg.epi_width
@@ -75,7 +82,7 @@ def build_gemm_tmem_pair(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: 
     dims = (M, N, K)
     _producer(o, view, dims, tA, tB, a_st, b_st, full, empty, parts)
     _mma(o, view, dims, a_st, b_st, full, empty, acc_full, acc_empty, accs, parts)
-    _epilogue(o, view, dims, C, tC, epi, acc_full, acc_empty, accs, parts)
+    _epilogue(o, view, dims, C, tC, epi, acc_full, acc_empty, accs, parts, scales)
     return sched
 
 
@@ -89,7 +96,7 @@ def _producer(o: _Ops, cfg: PairView, dims, tA, tB, a_st, b_st, full, empty,
     rank = r.add(s.ClusterRankOp()).result
     even = r.cmp("eq", rank, 0)
     zero, one = r.c(0), r.c(1)
-    num_kb = r.c(-(-dims[2] // BK))
+    num_kb = r.c(-(-dims[2] // cfg.bk))
     loop, (m0, n0), (stage, phase) = parts.tile_loop(r, M, N, [zero, zero], cfg)
     t = _Ops(loop.block)
     half = cfg.bn // 2
@@ -98,7 +105,7 @@ def _producer(o: _Ops, cfg: PairView, dims, tA, tB, a_st, b_st, full, empty,
     k.add(s.MbarrierWaitOp(empty, ks, k.bin(arith.XOrIOp, kph, 1)))
     # the even CTA expects both CTAs' bytes on its full[s]
     k.add(s.MbarrierArriveOp(full, ks, pred=even, tx_bytes=2 * cfg.stage_bytes))
-    kc = k.bin(arith.MuliOp, kb, BK)
+    kc = k.bin(arith.MuliOp, kb, cfg.bk)
     k.add(s.TmaLoadOp(tA, [kc, m0], a_st, ks, k.c(0), full, ks))
     k.add(s.TmaLoadOp(tB, [kc, nb], b_st, ks, k.c(0), full, ks))
     k.add(scf.YieldOp(*k.advance(ks, kph, cfg.stages)))

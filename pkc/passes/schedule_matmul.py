@@ -18,8 +18,9 @@ runtime run it.
 
 A ``pk.scaled_matmul`` (fp8 operands, f32 scales, optional bias: torch's ``_scaled_mm``)
 becomes ``pk.kernel "scaled_matmul"`` (arguments A, B as [N, K], SA, SB, [bias], C) with
-the same GEMM on 8-bit operands and a ``pks.acc_scale`` epilogue step (sm_90a; a remark
-says why where it cannot: an sm_100a target, an f32 result, N or K not multiples of 16).
+the same GEMM on 8-bit operands and a ``pks.acc_scale`` epilogue step (sm_90a: wgmma;
+sm_100a: the tensor-memory GEMM, :mod:`pkc.passes.scaled_matmul_tmem`; a remark says why
+where it cannot: an f32 result, N or K not multiples of 16).
 B is read K-major (both fp8 operands of wgmma are): the ``[N, K]`` value under a
 ``pk.transpose``, or a ``pk.transpose`` of B added here (free when B is torch's
 column-major ``mat2``, a view).
@@ -49,6 +50,7 @@ from pkc.passes.gemm_schedule_tmem import build_gemm_tmem
 from pkc.passes.gemm_schedule_clc import ClcParts
 from pkc.passes.gemm_schedule_tmem_pair import build_gemm_tmem_pair
 from pkc.passes.registry import register_pass
+from pkc.passes.scaled_matmul_tmem import schedule_scaled_tmem
 from pkc.passes.remarks import add_remark, set_plan
 from pkc.target.gemm_tuning import VARIANTS, BLayout, Epilogue, check_variant, choose_config
 from pkc.target.gemm_tuning_sm100 import choose_tmem_config
@@ -116,7 +118,10 @@ class ScheduleMatmul(ModulePass):
             if reason:
                 add_remark(op, f"scaled matmul left to the graph level: {reason}")
                 continue
-            _schedule_scaled(op, num_sms, self.variant)
+            if tmem:
+                schedule_scaled_tmem(op, num_sms, _dtype(op.result.type))
+            else:
+                _schedule_scaled(op, num_sms, self.variant)
 
 
 def _schedule(op: g.MatmulOp, num_sms: int, variant: str) -> None:
@@ -195,8 +200,8 @@ def _schedule_tmem(op: g.MatmulOp, num_sms: int) -> None:
 
 def why_not_scaled(op: ScaledMatmulOp, arch: str = "sm_90a") -> str | None:
     """Why ``op`` cannot become a scheduled fp8 GEMM on ``arch`` (None: it can)."""
-    if arch != "sm_90a":
-        return f"no scheduled fp8 GEMM for {arch} yet (sm_90a wgmma only)"
+    if arch not in ("sm_90a", "sm_100a"):
+        return f"no scheduled fp8 GEMM for {arch} yet (sm_90a wgmma, sm_100a tcgen05)"
     (M, K), N = op.lhs.type.get_shape(), op.rhs.type.get_shape()[1]
     out = _dtype(op.result.type)
     if out is None:
