@@ -166,6 +166,25 @@ class Peers:
         """SMs rank ``rank``'s kernel may occupy (all of its CTAs must be resident)."""
         return self.sms
 
+    def check_coresident(self, name: str, func, grid: int, threads: int, smem: int,
+                         whole_gpu: bool = False) -> None:
+        """Every driven rank's ``grid`` CTAs of kernel ``name`` (a CUfunction) must be resident
+        at once: their spin-waits wait for each other, so a CTA that cannot start would leave
+        its peers waiting until their bounded waits expire. Raise instead where the
+        occupancy (CTAs of ``threads`` threads and ``smem`` bytes per SM) times the SMs a
+        rank runs on (``whole_gpu``: all of them) cannot hold the grid. (72 ranks on plain
+        streams get ``132 // 72 = 1`` SM's worth each.)"""
+        from pkc.runtime.driver import call
+
+        fit = int(call("cuOccupancyMaxActiveBlocksPerMultiprocessor", func, threads, smem))
+        for r in self.ranks:
+            sms = self.sms if whole_gpu else self.sms_of(r)
+            if grid > fit * sms:
+                raise RuntimeError(
+                    f"kernel {name}: {grid} CTAs per rank cannot all be resident on rank {r}'s "
+                    f"{sms} SMs ({fit} CTA(s) of {threads} threads and {smem} B of shared memory "
+                    f"per SM; {len(self.ranks)} ranks on this GPU): its waits would time out")
+
     def begin(self) -> None:
         """Order the ranks' streams after the work queued so far on torch's stream."""
 
