@@ -68,8 +68,9 @@ class ScheduledFused:
         self.kernel = load_kernel(ptx, meta.name, meta.smem_bytes, peers.device)
         sms = peers.sms if fz.world == 1 else min(peers.sms_of(r) for r in peers.ranks)
         self.grid = meta.grid(sms)
-        peers.check_coresident(meta.name, self.kernel.func, self.grid, meta.threads,
-                               meta.smem_bytes, whole_gpu=fz.world == 1)
+        if not getattr(meta, "clc", False):    # cluster launch control: CTAs past the SMs wait
+            peers.check_coresident(meta.name, self.kernel.func, self.grid, meta.threads,
+                                   meta.smem_bytes, whole_gpu=fz.world == 1)
         key = ("scheduled-fused", meta.name, tuple(map(tuple, fz.shapes)), owner)
         self.syms, self.locals = [], []
         self.alloc_ptrs: list[dict[int, int]] = []       # per pk.alloc: rank -> address
