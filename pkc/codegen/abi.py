@@ -279,6 +279,8 @@ class FusedLaunch:
     side_ctas: int = 0          # the grid's last CTAs that run a side role (the grid rule)
     peer_outputs: list[int] = field(default_factory=list)   # symmetric outputs whose W
     #                             peer pointers are passed (``out<i>_p<d>``, after the allocs')
+    dtypes: list[str] = field(default_factory=list)     # each buffer's element type where
+    #                             they differ (a bias-fused kernel's f32 scale); empty: dtype
 
     def params(self) -> list[tuple[str, str]]:
         W = self.world

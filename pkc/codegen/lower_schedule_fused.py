@@ -95,7 +95,8 @@ class FusedExtend:
                                  shapes=[list(a.type.get_shape()) for a in self.args],
                                  dtype=str(self.args[0].type.element_type),
                                  inputs=self.n_in, kind=self.kind,
-                                 peer_outputs=list(self.peer_out))
+                                 peer_outputs=list(self.peer_out),
+                                 dtypes=_dtypes(self.args))
         tiles = self.tiles()
         if tiles is not None:
             meta.tiles = tiles
@@ -121,6 +122,13 @@ class FusedExtend:
             st.params[name] = next(regs)
         b = L.b
         st.grid = {"tid": b.sreg("%tid.x"), "cta": b.sreg("%ctaid.x"), "ctas": b.sreg("%nctaid.x")}
+
+
+def _dtypes(args) -> list[str]:
+    """Each kernel buffer's element type, or [] where all are the first's (the usual case:
+    the metadata reads as it always did)."""
+    types = [str(a.type.element_type) for a in args]
+    return [] if len(set(types)) == 1 else types
 
 
 def const_int(v) -> int | None:

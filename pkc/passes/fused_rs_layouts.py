@@ -35,11 +35,13 @@ symmetric output at every W (the W = 2 fresh-output variant of the row kernel,
 from __future__ import annotations
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import IntegerType
+from xdsl.dialects.builtin import IntegerType, TensorType, f32
 from xdsl.ir import Block, Region
-from xdsl.rewriter import Rewriter
+from xdsl.rewriter import InsertPoint, Rewriter
 
+from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
+from pkc.dialects import schedule as s
 from pkc.dialects import schedule_fused as f
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
@@ -59,15 +61,24 @@ def layout_of(fusion: dict) -> tuple[int, int]:
     return tuple(d if v is None else v.data for v, d in zip(vals, (0, 1)))
 
 
+def has_bias(fusion: dict) -> bool:
+    """Whether overlap fused a bias add into the kernel (``pk.fusion.bias``)."""
+    v = fusion.get("bias")
+    return bool(v is not None and v.value.data)
+
+
 def is_other_layout(fusion: dict) -> bool:
-    """Whether the kernel scatters columns or blocks of rows (this module's kernels)."""
-    return layout_of(fusion) != (0, 1)
+    """Whether the kernel is this module's: columns or blocks of rows, or any layout
+    with a bias."""
+    return layout_of(fusion) != (0, 1) or has_bias(fusion)
 
 
 def layout_words(fusion: dict) -> str:
     sd, bt = layout_of(fusion)
-    return ("column blocks (scatter_dim 1)" if sd == 1 else
-            f"row blocks of {bt} batch blocks (3-D dim 1, Shard(1))")
+    words = ("column blocks (scatter_dim 1)" if sd == 1 else
+             f"row blocks of {bt} batch blocks (3-D dim 1, Shard(1))" if bt > 1 else
+             "row chunks")
+    return words + (" with a bias" if has_bias(fusion) else "")
 
 
 def why_not(kop: k.KernelOp, fusion: dict, dtype_of) -> str | None:
@@ -77,7 +88,8 @@ def why_not(kop: k.KernelOp, fusion: dict, dtype_of) -> str | None:
     W = kop.world_size
     if W > RS_MAX_WORLD:
         return f"{what} at W = {W}: peer tensor maps checked up to W = {RS_MAX_WORLD}"
-    if len(kop.inputs) != 2 or len(kop.outputs) != 1:
+    bias = has_bias(fusion)
+    if len(kop.inputs) != 2 + bias or len(kop.outputs) != 1:
         return f"{what} with {len(kop.inputs)} inputs and {len(kop.outputs)} outputs"
     a, b, y = kop.inputs[0].type, kop.inputs[1].type, kop.outputs[0].type
     if any(len(t.get_shape()) != 2 for t in (a, b, y)):
@@ -88,6 +100,15 @@ def why_not(kop: k.KernelOp, fusion: dict, dtype_of) -> str | None:
     (R, K), (K2, N) = a.get_shape(), b.get_shape()
     if min(R, N, K) == 0:
         return f"{what}: empty product"
+    if bias and (dtype_of(kop.inputs[2].type) != dt
+                 or tuple(kop.inputs[2].type.get_shape()) != (1, N)):
+        return f"{what}: the bias {kop.inputs[2].type} must be [1, {N}] of the operands' type"
+    if sd == 0 and bt == 1:
+        if K != K2 or R % W or tuple(y.get_shape()) != (R // W, N):
+            return f"{what}: A {a} x B {b} -> {y} is not a reduce-scatter of {W} row chunks"
+        if K % 8 or N % 8:
+            return f"{what}: N = {N} and K = {K} must be multiples of 8 (TMA row strides)"
+        return None
     if sd == 1:
         if K != K2 or N % W or tuple(y.get_shape()) != (R, N // W):
             return f"{what}: A {a} x B {b} -> {y} is not a reduce-scatter of {W} column chunks"
@@ -163,73 +184,116 @@ class _BlockOrdered(BlockRsParts, RsOrderedParts):
     pass
 
 
+class _BiasEpilogue:
+    """Mixed in before an RsParts class: every tile's f32 accumulator gets the bias of its
+    columns (``pks.acc_scale`` with the tensor-wise scale 1.0: the bias add in f32, as the
+    kernel-level kernel does) before its pieces are rounded and travel. ``coords[1]`` is
+    the product column of every layout's tile (the column kernel's B column)."""
+
+    def epilogue_tile(self, t, cfg, e, coords, row0, ebuf, extra):
+        t.add(s.AccScaleOp(e.acc, self.one, self.one, self.bias, row0, coords[1],
+                           t.c(self.product[0]), t.c(self.product[1])))
+        return super().epilogue_tile(t, cfg, e, coords, row0, ebuf, extra)
+
+
+def _parts_class(sd: int, bt: int, ordered: bool, bias: bool) -> type:
+    base = (_ColumnOrdered if ordered else ColumnRsParts) if sd == 1 else \
+        (_BlockOrdered if ordered else BlockRsParts) if bt > 1 else \
+        (RsOrderedParts if ordered else RsParts)
+    return type(f"Bias{base.__name__}", (_BiasEpilogue, base), {}) if bias else base
+
+
 def schedule_rs_layout(kop: k.KernelOp, fusion: dict, target: str, variant: str,
                        deterministic: bool, dtype_of) -> k.KernelOp | None:
     """Replace ``kop`` (checked by :func:`why_not`) by its scheduled kernel; None (and a
-    remark) where the block layout has no tile that fits a block."""
+    remark) where the block layout has no tile that fits a block, or a bias on an sm_100a
+    target."""
     W = kop.world_size
     sd, bt = layout_of(fusion)
-    a, b = kop.inputs
+    bias = has_bias(fusion)
+    a, b = kop.inputs[:2]
     R, K = a.type.get_shape()
     N = b.type.get_shape()[1]
     dt = dtype_of(a.type)
     b_val, layout = b_operand(b)
     cfg = fused_config(FusedKind.RS, R, N, K, W, dt, layout, target, variant)
     sc = R // bt // W
-    if sd == 0:
+    why = None
+    if bias and isinstance(cfg, TmemView):
+        why = ("the bias add in the tensor-memory (sm_100a) epilogue is not built yet (the "
+               "portable path adds it)")
+    elif sd == 0 and bt > 1:
         fit = _block_rows_config(cfg, sc)
         if fit is None:
-            add_remark(kop, f"fused kernel left unscheduled: mm_reduce_scatter of "
-                       f"{layout_words(fusion)}: each block's {sc} rows per rank are not a "
-                       f"multiple of the tile's {cfg.bm} rows (or 64), so a tile would cross "
-                       "into the next block's rows of the owner's output (the portable path "
-                       "runs it)")
-            return None
-        cfg = fit
+            why = (f"each block's {sc} rows per rank are not a multiple of the tile's "
+                   f"{cfg.bm} rows (or 64), so a tile would cross into the next block's rows "
+                   "of the owner's output (the portable path runs it)")
+        cfg = fit or cfg
+    if why:
+        add_remark(kop, f"fused kernel left unscheduled: mm_reduce_scatter of "
+                   f"{layout_words(fusion)}: {why}")
+        return None
     y = kop.outputs[0].type
-    block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
-                             BufferType(b_val.type.get_shape(), b_val.type.element_type),
-                             BufferType(y.get_shape(), y.element_type, SYMMETRIC)])
-    A, B, C = block.args
+    operands = [a, b_val]
+    arg_types = [BufferType(a.type.get_shape(), a.type.element_type),
+                 BufferType(b_val.type.get_shape(), b_val.type.element_type)]
+    if bias:        # graph level: the bias as [N] and the scale 1.0 (pks.acc_scale's)
+        vec = g.ReshapeOp(kop.inputs[2], TensorType(kop.inputs[2].type.element_type, [N]))
+        one = g.ConstantOp(1.0, TensorType(f32, [1]))
+        for op in (vec, one):
+            op.location = kop.location
+        Rewriter.insert_op([vec, one], InsertPoint.before(kop))
+        operands += [vec.result, one.result]
+        arg_types += [BufferType([N], vec.result.type.element_type), BufferType([1], f32)]
+    block = Block(arg_types=[*arg_types, BufferType(y.get_shape(), y.element_type, SYMMETRIC)])
+    A, B, C = block.args[0], block.args[1], block.args[-1]
     i32 = IntegerType(32)
     pad = k.AllocOp(BufferType([W], i32, SYMMETRIC), zero=True)
     ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
     block.add_op(pad)
     block.add_op(ctl)
     ordered = deterministic and W > 2
+    cls = _parts_class(sd, bt, ordered, bias)
     if sd == 1:
         nc = N // W
-        parts = (_ColumnOrdered if ordered else ColumnRsParts)(W, R, nc, cfg, pad.result,
-                                                               ctl.result)
-        build_fused_gemm(block, A, B, C, R, nc, K, cfg, parts)
+        parts = cls(W, R, nc, cfg, pad.result, ctl.result)
+        dims = (R, nc)
         own = f"columns [p*{nc}, (p+1)*{nc}) of the {R}x{N} product"
-    else:
-        parts = (_BlockOrdered if ordered else BlockRsParts)(W, bt, sc, N, cfg, pad.result,
-                                                             ctl.result)
-        build_fused_gemm(block, A, B, C, bt * sc, N, K, cfg, parts)
+    elif bt > 1:
+        parts = cls(W, bt, sc, N, cfg, pad.result, ctl.result)
+        dims = (bt * sc, N)
         own = (f"rows [p*{sc}, (p+1)*{sc}) of each of the {bt} blocks of {W * sc} rows "
                f"(tiles of {cfg.bm} rows never cross a block)")
+    else:
+        parts = cls(W, R // W, N, cfg, pad.result, ctl.result)
+        dims = (R // W, N)
+        own = f"rows [p*{R // W}, (p+1)*{R // W})"
+    if bias:
+        parts.bias, parts.one, parts.product = block.args[2], block.args[3], (R, N)
+    build_fused_gemm(block, A, B, C, dims[0], dims[1], K, cfg, parts)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
-    new = k.KernelOp("matmul_reduce_scatter", W, [a, b_val], [y], Region(block), attributes=attrs)
+    new = k.KernelOp("matmul_reduce_scatter", W, operands, [y], Region(block), attributes=attrs)
     tmem_plan, tmem_words = arrangement(cfg)
     set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=FusedKind.RS, bm=cfg.bm, bn=cfg.bn,
              stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
              chunk_rows=parts.mc, tiles_per_chunk=parts.tiles_per_chunk,
-             scatter_dim=sd, batches=bt,
+             scatter_dim=sd, batches=bt, bias=bias,
              scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, fresh_output=False,
              add_order=add_order(W, ordered), **tmem_plan)
     add_remark(new, f"scheduled GEMM + reduce-scatter of {layout_words(fusion)} W={W} "
                f"{R}x{N}x{K} {dt}: {cfg.tag()}, rank p owns {own}; {W} chunks of "
                f"{parts.tiles_per_chunk} tiles, own chunk first, peers' tiles reduce-added by "
-               "TMA into the owner's output (intra-SM, no communicate CTAs); result in the "
-               "symmetric output (persistent, also at W = 2: the fresh-output variant is "
-               "built for row chunks only)"
+               "TMA into the owner's output (intra-SM, no communicate CTAs)"
+               + ("; every rank adds its bias to each f32 product tile before it travels "
+                  "(pks.acc_scale, scale 1.0), rounding once" if bias else "")
+               + "; result in the symmetric output (persistent, also at W = 2: the "
+               "fresh-output variant is built for row chunks without a bias only)"
                + ("; adds in a fixed rank order" if ordered else "") + tmem_words)
     new.location = kop.location
     Rewriter.replace_op(kop, new)
     return new
 
 
-__all__ = ["ColumnRsParts", "BlockRsParts", "is_other_layout", "layout_of", "why_not",
-           "schedule_rs_layout"]
+__all__ = ["ColumnRsParts", "BlockRsParts", "has_bias", "is_other_layout", "layout_of",
+           "why_not", "schedule_rs_layout"]

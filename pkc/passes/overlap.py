@@ -72,6 +72,7 @@ from pkc.dialects.graph_scaled import ScaledMatmulOp
 from pkc.dialects.types import is_fp8, shape_str
 from pkc.dialects.rank_groups import copy_groups, group_remark, same_groups
 from pkc.passes.patterns import Fusion, build_kernel
+from pkc.passes.patterns_bias import bias_view, split_bias
 from pkc.passes.pipelines import unscheduled_fp8
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, remarks_of, set_plan
@@ -101,6 +102,7 @@ class Match:
     scatter_dim: int = 0  # reduce-scatter: rows (0) or columns (1) of the 2-d product
     batches: int = 1  # reduce-scatter of rows: blocks of rows each scattered (3-d results)
     scaled: bool = False  # fp8 pk.scaled_matmul(s): inputs carry the scales (patterns_scaled)
+    bias: bool = False  # reduce-scatter: the last input is the bias added before the sum
     problem: str | None = None  # why it cannot be fused, if it cannot
 
 
@@ -171,7 +173,8 @@ class Overlap(ModulePass):
             return
         style, comm_sms = self._style(plan)
         fusion = Fusion(m.pattern, style, self.tile, self.tile, self.tile_k, m.experts,
-                        m.capacity, m.gathered, m.scatter_dim, m.batches, scaled=m.scaled)
+                        m.capacity, m.gathered, m.scatter_dim, m.batches, scaled=m.scaled,
+                        bias=m.bias)
         kernel = _replace(m, fusion)
         set_plan(kernel, **_plan_values(plan, style, comm_sms, not plan.fuse, self.target),
                  tile_m=self.tile, tile_n=self.tile, tile_k=self.tile_k)
@@ -328,9 +331,16 @@ def _match_reduction(coll: g.ReduceScatterOp | g.AllReduceOp, pattern: Pattern) 
     (the 3-d result of a linear layer), is all-reduced or reduce-scattered along any dim.
     The kernel works on the 2-d product [R, N]: a scatter along the last dim owns columns,
     along another dim d blocks of rows (one block per index of the dims before d)."""
-    view = _owner(coll.input, g.ReshapeOp)
-    mm = _owner(view.input if view is not None else coll.input, (g.MatmulOp, ScaledMatmulOp))
-    if mm is None or len(_shape(mm.result)) != 2:
+    rs = isinstance(coll, g.ReduceScatterOp)  # a bias before a scatter: patterns_bias.py
+    src, chain = coll.input, [coll]
+    biased = split_bias(src) if rs else None
+    view = _owner(biased[0] if biased else src, g.ReshapeOp)
+    inner = view.input if view is not None else (biased[0] if biased else src)
+    if rs and biased is None and (biased := split_bias(inner)) is not None:
+        inner = biased[0]
+    chain += [op for op in (biased and biased[2], view) if op]
+    mm = _owner(inner, (g.MatmulOp, ScaledMatmulOp))
+    if mm is None or len(_shape(mm.result)) != 2 or (biased and not isinstance(mm, g.MatmulOp)):
         return None
     (R, N), shape = _shape(mm.result), _shape(coll.input)
     if view is not None and (not shape or shape[-1] != N):
@@ -346,12 +356,13 @@ def _match_reduction(coll: g.ReduceScatterOp | g.AllReduceOp, pattern: Pattern) 
             scatter_dim, out = 1, (R, N // W)
         else:
             batches, out = math.prod(shape[:d]), (R // W, N)
-    dead = [coll, *([view] if view is not None else []), mm]
+    dead = sorted(chain, key=lambda op: -op.parent.get_operation_index(op)) + [mm]
     scaled = isinstance(mm, ScaledMatmulOp)
     inputs = [mm.lhs, mm.rhs] + ([mm.scale_lhs, mm.scale_rhs] if scaled else [])
-    m = Match(pattern, coll, W, inputs, [None] * len(inputs), [coll.result],
+    views = [None] * len(inputs) + ([bias_view(biased[1])] if biased else [])
+    m = Match(pattern, coll, W, inputs + ([biased[1]] if biased else []), views, [coll.result],
               [TensorType(coll.result.type.element_type, out)], (M, N, K), dead=dead,
-              scatter_dim=scatter_dim, batches=batches, scaled=scaled)
+              scatter_dim=scatter_dim, batches=batches, scaled=scaled, bias=bool(biased))
     m.problem = _operand_problem(mm)
     if coll.reduce.data != "sum":
         m.problem = f"reduction \"{coll.reduce.data}\" (puts can only add)"

@@ -80,7 +80,7 @@ def build_kernel(f: Fusion, world: int, inputs: Sequence[SSAValue],
 
 
 def _names_mm(n_in: int, n_out: int) -> list[str]:
-    return ["A", "B", "O"]
+    return ["A", "B", *(["bias"] if n_in == 3 else []), "O"]
 
 
 def _names_ag(n_in: int, n_out: int) -> list[str]:

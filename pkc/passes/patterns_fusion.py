@@ -44,6 +44,9 @@ class Fusion:
     # scales (patterns_scaled.py says where) and scales each f32 product tile by them
     # before it travels or is stored.
     scaled: bool = False
+    # GEMM+RS: the kernel also takes a [1, N] bias (its last input) that every rank adds
+    # to its f32 product tiles before they travel (the graph's mm + bias on each rank)
+    bias: bool = False
 
     def to_attr(self, stage: str) -> DictionaryAttr:
         entries: dict[str, Attribute] = {"stage": StringAttr(stage)}
@@ -73,6 +76,7 @@ class Fusion:
                 values[f.name] = v.data if isinstance(v, StringAttr) else v.value.data
             values["gathered"] = bool(values["gathered"])
             values["scaled"] = bool(values.get("scaled", False))
+            values["bias"] = bool(values.get("bias", False))
             stage = d["stage"].data
         except (KeyError, AttributeError, TypeError):
             return None
@@ -84,7 +88,7 @@ class Fusion:
         return Fusion(**values), stage
 
 
-_ADDED_LATER = ("scatter_dim", "batches", "scaled")
+_ADDED_LATER = ("scatter_dim", "batches", "scaled", "bias")
 
 KERNEL_NAMES = {
     Pattern.MM_REDUCE_SCATTER: "matmul_reduce_scatter",

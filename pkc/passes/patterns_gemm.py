@@ -32,6 +32,9 @@ def build_mm_reduce_scatter(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -
     a column tile overhanging a chunk's end is dropped there, so column chunks need no
     residue tiles; row tiles must not cross into the next chunk's rows (residue blocks)."""
     A, B, SA, SB, O = mm_args(kb, f)
+    bias = None
+    if f.bias:      # the last input: the [1, N] bias each rank adds before the sum
+        bias, O = kb.args[len(kb.inputs) - 1], kb.args[len(kb.inputs)]
     M, K = shape_of(A)
     (Ro, Nc), odt = shape_of(O), O.type.element_type
     cols, Bt = f.scatter_dim == 1, f.batches
@@ -66,7 +69,11 @@ def build_mm_reduce_scatter(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -
         else:
             a_row, col = c.add(c.add(c.mul(b, S), c.mul(p, Sc)), m0), n0
         acc = gemm_tile(c, A, a_row, B, 0, col, rows, bn, K, bk)
-        return scale_tile(c, acc, SA, a_row, SB, col)
+        acc = scale_tile(c, acc, SA, a_row, SB, col)
+        if bias is not None:    # f32: [rows, bn] + [1, bn] (columns past N are never kept)
+            bt = c.cast(c.load(bias, [0, col], [1, bn], "bias"), F32, "bias32")
+            acc = c.emit(k.TileMapOp("add", [acc, bt], acc.type), "biased")
+        return acc
 
     def deliver(c: Code, tile: SSAValue, p: Ix, row: Ix, n0: Ix, t: Ix) -> None:
         if elide:

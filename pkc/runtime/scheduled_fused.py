@@ -128,10 +128,11 @@ class ScheduledFused:
             return hit
         for i, t in enumerate(inputs):
             want = tuple(self.fz.shapes[i])
-            if tuple(t.shape) != want or t.dtype != self.tdt or not t.is_contiguous() \
+            dt = _TORCH[self.fz.dtypes[i]] if getattr(self.fz, "dtypes", None) else self.tdt
+            if tuple(t.shape) != want or t.dtype != dt or not t.is_contiguous() \
                     or t.data_ptr() % 16 or t.device != self.peers.device:
                 raise ValueError(f"{self.meta.name}: rank {rank}'s input {i} must be a contiguous, "
-                                 f"16-byte aligned {self.tdt} tensor {list(want)} on "
+                                 f"16-byte aligned {dt} tensor {list(want)} on "
                                  f"{self.peers.device}, got {list(t.shape)} {t.dtype}")
         fresh_of = dict(zip(self.fresh, fresh))
         ptrs = [t.data_ptr() for t in inputs] + [

@@ -176,3 +176,103 @@ def test_emulated_kernel_equals_the_interpreter_and_torch(name):
         assert emu[r].shape == want.shape
         scale = float(want.abs().max())
         assert torch.allclose(emu[r].float(), want, rtol=0, atol=W * 2 ** -7 * scale), name
+
+
+# ----------------------------------------------------------------------------------------
+# A bias between the matmul and the reduce-scatter (mm + b, addmm): overlap takes it into
+# the kernel (patterns_bias.py), the scheduled kernel adds it in the epilogue
+
+
+def bias_text(W: int, lead: tuple[int, ...], dim: int, N: int, K: int, t: str = "bf16",
+              bias_shape: str = "N", bias_first: bool = False) -> str:
+    """matmul -> add(bias) -> (view) -> reduce_scatter(dim)."""
+    R = 1
+    for d in lead:
+        R *= d
+    full = [*lead, N]
+    out = list(full)
+    out[dim] //= W
+    ts = lambda s: "x".join(map(str, s)) + f"x{t}"  # noqa: E731
+    bt = f"tensor<{N}x{t}>" if bias_shape == "N" else f"tensor<1x{N}x{t}>"
+    ops = "%bias, %c" if bias_first else "%c, %bias"
+    tys = f"{bt}, tensor<{R}x{N}x{t}>" if bias_first else f"tensor<{R}x{N}x{t}>, {bt}"
+    view = "" if len(lead) == 1 else \
+        f"\n  %v = pk.reshape %d : tensor<{R}x{N}x{t}> -> tensor<{ts(full)}>"
+    src = "%d" if len(lead) == 1 else "%v"
+    return f"""func.func @main(%a: tensor<{R}x{K}x{t}>, %b: tensor<{K}x{N}x{t}>, %bias: {bt}) -> tensor<{ts(out)}> {{
+  %c = pk.matmul %a, %b : (tensor<{R}x{K}x{t}>, tensor<{K}x{N}x{t}>) -> tensor<{R}x{N}x{t}>
+  %d = pk.map "add" {ops} : ({tys}) -> tensor<{R}x{N}x{t}>{view}
+  %o = pk.reduce_scatter {src} {{dim = {dim} : i64, reduce = "sum", world = {W} : i64}} : tensor<{ts(full)}> -> tensor<{ts(out)}>
+  func.return %o : tensor<{ts(out)}>
+}}
+"""
+
+
+@pytest.mark.parametrize("W,lead,dim,bias_shape,bias_first", [
+    (2, (18,), 0, "N", False), (3, (9,), 1, "1N", True), (2, (2, 6), 1, "N", False)])
+def test_kernel_level_bias_is_the_graphs_mm_plus_bias_then_scatter(W, lead, dim, bias_shape,
+                                                                   bias_first):
+    """overlap + buffer-elision (both overlap styles, tiles that overhang chunks) compute
+    reduce_scatter(mm + bias) on f32: every rank's bias is in the sum."""
+    N = 10 * W if dim == len(lead) else 12
+    text = bias_text(W, lead, dim, N, 16, "f32", bias_shape, bias_first)
+    for ov in ("inter", "intra"):
+        check_transform(lambda w: parse_module(text),
+                        f"default{{force=true overlap={ov} tile=5 tile-k=16}}",
+                        world_sizes=(W,), seeds=(W,), tolerance={torch.float32: (1e-4, 1e-4)})
+
+
+BIAS = {  # name: (W, lead, dim, N, K)
+    "rows W=2": (2, (74,), 0, 40, 24),
+    "rows W=8": (8, (88,), 0, 24, 16),
+    "cols W=3": (3, (29,), 1, 72, 40),
+    "cols-3d W=4": (4, (3, 7), 2, 64, 24),
+    "blocks W=2": (2, (2, 128), 1, 24, 16),
+}
+
+
+@pytest.mark.parametrize("name", list(BIAS))
+def test_scheduled_bias_in_the_epilogue(name):
+    W, lead, dim, N, K = BIAS[name]
+    text = bias_text(W, lead, dim, N, K)
+    kop = _kop(scheduled(text))
+    assert plan_of(kop)["bias"] is True and len(kop.inputs) == 4
+    assert "with a bias" in "\n".join(format_remarks(kop.parent.parent.parent))
+    check_transform(lambda w: kernel_level(text), "schedule-fused,dce", world_sizes=(W,),
+                    seeds=(W,), tolerance={torch.bfloat16: (2e-2, W / 16)})
+
+
+@pytest.mark.parametrize("W,lead,dim,N,K,opts", [(2, (74,), 0, 40, 24, ""),
+                                                 (3, (29,), 1, 72, 40, "{deterministic=true}")])
+def test_emulated_bias_kernel_equals_the_interpreter_and_torch(W, lead, dim, N, K, opts):
+    from pkc.codegen import compile_kernel
+    from pkc.emu.launch import emulate_scheduled
+    from pkc.interp.schedule import run_schedule_launches
+
+    kop = _kop(scheduled(bias_text(W, lead, dim, N, K), opts))
+    ck = compile_kernel(kop, "sm_90a")
+    gen = torch.Generator().manual_seed(W)
+    x = [[torch.randn(tuple(v.type.get_shape()), generator=gen).to(torch.bfloat16)
+          for v in kop.inputs[:3]] + [torch.ones(1)] for _ in range(W)]
+    emu = emulate_scheduled(ck, kop, x)
+    ref = run_schedule_launches(kop, [[[x[r][i] for r in range(W)] for i in range(4)]], W)[0][0]
+    full = sum(x[r][0].float() @ x[r][1].float() + x[r][2].float() for r in range(W))
+    for r in range(W):
+        assert torch.equal(emu[r][0], ref[r]), f"rank {r}: emulator != interpreter"
+        want = full[r * (full.shape[0] // W):(r + 1) * (full.shape[0] // W)] if dim == 0 else \
+            full[:, r * (N // W):(r + 1) * (N // W)]
+        assert torch.allclose(emu[r][0].float(), want, rtol=0,
+                              atol=W * 2 ** -7 * float(want.abs().max()))
+
+
+def test_bias_before_an_all_reduce_stays_unfused_with_the_remark():
+    text = bias_text(2, (16,), 0, 16, 16).replace(
+        'pk.reduce_scatter %d {dim = 0 : i64, reduce = "sum", world = 2 : i64} : '
+        'tensor<16x16xbf16> -> tensor<8x16xbf16>',
+        'pk.all_reduce %d {reduce = "sum", world = 2 : i64} : tensor<16x16xbf16> -> '
+        'tensor<16x16xbf16>').replace("-> tensor<8x16xbf16> {", "-> tensor<16x16xbf16> {") \
+        .replace("func.return %o : tensor<8x16xbf16>", "func.return %o : tensor<16x16xbf16>")
+    m = kernel_level(text)
+    assert not [o for o in m.walk() if isinstance(o, k.KernelOp)
+                and o.kernel_name.data == "matmul_all_reduce"]
+    assert any('goes through "add" before the all_reduce' in r for r in format_remarks(m))
