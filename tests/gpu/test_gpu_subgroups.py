@@ -123,3 +123,42 @@ def test_portable_path_in_groups():
     # f32: no scheduled kernel; the portable codegen path runs each group over a view of
     # the virtual world (rank j of a group on program rank members[j]'s lane)
     _run(tp_groups(4, 2), "f32", calls=1, all_scheduled=False, Mc=9, K=40, N=48)
+
+
+def with_groups(ir: str, w: int, groups) -> str:
+    """``ir`` (collectives of ``world = w``) with every collective over ``groups``."""
+    out = ir.replace(f"world = {w} : i64}}", f"world = {w} : i64, {_attr(groups)}}}")
+    assert out != ir
+    return out
+
+
+@pytest.mark.parametrize("W,tp", [(4, 2), (8, 4)])
+def test_all_gather_gemm_in_groups(W, tp):
+    # the fused all-gather + GEMM (scheduled_ag) per TP group, against the interpreter
+    from tests.gpu.test_gpu_scheduled_program import _run as run_program, mm_coll
+
+    for Mc, K, N, nk in ((37, 200, 136, True), (517, 264, 392, False)):
+        report = run_program(with_groups(mm_coll(tp, "bf16", Mc, K, N, "ag", nk), tp, tp_groups(W, tp)), W)
+        assert any("all_gather_matmul" in line and " groups of " in line for line in report), report
+
+
+def test_moe_in_groups_2x2():
+    # the MoE kernel (dispatch + grouped GEMM + combine) per TP group
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from moe_ir import module_text
+
+    from tests.gpu.test_gpu_scheduled_program import _run as run_program
+
+    report = run_program(with_groups(module_text(2, 2, 37, 136, 200), 2, tp_groups(4, 2)), 4)
+    assert any("moe" in line and " groups of " in line for line in report), report
+
+
+def test_layer_in_dp_groups_2x2():
+    # GEMM + reduce-scatter, the gather of its result feeding two matmuls, an all-reduce:
+    # every collective over the strided groups {0, 2}, {1, 3}
+    from tests.gpu.test_gpu_scheduled_program import _run as run_program, layer
+
+    run_program(with_groups(layer(2, "bf16"), 2, dp_groups(4, 2)), 4)
