@@ -9,9 +9,11 @@
   process group), or made; what cannot run is an error naming op and groups;
 - the schedule pipeline keeps every kernel's groups (the GEMM + all-reduce pair too), the
   kernels are compiled for one group's size;
-- the emulator runs each group's kernel (bitwise equal to the interpreter), and programs
-  captured on a 2-D DeviceMesh (a TP-inside-DP MLP and a sequence-parallel block, W = 4
-  and 8, odd rows) run through the scheduled kernels in the emulator equal eager torch.
+- the emulator runs each group's kernel (bitwise equal to the interpreter; the MoE kernel
+  too), and programs captured on a 2-D DeviceMesh (a TP-inside-DP MLP and a
+  sequence-parallel block, W = 4 and 8, odd rows) run through the scheduled kernels in the
+  emulator equal eager torch;
+- a 2x2x2 mesh (pp, dp, tp) captured on the fake process group equals eager torch.
 """
 
 from __future__ import annotations
