@@ -112,6 +112,9 @@ CASES = {  # M, N, K, A, B, (row-wise A, row-wise B), bias, out, forced config (
     # cluster launch control: 4 tiles on 2 CTAs
     "clc": (200, 64, 128, "f8E4M3FN", "f8E5M2", (True, True), None, "bf16",
             TmemGemmConfig(bn=32, stages=3, clc=True)),
+    # CTA pairs under cluster launch control (the choice for large fp8 shapes on b200)
+    "pair_clc": (300, 64, 128, "f8E4M3FN", "f8E5M2", (True, True), "bf16", "bf16",
+                 TmemGemmConfig(bn=32, stages=2, pair=True, clc=True)),
 }
 
 
