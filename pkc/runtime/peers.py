@@ -175,8 +175,14 @@ class Peers:
         rank runs on (``whole_gpu``: all of them) cannot hold the grid. (72 ranks on plain
         streams get ``132 // 72 = 1`` SM's worth each.)"""
         from pkc.runtime.driver import call
+        from pkc.runtime.errors import CudaDriverError
 
-        fit = int(call("cuOccupancyMaxActiveBlocksPerMultiprocessor", func, threads, smem))
+        try:
+            fit = int(call("cuOccupancyMaxActiveBlocksPerMultiprocessor", func, threads, smem))
+        except CudaDriverError:     # a kernel the query cannot judge (e.g. a cluster size)
+            return
+        if fit <= 0:
+            return
         for r in self.ranks:
             sms = self.sms if whole_gpu else self.sms_of(r)
             if grid > fit * sms:

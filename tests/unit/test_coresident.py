@@ -57,3 +57,14 @@ def test_one_rank_takes_the_whole_gpu(occupancy):
     one.check_coresident("gemm", None, 132, 384, 230464, whole_gpu=True)
     with pytest.raises(RuntimeError, match="133 CTAs per rank"):
         one.check_coresident("gemm", None, 133, 384, 230464, whole_gpu=True)
+
+
+def test_a_query_that_cannot_judge_refuses_nothing(monkeypatch):
+    from pkc.runtime.errors import CudaDriverError
+
+    def fails(*a):
+        raise CudaDriverError("cuOccupancyMaxActiveBlocksPerMultiprocessor", 1, "CUDA_ERROR_INVALID_VALUE")
+    monkeypatch.setattr(driver, "call", fails)
+    _Plain().check_coresident("clustered", None, 8, 384, 230464)
+    monkeypatch.setattr(driver, "call", lambda *a: 0)
+    _Plain().check_coresident("clustered", None, 8, 384, 230464)
