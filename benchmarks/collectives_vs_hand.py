@@ -383,6 +383,12 @@ def summary(path: str) -> None:
         print(f"{r['kind']:5} {r['W']:2} {r['dtype']:4} {r['bytes']:10} {'ok':3} {r['us_ir']:9.2f} "
               f"{r['us_hand']:9.2f} {r['ir_speed_over_hand']:7.3f} {r['ratio_q1']:6.3f}..{r['ratio_q3']:.3f} "
               f"{r['ir_grid']:4}/{r['hand_grid']:<4} {r['ir_regs']:3}/{r['hand_regs']:<3}{flag}")
+        for ph in ("phase0", "phase1"):
+            p = r.get(ph, {})
+            if "us_ir_first" in p:      # by place in the pair: first / second of the two
+                print(f"{'':24} {ph}: IR first {p['us_ir_first']:.2f} / second {p['us_ir_second']:.2f} us, "
+                      f"hand first {p['us_hand_first']:.2f} / second {p['us_hand_second']:.2f} us; "
+                      f"hand/IR with IR first {p['ratio_ir_first']:.3f}, hand first {p['ratio_hand_first']:.3f}")
 
 
 def main() -> None:
