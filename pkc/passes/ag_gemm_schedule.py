@@ -48,6 +48,7 @@ from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
+from pkc.passes.fused_clc import ClcKind, static_words
 from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
 from pkc.passes.gemm_schedule import Epi, GemmParts, _for, _Ops, _tma_epilogue
 from pkc.passes.remarks import add_remark, plan_of, set_plan
@@ -334,12 +335,14 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
                      attributes=attrs)
     comm_sms = plan.get("comm_sms", 0) or 0
     tmem_plan, tmem_words = arrangement(cfg)
+    # sm_100a: never under cluster launch control (fused_clc says why)
+    clc_plan, clc_words = static_words(ClcKind.AG, cfg)
     set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=FusedKind.AG, bm=cfg.bm, bn=cfg.bn,
              stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
              chunk_rows=Mc, tiles_per_chunk=parts.tiles_per_chunk, row_blocks=parts.G,
              scheduled_overlap=OverlapStyle.INTER if side else OverlapStyle.NONE, comm_ctas=side,
              put_piece=piece, put_ring=ring, put_lag=parts.lag, gathered_output=asked,
-             **tmem_plan)
+             **tmem_plan, **clc_plan)
     followed = ""
     if comm_sms and comm_sms != side:
         followed = (f"; the kernel-level plan's {comm_sms} communicate SMs are for a "
@@ -349,7 +352,7 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
                f"{parts.G} row blocks per shard signalled one by one; {why_side}{followed}; "
                f"puts by cp.async.bulk through a {ring} x {piece // 1024} KiB ring; "
                + ("the gathered A is returned" if asked else "the gathered A stays in the kernel")
-               + tmem_words)
+               + tmem_words + clc_words)
     new.location = kop.location
     Rewriter.replace_op(kop, new, new_results=list(new.results[:len(kop.outputs)]))
 

@@ -25,10 +25,12 @@ from pkc.dialects import kernel as k
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_ar_schedule import ArOutParts, ArParts, RsOutParts, chunk_rows
+from pkc.passes.fused_clc import ClcChoice, decide
 from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target import fused_tuning as ft
 from pkc.target.cost import OverlapStyle
+from pkc.target.targets import get_target
 
 MAX_AR_WORLD = 2        # above, GEMM + reduce-scatter and an all-gather (not built here)
 
@@ -62,14 +64,19 @@ def why_not_ar(kop: k.KernelOp, dtype_of) -> str | None:
     return None
 
 
+def _choice(clc: str) -> ClcChoice:
+    return ClcChoice.parse(clc, "schedule-fused: clc")
+
+
 def _operands(kop: k.KernelOp):
     """(A, B as read, B's layout)."""
     a, b = kop.inputs
     return (a, *b_operand(b))
 
 
-def schedule_ar(kop: k.KernelOp, target: str, variant: str, dt: str) -> None:
-    """Replace the fused ``mm_all_reduce`` kernel ``kop`` (W <= 2) by its scheduled kernel."""
+def schedule_ar(kop: k.KernelOp, target: str, variant: str, dt: str, clc: str = "auto") -> None:
+    """Replace the fused ``mm_all_reduce`` kernel ``kop`` (W <= 2) by its scheduled kernel
+    (``clc``: cluster launch control on sm_100a, :mod:`pkc.passes.fused_clc`)."""
     W = kop.world_size
     a, b_val, layout = _operands(kop)
     M, K = a.type.get_shape()
@@ -87,15 +94,17 @@ def schedule_ar(kop: k.KernelOp, target: str, variant: str, dt: str) -> None:
     ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
     for op in (pad, ctl):
         block.add_op(op)
+    mc, rows = chunk_rows(M, W)
+    cfg, cls, clc_plan, clc_words = decide(ArOutParts if fresh else ArParts, cfg, W, mc, N,
+                                           get_target(target).num_sms, _choice(clc))
     if fresh:
         acc = k.AllocOp(BufferType([M, N], y.element_type, SYMMETRIC))
         block.add_op(acc)
-        parts = ArOutParts(W, M, N, cfg, pad.result, ctl.result, acc.result)
+        parts = cls(W, M, N, cfg, pad.result, ctl.result, acc.result)
     else:
-        parts = ArParts(W, M, N, cfg, pad.result, ctl.result)
+        parts = cls(W, M, N, cfg, pad.result, ctl.result)
     build_fused_gemm(block, A, B, C, parts.mc, N, K, cfg, parts)
     block.add_op(k.YieldOp())
-    mc, rows = chunk_rows(M, W)
     where = ("a fresh output (the peer's chunk summed in the epilogue, the own chunk copied "
              "from the accumulator after the final wait; nothing persistent returned)"
              if fresh else "the symmetric output (persistent, overwritten by the next launch)")
@@ -103,12 +112,13 @@ def schedule_ar(kop: k.KernelOp, target: str, variant: str, dt: str) -> None:
              f"scheduled GEMM + all-reduce W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, {W} chunks of "
              f"{parts.tiles_per_chunk} tiles (rows {'/'.join(map(str, rows))}), own chunk "
              f"first, every tile to every rank (broadcast); result in {where}",
-             chunk_rows=mc, M=M, N=N, K=K)
+             chunk_rows=mc, M=M, N=N, K=K, clc=(clc_plan, clc_words))
 
 
-def schedule_rs_out(kop: k.KernelOp, target: str, variant: str, dt: str) -> None:
+def schedule_rs_out(kop: k.KernelOp, target: str, variant: str, dt: str,
+                    clc: str = "auto") -> None:
     """Replace the fused ``mm_reduce_scatter`` kernel ``kop`` (W = 2) by its fresh-output
-    scheduled kernel."""
+    scheduled kernel (``clc`` as for :func:`schedule_ar`)."""
     W = kop.world_size
     a, b_val, layout = _operands(kop)
     M, K = a.type.get_shape()
@@ -126,7 +136,9 @@ def schedule_rs_out(kop: k.KernelOp, target: str, variant: str, dt: str) -> None
     stage = k.AllocOp(BufferType([2 * Mc, N], y.element_type, SYMMETRIC))
     for op in (pad, ctl, stage):
         block.add_op(op)
-    parts = RsOutParts(W, Mc, N, cfg, pad.result, ctl.result, stage.result)
+    cfg, cls, clc_plan, clc_words = decide(RsOutParts, cfg, W, Mc, N,
+                                           get_target(target).num_sms, _choice(clc))
+    parts = cls(W, Mc, N, cfg, pad.result, ctl.result, stage.result)
     build_fused_gemm(block, A, B, C, Mc, N, K, cfg, parts)
     block.add_op(k.YieldOp())
     _replace(kop, "matmul_reduce_scatter", a, b_val, block, cfg, layout, ft.FusedKind.RS, True,
@@ -135,11 +147,11 @@ def schedule_rs_out(kop: k.KernelOp, target: str, variant: str, dt: str) -> None
              f"of {parts.tiles_per_chunk} tiles, the peer's chunk first (its partial stored "
              "into the peer's staging, the half of the epoch's parity), the own chunk summed "
              "in the epilogue; result in a fresh output (the tuning table's W = 2 variant)",
-             chunk_rows=Mc, M=M, N=N, K=K)
+             chunk_rows=Mc, M=M, N=N, K=K, clc=(clc_plan, clc_words))
 
 
 def _replace(kop, name, a, b_val, block, cfg, layout, kind: ft.FusedKind, fresh, parts, text,
-             *, chunk_rows, M, N, K) -> None:
+             *, chunk_rows, M, N, K, clc=({}, "")) -> None:
     W = kop.world_size
     y = kop.outputs[0].type
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
@@ -153,7 +165,7 @@ def _replace(kop, name, a, b_val, block, cfg, layout, kind: ft.FusedKind, fresh,
              stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
              chunk_rows=chunk_rows, tiles_per_chunk=parts.tiles_per_chunk,
              scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, fresh_output=fresh,
-             link_over_gemm=round(ratio, 3), link_bound_tile=link_bound, **tmem_plan)
+             link_over_gemm=round(ratio, 3), link_bound_tile=link_bound, **tmem_plan, **clc[0])
     why = ("tiles move by TMA from the consumers' epilogue while the SM computes the next "
            "tile (intra-SM, no communicate CTAs)")
     planned = OverlapStyle.parse(plan.get("overlap", OverlapStyle.INTRA),
@@ -164,7 +176,7 @@ def _replace(kop, name, a, b_val, block, cfg, layout, kind: ft.FusedKind, fresh,
     if link_bound:
         why += (f"; link-bound (link / GEMM time {ratio:.2f} >= {ft.LINK_BOUND}): "
                 f"{cfg.bm}x{cfg.bn} tiles, the partials travel in finer steps")
-    add_remark(new, f"{text}; {why}{tmem_words}")
+    add_remark(new, f"{text}; {why}{tmem_words}{clc[1]}")
     new.location = kop.location
     Rewriter.replace_op(kop, new)
 

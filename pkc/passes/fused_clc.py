@@ -20,9 +20,14 @@ Per kind (:func:`clc_decision`; the remark says the reason):
   kernel of the W > 2 all-reduce pair): CLC where there are more work indices than SMs
   (as the plain GEMM's rule, unmeasured), else the static loop (every tile has its CTA
   from the start: nothing to balance);
-* GEMM + all-reduce (W <= 2) and the fresh-output reduce-scatter (W = 2): not built here:
-  their epilogues carry per-tile load phases and chunk-entry state through the static
-  loop (``fused_ar_schedule``); left static;
+* GEMM + all-reduce by broadcast into the symmetric output (W = 1; ``ArParts``) and the
+  fresh-output reduce-scatter (W = 2; ``RsOutParts``, the peer's chunk first): the same
+  rule. Their epilogue state (the owners-ready mask, the once-only wait for the staged
+  partial, the load phases) does not depend on which indices a CTA gets, and a CTA's
+  tickets increase, so its chunks still come in the static loop's order;
+* GEMM + all-reduce into a fresh output (W = 2; ``ArOutParts``): never: after the tiles
+  the own chunk is copied from the accumulator by every CTA of the grid, a slice per CTA
+  id; a cancelled CTA's slice would never be copied;
 * all-gather + GEMM: never: its put CTAs share the grid with the GEMM CTAs; a cancel may
   take a put CTA's launch (its puts would never run), and GEMM CTAs waiting for row blocks
   could hold every SM while the put CTAs wait to start;
@@ -40,6 +45,7 @@ from pkc.dialects import schedule as s
 from pkc.dialects.schedule_clc_chunk import RING, SLOT_BYTES, ClcChunkTileLoopOp
 from pkc.dialects.types import LOCAL, BufferType
 from pkc.kinds import Kind
+from pkc.passes.fused_ar_schedule import ArOutParts, ArParts, RsOutParts
 from pkc.passes.fused_rs_ordered import RsOrderedParts
 from pkc.passes.fused_schedule import RsParts
 from pkc.passes.gemm_schedule import _Ops
@@ -59,7 +65,8 @@ class ClcKind(Kind):
 
     RS = "rs"            # GEMM + reduce-scatter, persistent (RsParts / RsOrderedParts)
     RS_OUT = "rs_out"    # GEMM + reduce-scatter into a fresh output (W = 2)
-    AR = "ar"            # GEMM + all-reduce by broadcast (W <= 2)
+    AR = "ar"            # GEMM + all-reduce by broadcast, symmetric output (ArParts)
+    AR_OUT = "ar_out"    # GEMM + all-reduce into a fresh output (W = 2, ArOutParts)
     AG = "ag"            # all-gather + GEMM
     MOE = "moe"          # MoE dispatch + grouped GEMM + combine
 
@@ -70,28 +77,27 @@ _NEVER = {
                 "could hold every SM while the put CTAs wait to start",
     ClcKind.MOE: "every CTA dispatches its share of the tokens before the roles; a cancelled "
                  "CTA would never run its share",
-    ClcKind.RS_OUT: "its summed epilogue carries per-tile load phases and the own chunk's "
-                    "single wait through the static loop; not built under CLC",
-    ClcKind.AR: "its epilogue carries the owners-ready mask and load phases through the static "
-                "loop; not built under CLC",
+    ClcKind.AR_OUT: "after the tiles every CTA of the grid copies a slice of the own chunk "
+                    "(by CTA id); a cancelled CTA's slice would never be copied",
 }
 
 
-def clc_decision(kind: ClcKind, work: int, num_sms: int, arch: str,
+def check_choice(choice: ClcChoice, arch: str, pass_name: str) -> None:
+    """``clc=on`` for a target without cluster launch control: a ValueError naming it."""
+    if choice is ClcChoice.ON and arch != "sm_100a":
+        raise ValueError(f"{pass_name}: clc=on: cluster launch control is an sm_100a feature "
+                         f"(the target's architecture is {arch})")
+
+
+def clc_decision(kind: ClcKind, work: int, num_sms: int,
                  choice: ClcChoice = ClcChoice.AUTO) -> tuple[bool, str]:
-    """(whether the kernel's tile loop runs under cluster launch control, why), for
-    ``work`` work indices (chunks x tiles) on a target of ``num_sms`` SMs; ``choice``
-    forces it (on for a kind that cannot take it is a ValueError saying why)."""
-    if arch != "sm_100a":
-        if choice is ClcChoice.ON:
-            raise ValueError(f"clc=on: cluster launch control is an sm_100a feature (target "
-                             f"is {arch})")
-        return False, ""
+    """(whether an sm_100a kernel's tile loop runs under cluster launch control, why),
+    for ``work`` work indices (chunks x tiles) on a target of ``num_sms`` SMs; ``choice``
+    forces it where the kind can take it (a kind that never can stays static, saying
+    why, also under ``clc=on``)."""
     if kind in _NEVER:
-        if choice is ClcChoice.ON:
-            raise ValueError(f"clc=on: the {kind} kernel is not built under cluster launch "
-                             f"control: {_NEVER[kind]}")
-        return False, f"static tile loop, not cluster launch control: {_NEVER[kind]}"
+        forced = " (clc=on does not apply)" if choice is ClcChoice.ON else ""
+        return False, f"static tile loop, not cluster launch control{forced}: {_NEVER[kind]}"
     if choice is ClcChoice.OFF:
         return False, "static tile loop (clc=off)"
     if choice is ClcChoice.ON:
@@ -115,7 +121,8 @@ def with_clc(cfg: TmemView) -> TmemView:
 class ClcChunkMixin:
     """``tile_loop`` of a chunked fused kernel under cluster launch control: the
     producer issues the requests and takes the tickets, the mma and epilogue roles read the
-    indices. Needs ``rank``, ``epoch``, ``ctl`` and ``W`` (the RsParts fields)."""
+    indices. Needs ``rank``, ``epoch``, ``ctl`` and ``W`` (the RsParts fields); the first
+    chunk is :meth:`clc_first` (the rank: own chunk first)."""
 
     READERS = 2                 # the tensor-memory arrangement: mma and epilogue roles
 
@@ -138,11 +145,14 @@ class ClcChunkMixin:
             sched.parent_block().insert_op_before(tick, sched)
             self.tick = tick.result
         issuer = s.RoleKind(role.kind.data) is s.RoleKind.PRODUCER
-        loop = r.add(ClcChunkTileLoopOp(M, N, self.rank, self.epoch, self.tick, self.ctl,
+        loop = r.add(ClcChunkTileLoopOp(M, N, self.clc_first(), self.epoch, self.tick, self.ctl,
                                         self.ring, inits, cfg.bm, cfg.bn, cfg.group_m, self.W,
                                         issuer))
         m0, n0, chunk, *carried = loop.block.args
         return loop, [m0, n0, chunk], carried
+
+    def clc_first(self) -> SSAValue:
+        return self.rank
 
 
 class ClcRsParts(ClcChunkMixin, RsParts):
@@ -153,29 +163,48 @@ class ClcRsOrderedParts(ClcChunkMixin, RsOrderedParts):
     """:class:`RsOrderedParts` (adds in a fixed rank order) under cluster launch control."""
 
 
-def rs_parts(ordered: bool, clc: bool) -> type:
-    """The reduce-scatter parts class for the choices."""
-    if clc:
-        return ClcRsOrderedParts if ordered else ClcRsParts
-    return RsOrderedParts if ordered else RsParts
+class ClcArParts(ClcChunkMixin, ArParts):
+    """:class:`ArParts` (all-reduce by broadcast) under cluster launch control."""
+
+
+class ClcRsOutParts(ClcChunkMixin, RsOutParts):
+    """:class:`RsOutParts` (W = 2, fresh output) under cluster launch control: the peer's
+    chunk first, as its static loop."""
+
+    def clc_first(self) -> SSAValue:
+        return self.other
+
+
+_CLC_PARTS = {RsParts: ClcRsParts, RsOrderedParts: ClcRsOrderedParts, ArParts: ClcArParts,
+              RsOutParts: ClcRsOutParts}
+_KIND_OF = {RsParts: ClcKind.RS, RsOrderedParts: ClcKind.RS, ArParts: ClcKind.AR,
+            RsOutParts: ClcKind.RS_OUT, ArOutParts: ClcKind.AR_OUT}
 
 
 __all__ = ["ClcChoice", "ClcKind", "clc_decision", "with_clc", "ClcChunkMixin", "ClcRsParts",
-           "ClcRsOrderedParts", "rs_parts"]
+           "ClcRsOrderedParts"]
 
 
-def decide_rs(cfg, world: int, mc: int, n: int, num_sms: int, choice: ClcChoice,
-              ordered: bool) -> tuple[object, type, dict, str]:
-    """(config, parts class, plan entries, remark words) of a persistent GEMM +
-    reduce-scatter: under cluster launch control on sm_100a where :func:`clc_decision`
-    says so, the static chunked loop otherwise (the wgmma kernel: always, no entries)."""
+def decide(static: type, cfg, world: int, mc: int, n: int, num_sms: int,
+           choice: ClcChoice) -> tuple[object, type, dict, str]:
+    """(config, parts class, plan entries, remark words) of a chunked fused kernel whose
+    static parts class is ``static`` (W chunks of ``mc`` rows x ``n`` columns): under
+    cluster launch control on sm_100a where :func:`clc_decision` says so, the static loop
+    otherwise (the wgmma kernel: always, no entries)."""
     if not isinstance(cfg, TmemView):
-        clc_decision(ClcKind.RS, 0, num_sms, "sm_90a", choice)     # clc=on: refused
-        return cfg, rs_parts(ordered, False), {}, ""
+        return cfg, static, {}, ""
     work = world * -(-mc // cfg.bm) * -(-n // cfg.bn)
-    on, why = clc_decision(ClcKind.RS, work, num_sms, "sm_100a", choice)
+    on, why = clc_decision(_KIND_OF[static], work, num_sms, choice)
     plan = {"scheduler": "clc" if on else "static"}
-    return (with_clc(cfg) if on else cfg), rs_parts(ordered, on), plan, f"; {why}"
+    return ((with_clc(cfg), _CLC_PARTS[static]) if on else (cfg, static)) + (plan, f"; {why}")
 
 
-__all__ += ["decide_rs"]
+def static_words(kind: ClcKind, cfg) -> tuple[dict, str]:
+    """(plan entries, remark words) of a kernel of a ``kind`` that never takes cluster
+    launch control, on sm_100a (nothing for the wgmma kernel)."""
+    if not isinstance(cfg, TmemView):
+        return {}, ""
+    return {"scheduler": "static"}, f"; {clc_decision(kind, 0, 0)[1]}"
+
+
+__all__ += ["decide", "static_words", "check_choice", "ClcArParts", "ClcRsOutParts"]

@@ -56,9 +56,10 @@ from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes import fused_ar_pair, fused_rs_layouts
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
 from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
-from pkc.passes.fused_clc import ClcChoice, decide_rs
-from pkc.passes.fused_rs_ordered import add_order
-from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
+from pkc.passes.fused_clc import ClcChoice, check_choice, decide
+from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
+from pkc.passes.fused_schedule import (RsParts, arrangement, b_operand, build_fused_gemm,
+                                       fused_config)
 from pkc.passes.gather_many import is_gather_many, split_gather_many
 from pkc.passes.pipelines import unlowered_arch
 from pkc.passes.registry import register_pass
@@ -147,6 +148,9 @@ class ScheduleFused(ModulePass):
         ClcChoice.parse(self.clc, "schedule-fused: clc")
 
     def apply(self, ctx, module: ModuleOp) -> None:
+        # here, not at construction: pkc-opt --target=sm_100a sets the cost target after
+        check_choice(ClcChoice.parse(self.clc, "schedule-fused: clc"),
+                     get_target(self.target).sm_arch, "schedule-fused")
         for kop in [o for o in module.walk() if isinstance(o, k.KernelOp)]:
             pattern = fusion_pattern(kop)
             if pattern is None or kop.schedule() is not None:
@@ -190,9 +194,10 @@ class ScheduleFused(ModulePass):
                 add_remark(kop, f"fused kernel left unscheduled: {reason}")
                 continue
             if pattern is Pattern.MM_ALL_REDUCE:
-                schedule_ar(kop, self.target, self.variant, _dtype(kop.inputs[0].type))
+                schedule_ar(kop, self.target, self.variant, _dtype(kop.inputs[0].type), self.clc)
             elif rs_into_output(kop.world_size):
-                schedule_rs_out(kop, self.target, self.variant, _dtype(kop.inputs[0].type))
+                schedule_rs_out(kop, self.target, self.variant, _dtype(kop.inputs[0].type),
+                                self.clc)
             else:
                 _schedule_rs(kop, self.target, self.variant, None, self.deterministic, self.clc)
 
@@ -220,9 +225,9 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
     block.add_op(ctl)
     ordered = deterministic and W > 2      # at W <= 2 the one add has a fixed order
     # sm_100a: the chunked loop under cluster launch control where it pays (fused_clc)
-    cfg, parts_cls, clc_plan, clc_words = decide_rs(
-        cfg, W, Mc, N, get_target(target).num_sms, ClcChoice.parse(clc, "schedule-fused: clc"),
-        ordered)
+    cfg, parts_cls, clc_plan, clc_words = decide(
+        RsOrderedParts if ordered else RsParts, cfg, W, Mc, N, get_target(target).num_sms,
+        ClcChoice.parse(clc, "schedule-fused: clc"))
     parts = parts_cls(W, Mc, N, cfg, pad.result, ctl.result)
     build_fused_gemm(block, A, B, C, Mc, N, K, cfg, parts)
     block.add_op(k.YieldOp())

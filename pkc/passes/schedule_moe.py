@@ -42,6 +42,7 @@ from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
+from pkc.passes.fused_clc import ClcKind, static_words
 from pkc.passes.fused_schedule import arrangement, build_fused_gemm, tmem_config
 from pkc.passes.moe_schedule import MoeParts, pieces
 from pkc.passes.pipelines import unlowered_arch
@@ -186,9 +187,12 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
     plan = plan_of(kop)
     comm_sms = plan.get("comm_sms", 0) or 0
     tmem_plan, tmem_words = arrangement(cfg)
+    # sm_100a: never under cluster launch control (fused_clc says why)
+    clc_plan, clc_words = static_words(ClcKind.MOE, cfg)
     set_plan(new, schedule=ScheduleKind.MOE, bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, b_layout=BLayout.NK, experts=E, capacity=C,
-             pieces=pieces(C), scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, **tmem_plan)
+             pieces=pieces(C), scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, **tmem_plan,
+             **clc_plan)
     why = ("dispatch copies run on every CTA before its roles, the combine from the "
            "consumers' epilogue by TMA (intra-SM, no communicate CTAs)" if W > 1 else
            "one rank: counts read by the tile loop, tokens straight from X, no signals")
@@ -199,7 +203,7 @@ def schedule_moe_kernel(kop: k.KernelOp, target: str, variant: str = "") -> k.Ke
     add_remark(new, f"scheduled MoE W={W} E={E} C={C} {N}x{K} {dt}: {cfg.tag()}; counts per "
                     f"(rank, expert) read at run time (from the graph: every row, {C}); "
                     f"blocks of {C} rows, own tokens first, a block's tiles start when its "
-                    f"{pieces(C)} pieces arrived; {why}{tmem_words}")
+                    f"{pieces(C)} pieces arrived; {why}{tmem_words}{clc_words}")
     new.location = kop.location
     Rewriter.erase_op(kop)
     return new

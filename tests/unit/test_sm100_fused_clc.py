@@ -1,10 +1,12 @@
 """Cluster launch control for the fused kernels on sm_100a (``schedule-fused{clc=...}``,
-:mod:`pkc.passes.fused_clc`, ``pks.clc_chunk_tile_loop``): the GEMM + reduce-scatter's
-chunked tile loop with one CTA per work index, work indices from a per-rank ticket counter
-in the static loop's (chunk, tile) order.
+:mod:`pkc.passes.fused_clc`, ``pks.clc_chunk_tile_loop``): the chunked tile loop of the
+GEMM + reduce-scatter (persistent, and the W = 2 fresh-output one) and of the GEMM +
+all-reduce by broadcast with one CTA per work index, work indices from a per-rank ticket
+counter in the static loop's (chunk, tile) order.
 
-* the decision per kind: the reduce-scatter takes it past one wave of SMs (auto), the
-  all-gather + GEMM and MoE never (the reason in the remark);
+* the decision per kind: those take it past one wave of SMs (auto); the all-gather + GEMM,
+  MoE and the fresh-output all-reduce never (plan ``scheduler = "static"`` and the reason
+  in the remark);
 * the interpreter: the CLC kernel means the kernel-level IR (check_transform) and computes
   bitwise what the static kernel computes, also over two launches (the second launch's
   tickets start past the first's: the epoch and the cancelled CTAs' done count);
@@ -38,14 +40,42 @@ from pkc.passes.fused_clc import ClcChoice, ClcKind, clc_decision
 from pkc.passes.registry import parse_pipeline
 from pkc.passes.remarks import plan_of
 from pkc.testing import check_transform
-from tests.unit.test_interp_schedule_fused import fused_module
+from tests.unit.test_interp_schedule_fused import fused_module, mm_all_reduce
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from fused_ir import module_text as rs_text  # noqa: E402
 
-# W: (Mc, N, K): odd chunk rows and columns, several tiles per chunk (bn = 64), so the
-# interpreter's 4 CTAs and the emulator's 3 resident ones cancel the rest
-SHAPES = {1: (200, 200, 16), 3: (130, 72, 16), 4: (130, 80, 16)}
+# (kind, W): (Mc, N, K): odd chunk rows and columns, several tiles per chunk (bn = 64),
+# so the interpreter's 4 CTAs and the emulator's 3 resident ones cancel the rest. "rs":
+# the persistent reduce-scatter (deterministic adds: one order, bitwise), "rs_out": the
+# W = 2 fresh-output reduce-scatter (peer's chunk first, own chunk summed), "ar": the
+# all-reduce by broadcast (W = 1; at W = 2 the fresh-output all-reduce never takes CLC)
+CASES = {("rs", 1): (200, 200, 16), ("rs", 3): (130, 72, 16), ("rs", 4): (130, 80, 16),
+         ("rs_out", 2): (130, 80, 16), ("ar", 1): (200, 136, 16)}
+IDS = [f"{k}-w{w}" for k, w in CASES]
+FUNC = {"rs": "mm_rs", "rs_out": "mm_rs", "ar": "mm_ar"}
+
+
+def _graph(kind: str, W: int):
+    """The graph-level module of a case."""
+    Mc, N, K = CASES[kind, W]
+    if kind == "ar":
+        return mm_all_reduce(W, Mc, N, K)
+    return parse_module(rs_text(W, Mc, N, K, "kn"), "mm_rs.mlir")
+
+
+def _pipeline(kind: str, clc: str) -> str:
+    pre = "" if kind == "ar" else "default{force=true},"
+    return f"{pre}schedule-fused{{target=b200 clc={clc} deterministic=true}},dce"
+
+
+@functools.cache
+def _kernel(kind: str, W: int, clc: str):
+    m = _graph(kind, W)
+    for p in parse_pipeline(_pipeline(kind, clc)):
+        p.apply(make_context(), m)
+    (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
+    return kop
 
 
 @functools.cache
@@ -83,17 +113,18 @@ def _counting(monkeypatch) -> dict:
 # ---- the decision ------------------------------------------------------------------------
 
 def test_decision_per_kind():
-    assert clc_decision(ClcKind.RS, 200, 148, "sm_100a")[0]
-    on, why = clc_decision(ClcKind.RS, 100, 148, "sm_100a")
+    assert clc_decision(ClcKind.RS, 200, 148)[0]
+    on, why = clc_decision(ClcKind.RS, 100, 148)
     assert not on and "fit the 148 SMs" in why
-    for kind, words in ((ClcKind.AG, "put CTA"), (ClcKind.MOE, "dispatches its share")):
-        on, why = clc_decision(kind, 10_000, 148, "sm_100a")
+    for kind in (ClcKind.RS_OUT, ClcKind.AR):
+        assert clc_decision(kind, 200, 148)[0] and clc_decision(kind, 2, 148, ClcChoice.ON)[0]
+    for kind, words in ((ClcKind.AG, "put CTA"), (ClcKind.MOE, "dispatches its share"),
+                        (ClcKind.AR_OUT, "slice of the own chunk")):
+        on, why = clc_decision(kind, 10_000, 148)
         assert not on and words in why
-        with pytest.raises(ValueError, match="not built under cluster launch control"):
-            clc_decision(kind, 10_000, 148, "sm_100a", ClcChoice.ON)
-    assert clc_decision(ClcKind.RS, 10_000, 148, "sm_100a", ClcChoice.OFF)[0] is False
-    with pytest.raises(ValueError, match="sm_100a feature"):
-        clc_decision(ClcKind.RS, 10, 132, "sm_90a", ClcChoice.ON)
+        on, why = clc_decision(kind, 10_000, 148, ClcChoice.ON)
+        assert not on and "clc=on does not apply" in why
+    assert clc_decision(ClcKind.RS, 10_000, 148, ClcChoice.OFF)[0] is False
 
 
 def test_schedule_fused_chooses_clc_past_one_wave_and_says_so():
@@ -105,29 +136,45 @@ def test_schedule_fused_chooses_clc_past_one_wave_and_says_so():
     assert plan_of(kop)["scheduler"] == "clc"
     assert any(isinstance(o, ClcChunkTileLoopOp) for o in kop.walk())
     assert "cluster launch control:" in str(kop.attributes["pk.remarks"])
-    small = _rs(4, "auto", *SHAPES[4])
+    small = _rs(4, "auto", *CASES["rs", 4])
     assert plan_of(small)["scheduler"] == "static"
     assert "fit the 148 SMs" in str(small.attributes["pk.remarks"])
-    # the wgmma target has no CLC: no scheduler entry, clc=on refused
-    with pytest.raises(ValueError, match="sm_100a feature"):
+    # the wgmma target has no CLC: clc=on refused by the pass
+    with pytest.raises(ValueError, match="schedule-fused: clc=on: cluster launch control is an "
+                                         "sm_100a feature"):
         for p in parse_pipeline("schedule-fused{target=h200 clc=on}"):
-            p.apply(make_context(), fused_module(4, *SHAPES[4], "kn"))
+            p.apply(make_context(), fused_module(4, *CASES["rs", 4], "kn"))
+
+
+def test_kinds_that_never_take_clc_say_why_in_plan_and_remark():
+    from tests.unit.test_sm100_fused import _ag, _ar, _moe
+
+    for m, words in ((_ag(2), "put CTA"), (_moe(2), "dispatches its share"),
+                     (_ar(2), "slice of the own chunk")):
+        (kop,) = [k for k in kernels_of(m) if k.schedule() is not None
+                  and plan_of(k).get("acc") == "tmem"]
+        assert plan_of(kop)["scheduler"] == "static"
+        assert words in str(kop.attributes["pk.remarks"])
+        assert not any(isinstance(o, ClcChunkTileLoopOp) for o in kop.walk())
 
 
 # ---- the interpreter ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("W", [1, 3, 4])
-def test_interpreter_clc_kernel_means_the_kernel_and_equals_the_static_one(W):
-    Mc, N, K = SHAPES[W]
-    check_transform(lambda w: fused_module(w, Mc, N, K, "kn"),
-                    "schedule-fused{target=b200 clc=on deterministic=true},dce",
-                    world_sizes=(W,), seeds=(W,), func="mm_rs",
+@pytest.mark.parametrize("kind,W", list(CASES), ids=IDS)
+def test_interpreter_clc_kernel_means_the_kernel_and_equals_the_static_one(kind, W):
+    Mc, N, K = CASES[kind, W]
+    # from the kernel level (the fused kernel overlap made)
+    make = ((lambda w: mm_all_reduce(w, Mc, N, K)) if kind == "ar" else
+            (lambda w: fused_module(w, Mc, N, K, "kn")))
+    check_transform(make, "schedule-fused{target=b200 clc=on deterministic=true},dce",
+                    world_sizes=(W,), seeds=(W,), func=FUNC[kind],
                     tolerance={torch.bfloat16: (2e-2, W / 16)})
-    kop, static = _rs(W, "on", Mc, N, K), _rs(W, "off", Mc, N, K)
+    kop, static = _kernel(kind, W, "on"), _kernel(kind, W, "off")
     assert plan_of(kop)["scheduler"] == "clc" and plan_of(static)["scheduler"] == "static"
     # two launches: the second's tickets start at the first's total (epoch 2), which the
     # first's epoch publication (cancelled CTAs counted done) makes possible
-    launches = [_per_rank(random_inputs(_rs_module(W), W, seed, "mm_rs"), W) for seed in (1, 2)]
+    launches = [_per_rank(random_inputs(_graph(kind, W), W, seed, FUNC[kind]), W)
+                for seed in (1, 2)]
     got = run_schedule_launches(kop, launches, W)
     want = run_schedule_launches(static, launches, W)
     for k in range(2):
@@ -135,18 +182,13 @@ def test_interpreter_clc_kernel_means_the_kernel_and_equals_the_static_one(W):
             assert torch.equal(got[k][0][r], want[k][0][r]), (k, r)
 
 
-@functools.cache
-def _rs_module(W: int):
-    return parse_module(rs_text(W, *SHAPES[W], "kn"), "mm_rs.mlir")
-
-
 # ---- the emulator ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("W", [1, 3, 4])
-def test_emulator_clc_kernel_cancels_and_equals_the_interpreter_without_clc(W, monkeypatch):
-    Mc, N, K = SHAPES[W]
-    kop, static = _rs(W, "on", Mc, N, K), _rs(W, "off", Mc, N, K)
-    inputs = random_inputs(_rs_module(W), W, 1, "mm_rs")
+@pytest.mark.parametrize("kind,W", list(CASES), ids=IDS)
+def test_emulator_clc_kernel_cancels_and_equals_the_interpreter_without_clc(kind, W,
+                                                                          monkeypatch):
+    kop, static = _kernel(kind, W, "on"), _kernel(kind, W, "off")
+    inputs = random_inputs(_graph(kind, W), W, 1, FUNC[kind])
     ref = run_schedule_launches(static, [_per_rank(inputs, W)], W)[0]
     ck = compile_kernel(kop, "sm_100a")
     assert ck.meta.clc and "clusterlaunchcontrol.try_cancel" in ck.ptx
