@@ -35,6 +35,12 @@ Registered as the ``sm_100a`` entry of
   role runs on cluster rank 0); ``pks.mma_commit_arrive`` a commit multicast to both CTAs
   (ctaMask 0b11); every ``pks.tma_load`` the ``.cta_group::2`` form whose bytes count on
   the even CTA's mbarrier (the address mapped to cluster rank 0).
+* A cluster of 4 with CTA accumulators is two pairs (ranks 2p, 2p + 1; docs/sm100.md,
+  "Clusters of two CTA pairs"): the MMA role runs on the even CTAs, a load's mbarrier is
+  the even CTA of the issuer's pair, ``pks.tma_load {pair_multicast}`` adds
+  ``.multicast::cluster`` with ctaMask ``pairs' even CTAs << place``, a commit goes to the
+  own pair (ctaMask ``0b11 << 2p``) or, with ``pair_multicast``, to both CTAs of every pair
+  in the mask, and an ``all_ctas`` arrival to the two CTAs of the own pair.
 
 * ``pks.clc_tile_loop``: :mod:`pkc.codegen.lower_schedule_clc` (cluster launch control;
   single CTAs and CTA pairs).
@@ -44,7 +50,7 @@ Registered as the ``sm_100a`` entry of
   ``pks.acc_scale`` is applied by the accumulator's readers right after ``tcgen05.ld``.
 
 Not lowered here (a clear error): the per-warpgroup (wgmma-form) accumulator, ``pks.mma_wait``
-(tcgen05 completes through mbarriers), clusters of more than 2.
+(tcgen05 completes through mbarriers), clusters of more than 2 CTAs that are not two pairs.
 """
 
 from __future__ import annotations
@@ -87,9 +93,11 @@ class Tcgen05Lowering:
 
     def check(self, kop, sched: s.ScheduleOp) -> None:
         name = f"kernel @{kop.kernel_name.data}"
-        if sched.cluster.data > 2:
-            raise CodegenError(f"{name}: a cluster of {sched.cluster.data} CTAs; sm_100a lowers "
-                               "single CTAs and CTA pairs (cluster 2, cta_group::2)")
+        cl = sched.cluster.data
+        if cl > 2 and not (cl == 4 and _tmem_accs(sched)):
+            raise CodegenError(f"{name}: a cluster of {cl} CTAs; sm_100a lowers single CTAs, "
+                               "CTA pairs (cluster 2, cta_group::2) and two pairs (cluster 4 "
+                               "with CTA accumulators)")
         for op in sched.walk():
             if isinstance(op, s.AccAllocOp) and not isinstance(op.parent_op(), s.ScheduleOp):
                 raise CodegenError(f"{name}: a warpgroup's register accumulator (pks.acc_alloc "
@@ -148,12 +156,25 @@ class Tcgen05Lowering:
         if _group(L) == 1 or s.RoleKind(op.kind.data) is not s.RoleKind.MMA:
             return cond
         b = L.b
-        return b.pand(cond, b.setp("eq", "u32", b.sreg("%cluster_ctarank"), 0))
+        place = b.bin("and", "b32", b.sreg("%cluster_ctarank"), 1)
+        return b.pand(cond, b.setp("eq", "u32", place, 0))
 
 
 def _group(L: "Lowering") -> int:
-    """The kernel's .cta_group: 2 for a CTA pair (a cluster of 2)."""
-    return 2 if L.sched.cluster.data == 2 else 1
+    """The kernel's .cta_group: 2 for CTA pairs (a cluster of 2, or of 4 = two pairs:
+    ``check`` refuses a cluster of 4 without CTA accumulators)."""
+    return 2 if L.sched.cluster.data in (2, 4) else 1
+
+
+def _pair_mask(L: "Lowering", pairs: int, place) -> object:
+    """The b16 ctaMask of the CTAs at ``place`` (0 / 1, or a register) of the pairs in
+    ``pairs`` (bit p: cluster ranks 2p, 2p + 1)."""
+    b = L.b
+    even = sum(1 << (2 * p) for p in range(8) if pairs >> p & 1)
+    if isinstance(place, int):
+        return b.imm(even << place, "b16")
+    return b.selp("b16", b.imm(even << 1, "b16"), b.imm(even, "b16"),
+                  b.setp("eq", "u32", place, 1))
 
 
 def _uses_tmem(L: "Lowering") -> bool:
@@ -244,9 +265,19 @@ def _mma(L: "Lowering", op: s.MmaAsyncOp) -> None:
 def _commit_arrive(L: "Lowering", op: s.MmaCommitArriveOp) -> None:
     _single_thread(L, op)
     group = _group(L)
-    # a pair's MMAs wrote both CTAs' tensor memory: both CTAs' mbarriers hear of it
-    mask = L.b.imm(0b11, "b16") if group == 2 else None
-    L.b.add(t5.Tcgen05CommitOp(L.bar_addr(op.bars, op.index), mask, group))
+    b = L.b
+    # a pair's MMAs wrote both CTAs' tensor memory: both CTAs' mbarriers hear of it; with
+    # pair_multicast, both CTAs of every pair in the mask (those multicasting into ours)
+    mask = None
+    if op.pair_multicast is not None:
+        pm = op.pair_multicast.data
+        mask = b.imm(sum(0b11 << (2 * p) for p in range(8) if pm >> p & 1), "b16")
+    elif group == 2 and L.sched.cluster.data == 2:
+        mask = b.imm(0b11, "b16")
+    elif group == 2:        # the issuer is the even CTA of pair rank / 2
+        mask = b.selp("b16", b.imm(0b1100, "b16"), b.imm(0b0011, "b16"),
+                      b.setp("eq", "u32", b.sreg("%cluster_ctarank"), 2))
+    b.add(t5.Tcgen05CommitOp(L.bar_addr(op.bars, op.index), mask, group))
 
 
 def _tma_load(L: "Lowering", op: s.TmaLoadOp) -> None:
@@ -258,11 +289,18 @@ def _tma_load(L: "Lowering", op: s.TmaLoadOp) -> None:
         return
     b = L.b
     if op.multicast is not None and op.multicast.data > 1:
-        raise CodegenError(f"{op.name}: multicast in a CTA pair is not lowered (each CTA loads "
-                           "its own half of B)")
+        raise CodegenError(f"{op.name}: multicast = {op.multicast.data} in a CTA pair; a "
+                           "cluster of pairs multicasts with pair_multicast")
     dst = L.slot_addr(op.dst, op.slot, L.v(op.offset))
-    bar = b.r(ptx_sm90.MapaOp(L.bar_addr(op.bars, op.bar), b.u32(0)))
-    b.add(ptx_sm90.TmaLoadOp(dst, L.v(op.tmap), [L.v(c) for c in op.coords], bar, cta_group=2))
+    rank = b.sreg("%cluster_ctarank")
+    lead = b.bin("and", "b32", rank, 0xFFFFFFFE) if L.sched.cluster.data > 2 else b.u32(0)
+    # the even CTA of this CTA's pair; a multicast signals each receiver's pair alike
+    bar = b.r(ptx_sm90.MapaOp(L.bar_addr(op.bars, op.bar), lead))
+    mask = None
+    if op.pair_multicast is not None:
+        mask = _pair_mask(L, op.pair_multicast.data, b.bin("and", "b32", rank, 1))
+    b.add(ptx_sm90.TmaLoadOp(dst, L.v(op.tmap), [L.v(c) for c in op.coords], bar, mask,
+                             cta_group=2))
 
 
 def _no_wait(L: "Lowering", op) -> None:
@@ -380,6 +418,19 @@ def _mbarrier_arrive(L: "Lowering", op: s.MbarrierArriveOp) -> None:
     from pkc.codegen.lower_schedule import _mbarrier_arrive as common
     if _uses_tmem(L):
         L.b.add(t5.Tcgen05FenceOp("before"))
+    if op.all_ctas is not None and _group(L) == 2 and L.sched.cluster.data > 2:
+        # in a cluster of pairs, "every CTA" is the pair's two (the accumulator's MMA spans
+        # the pair, not the cluster)
+        b = L.b
+        addr = L.bar_addr(op.bars, op.index)
+        pred = L.v(op.pred) if op.pred is not None else None
+        if L.role is None or L.role.single_thread is None:
+            pred = L.lead() if pred is None else b.pand(pred, L.lead())
+        lead = b.bin("and", "b32", b.sreg("%cluster_ctarank"), 0xFFFFFFFE)
+        for r in (lead, b.add32(lead, 1)):
+            b.add(ptx_sm90.MbarrierArriveOp(b.r(ptx_sm90.MapaOp(addr, r)), guard=pred,
+                                            remote=True))
+        return
     common(L, op)
 
 

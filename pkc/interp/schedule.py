@@ -51,6 +51,7 @@ from pkc.dialects import schedule_ag as sag
 from pkc.dialects import schedule_fused as sf
 from pkc.dialects.schedule_clc import ClcTileLoopOp
 from pkc.dialects.schedule_clc_chunk import ClcChunkTileLoopOp
+from pkc.dialects.schedule_structure import cluster_shape
 from pkc.dialects.kernel import AllocOp, KernelOp
 from pkc.dialects.schedule_comm import GridValueOp
 from pkc.interp import schedule_comm as comm
@@ -96,8 +97,9 @@ class ScheduleRun:
         self.threads = self.sched.threads.data
         # a cluster of 2 whose accumulators are the CTAs' (tensor memory) is a CTA pair
         # (sm_100a cta_group::2): pkc.interp.schedule_ops' pair rules
-        self.pair = self.cluster == 2 and any(isinstance(o, s.AccAllocOp)
-                                              for o in self.sched.block.ops)
+        # (a cluster of 4 is two pairs, ranks 2p and 2p + 1)
+        self.pair = self.cluster in (2, 4) and any(isinstance(o, s.AccAllocOp)
+                                                   for o in self.sched.block.ops)
         self.rng = random.Random(seed) if seed else None
         # per-thread values come only from the thread index: kernels that read it run
         # their arith element-wise over a warpgroup's lanes (pkc.interp.schedule_comm)
@@ -159,7 +161,8 @@ class ScheduleRun:
                 m, n = op.m.owner, op.n.owner
                 if isinstance(m, arith.ConstantOp) and isinstance(n, arith.ConstantOp):
                     num_m = -(-_constant(m) // op.bm.data)
-                    tiles = -(-num_m // cl) * -(-_constant(n) // op.bn.data)
+                    cm, cn = cluster_shape(op)
+                    tiles = -(-num_m // cm) * -(-(-(-_constant(n) // op.bn.data)) // cn)
                     if isinstance(op, (sf.ChunkTileLoopOp, ClcChunkTileLoopOp)):
                         tiles *= op.chunks.data
                 break
@@ -425,12 +428,13 @@ class ScheduleRun:
     def _tile_loop(self, a: Actor, op: s.TileLoopOp, env: dict) -> Generator:
         """Tiles cluster, cluster + clusters, ... in grouped order (TileLoopOp's doc)."""
         cl, bm, bn, gm = self.cluster, op.bm.data, op.bn.data, op.group_m.data
+        cm, cn = cluster_shape(op)
         num_m, num_n = -(-env[op.m] // bm), -(-env[op.n] // bn)
-        num_mc = -(-num_m // cl)
+        num_mc, num_nc = -(-num_m // cm), -(-num_n // cn)
         carried = [env[v] for v in op.inits]
-        for tile in range(a.cta // cl, num_mc * num_n, (a.loop_ctas or self.ctas) // cl):
-            mc, nb = grouped_tile(tile, num_mc, num_n, gm)
-            mb = mc * cl + a.cta % cl
+        for tile in range(a.cta // cl, num_mc * num_nc, (a.loop_ctas or self.ctas) // cl):
+            mc, nc = grouped_tile(tile, num_mc, num_nc, gm)
+            mb, nb = mc * cm + a.cta % cl % cm, nc * cn + a.cta % cl // cm
             self._count()
             carried = yield from self._block(a, op.block, env, [mb * bm, nb * bn, *carried])
         for res, v in zip(op.res, carried):

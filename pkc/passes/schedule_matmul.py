@@ -48,12 +48,13 @@ from pkc.dialects.types import BufferType
 from pkc.passes.gemm_schedule import Scales, build_gemm
 from pkc.passes.gemm_schedule_tmem import build_gemm_tmem
 from pkc.passes.gemm_schedule_clc import ClcParts
+from pkc.passes.gemm_schedule_tmem_cluster import build_gemm_tmem_cluster
 from pkc.passes.gemm_schedule_tmem_pair import build_gemm_tmem_pair
 from pkc.passes.registry import register_pass
 from pkc.passes.scaled_matmul_tmem import schedule_scaled_tmem
 from pkc.passes.remarks import add_remark, set_plan
 from pkc.target.gemm_tuning import VARIANTS, BLayout, Epilogue, check_variant, choose_config
-from pkc.target.gemm_tuning_sm100 import choose_tmem_config
+from pkc.target.gemm_tuning_sm100 import choose_tmem_config, multicast_remark
 from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
@@ -175,7 +176,9 @@ def _schedule_tmem(op: g.MatmulOp, num_sms: int) -> None:
     arg_types = [BufferType(t.get_shape(), t.element_type) for t in (a.type, b_val.type, op.result.type)]
     block = Block(arg_types=arg_types)
     A, B, C = block.args
-    if cfg.pair:
+    if cfg.multicast:
+        build_gemm_tmem_cluster(block, A, B, C, M, N, K, cfg)
+    elif cfg.pair:
         build_gemm_tmem_pair(block, A, B, C, M, N, K, cfg)
     else:
         build_gemm_tmem(block, A, B, C, M, N, K, cfg, ClcParts() if cfg.clc else None)
@@ -184,10 +187,14 @@ def _schedule_tmem(op: g.MatmulOp, num_sms: int) -> None:
     set_plan(kop, pattern="gemm", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages, consumers=1,
              cluster=cfg.cluster, epilogue=Epilogue.GLOBAL, b_layout=layout, group_m=cfg.group_m,
              acc="tmem", acc_bufs=cfg.acc_bufs, **({"cta_group": 2} if cfg.pair else {}),
-             **({"scheduler": "clc"} if cfg.clc else {}))
+             **({"scheduler": "clc"} if cfg.clc else {}),
+             **({"cluster_shape": cfg.pair_cluster.value, "multicast": cfg.multicast}
+                if cfg.multicast else {}))
     tiles = -(-M // cfg.bm) * -(-N // cfg.bn)
     pair = (f"CTA pairs (cta_group::2, {-(-M // (2 * cfg.bm)) * -(-N // cfg.bn)} tiles of "
             f"{2 * cfg.bm}x{cfg.bn}, B split over the pair), " if cfg.pair else "")
+    if cfg.multicast:
+        pair += multicast_remark(cfg, M, N)
     if cfg.clc:
         pair += ("tiles handed out by cluster launch control (one CTA per tile, running CTAs "
                  "cancel and take the ones not started), ")
