@@ -238,13 +238,18 @@ def schedule_rs_layout(kop: k.KernelOp, fusion: dict, target: str, variant: str,
     arg_types = [BufferType(a.type.get_shape(), a.type.element_type),
                  BufferType(b_val.type.get_shape(), b_val.type.element_type)]
     if bias:        # graph level: the bias as [N] and the scale 1.0 (pks.acc_scale's)
-        vec = g.ReshapeOp(kop.inputs[2], TensorType(kop.inputs[2].type.element_type, [N]))
-        one = g.ConstantOp(1.0, TensorType(f32, [1]))
-        for op in (vec, one):
+        src, new_ops = kop.inputs[2], []
+        if isinstance(src.owner, g.ReshapeOp) and list(src.owner.input.type.get_shape()) == [N]:
+            vec = src.owner.input           # overlap's [1, N] view of an [N] bias: the bias
+        else:
+            new_ops.append(g.ReshapeOp(src, TensorType(src.type.element_type, [N])))
+            vec = new_ops[-1].result
+        new_ops.append(g.ConstantOp(1.0, TensorType(f32, [1])))
+        for op in new_ops:
             op.location = kop.location
-        Rewriter.insert_op([vec, one], InsertPoint.before(kop))
-        operands += [vec.result, one.result]
-        arg_types += [BufferType([N], vec.result.type.element_type), BufferType([1], f32)]
+        Rewriter.insert_op(new_ops, InsertPoint.before(kop))
+        operands += [vec, new_ops[-1].result]
+        arg_types += [BufferType([N], vec.type.element_type), BufferType([1], f32)]
     block = Block(arg_types=[*arg_types, BufferType(y.get_shape(), y.element_type, SYMMETRIC)])
     A, B, C = block.args[0], block.args[1], block.args[-1]
     i32 = IntegerType(32)

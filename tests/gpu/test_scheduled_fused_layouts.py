@@ -1,9 +1,10 @@
 """The IR-built GEMM + reduce-scatter along columns (2-D dim 1, 3-D last dim) and along
-dim 1 of a 3-D result (row blocks, Shard(1)) on the GPU, in the virtual world: each rank's
-chunk against torch (the f32 sum of the ranks' products), again after several launches
-(epochs advance, the persistent output and pads are reused); a deterministic-order W = 4
-kernel gives the same bits on every launch (benchmarks/fused_rs_layouts.py has the cases
-and the timing)."""
+dim 1 of a 3-D result (row blocks, Shard(1)), and with a bias between the matmul and the
+scatter (added in the epilogue), on the GPU, in the virtual world: each rank's chunk
+against torch (the f32 sum of the ranks' products and biases), again after several
+launches (epochs advance, the persistent output and pads are reused); a
+deterministic-order W = 4 kernel gives the same bits on every launch
+(benchmarks/fused_rs_layouts.py has the cases and the timing)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,27 @@ def test_fixed_order_column_kernel_is_repeatable():
     for r in range(W):
         torch.testing.assert_close(first[r].float(), expected(full, W, r, 1, 1),
                                    rtol=0, atol=W * 2 ** -6 * float(full.abs().max()))
+
+
+PROGRAMS = {  # name: (W, graph-level IR) through default{force=true},schedule, executed
+    "cols W=2": (2, ("rs", 2, (333,), 1, 272, 136)),
+    "blocks-3d W=3": (3, ("rs", 3, (2, 3 * 128), 1, 200, 72)),
+    "bias rows W=3": (3, ("bias", 3, (3 * 117,), 0, 264, 136)),
+    "bias cols-3d W=2": (2, ("bias", 2, (3, 101), 2, 272, 136)),
+}
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_compiled_program_runs_the_scheduled_layout(name):
+    """The program's kernel module (graph-level IR, default{force=true},schedule) run by
+    the Executable: the layout's scheduled kernel (and a bias's graph-level view and scale
+    constant) against the interpreter on the graph-level program, three calls."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "unit"))
+    from test_schedule_fused_layouts import bias_text, rs_text
+
+    from tests.gpu.test_gpu_scheduled_program import _run
+
+    W, (kind, *args) = PROGRAMS[name]
+    text = bias_text(*args) if kind == "bias" else rs_text(*args, "kn")
+    report = _run(text, W)
+    assert any("scheduled kernel" in line for line in report), report
