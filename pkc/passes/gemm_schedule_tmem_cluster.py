@@ -22,6 +22,10 @@ and ``empty`` expects two arrivals, one per pair; every producer waits on its ow
 bytes that land in both CTAs of its pair (whoever issued them: the ``.cta_group::2`` load
 signals the receiver's pair), ``acc_full`` / ``acc_empty`` are per pair.
 
+fp8 (``cfg.a_type`` / ``b_type``; ``scales``): the same cluster on 8-bit operands (128
+elements of K per 128-byte stage row, the pair MMAs ``kind::f8f6f4``, the epilogue's
+``pks.acc_scale``), as for one pair (:mod:`pkc.passes.gemm_schedule_tmem_pair`).
+
 Under cluster launch control (``cfg.clc``) the unit of work is the cluster tile: rank 0's
 producer asks, the response lands in all four CTAs, and the ten readers (three roles in each
 even CTA, two in each odd one) free the slot on rank 0's ``empty``.
@@ -34,11 +38,11 @@ from xdsl.dialects.builtin import IntAttr
 from xdsl.ir import Block, SSAValue
 
 from pkc.dialects import schedule as s
-from pkc.passes.gemm_schedule import _SWIZZLE_FOR_ROW_BYTES, GemmParts, _for, _Ops
+from pkc.passes.gemm_schedule import _SWIZZLE_FOR_ROW_BYTES, GemmParts, Scales, _for, _Ops
 from pkc.passes.gemm_schedule_clc import ClcParts
-from pkc.passes.gemm_schedule_tmem import _epilogue, _mma
+from pkc.passes.gemm_schedule_tmem import _epilogue, _mma, check_scales
 from pkc.passes.gemm_schedule_tmem_pair import PairView
-from pkc.target.gemm_tuning import BK, BLayout, Epilogue
+from pkc.target.gemm_tuning import BLayout, Epilogue
 from pkc.target.gemm_tuning_sm100 import PairCluster, TmemGemmConfig
 
 BOTH_PAIRS = 0b11
@@ -71,12 +75,15 @@ class ClusterClcParts(ClcParts):
 
 
 def build_gemm_tmem_cluster(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int,
-                            K: int, cfg: TmemGemmConfig) -> s.ScheduleOp:
-    """Appends the tensor maps and the ``pks.schedule`` of a two-pair config ``cfg``."""
+                            K: int, cfg: TmemGemmConfig,
+                            scales: Scales | None = None) -> s.ScheduleOp:
+    """Appends the tensor maps and the ``pks.schedule`` of a two-pair config ``cfg``
+    (``scales``: an fp8 GEMM's)."""
     pc = cfg.pair_cluster
     if not cfg.pair or pc is PairCluster.X2:
         raise ValueError(f"build_gemm_tmem_cluster: {cfg.tag()} is not a cluster of CTA pairs")
     cfg.validate()
+    check_scales(cfg, scales)
     if cfg.b_layout is not BLayout.NK:
         raise ValueError(f"build_gemm_tmem_cluster: {cfg.tag()} reads B as [N, K] only")
     view = PairView(cfg)
@@ -85,8 +92,9 @@ def build_gemm_tmem_cluster(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, 
     top = _Ops(body)
     a_rows = cfg.bm // 2 if pc is PairCluster.A2X2 else cfg.bm
     b_rows = cfg.bn // 4 if pc is PairCluster.B4X1 else cfg.bn // 2
-    tA = top.add(s.TmapOp(A, s.TmapType(cfg.dtype, [BK, a_rows], 128))).result
-    tB = top.add(s.TmapOp(B, s.TmapType(cfg.dtype, [BK, b_rows], 128))).result
+    ta, tb = cfg.in_types
+    tA = top.add(s.TmapOp(A, s.TmapType(ta, [cfg.bk, a_rows], 128))).result
+    tB = top.add(s.TmapOp(B, s.TmapType(tb, [cfg.bk, b_rows], 128))).result
     tC = None
     if cfg.epilogue is Epilogue.TMA:
         w = cfg.epi_width
@@ -111,7 +119,7 @@ def build_gemm_tmem_cluster(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, 
     for op in sched.walk():
         if isinstance(op, s.MmaCommitArriveOp) and op.bars == empty:
             op.attributes["pair_multicast"] = IntAttr(BOTH_PAIRS)   # (its constructor's)
-    _epilogue(o, view, dims, C, tC, epi, acc_full, acc_empty, accs, parts)
+    _epilogue(o, view, dims, C, tC, epi, acc_full, acc_empty, accs, parts, scales)
     return sched
 
 
@@ -131,7 +139,7 @@ def _producer(o: _Ops, cfg: PairView, dims, tA, tB, a_st, b_st, full, empty,
     pair = r.bin(arith.ShRUIOp, rank, 1)                   # which pair
     even = r.cmp("eq", place, 0)
     zero, one = r.c(0), r.c(1)
-    num_kb = r.c(-(-dims[2] // BK))
+    num_kb = r.c(-(-dims[2] // cfg.bk))
     # this CTA's share of the multicast operand: rows and the byte offset in the stage
     share = r.bin(arith.MuliOp, pair, a_rows if mc_a else b_rows)
     share_off = r.bin(arith.MuliOp, share, 128)
@@ -146,7 +154,7 @@ def _producer(o: _Ops, cfg: PairView, dims, tA, tB, a_st, b_st, full, empty,
     kloop, k, kb, (ks, kph) = _for(t, zero, num_kb, one, [stage, phase])
     k.add(s.MbarrierWaitOp(empty, ks, k.bin(arith.XOrIOp, kph, 1)))
     k.add(s.MbarrierArriveOp(full, ks, pred=even, tx_bytes=2 * cfg.stage_bytes))
-    kc = k.bin(arith.MuliOp, kb, BK)
+    kc = k.bin(arith.MuliOp, kb, cfg.bk)
     k.add(s.TmaLoadOp(tA, [kc, a_row], a_st, ks, a_off, full, ks,
                       pair_multicast=BOTH_PAIRS if mc_a else 0))
     k.add(s.TmaLoadOp(tB, [kc, b_row], b_st, ks, b_off, full, ks,

@@ -8,8 +8,9 @@ target whose ``sm_arch`` is sm_100a. The kernel is the plain tensor-memory GEMM'
 8-bit operands (``TmemGemmConfig.a_type`` / ``b_type``: 128 elements of K per 128-byte
 stage row, ``pks.mma_async`` lowered to ``tcgen05.mma.kind::f8f6f4``) and the scales and
 bias applied by the epilogue (``pks.acc_scale`` per piece, lowered after ``tcgen05.ld``).
-The tile is ``choose_tmem_config``'s for the shape (single CTAs or CTA pairs, cluster launch
-control where it chooses it); nothing of it is measured (no Blackwell GPU here).
+The tile is ``choose_tmem_config``'s for the shape (single CTAs, CTA pairs, two pairs
+multicasting a shared operand, cluster launch control where it chooses them); nothing of it
+is measured (no Blackwell GPU here).
 B is read K-major, as by the sm_90a kernel: the ``[N, K]`` value under a ``pk.transpose``
 of B, or a ``pk.transpose`` added here.
 """
@@ -27,10 +28,11 @@ from pkc.dialects.types import BufferType
 from pkc.passes.gemm_schedule import Scales
 from pkc.passes.gemm_schedule_clc import ClcParts
 from pkc.passes.gemm_schedule_tmem import build_gemm_tmem
+from pkc.passes.gemm_schedule_tmem_cluster import build_gemm_tmem_cluster
 from pkc.passes.gemm_schedule_tmem_pair import build_gemm_tmem_pair
 from pkc.passes.remarks import add_remark, set_plan
 from pkc.target.gemm_tuning import BLayout, Epilogue
-from pkc.target.gemm_tuning_sm100 import choose_tmem_config
+from pkc.target.gemm_tuning_sm100 import choose_tmem_config, multicast_remark
 
 FP8_NAMES = {Float8E4M3FNType: "e4m3", Float8E5M2Type: "e5m2"}
 
@@ -61,7 +63,9 @@ def schedule_scaled_tmem(op: ScaledMatmulOp, num_sms: int, out: str) -> None:
     A, B, SA, SB = block.args[:4]
     scales = Scales(SA, SB, block.args[4] if op.bias is not None else None)
     C = block.args[-1]
-    if cfg.pair:
+    if cfg.multicast:
+        build_gemm_tmem_cluster(block, A, B, C, M, N, K, cfg, scales)
+    elif cfg.pair:
         build_gemm_tmem_pair(block, A, B, C, M, N, K, cfg, scales)
     else:
         build_gemm_tmem(block, A, B, C, M, N, K, cfg, ClcParts() if cfg.clc else None, scales)
@@ -71,10 +75,14 @@ def schedule_scaled_tmem(op: ScaledMatmulOp, num_sms: int, out: str) -> None:
              cluster=cfg.cluster, epilogue=cfg.epilogue, b_layout=BLayout.NK,
              group_m=cfg.group_m, acc="tmem", acc_bufs=cfg.acc_bufs,
              **({"cta_group": 2} if cfg.pair else {}),
-             **({"scheduler": "clc"} if cfg.clc else {}))
+             **({"scheduler": "clc"} if cfg.clc else {}),
+             **({"cluster_shape": cfg.pair_cluster.value, "multicast": cfg.multicast}
+                if cfg.multicast else {}))
     tiles = -(-M // cfg.bm) * -(-N // cfg.bn)
     pair = (f"CTA pairs (cta_group::2, {-(-M // (2 * cfg.bm)) * -(-N // cfg.bn)} tiles of "
             f"{2 * cfg.bm}x{cfg.bn}), " if cfg.pair else "")
+    if cfg.multicast:
+        pair += multicast_remark(cfg, M, N)
     if cfg.clc:
         pair += "tiles handed out by cluster launch control, "
     scaled = "/".join("row-wise" if r else "tensor-wise" for r in op.row_wise())

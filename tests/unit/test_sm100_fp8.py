@@ -115,6 +115,12 @@ CASES = {  # M, N, K, A, B, (row-wise A, row-wise B), bias, out, forced config (
     # CTA pairs under cluster launch control (the choice for large fp8 shapes on b200)
     "pair_clc": (300, 64, 128, "f8E4M3FN", "f8E5M2", (True, True), "bf16", "bf16",
                  TmemGemmConfig(bn=32, stages=2, pair=True, clc=True)),
+    # two pairs multicasting A (2x2) or, under CLC, B (4x1): the second pair past N / M
+    "cluster_2x2": (300, 96, 272, "f8E4M3FN", "f8E5M2", (True, True), "bf16", "bf16",
+                    TmemGemmConfig(bn=32, stages=2, pair=True, pair_cluster="2x2")),
+    "cluster_4x1_clc": (300, 96, 136, "f8E5M2", "f8E4M3FN", (False, True), None, "f16",
+                        TmemGemmConfig(bn=32, stages=2, pair=True, pair_cluster="4x1",
+                                       clc=True)),
 }
 
 
@@ -127,7 +133,8 @@ def test_emulated_sm100_fp8_gemm_equals_the_interpreter_and_torch(case, monkeypa
     c = CASES[case]
     m = _module(c, monkeypatch)
     ins = _inputs(c)
-    res = check_module(m, [ins], 1, target="sm_100a", func_name="smm", sms=2,
+    sms = 4 if c[-1] is not None and c[-1].cluster == 4 else 2
+    res = check_module(m, [ins], 1, target="sm_100a", func_name="smm", sms=sms,
                        forward_emulated=True)
     assert res.ok, res.difference
     (out,), = res.outputs
@@ -210,7 +217,7 @@ def test_an_f32_result_is_left_to_the_graph_level_with_a_remark():
     assert "scaled matmul left to the graph level: result f32" in str(m)
 
 
-SPILL_CASES = ["e4m3_e5m2_rowwise_bias", "e5m2_e4m3_pair", "global_epilogue"]
+SPILL_CASES = ["e4m3_e5m2_rowwise_bias", "e5m2_e4m3_pair", "global_epilogue", "cluster_2x2"]
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
