@@ -276,3 +276,31 @@ def test_bias_before_an_all_reduce_stays_unfused_with_the_remark():
     assert not [o for o in m.walk() if isinstance(o, k.KernelOp)
                 and o.kernel_name.data == "matmul_all_reduce"]
     assert any('goes through "add" before the all_reduce' in r for r in format_remarks(m))
+
+
+# ----------------------------------------------------------------------------------------
+# sm_100a: the same parts on the tensor-memory GEMM (a bias stays on the portable path)
+
+
+@pytest.mark.parametrize("name,W,text", [
+    ("cols", 2, rs_text(2, (150,), 1, 272, 24, "kn")),
+    ("blocks-3d", 2, rs_text(2, (2, 256), 1, 24, 16, "nk"))])
+def test_sm100_layout_kernels_on_the_interpreter_and_the_emulator(name, W, text):
+    from pkc.emu.check import check_module
+    from pkc.interp import random_inputs
+
+    check_transform(lambda w: kernel_level(text), "schedule-fused{target=b200},dce",
+                    world_sizes=(W,), seeds=(W,), tolerance={torch.bfloat16: (2e-2, W / 16)})
+    m = scheduled(text, "{target=b200}")
+    assert plan_of(_kop(m))["acc"] == "tmem"
+    # one add per element at W = 2: the emulated sm_100a kernel equals the interpreter
+    res = check_module(m, random_inputs(m, W, 0, "main"), W, target="sm_100a", exact=True)
+    assert res.ok, str(res.difference)
+    assert [k.kernel for k in res.kernels] == ["matmul_reduce_scatter"]
+
+
+def test_sm100_bias_stays_portable_with_the_remark():
+    m = scheduled(bias_text(2, (74,), 0, 40, 24), "{target=b200}")
+    assert not [o for o in kernels_of(m) if o.schedule() is not None]
+    assert any("the bias add in the tensor-memory (sm_100a) epilogue is not built yet" in r
+               for r in format_remarks(m))
