@@ -204,12 +204,33 @@ def test_emulator_clc_kernel_cancels_and_equals_the_interpreter_without_clc(kind
 
 # ---- ptxas and SASS ----------------------------------------------------------------------
 
+def _big(kind: str, W: int, deterministic: bool):
+    """A larger kernel of each CLC kind for ptxas (333 x 264 x 136 per chunk, kn B)."""
+    if kind == "rs":
+        return _rs(W, "on", 333, 264, 136, deterministic)
+    m = (mm_all_reduce(W, 333, 264, 136) if kind == "ar" else
+         parse_module(rs_text(W, 333, 264, 136, "kn"), "mm_rs.mlir"))
+    pre = "" if kind == "ar" else "default{force=true},"
+    for p in parse_pipeline(f"{pre}schedule-fused{{target=b200 clc=on}},dce"):
+        p.apply(make_context(), m)
+    (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
+    return kop
+
+
+# (kind, W, deterministic adds, SASS of its communication where it has its own: the
+# reduce-adds; the others' stores / loads are TMA ops the GEMM has too)
+ASM = [("rs", 4, False, "UTMAREDG"), ("rs", 4, True, "UTMAREDG"), ("rs_out", 2, False, None),
+       ("ar", 1, False, None)]
+
+
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
-@pytest.mark.parametrize("deterministic", [False, True])
-def test_clc_fused_kernel_assembles_without_spills(deterministic):
+@pytest.mark.parametrize("kind,W,deterministic,comm", ASM,
+                         ids=[f"{k}-w{w}{'-det' if d else ''}" for k, w, d, _ in ASM])
+def test_clc_fused_kernel_assembles_without_spills(kind, W, deterministic, comm):
     from pkc.codegen.sass import check_sm100_gemm, find_tool, opcodes, sass
 
-    kop = _rs(4, "on", 333, 264, 136, deterministic)
+    kop = _big(kind, W, deterministic)
+    assert plan_of(kop)["scheduler"] == "clc"
     cubin, reports, _ = assemble(compile_kernel(kop, "sm_100a").ptx, "sm_100a")
     (rep,) = reports.values()
     assert rep.spill_stores == 0 and rep.spill_loads == 0 and rep.stack_bytes == 0, rep.line()
@@ -219,5 +240,5 @@ def test_clc_fused_kernel_assembles_without_spills(deterministic):
     assert check_sm100_gemm(text) == []
     ops = opcodes(text)
     assert any(o.startswith("UGETNEXTWORKID") for o in ops), "try_cancel"
-    assert any(o.startswith("UTMAREDG") for o in ops), "the reduce-adds"
+    assert comm is None or any(o.startswith(comm) for o in ops), comm
     assert any(o.startswith(("ATOMG", "ATOM", "RED")) for o in ops), "the ticket atomic"
