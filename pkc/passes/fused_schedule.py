@@ -22,12 +22,15 @@ output):
   run of its tile loop, so it never enters a chunk twice and needs no per-owner state).
 * Signals: when a warpgroup's chunk changes (and at its end) it waits for its bulk
   groups, fences the async proxy and adds its tile count to slot ``rank`` of the chunk
-  owner's pad (release). The owner's chunk is whole once slot q reached ``epoch x tiles
-  per chunk x consumers`` for every q (epochs: pads are never reset); every consumer
-  warpgroup of the owner waits for the peers' slots before the kernel ends.
+  owner's pad (release: at GPU scope for the own chunk, whose stores and pad are this
+  GPU's, at system scope for a peer's). The owner's chunk is whole once slot q reached
+  ``epoch x tiles per chunk x consumers`` for every q (epochs: pads are never reset);
+  every consumer warpgroup of the owner waits for the peers' slots before the kernel ends.
 * Epoch: read from the rank's control word before a CTA barrier, published by the last
   CTA at the end (``pks.epoch`` / ``pks.epoch_publish``), so that launches and CUDA-graph
   replays need no host work.
+* W = 1: no peer reads a pad, so no epoch, signal or publication: the plain GEMM's
+  prologue and end (docs/PERF_NOTES.md 2026-12-02 (d): the fixed cost they had).
 """
 
 from __future__ import annotations
