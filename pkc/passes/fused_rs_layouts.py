@@ -25,9 +25,16 @@ signals) with another ownership of the tiles:
   divide); otherwise a tile would write the next block's rows, and the kernel is left on
   the portable path with a remark saying so. ``B = 1`` is the row kernel itself.
 
-Both run on the wgmma (sm_90a) and the tensor-memory (sm_100a) GEMM (the parts only
-change the tile loop's coordinates and the producer's rows), with the fixed add order of
-:mod:`pkc.passes.fused_rs_ordered` under ``deterministic``. The result stays in the
+* a bias between the matmul and the scatter (``pk.fusion.bias``, any of the layouts above
+  or row chunks; overlap's patterns_bias.py): the kernel takes the bias ``[N]`` and the
+  scale 1.0 and applies ``pks.acc_scale`` to each tile's f32 accumulator before its pieces
+  are rounded and travel (every rank adds its own bias before the sum, as the graph does,
+  rounding once where the graph rounds twice).
+
+All run on the wgmma (sm_90a) and the tensor-memory (sm_100a: the bias applied where
+``tcgen05.ld`` reads the accumulator) GEMM (the parts only change the tile loop's
+coordinates, the producer's rows and the epilogue's first step), with the fixed add order
+of :mod:`pkc.passes.fused_rs_ordered` under ``deterministic``. The result stays in the
 symmetric output at every W (the W = 2 fresh-output variant of the row kernel,
 ``fused_ar_build``, is built for row chunks only).
 """
@@ -206,8 +213,7 @@ def _parts_class(sd: int, bt: int, ordered: bool, bias: bool) -> type:
 def schedule_rs_layout(kop: k.KernelOp, fusion: dict, target: str, variant: str,
                        deterministic: bool, dtype_of) -> k.KernelOp | None:
     """Replace ``kop`` (checked by :func:`why_not`) by its scheduled kernel; None (and a
-    remark) where the block layout has no tile that fits a block, or a bias on an sm_100a
-    target."""
+    remark) where the block layout has no tile that fits a block."""
     W = kop.world_size
     sd, bt = layout_of(fusion)
     bias = has_bias(fusion)
@@ -219,10 +225,7 @@ def schedule_rs_layout(kop: k.KernelOp, fusion: dict, target: str, variant: str,
     cfg = fused_config(FusedKind.RS, R, N, K, W, dt, layout, target, variant)
     sc = R // bt // W
     why = None
-    if bias and isinstance(cfg, TmemView):
-        why = ("the bias add in the tensor-memory (sm_100a) epilogue is not built yet (the "
-               "portable path adds it)")
-    elif sd == 0 and bt > 1:
+    if sd == 0 and bt > 1:
         fit = _block_rows_config(cfg, sc)
         if fit is None:
             why = (f"each block's {sc} rows per rank are not a multiple of the tile's "

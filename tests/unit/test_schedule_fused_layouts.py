@@ -279,12 +279,14 @@ def test_bias_before_an_all_reduce_stays_unfused_with_the_remark():
 
 
 # ----------------------------------------------------------------------------------------
-# sm_100a: the same parts on the tensor-memory GEMM (a bias stays on the portable path)
+# sm_100a: the same parts on the tensor-memory GEMM (the bias applied where tcgen05.ld
+# reads the accumulator)
 
 
 @pytest.mark.parametrize("name,W,text", [
     ("cols", 2, rs_text(2, (150,), 1, 272, 24, "kn")),
-    ("blocks-3d", 2, rs_text(2, (2, 256), 1, 24, 16, "nk"))])
+    ("blocks-3d", 2, rs_text(2, (2, 256), 1, 24, 16, "nk")),
+    ("bias rows", 2, bias_text(2, (74,), 0, 40, 24))])
 def test_sm100_layout_kernels_on_the_interpreter_and_the_emulator(name, W, text):
     from pkc.emu.check import check_module
     from pkc.interp import random_inputs
@@ -297,10 +299,3 @@ def test_sm100_layout_kernels_on_the_interpreter_and_the_emulator(name, W, text)
     res = check_module(m, random_inputs(m, W, 0, "main"), W, target="sm_100a", exact=True)
     assert res.ok, str(res.difference)
     assert [k.kernel for k in res.kernels] == ["matmul_reduce_scatter"]
-
-
-def test_sm100_bias_stays_portable_with_the_remark():
-    m = scheduled(bias_text(2, (74,), 0, 40, 24), "{target=b200}")
-    assert not [o for o in kernels_of(m) if o.schedule() is not None]
-    assert any("the bias add in the tensor-memory (sm_100a) epilogue is not built yet" in r
-               for r in format_remarks(m))
