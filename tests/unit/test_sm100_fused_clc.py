@@ -24,6 +24,7 @@ import functools
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -200,6 +201,38 @@ def test_emulator_clc_kernel_cancels_and_equals_the_interpreter_without_clc(kind
         assert torch.equal(got[r][0], ref[0][r]), r
     # every rank: 3 CTAs start, the other work indices' CTAs are cancelled
     assert stats["cancelled"] == W * (work - 3), stats
+
+
+def test_emulated_launch_leaves_the_ticket_counter_and_epoch_ready_for_the_next(monkeypatch):
+    """After one emulated launch of the W = 3 reduce-scatter (12 work indices, 3 CTAs
+    running): every rank's ticket word is the total (one ticket per CTA of the grid) and
+    its control word is [1, 0]: the epoch published and the done count reset, which
+    happens only if the issuers' cancel counts and the running CTAs' own counts sum to the
+    grid exactly (the next launch's tickets then start at 1 x total)."""
+    import pkc.emu.launch as launch
+    from pkc.dialects.kernel import AllocOp
+
+    kop = _kernel("rs", 3, "on")
+    seen = {}
+    orig = launch._comm_errors
+
+    def capture(meta, gm, named, W):
+        seen.update(gm=gm, named=named)
+        return orig(meta, gm, named, W)
+
+    monkeypatch.setattr(launch, "_comm_errors", capture)
+    ck = compile_kernel(kop, "sm_100a")
+    emulate(ck, random_inputs(_graph("rs", 3), 3, 1, "mm_rs"), kop=kop, sms=3)
+    allocs = [op for op in kop.block.ops if isinstance(op, AllocOp)]
+    shape = {i: tuple(a.result.type.get_shape()) for i, a in enumerate(allocs)
+             if not a.result.type.symmetric}
+    (ctl,) = [i for i, sh in shape.items() if sh == (2,)]
+    (tick,) = [i for i, sh in shape.items() if sh == (1,)]
+    work = 3 * plan_of(kop)["tiles_per_chunk"]
+    gm, named = seen["gm"], seen["named"]
+    for r in range(3):
+        assert gm.read_words(named[r][f"alloc{tick}"], 1, np.uint32).tolist() == [work]
+        assert gm.read_words(named[r][f"alloc{ctl}"], 2, np.uint32).tolist() == [1, 0]
 
 
 # ---- ptxas and SASS ----------------------------------------------------------------------
