@@ -186,3 +186,20 @@ def test_f16_kernel_assembles_without_spills():
     assert ck.meta.fused.dtype == "f16" and all(t.element == "f16" for t in ck.meta.tmaps)
     _, res = assemble_one(ck.ptx)
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
+
+
+def test_count_scopes_and_no_protocol_at_w1():
+    """The own chunk's count is released at GPU scope (its stores and pad are this GPU's:
+    the hand kernel's choice), a peer's at system scope; at W = 1 no peer reads a pad, so
+    the kernel has no epoch, count or publication (the fixed cost measured in
+    docs/PERF_NOTES.md 2026-12-02 (d))."""
+    from pkc.dialects import schedule_comm as c
+
+    (k3,) = _kernels(scheduled_module(3, 101, 200, 136, "kn"))
+    scopes = sorted(op.scope.data for op in k3.walk() if isinstance(op, f.SignalAddOp))
+    assert scopes == ["gpu", "gpu", "sys", "sys"]       # per tile and at the end
+    assert any(isinstance(op, c.EpochOp) for op in k3.walk())
+    (k1,) = _kernels(scheduled_module(1, 101, 200, 136, "nk"))
+    assert not [op for op in k1.walk()
+                if isinstance(op, (f.SignalAddOp, c.SignalWaitOp, c.EpochOp, c.EpochPublishOp))]
+    assert any(isinstance(op, f.TmaStoreOrAddOp) for op in k1.walk())
