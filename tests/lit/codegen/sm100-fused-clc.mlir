@@ -2,7 +2,8 @@
 // chunked tile loop under cluster launch control: pks.clc_chunk_tile_loop in every role
 // (the producer issues the requests and takes the tickets), the ticket counter a local
 // pk.alloc, plan scheduler = "clc" and the remark; --emit=ptx --target=sm_100a prints the
-// try_cancel / query_cancel and the ticket atomics. clc=auto keeps the static loop for a
+// try_cancel / query_cancel and the ticket atomics (the W = 2 fresh-output kernel, peer's
+// chunk first, likewise). clc=auto keeps the static loop for a
 // kernel whose work fits the SMs at once and says so; the all-gather + GEMM never takes it.
 // (Emulated and assembled in tests/unit/test_sm100_fused_clc.py; no Blackwell GPU ran it.)
 // RUN: pkc-opt -p 'default{force=true},schedule-fused{target=b200 clc=on},dce' %s | FileCheck %s
@@ -13,6 +14,13 @@
 func.func @mm_rs(%x: tensor<390x16xbf16>, %w: tensor<16x72xbf16>) -> tensor<130x72xbf16> {
   %c = pk.matmul %x, %w : (tensor<390x16xbf16>, tensor<16x72xbf16>) -> tensor<390x72xbf16>
   %o = pk.reduce_scatter %c {dim = 0 : i64, reduce = "sum", world = 3 : i64} : tensor<390x72xbf16> -> tensor<130x72xbf16>
+  func.return %o : tensor<130x72xbf16>
+}
+
+// W = 2: the fresh-output reduce-scatter (peer's chunk first) takes it too
+func.func @mm_rs2(%x: tensor<260x16xbf16>, %w: tensor<16x72xbf16>) -> tensor<130x72xbf16> {
+  %c = pk.matmul %x, %w : (tensor<260x16xbf16>, tensor<16x72xbf16>) -> tensor<260x72xbf16>
+  %o = pk.reduce_scatter %c {dim = 0 : i64, reduce = "sum", world = 2 : i64} : tensor<260x72xbf16> -> tensor<130x72xbf16>
   func.return %o : tensor<130x72xbf16>
 }
 
@@ -32,10 +40,17 @@ func.func @mm_rs(%x: tensor<390x16xbf16>, %w: tensor<16x72xbf16>) -> tensor<130x
 // CHECK:         issuer = #builtin.int<0>}
 // CHECK:       kind = "epilogue"
 // CHECK-NOT:   "pks.chunk_tile_loop"
+// CHECK:       pk.kernel "matmul_reduce_scatter"(%x, %w) {world = 2 {{.*}}fresh_output = true{{.*}}scheduler = "clc"
+// CHECK-SAME:  the peer's chunk first
+// CHECK-SAME:  one CTA per work index (8)
+// CHECK:         "pks.clc_chunk_tile_loop"
+// CHECK-NOT:   "pks.chunk_tile_loop"
 
 // AUTO:        scheduler = "static"
 // AUTO-SAME:   static tile loop: 12 work indices fit the 148 SMs at once
 // AUTO:        "pks.chunk_tile_loop"
+// AUTO:        scheduler = "static"
+// AUTO-SAME:   static tile loop: 8 work indices fit the 148 SMs at once
 // AUTO-NOT:    "pks.clc_chunk_tile_loop"
 
 // PTX:         .entry matmul_reduce_scatter
