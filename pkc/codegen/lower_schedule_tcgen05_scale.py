@@ -10,7 +10,9 @@ accumulator row t), and the readers of that accumulator (``pks.acc_store_smem``,
 ``pks.acc_add_smem``, ``pks.acc_store_global``) apply it to the registers right after
 ``tcgen05.wait::ld``, before they round: ``v * scale_a[row] * scale_b[col] (+ bias[col])``
 with ``mul.rn`` / ``add.rn`` in the op's order (tensor-wise both: ``v * (sa * sb)``), the
-column scales and bias loaded per column (``ld.global.nc``, 0 past ``cols``). The result
+column scales and bias loaded as 16-byte vectors (``ld.global.nc.v4``, 0 past ``cols``;
+every kernel buffer is 16-byte aligned: the scheduled launcher refuses others,
+``pkc/runtime/scheduled.py``). The result
 is the op's in-place semantics: every read of the scaled region after the op sees the
 scaled values, once. The pending scale is keyed by the accumulator value (one per tile:
 the ``pks.acc_select`` result), so it ends with the tile.
