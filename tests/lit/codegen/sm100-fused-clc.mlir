@@ -4,7 +4,7 @@
 // pk.alloc, plan scheduler = "clc" and the remark; --emit=ptx --target=sm_100a prints the
 // try_cancel / query_cancel and the ticket atomics (the W = 2 fresh-output kernel, peer's
 // chunk first, likewise). clc=auto keeps the static loop for a
-// kernel whose work fits the SMs at once and says so; the all-gather + GEMM never takes it.
+// kernel whose work fits the SMs at once and says so.
 // (Emulated and assembled in tests/unit/test_sm100_fused_clc.py; no Blackwell GPU ran it.)
 // RUN: pkc-opt -p 'default{force=true},schedule-fused{target=b200 clc=on},dce' %s | FileCheck %s
 // RUN: pkc-opt -p 'default{force=true},schedule-fused{target=b200},dce' %s | FileCheck %s --check-prefix=AUTO
