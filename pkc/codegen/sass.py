@@ -199,7 +199,8 @@ def opcodes(text: str) -> list[str]:
 
 
 def check_sm100_gemm(text: str, *, mmas_per_kblock: int = BK // 16, cta_pair: bool = False,
-                     tma_store: bool = True, fp8: bool = False) -> list[str]:
+                     tma_store: bool = True, fp8: bool = False,
+                     multicast: bool = False) -> list[str]:
     """Problems in the SASS of an sm_100a (tcgen05) GEMM kernel: the k-block's MMAs are
     tensor-memory MMAs (``UTCHMMA``, or ``UTCQMMA`` for ``fp8``: ``.kind::f8f6f4``;
     ``.2CTA`` where the PTX has ``cta_group::2``, ``cta_pair``), issued once in the code
@@ -207,7 +208,9 @@ def check_sm100_gemm(text: str, *, mmas_per_kblock: int = BK // 16, cta_pair: bo
     and B come by TMA (``UTMALDG``); the epilogue reads tensor memory (``LDTM``) after a
     commit to an mbarrier (``UTCBAR``); the TMA store epilogue stores by TMA
     (``UTMASTG``); no wgmma (``HGMMA`` / ``QGMMA``), no MMA of the other kind, and no local
-    memory (``LDL`` / ``STL``: spills)."""
+    memory (``LDL`` / ``STL``: spills). ``multicast`` (a cluster of two pairs): a TMA load
+    multicast between the pairs (``UTMALDG...MULTICAST.2CTA``) and the stage release
+    committed to several CTAs (``UTCBAR...MULTICAST``)."""
     ops = opcodes(text)
     bad = []
     want, other = ("UTCQMMA", "UTCHMMA") if fp8 else ("UTCHMMA", "UTCQMMA")
@@ -228,6 +231,12 @@ def check_sm100_gemm(text: str, *, mmas_per_kblock: int = BK // 16, cta_pair: bo
     for op, why in (("LDTM", "the epilogue's tcgen05.ld"), ("UTCBAR", "tcgen05.commit")):
         if op not in base:
             bad.append(f"no {op} ({why})")
+    if multicast:
+        if not any(o.startswith("UTMALDG") and "MULTICAST" in o and "2CTA" in o for o in ops):
+            bad.append("no multicast 2-CTA TMA load (UTMALDG...MULTICAST.2CTA) in a cluster of "
+                       "pairs")
+        if not any(o.startswith("UTCBAR") and "MULTICAST" in o for o in ops):
+            bad.append("no multicast commit (UTCBAR...MULTICAST)")
     if tma_store and "UTMASTG" not in base:
         bad.append("no UTMASTG (the TMA-store epilogue)")
     if any(o in ("HGMMA", "QGMMA") for o in base):

@@ -197,12 +197,19 @@ def test_cluster_gemm_assembles_without_spills_with_multicast_2cta_loads(pc, clc
     if not find_tool("cuobjdump"):
         pytest.skip("cuobjdump not found (SASS check)")
     text = sass(cubin)
-    assert check_sm100_gemm(text, cta_pair=True) == []
+    assert check_sm100_gemm(text, cta_pair=True, multicast=True) == []
     ops = opcodes(text)
     assert any(o.startswith("UTMALDG") and "MULTICAST" in o and "2CTA" in o for o in ops), \
         sorted({o for o in ops if o.startswith("UTMALDG")})
     assert any(o.startswith("UTCHMMA") and "2CTA" in o for o in ops)
     assert any(o.startswith("UTCBAR") and "MULTICAST" in o for o in ops)
+    if pc != "2x2":
+        return
+    # a single pair has no multicast TMA load: the check says so
+    _, ck1 = _kernel(4096, 2048, 512, "nk", "bf16", cfg.with_(pair_cluster="2x1"), monkeypatch)
+    text1 = sass(assemble(ck1.ptx, "sm_100a")[0])
+    assert any("UTMALDG...MULTICAST.2CTA" in p
+               for p in check_sm100_gemm(text1, cta_pair=True, multicast=True))
 
 
 def test_a_grid_that_is_not_whole_clusters_is_refused(monkeypatch):
