@@ -175,14 +175,20 @@ def _read_operand(m, ins, g, i, cta: int, addrs: np.ndarray, dtype: str) -> np.n
     return bf16_to_f32(bits) if dtype == "bf16" else bits.view(np.float16).astype(np.float32)
 
 
-def accumulate_exact(A: np.ndarray, B: np.ndarray, C: np.ndarray | None) -> np.ndarray:
+def accumulate_exact(A: np.ndarray, B: np.ndarray, C: np.ndarray | None,
+                     bits: int | None = None) -> np.ndarray:
     """One k16 step, IEEE style: exact products summed with C, rounded once to nearest
-    f32. Not what the H200 does (22 of 305,408 bf16 outputs differed in five GEMMs)."""
+    f32 (``bits`` ignored). Not what the H200 does (22 of 305,408 bf16 outputs differed
+    in five GEMMs)."""
     D = A @ B
     return (D if C is None else D + C).astype(np.float32)
 
 
 ALIGN_FRACTION_BITS = 25
+# fp8 (k32 .e4m3 / .e5m2): the same step with 13 bits below the largest exponent (fitted
+# to the H200's bf16 outputs of the IR-built fp8 GEMM, K = 1024-4096, 61,440 outputs:
+# 99.94% bitwise equal; 25 bits gives 80%: docs/emulator.md, tests/unit/test_fp8_gemm.py)
+ALIGN_FRACTION_BITS_FP8 = 13
 
 
 def _ieee_exponent(x: np.ndarray) -> np.ndarray:
@@ -191,14 +197,16 @@ def _ieee_exponent(x: np.ndarray) -> np.ndarray:
     return e - 1
 
 
-def accumulate_h200(A: np.ndarray, B: np.ndarray, C: np.ndarray | None) -> np.ndarray:
+def accumulate_h200(A: np.ndarray, B: np.ndarray, C: np.ndarray | None,
+                    bits: int | None = None) -> np.ndarray:
     """One k16 step as the H200's tensor core does it (fitted to the H200's outputs of
     IR-built GEMMs and of a device probe of 2.9 M outputs, bitwise equal on all of them:
     docs/emulator.md): the 16 products (exact) and the accumulator are aligned to the
     largest exponent among them, where a product's exponent is the sum of its operands'
     exponents (its significand, in [1, 4), is not renormalized) and the accumulator's its
     own; each is truncated toward zero ``ALIGN_FRACTION_BITS`` bits below that exponent,
-    the terms are summed exactly, and the sum is truncated toward zero to f32."""
+    the terms are summed exactly, and the sum is truncated toward zero to f32. ``bits``:
+    another alignment width (fp8's k32 step: ``ALIGN_FRACTION_BITS_FP8``)."""
     P = A[:, None, :] * B.T[None, :, :]                       # rows x n x 16, exact
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         X = _ieee_exponent(A)[:, None, :] + _ieee_exponent(B.T)[None, :, :]
@@ -209,7 +217,7 @@ def accumulate_h200(A: np.ndarray, B: np.ndarray, C: np.ndarray | None) -> np.nd
             X = np.concatenate([X, np.where(C == 0, -100000, _ieee_exponent(C))[:, :, None]],
                                axis=2)
         emax = X.max(axis=2, keepdims=True)
-        ulp = np.ldexp(1.0, np.maximum(emax - ALIGN_FRACTION_BITS, -1074))
+        ulp = np.ldexp(1.0, np.maximum(emax - (bits or ALIGN_FRACTION_BITS), -1074))
         s = (np.trunc(T / ulp) * ulp).sum(axis=2)
         s = np.where(np.isfinite(T).all(axis=2), s, T.sum(axis=2))   # inf / NaN as IEEE
         f = s.astype(np.float32)
@@ -255,7 +263,9 @@ def _wgmma(m, ins, g):
         if scale is None or bool(scale[w]):
             C = np.zeros((64, n))
             C[rr, cc] = acc[rows[w], first:first + n // 2]
-        acc[rows[w], first:first + n // 2] = ACCUMULATE(A, B, C)[rr, cc]
+        step = (ACCUMULATE(A, B, C) if esize == 2 else
+                ACCUMULATE(A, B, C, bits=ALIGN_FRACTION_BITS_FP8))
+        acc[rows[w], first:first + n // 2] = step[rr, cc]
         wgid = int(rows[w, 0]) // WG
         _inflight(m).setdefault(frag, {}).setdefault(wgid, 0)
         _inflight(m)[frag][wgid] += 1

@@ -147,3 +147,48 @@ def test_scheduled_fp8_data_movement_moves_bytes(coll, W, n_in, dt, kind):
             else:   # rank r gets chunk r of every rank, in rank order
                 want = torch.cat([x.chunk(W)[r] for x in xs])
             assert torch.equal(got[r], want), f"{kind} W={W} rank {r} launch {launch}"
+
+
+# The scheduled fp8 GEMM (schedule-matmul on pk.scaled_matmul: wgmma k32 .e4m3 / .e5m2):
+# (M, N, K, row-wise, bias, A type, B type, tile variant ("": the tuning table's pick))
+GEMM_CASES = [
+    (1000, 1040, 2000, True, False, "e4m3", "e4m3", ""),        # odd M, tails everywhere
+    (512, 768, 1024, False, False, "e4m3", "e5m2", ""),
+    (384, 512, 640, True, True, "e5m2", "e4m3", "128x256_s4_tma"),
+    (2048, 2048, 2048, True, False, "e4m3", "e4m3", "128x256_s4_cl2"),
+    (256, 512, 512, False, True, "e4m3", "e4m3", "64x256_c1_s5"),
+]
+
+
+@pytest.mark.parametrize("M,N,K,row,bias,ta,tb,variant", GEMM_CASES,
+                         ids=[f"{c[0]}x{c[1]}x{c[2]}-{'row' if c[3] else 'tensor'}"
+                              f"{'-bias' if c[4] else ''}-{c[5]}x{c[6]}-{c[7] or 'auto'}"
+                              for c in GEMM_CASES])
+def test_scheduled_fp8_gemm_against_scaled_mm(M, N, K, row, bias, ta, tb, variant):
+    """The IR-built fp8 GEMM on the H200 against torch._scaled_mm (cuBLASLt) on the same
+    data: f32 sums in another order, one bf16 rounding each: within a few bf16 steps of the
+    output's scale, most elements bitwise equal (the sum order differs)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the fp8 wgmma kernel is built for sm_90a")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from fp8_gemm import compile_fp8, fp8_inputs, torch_scaled_mm
+
+    from pkc.runtime.scheduled import ScheduledKernel
+
+    ck, kop = compile_fp8(M, N, K, row, variant, ta, tb, bias)
+    k = ScheduledKernel(ck.ptx, ck.meta)
+    a, w, sa, sb, bv = fp8_inputs(M, N, K, row, ta, tb, bias)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    for _ in range(2):                  # a second launch over the same buffers
+        k([a, w, sa, sb] + ([bv] if bias else []) + [c])
+    ref = torch_scaled_mm(a, w, sa, sb, bias=bv)
+    torch.cuda.synchronize()
+    assert not torch.isnan(c).any()
+    d = (c.float() - ref.float()).abs()
+    assert d.max().item() <= 2 ** -6 * ref.float().abs().max().item()
+    # bitwise equal on 81-89% of these outputs on the H200 (2026-12-02), 63% at 8192^3:
+    # cuBLASLt sums in another order (and its fp8 accumulation differs from wgmma's k32)
+    assert (d == 0).float().mean().item() > 0.5

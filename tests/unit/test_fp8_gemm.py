@@ -3,8 +3,9 @@ level (fp8 tensor maps, ``pks.mma_async`` of e4m3 / e5m2, ``pks.acc_scale``) and
 verifiers; the interpreter's schedule run equal to the graph op (torch's CPU _scaled_mm
 bitwise: test_fp8.py) within f32 rounding; the emulator running the real kernel (wgmma
 k32 .e4m3 / .e5m2 from swizzled shared memory, the scale epilogue on the fragments) equal
-to the interpreter, and to torch's CPU _scaled_mm within one bf16 rounding step; ptxas
-with no spills and the SASS pipeline (QGMMA.64xNx32.F32.E4M3.E5M2, stages, TMA)."""
+to the interpreter within the bf16 tolerance, and to torch's CPU _scaled_mm within one
+bf16 rounding step; the emulator's fp8 k32 arithmetic against outputs saved from the
+H200; ptxas with no spills and the SASS pipeline (QGMMA.64xNx32.F32.E4M3.E5M2)."""
 
 from __future__ import annotations
 
@@ -132,19 +133,23 @@ def test_emulated_fp8_kernel_equals_the_interpreter(shape, row, bias, ta, tb, va
     from pkc.emu.check import check_module
 
     m = _scheduled(*shape, row, bias, ta, tb, variant)
-    res = check_module(m, [_inputs(*shape, row, bias, ta, tb)], 1, func_name="mm")
+    # the emulator truncates each k32 step's terms 13 bits below the step's largest one
+    # (the H200's fp8 arithmetic), the interpreter sums exactly: where a sum cancels, the
+    # two differ by up to (K / 32) x 33 x 2^-13 of the largest product (|a b| <= ~64
+    # here): an absolute tolerance of 0.5 on outputs of magnitude up to ~300
+    res = check_module(m, [_inputs(*shape, row, bias, ta, tb)], 1, func_name="mm",
+                       tolerance={torch.bfloat16: (1.6e-2, 0.5)})
     assert res.ok, str(res.difference)
-    (k,) = res.kernels
-    # fp8 products are exact and these sums fit the H200's k-step alignment: bitwise
-    assert k.exact, k.max_abs
+    assert len(res.kernels) == 1
 
 
 @pytest.mark.parametrize("row,bias", [(False, False), (True, False), (True, True)])
 def test_emulated_fp8_kernel_against_torch_cpu_scaled_mm(row, bias):
     """The real kernel on the emulator vs torch's CPU _scaled_mm (which dequantizes each
-    operand to f32 before an f32 matmul): the kernel sums exact fp8 products and scales
-    the f32 sum once, so the two differ only by f32 rounding before the one bf16 rounding:
-    at most one bf16 step (2^-7 relative), and most elements are bitwise equal."""
+    operand to f32 before an f32 matmul): the kernel sums fp8 products as the H200 does (13
+    bits below each k32 step's largest term) and scales the f32 sum once: one bf16 step
+    (2^-7 relative) apart at most on > 98% of the outputs, the rest (sums that cancel)
+    within 0.5 absolute; most bitwise equal."""
     from pkc.emu import emulate
 
     M, N, K = 136, 144, 160
@@ -158,8 +163,9 @@ def test_emulated_fp8_kernel_against_torch_cpu_scaled_mm(row, bias):
                            sb.reshape(()) if not row else sb,
                            bias=ins[4] if bias else None, out_dtype=torch.bfloat16)
     d = (got.float() - ref.float()).abs()
-    assert float((d <= ref.float().abs() * 2 ** -7 + 1e-30).float().mean()) == 1.0
-    assert float((d == 0).float().mean()) > 0.97
+    assert float((d <= ref.float().abs() * 2 ** -7 + 0.5).float().mean()) == 1.0
+    assert float((d <= ref.float().abs() * 2 ** -7).float().mean()) > 0.98
+    assert float((d == 0).float().mean()) > 0.9
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
@@ -180,3 +186,48 @@ def test_fp8_kernel_assembles_without_spills_and_keeps_its_pipeline(variant, row
         assert "QGMMA.64x" in text and ".F32.E4M3.E5M2" in text
         cfg = VARIANTS[variant].with_(a_type="e4m3", b_type="e5m2")
         assert check_pipeline(cfg, text) == []
+
+
+_PROBE = Path(__file__).resolve().parents[2] / "benchmarks/results/h200_2026-12-02/fp8_probe.pt"
+
+
+def _k32_chain(d: dict, bits: int) -> torch.Tensor:
+    """The probe case's kernel result with the emulator's k32 step (one wgmma per 32 of
+    K, in the kernel's order) at alignment ``bits``, then the epilogue's scale and bias."""
+    import numpy as np
+
+    from pkc.emu.ops_sm90 import ACCUMULATE
+
+    a, w, sa, sb = d["inputs"][:4]
+    A, B = a.double().numpy(), w.double().numpy()
+    C = None
+    for k in range(0, A.shape[1], 32):
+        C = ACCUMULATE(A[:, k:k + 32], B[:, k:k + 32].T, C, bits=bits)
+    out = torch.from_numpy(C.astype(np.float32))
+    if sa.numel() > 1 or sb.numel() > 1:
+        out = out * sa.float() * sb.float()
+    else:
+        out = out * (sa.float() * sb.float())
+    if len(d["inputs"]) > 4:
+        out = out + d["inputs"][4].float()
+    return out.to(torch.bfloat16)
+
+
+@pytest.mark.skipif(not _PROBE.exists(), reason="no saved H200 probe")
+def test_emulator_fp8_step_matches_the_h200_probe():
+    """The H200's outputs of the IR-built fp8 GEMM (tests/gpu/fp8_probe.py: K = 1024-4096,
+    e4m3 x e4m3, e4m3 x e5m2 with row-wise scales and bias, e5m2 x e4m3; a slice of each
+    saved) against the emulator's fp8 k32 step: its 13-bit alignment reproduces the
+    hardware on >= 99.8% of outputs bitwise (the rest one bf16 step apart); the 16-bit
+    types' 25 bits would give ~80% (fp8 wgmma accumulates with less precision)."""
+    from pkc.emu.ops_sm90 import ALIGN_FRACTION_BITS, ALIGN_FRACTION_BITS_FP8
+
+    for d in torch.load(_PROBE):
+        gpu = d["out"]
+        got = _k32_chain(d, ALIGN_FRACTION_BITS_FP8)
+        same = (got.view(torch.int16) == gpu.view(torch.int16)).float().mean().item()
+        assert same >= 0.998, (d["case"], same)
+        diff = (got.float() - gpu.float()).abs()
+        assert (diff <= gpu.float().abs() * 2 ** -7).all(), d["case"]
+        wide = _k32_chain(d, ALIGN_FRACTION_BITS)
+        assert (wide.view(torch.int16) == gpu.view(torch.int16)).float().mean().item() < 0.95
