@@ -203,6 +203,24 @@ def test_emulator_clc_kernel_cancels_and_equals_the_interpreter_without_clc(kind
     assert stats["cancelled"] == W * (work - 3), stats
 
 
+def test_all_reduce_pair_w4_runs_its_reduce_scatter_under_clc():
+    """GEMM + all-reduce at W = 4 is two kernels (the reduce-scatter, then the pull
+    all-gather); with clc=on the first runs under cluster launch control, and the emulator
+    runs the pair (each kernel) bitwise equal to the interpreter (deterministic adds)."""
+    from pkc.emu.check import check_module
+
+    m = mm_all_reduce(4, 130, 80, 16)
+    for p in parse_pipeline("schedule-fused{target=b200 clc=on deterministic=true},dce"):
+        p.apply(make_context(), m)
+    kops = [k for k in kernels_of(m) if k.schedule() is not None]
+    rs = [k for k in kops if plan_of(k).get("fused_kind") == "rs"]
+    assert len(kops) == 2 and len(rs) == 1 and plan_of(rs[0])["scheduler"] == "clc"
+    res = check_module(m, random_inputs(m, 4, 0, "mm_ar"), 4, target="sm_100a",
+                       func_name="mm_ar", exact=True, sms=3)
+    assert res.ok, str(res.difference)
+    assert [k.kernel for k in res.kernels] == ["matmul_reduce_scatter", "all_gather_agp"]
+
+
 def test_emulated_launch_leaves_the_ticket_counter_and_epoch_ready_for_the_next(monkeypatch):
     """After one emulated launch of the W = 3 reduce-scatter (12 work indices, 3 CTAs
     running): every rank's ticket word is the total (one ticket per CTA of the grid) and
