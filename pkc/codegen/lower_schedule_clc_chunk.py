@@ -136,10 +136,10 @@ def lower_clc_chunk_tile_loop(L: "Lowering", op) -> None:
     trips = loop.res[0]
     if issuer:
         # the CTAs it cancelled (every trip but the last came from a cancel) count as done
-        cancels = b.bin("sub", "u32", trips, 1)
+        # (none where it ran one tile, or none: a first index past the total)
         done = b.add64(L.buffers[op.ctl], 4)
-        with b.if_(b.setp("ne", "u32", cancels, 0)):
-            b.add(ptx.AtomOp("add", "u32", done, cancels))
+        with b.if_(b.setp("gt", "u32", trips, 1)):
+            b.add(ptx.AtomOp("add", "u32", done, b.bin("sub", "u32", trips, 1)))
     for res, val in zip(op.res, loop.res[1:]):
         L.vals[res] = val
 
