@@ -43,6 +43,8 @@ def _cfg(pc: str, clc: bool = False, **kw) -> TmemGemmConfig:
 
 CASES = {f"{pc}{'_clc' if clc else ''}": _cfg(pc, clc)
          for pc in ("2x2", "4x1") for clc in (False, True)}
+# the epilogue from registers (pks.acc_store_global, clipped at M and N)
+CASES["2x2_global"] = _cfg("2x2", epilogue="global")
 
 
 def _scheduled(cfg, monkeypatch, shape=SHAPE):
