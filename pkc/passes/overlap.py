@@ -376,6 +376,14 @@ def gather_near_miss(ag: g.AllGatherOp) -> str | None:
     shape, d = _shape(ag.input), ag.dim.value.data
     if d == 0 and len(shape) == 2:
         return None
+    lhs_of_mm = lambda v: any(isinstance(u.operation, (g.MatmulOp, ScaledMatmulOp))  # noqa: E731
+                              and u.index == 0 for u in v.uses)
+    if d == len(shape) - 1 and (lhs_of_mm(ag.result) or any(
+            isinstance(u.operation, g.ReshapeOp) and lhs_of_mm(u.operation.result)
+            for u in ag.result.uses)):
+        return (f"gather along dim {d} of {list(shape)}, the matmul's contraction dim K: every "
+                "output tile needs every rank's shard (a K loop over shards as they arrive), "
+                "and the fused kernel gathers blocks of rows (dim 0)")
     for use in ag.result.uses:
         view = use.operation
         if not isinstance(view, g.ReshapeOp):
