@@ -5,7 +5,9 @@
 // epilogue stores / reduce-adds at the chunk's own n0 through the owner's [R, Nc] map;
 // row blocks: the producer's row is (m0 / Sc) * W*Sc + chunk*Sc + m0 % Sc (64-row tiles
 // where 128 do not divide Sc). A block layout whose tiles would cross a block stays on
-// the portable path, with a remark at the user's line.
+// the portable path, with a remark at the user's line. A bias between the matmul and the
+// scatter: the kernel takes it ([N]) and the scale 1.0 (a graph-level constant), and each
+// tile's accumulator gets pks.acc_scale before its pieces are stored / reduce-added.
 // RUN: pkc-opt -p 'default{force=true},schedule-fused,dce' %s | FileCheck %s
 // RUN: pkc-opt -p 'default{force=true},schedule-fused,dce' --remarks %s 2>&1 >/dev/null | FileCheck %s --check-prefix=REM
 
@@ -63,6 +65,23 @@ func.func @seq_odd(%a: tensor<200x24xbf16>, %w: tensor<24x16xbf16>) -> tensor<2x
   func.return %o : tensor<2x50x16xbf16>
 }
 
-// REM: schedule-fused-layouts.mlir:14:3: remark: {{.*}}scheduled GEMM + reduce-scatter of column blocks (scatter_dim 1) W=2 150x272x24 bf16: {{.*}}rank p owns columns [p*136, (p+1)*136) of the 150x272 product; 2 chunks of 4 tiles
-// REM: schedule-fused-layouts.mlir:42:3: remark: {{.*}}scheduled GEMM + reduce-scatter of row blocks of 2 batch blocks (3-D dim 1, Shard(1)) W=2 256x16x24 bf16: 64x128{{.*}}rank p owns rows [p*64, (p+1)*64) of each of the 2 blocks of 128 rows
-// REM: schedule-fused-layouts.mlir:62:3: remark: {{.*}}fused kernel left unscheduled: mm_reduce_scatter of row blocks of 2 batch blocks (3-D dim 1, Shard(1)): each block's 50 rows per rank are not a multiple of the tile's 128 rows (or 64)
+// REM: schedule-fused-layouts.mlir:16:3: remark: {{.*}}scheduled GEMM + reduce-scatter of column blocks (scatter_dim 1) W=2 150x272x24 bf16: {{.*}}rank p owns columns [p*136, (p+1)*136) of the 150x272 product; 2 chunks of 4 tiles
+// REM: schedule-fused-layouts.mlir:44:3: remark: {{.*}}scheduled GEMM + reduce-scatter of row blocks of 2 batch blocks (3-D dim 1, Shard(1)) W=2 256x16x24 bf16: 64x128{{.*}}rank p owns rows [p*64, (p+1)*64) of each of the 2 blocks of 128 rows
+// REM: schedule-fused-layouts.mlir:64:3: remark: {{.*}}fused kernel left unscheduled: mm_reduce_scatter of row blocks of 2 batch blocks (3-D dim 1, Shard(1)): each block's 50 rows per rank are not a multiple of the tile's 128 rows (or 64)
+
+func.func @bias_rows(%a: tensor<74x24xbf16>, %w: tensor<24x40xbf16>, %bias: tensor<40xbf16>) -> tensor<37x40xbf16> {
+  %c = pk.matmul %a, %w : (tensor<74x24xbf16>, tensor<24x40xbf16>) -> tensor<74x40xbf16>
+  %d = pk.map "add" %c, %bias : (tensor<74x40xbf16>, tensor<40xbf16>) -> tensor<74x40xbf16>
+  %o = pk.reduce_scatter %d {dim = 0 : i64, reduce = "sum", world = 2 : i64} : tensor<74x40xbf16> -> tensor<37x40xbf16>
+  func.return %o : tensor<37x40xbf16>
+}
+
+// CHECK-LABEL: func.func @bias_rows
+// CHECK:       %[[ONE:[0-9a-z_]+]] = pk.constant {value = 1.000000e+00 : f32} : tensor<1xf32>
+// CHECK-NEXT:  pk.kernel "matmul_reduce_scatter"(%a, %w, %bias, %[[ONE]])
+// CHECK-SAME:    bias = true
+// CHECK-NEXT:  ^bb0(%{{[0-9]+}}: !pk.buffer<74x24xbf16>, %{{[0-9]+}}: !pk.buffer<24x40xbf16>, %[[BV:[0-9]+]]: !pk.buffer<40xbf16>, %[[S:[0-9]+]]: !pk.buffer<1xf32>, %{{[0-9]+}}: !pk.buffer<37x40xbf16, symmetric>):
+// CHECK:         "pks.acc_scale"(%[[ACC:[0-9]+]], %[[S]], %[[S]], %[[BV]],
+// CHECK:         "pks.acc_store_smem"(%[[ACC]],
+// CHECK:         "pks.tma_store_or_add"
+// REM: schedule-fused-layouts.mlir:75:3: remark: {{.*}}scheduled GEMM + reduce-scatter of row chunks with a bias W=2 74x40x24 bf16: {{.*}}every rank adds its bias to each f32 product tile before it travels
