@@ -42,7 +42,7 @@ from pkc.dialects import graph as g
 from pkc.dialects import schedule as s
 from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
-from pkc.passes.gemm_schedule import Epi, GemmParts, _Ops, _tma_epilogue, build_gemm
+from pkc.passes.gemm_schedule import Epi, GemmParts, Scales, _Ops, _tma_epilogue, build_gemm
 from pkc.passes.gemm_schedule_tmem import TmemView, build_gemm_tmem
 from pkc.target import fused_tuning as ft
 from pkc.target.gemm_tuning import VARIANTS, BLayout, Epilogue, GemmConfig
@@ -119,12 +119,15 @@ def arrangement(cfg: GemmConfig | TmemView) -> tuple[dict, str]:
 
 
 def build_fused_gemm(body, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int, K: int,
-                     cfg: GemmConfig | TmemView, parts: GemmParts):
+                     cfg: GemmConfig | TmemView, parts: GemmParts, scales: Scales | None = None):
     """The fused kernel's GEMM with ``parts``: the tensor-memory arrangement (mma and
     epilogue roles, :func:`pkc.passes.gemm_schedule_tmem.build_gemm_tmem`) for a config
     of :func:`fused_config` for sm_100a, else the wgmma one (producer and consumers)."""
-    build = build_gemm_tmem if isinstance(cfg, TmemView) else build_gemm
-    return build(body, A, B, C, M, N, K, cfg, parts)
+    if isinstance(cfg, TmemView):
+        if scales is not None:
+            raise ValueError("build_fused_gemm: no scaled (fp8) tensor-memory GEMM yet")
+        return build_gemm_tmem(body, A, B, C, M, N, K, cfg, parts)
+    return build_gemm(body, A, B, C, M, N, K, cfg, parts, scales=scales)
 
 
 class RsParts(GemmParts):
@@ -230,9 +233,13 @@ class RsParts(GemmParts):
             w.add(c.SignalWaitOp(pad, before, self.want, before, c.WaitSite.ARRIVAL, "sys", 64))
             w.add(f.FenceAsyncGlobalOp())
         tm = t.add(f.TmapSelectOp(chunk, self.maps)).result
+        # an fp8 kernel scales each piece first (A's row scales: rows chunk x mc + row0 ..)
+        a_row0 = (t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.mc), row0)
+                  if e.scales is not None else None)
         ebuf = _tma_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, n0, ebuf,
                              lambda slot, col, row: t.add(f.TmaStoreOrAddOp(e.epi, slot, tm,
-                                                                            [col, row], add)))
+                                                                            [col, row], add)),
+                             e, a_row0)
         pend = t.bin(arith.AddiOp, pend, 1)
         return ebuf, [chunk, pend]
 

@@ -196,18 +196,22 @@ class Epi:
 
     def scale(self, t: "_Ops", row0: SSAValue, n0: SSAValue,
               piece: tuple[int, int, int] | None = None) -> None:
-        """``pks.acc_scale`` of the accumulator (or one piece of it) if the GEMM is scaled."""
+        """``pks.acc_scale`` of the accumulator (or one piece of it) if the GEMM is scaled;
+        ``row0``: the tile's first row of A (its row scales)."""
         sc = self.scales
         if sc is not None:
-            t.add(s.AccScaleOp(self.acc, sc.sa, sc.sb, sc.bias, row0, n0, self.M, self.N, piece))
+            rows = t.c(sc.rows) if sc.rows else self.M
+            t.add(s.AccScaleOp(self.acc, sc.sa, sc.sb, sc.bias, row0, n0, rows, self.N, piece))
 
 
 class Scales:
     """The scaled GEMM's epilogue operands (kernel buffers): A's and B's f32 scales
-    (tensor-wise [1] or row-wise [M, 1] / [1, N]) and the optional bias [N]."""
+    (tensor-wise [1] or row-wise [M, 1] / [1, N]) and the optional bias [N]; ``rows``: A's
+    rows where they are not the tile grid's M (a fused kernel whose grid is one chunk)."""
 
-    def __init__(self, sa: SSAValue, sb: SSAValue, bias: SSAValue | None = None):
-        self.sa, self.sb, self.bias = sa, sb, bias
+    def __init__(self, sa: SSAValue, sb: SSAValue, bias: SSAValue | None = None,
+                 rows: int = 0):
+        self.sa, self.sb, self.bias, self.rows = sa, sb, bias, rows
 
 
 def build_gemm(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int, K: int,
@@ -332,11 +336,12 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
 
 
 def _tma_epilogue(t: _Ops, cfg: GemmConfig, acc, epi, wg, row0, n0, ebuf, store,
-                  e: Epi | None = None) -> SSAValue:
+                  e: Epi | None = None, a_row0: SSAValue | None = None) -> SSAValue:
     """The accumulator piece by piece (64 rows x w columns) through the warpgroup's
     ``epi_bufs`` swizzled buffers, each stored by TMA while the next is written
     (``store(slot, col, row)`` appends the piece's TMA store); a scaled GEMM's piece is
-    scaled just before it is written (``e.scale``: its scales live one piece at a time)."""
+    scaled just before it is written (``e.scale``: its scales live one piece at a time;
+    ``a_row0``: the tile's first row of A where it is not ``row0``, C's)."""
     w = cfg.epi_width
     base = t.bin(arith.MuliOp, wg, cfg.epi_bufs)
     for mi in range(cfg.m_slices):
@@ -346,7 +351,7 @@ def _tma_epilogue(t: _Ops, cfg: GemmConfig, acc, epi, wg, row0, n0, ebuf, store,
             t.add(s.WarpgroupBarrierOp())
             slot = t.bin(arith.AddiOp, base, ebuf)
             if e is not None:
-                e.scale(t, row0, n0, (mi, ch * w, w))
+                e.scale(t, row0 if a_row0 is None else a_row0, n0, (mi, ch * w, w))
             t.add(s.AccStoreSmemOp(acc, epi, slot, mi, ch * w, w, cfg.dtype))
             t.add(s.FenceAsyncSharedOp())
             t.add(s.WarpgroupBarrierOp())

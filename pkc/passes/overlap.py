@@ -39,9 +39,10 @@ element size. Where it says fusion does not pay, the IR is left alone and the co
 gets the plan's remark ("left unfused: ...") and ``pk.plan``; a match that cannot be fused
 for a structural reason (``max`` reduction, f64 operands, ...) gets a remark saying so, as
 does a reduction fed by a matmul through elementwise ops (a bias add) and an MoE combine
-after an activation. An fp8 ``pk.scaled_matmul`` is fused only under ``force`` while the
-target's architecture has no scheduled fp8 fused kernel (``pipelines.unscheduled_fp8``):
-the plan assumes a fast kernel, the portable one is far slower than cuBLASLt.
+after an activation. An fp8 ``pk.scaled_matmul`` is fused only under ``force`` where the
+target's architecture has no scheduled fp8 fused kernel of that kind and form
+(``pipelines.unscheduled_fp8``; sm_90a: GEMM + reduce-scatter of row chunks): the plan
+assumes a fast kernel, the portable one is far slower than cuBLASLt.
 A fused kernel gets ``pk.plan`` (pattern, overlap, comm_sms, fused_time, unfused_time in
 seconds, forced, target, tiles) and the plan's remark. Options: ``target``; ``force``
 fuses whatever the cost model says (tests use it on small shapes); ``overlap`` forces
@@ -74,6 +75,7 @@ from pkc.dialects.rank_groups import copy_groups, group_remark, same_groups
 from pkc.passes.patterns import Fusion, build_kernel
 from pkc.passes.patterns_bias import bias_view, split_bias
 from pkc.passes.pipelines import unscheduled_fp8
+from pkc.passes.fused_fp8 import shape_problem as fp8_shape_problem
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, remarks_of, set_plan
 from pkc.target import PATTERNS, FusionPlan, get_target, plan_fusion
@@ -168,7 +170,8 @@ class Overlap(ModulePass):
                                               self.target))
             return
         # the plan assumes a fast fused kernel; fp8 has none scheduled yet (pipelines.py)
-        if m.scaled and not self.force and (why := unscheduled_fp8(self.target)):
+        if m.scaled and not self.force and (why := unscheduled_fp8(
+                self.target, m.pattern, _fp8_problem(m))):
             _remark_once(m.anchor, f"left unfused: {PATTERNS[m.pattern]}: {why}")
             return
         style, comm_sms = self._style(plan)
@@ -222,6 +225,17 @@ def _plan_values(plan: FusionPlan, style: OverlapStyle, comm_sms: int, forced: b
                 fused_time=fused, unfused_time=plan.unfused_time, forced=forced, target=target,
                 M=sh.M, N=",".join(str(n) for n in sh.N), K=sh.K, groups=sh.groups, W=plan.W,
                 dtype_bytes=plan.dtype_bytes)
+
+
+def _fp8_problem(m: Match) -> str | None:
+    """Why the fp8 fusion ``m`` would have no scheduled kernel although its kind has one
+    (pkc/passes/fused_fp8.py: row chunks, no bias, bf16 / f16, N and K multiples of 16)."""
+    if m.pattern is not Pattern.MM_REDUCE_SCATTER:
+        return None
+    if m.scatter_dim != 0 or m.batches != 1 or m.bias:
+        return "scatters columns or blocks of rows, or adds a bias"
+    a, b = (v or x.type for v, x in zip(m.views[:2], m.inputs[:2]))
+    return fp8_shape_problem(m.world, a, b, m.result_types[0])
 
 
 def _element_bytes(t) -> int:

@@ -47,22 +47,32 @@ SCHEDULED_ARCHS = ("sm_90a", "sm_100a")
 FUSED_ARCHS = ("sm_90a", "sm_100a")
 
 
-# the architectures that have a scheduled (tensor-core) fp8 fused GEMM + collective kernel.
-# None yet: schedule-fused leaves ``pk.scaled_matmul`` kernels on the portable path (scalar
-# FMAs, orders of magnitude slower than cuBLASLt), so overlap fuses fp8 only under force
-# (:func:`unscheduled_fp8`). The pass that builds such a kernel adds its arch here.
+# the architectures that have a scheduled (tensor-core) fp8 kernel for every fused GEMM +
+# collective kind; and those that have one for some kinds (schedule-fused: the fp8 GEMM of
+# gemm_schedule with the scales in its epilogue, pkc/passes/fused_fp8.py). A kind not
+# listed would run on the portable path (scalar FMAs, orders of magnitude slower than
+# cuBLASLt), so overlap fuses it only under force (:func:`unscheduled_fp8`).
 SCALED_FUSED_ARCHS: tuple[str, ...] = ()
+SCALED_FUSED_PATTERNS: dict[str, tuple[str, ...]] = {"sm_90a": ("mm_reduce_scatter",)}
 
 
-def unscheduled_fp8(target: str) -> str | None:
-    """Why overlap must not fuse an fp8 scaled matmul with its collective for cost target
-    ``target`` (its architecture has no scheduled fp8 fused kernel: the cost model's
-    prediction assumes one), or None when it has one."""
+def unscheduled_fp8(target: str, pattern=None, problem: str | None = None) -> str | None:
+    """Why overlap must not fuse an fp8 scaled matmul of ``pattern`` (a
+    :class:`~pkc.target.cost.Pattern`; None: any) with its collective for cost target
+    ``target`` (its architecture has no scheduled fp8 fused kernel of that kind, or
+    ``problem``: why this instance has none; the cost model's prediction assumes one), or
+    None when it has one."""
     from pkc.target.targets import get_target
 
     arch = get_target(target).sm_arch
     if arch in SCALED_FUSED_ARCHS:
         return None
+    kind = getattr(pattern, "value", pattern)
+    if kind is not None and kind in SCALED_FUSED_PATTERNS.get(arch, ()):
+        if problem is None:
+            return None
+        return (f"no scheduled fp8 kernel for this {kind} on {arch}: {problem}; "
+                "torch._scaled_mm + the collective run instead")
     return (f"no scheduled fp8 kernel for {arch} yet; torch._scaled_mm + the collective "
             "run instead (force=true fuses it on the portable path)")
 
@@ -120,6 +130,7 @@ def kernel_lines(module, filename: str = "<unknown>", default: str = "") -> list
     """Per ``pk.kernel`` of ``module`` (a program after the schedule stage), one remark line:
     the scheduled kernel it is (the deciding pass's remark) or the portable path and why."""
     from pkc.dialects.kernel import KernelOp
+    from pkc.dialects.rank_groups import rank_groups
     from pkc.passes.remarks import remark_line
 
     lines = []
@@ -134,5 +145,8 @@ def kernel_lines(module, filename: str = "<unknown>", default: str = "") -> list
             said = [r.data for r in (remarks.data if remarks is not None else [])
                     if r.data.startswith("scheduled")]
             text = f"@{name}: " + (said[-1] if said else "scheduled kernel")
+        groups = rank_groups(kop)
+        if groups is not None:      # one group's kernel, launched per group (runtime/groups.py)
+            text += f"; runs in {len(groups)} groups of {len(groups[0])} ranks {groups}"
         lines.append(remark_line(kop, text, filename, tag="kernels"))
     return lines

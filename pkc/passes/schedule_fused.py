@@ -58,8 +58,10 @@ from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
 from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
 from pkc.passes.fused_clc import ClcChoice, check_choice, decide
 from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
+from pkc.passes.fused_fp8 import fp8_operands, why_not_scaled
 from pkc.passes.fused_schedule import (RsParts, arrangement, b_operand, build_fused_gemm,
                                        fused_config)
+from pkc.passes.gemm_schedule import Scales
 from pkc.passes.gather_many import is_gather_many, split_gather_many
 from pkc.passes.pipelines import unlowered_arch
 from pkc.passes.registry import register_pass
@@ -160,8 +162,12 @@ class ScheduleFused(ModulePass):
                 add_remark(kop, f"fused kernel left unscheduled: {why}")
                 continue
             if _fusion(kop).get("scaled") is not None and _fusion(kop)["scaled"].value.data:
-                add_remark(kop, "fused kernel left unscheduled: fp8 scaled matmul: no fp8 "
-                                "GEMM schedule yet (the portable lowering runs it)")
+                reason = why_not_scaled(kop, pattern, self.target)
+                if reason:
+                    add_remark(kop, f"fused kernel left unscheduled: fp8 scaled matmul: {reason}")
+                else:
+                    _schedule_rs(kop, self.target, self.variant, None, self.deterministic,
+                                 self.clc)
                 continue
             if is_gather_many(kop, pattern):    # gather, then the GEMMs
                 split_gather_many(kop, self.target)
@@ -205,19 +211,28 @@ class ScheduleFused(ModulePass):
 def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
                  deterministic: bool = False, clc: str = "auto") -> k.KernelOp:
     """The GEMM + reduce-scatter kernel of ``kop``, replacing it; with ``chunk`` (the
-    reduced chunk's tensor type) built for a caller that places it (not replacing)."""
+    reduced chunk's tensor type) built for a caller that places it (not replacing). An
+    fp8 kernel (inputs A, B, SA, SB: patterns_scaled) gets the fp8 GEMM with the scales
+    in its epilogue (:mod:`pkc.passes.fused_fp8`)."""
     W = kop.world_size
-    a, b = kop.inputs
+    a, b = kop.inputs[:2]
     M, K = a.type.get_shape()
     N = b.type.get_shape()[1]
-    Mc, dt = M // W, _dtype(a.type)
-    b_val, layout = b_operand(b)
-    cfg = fused_config(FusedKind.RS, M, N, K, W, dt, layout, target, variant)
+    scaled = len(kop.inputs) == 4
+    Mc = M // W
     y = chunk or kop.outputs[0].type
+    if scaled:
+        b_val, layout, dt, types = fp8_operands(kop)
+    else:
+        (b_val, layout), dt, types = b_operand(b), _dtype(a.type), ("", "")
+    cfg = fused_config(FusedKind.RS, M, N, K, W, dt, layout, target, variant)
+    cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
+    extra = [BufferType(v.type.get_shape(), v.type.element_type) for v in kop.inputs[2:]]
     block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
-                             BufferType(y.get_shape(), y.element_type, SYMMETRIC)])
-    A, B, C = block.args
+                             *extra, BufferType(y.get_shape(), y.element_type, SYMMETRIC)])
+    A, B, C = block.args[0], block.args[1], block.args[-1]
+    scales = Scales(block.args[2], block.args[3], rows=M) if scaled else None
     i32 = IntegerType(32)
     pad = k.AllocOp(BufferType([W], i32, SYMMETRIC), zero=True)
     ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
@@ -229,10 +244,11 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
         RsOrderedParts if ordered else RsParts, cfg, W, Mc, N, get_target(target).num_sms,
         ClcChoice.parse(clc, "schedule-fused: clc"))
     parts = parts_cls(W, Mc, N, cfg, pad.result, ctl.result)
-    build_fused_gemm(block, A, B, C, Mc, N, K, cfg, parts)
+    build_fused_gemm(block, A, B, C, Mc, N, K, cfg, parts, scales)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
-    new = k.KernelOp("matmul_reduce_scatter", W, [a, b_val], [y], Region(block), attributes=attrs)
+    new = k.KernelOp("scaled_matmul_reduce_scatter" if scaled else "matmul_reduce_scatter", W,
+                     [a, b_val, *kop.inputs[2:]], [y], Region(block), attributes=attrs)
     plan = plan_of(kop)
     planned = OverlapStyle.parse(plan.get("overlap", OverlapStyle.INTRA),
                                  f"kernel @{kop.kernel_name.data}: pk.plan.overlap")
@@ -248,7 +264,10 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
     if planned is OverlapStyle.INTER and comm_sms:
         why_intra += (f"; sm-partition's inter-SM plan ({comm_sms} communicate SMs) is not "
                       "followed: the TMA engine, not SMs, moves the tiles, as in the hand kernel")
-    add_remark(new, f"scheduled GEMM + reduce-scatter W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, "
+    head = (f"scheduled fp8 GEMM ({types[0]} x {types[1]} -> {dt}, scales in the epilogue) "
+            f"+ reduce-scatter W={W} {M}x{N}x{K}" if scaled else
+            f"scheduled GEMM + reduce-scatter W={W} {M}x{N}x{K} {dt}")
+    add_remark(new, f"{head}: {cfg.tag()}, "
                f"{W} chunks of {parts.tiles_per_chunk} tiles, own chunk first; {why_intra}; "
                "result in the symmetric output (persistent)"
                + ("; adds in a fixed rank order (deterministic: each chunk's adds wait for "

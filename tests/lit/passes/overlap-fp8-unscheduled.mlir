@@ -1,5 +1,5 @@
 // overlap does not fuse an fp8 scaled matmul with its collective while the target's
-// architecture has no scheduled fp8 fused kernel (pipelines.unscheduled_fp8: none today):
+// architecture has no scheduled fp8 fused kernel of its kind (unscheduled_fp8; sm_90a: mm+RS):
 // the cost model predicts a fused win (it does for the same shapes in bf16, @ag_bf16) but
 // assumes a fast kernel, and the fp8 one would run on the portable path (scalar FMAs). The
 // remark says why at the user's line; force=true still fuses it (tests, the emulator).

@@ -1,0 +1,83 @@
+"""The fp8 (``pk.scaled_matmul``) side of schedule-fused: which fused scaled kernels get
+the scheduled fp8 GEMM, and their operands as that GEMM reads them.
+
+Not a pass: :mod:`pkc.passes.schedule_fused` calls these for kernels whose ``pk.fusion``
+says ``scaled`` (built by overlap from ``pk.scaled_matmul``, arguments ``A, B, SA, SB``
+then the output: :mod:`pkc.passes.patterns_scaled`). Scheduled so far: GEMM +
+reduce-scatter of row chunks on sm_90a, every W up to ``RS_MAX_WORLD`` as the persistent
+kernel that reduce-adds into the symmetric output (at W = 2 too: the fresh-output variant
+of bf16 has no scaled form yet), bf16 / f16 results. Each rank's partial tile is scaled
+by its own scales (tensor-wise, or A's row scales of the chunk's rows and B's column
+scales) before it travels, as the kernel-level kernel does (``scale_tile``).
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import (BFloat16Type, Float8E4M3FNType, Float8E5M2Type, Float16Type)
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from pkc.dialects import graph as g
+from pkc.dialects import kernel as k
+from pkc.target.cost import Pattern
+from pkc.target.fused_tuning import RS_MAX_WORLD
+from pkc.target.gemm_tuning import BLayout
+from pkc.target.targets import get_target
+
+_OUT = {BFloat16Type: "bf16", Float16Type: "f16"}
+_FP8 = {Float8E4M3FNType: "e4m3", Float8E5M2Type: "e5m2"}
+
+
+def why_not_scaled(kop: k.KernelOp, pattern: Pattern | None, target: str) -> str | None:
+    """Why the fused scaled kernel ``kop`` gets no scheduled fp8 GEMM (None: it gets one)."""
+    arch = get_target(target).sm_arch
+    if arch != "sm_90a":
+        return f"no fp8 fused GEMM schedule for {arch} yet (the portable lowering runs it)"
+    if pattern is not Pattern.MM_REDUCE_SCATTER:
+        return f"pattern {pattern}: only GEMM + reduce-scatter is scheduled for fp8 so far"
+    fz = kop.attributes["pk.fusion"].data
+    layout = [getattr(fz.get(key), "value", None) for key in ("scatter_dim", "batches")]
+    if [d if v is None else v.data for v, d in zip(layout, (0, 1))] != [0, 1]:
+        return "scattering columns or blocks of rows: not scheduled for fp8 yet"
+    if len(kop.inputs) != 4 or len(kop.outputs) != 1:
+        return f"{len(kop.inputs)} inputs and {len(kop.outputs)} outputs (A, B, SA, SB -> Y)"
+    return shape_problem(kop.world_size, kop.inputs[0].type, kop.inputs[1].type,
+                         kop.outputs[0].type)
+
+
+def shape_problem(W: int, a, b, y) -> str | None:
+    """Why a W-rank fp8 GEMM + reduce-scatter of row chunks of ``a`` [M, K] x ``b`` [K, N]
+    into ``y`` [M / W, N] has no scheduled kernel (None: it has one); overlap asks this
+    before it fuses, so that nothing it fuses falls to the portable path."""
+    if W > RS_MAX_WORLD:
+        return f"W = {W} above {RS_MAX_WORLD}"
+    if any(len(t.get_shape()) != 2 for t in (a, b, y)):
+        return f"operands are not 2-D ({a}, {b} -> {y})"
+    if type(y.element_type) not in _OUT:
+        return (f"result {y.element_type}: the scheduled fp8 GEMM stores bf16 or f16 (the "
+                "portable lowering runs an f32 result)")
+    (M, K), N = a.get_shape(), b.get_shape()[1]
+    if M % W or tuple(y.get_shape()) != (M // W, N):
+        return f"A {a} x B {b} -> {y} is not a reduce-scatter of {W} row chunks"
+    if K % 16 or N % 16:
+        return f"N = {N} and K = {K} must be multiples of 16 (fp8 TMA rows, wgmma k32)"
+    return None
+
+
+def fp8_operands(kop: k.KernelOp):
+    """(B as the fp8 GEMM reads it: [N, K], K-major; its layout; the result's type name;
+    (A's, B's) fp8 type names). A B given [K, N] gets a ``pk.transpose`` before the kernel
+    (a view when B is torch's column-major ``mat2``)."""
+    from pkc.passes.fused_schedule import b_operand   # (the GEMM builders, imported late)
+
+    a, b = kop.inputs[:2]
+    b_val, layout = b_operand(b)
+    if layout is BLayout.KN:
+        t = g.TransposeOp(b, [1, 0])
+        t.location = kop.location
+        Rewriter.insert_op(t, InsertPoint.before(kop))
+        b_val, layout = t.result, BLayout.NK
+    out = _OUT[type(kop.outputs[0].type.element_type)]
+    return b_val, layout, out, (_FP8[type(a.type.element_type)], _FP8[type(b.type.element_type)])
+
+
+__all__ = ["why_not_scaled", "fp8_operands", "shape_problem"]

@@ -1,0 +1,101 @@
+"""The fused fp8 kind on the scheduled fp8 GEMM: scaled matmul -> reduce_scatter (row
+chunks) on sm_90a, W in {1, 2, 3, 4} with odd chunk rows, tensor-wise and row-wise scales:
+schedule-fused builds ``scaled_matmul_reduce_scatter`` (wgmma k32 of e4m3, every partial
+tile scaled by its rank's scales before it travels); the interpreter's schedule run equals
+the kernel-level kernel and the graph program, the emulator equals the interpreter, ptxas
+has no spills; overlap fuses it on the cost model (pipelines.SCALED_FUSED_PATTERNS) and
+leaves the forms without a scheduled kernel unfused with the reason.
+
+Tolerances: the scheduled kernel rounds each rank's partial tile to bf16 before the
+reduce-adds (as the bf16 kernel does), the references sum in f32 and round once: outputs
+that cancel differ by up to about W x one bf16 step of a partial (partials here up to
+~40: 0.25 each), hence the absolute 0.5 beside the bf16 relative tolerance."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pkc.codegen import compile_kernel
+from pkc.codegen.ptxas import find_ptxas
+from pkc.emu.check import check_module
+from pkc.interp import interpret, random_inputs
+from pkc.interp.equivalence import compare_outputs
+from pkc.ir import parse_module
+from pkc.passes.pipelines import schedule_for_target
+from pkc.passes.registry import run_pipeline
+from pkc.passes.remarks import plan_of, remarks_of
+from tests.unit.test_fp8_overlap import red_ir
+
+TOL = {torch.bfloat16: (2e-2, 0.5)}
+# (W, M = W x odd chunk rows, N, K, row-wise)
+CASES = [(1, 40, 48, 64, True), (2, 2 * 13, 32, 128, False), (3, 3 * 13, 48, 64, True),
+         (4, 4 * 7, 32, 96, False)]
+
+
+def _scheduled(W, M, N, K, row, out="bf16"):
+    text = red_ir(W, M, N, K, row, out)
+    kernel_level = parse_module(text)
+    run_pipeline("default{force=true}", kernel_level)
+    sched, _ = schedule_for_target(kernel_level, "h200")
+    return text, kernel_level, sched
+
+
+@pytest.mark.parametrize("W,M,N,K,row", CASES, ids=[f"W{c[0]}-{'row' if c[4] else 'tensor'}"
+                                                     for c in CASES])
+def test_scheduled_fp8_reduce_scatter_equals_references(W, M, N, K, row):
+    text, kernel_level, sched = _scheduled(W, M, N, K, row)
+    (kop,) = [o for o in sched.walk() if o.name == "pk.kernel"]
+    assert kop.kernel_name.data == "scaled_matmul_reduce_scatter" and kop.schedule() is not None
+    assert plan_of(kop)["fused_kind"] == "rs"
+    assert any("scheduled fp8 GEMM (e4m3 x e4m3 -> bf16, scales in the epilogue) + "
+               f"reduce-scatter W={W}" in r for r in remarks_of(kop))
+    names = [o.name for o in kop.walk()]
+    assert "pks.acc_scale" in names and "pks.tma_store_or_add" in names
+    graph = parse_module(text)
+    ins = random_inputs(graph, W, 1)
+    want = interpret(graph, [list(x) for x in ins], W)
+    ref = interpret(kernel_level, [list(x) for x in ins], W)
+    got = interpret(sched, [list(x) for x in ins], W)
+    compare_outputs(ref, got, tolerance=TOL, context="kernel level vs scheduled")
+    compare_outputs(want, got, tolerance=TOL, context="graph vs scheduled")
+    res = check_module(sched, ins, W, tolerance=TOL)
+    assert res.ok, res.difference
+    assert len(res.kernels) == 1
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+def test_scheduled_fp8_reduce_scatter_assembles_without_spills():
+    from pkc.codegen.ptxas import assemble_one
+
+    _, _, sched = _scheduled(4, 4 * 256, 512, 512, True)
+    (kop,) = [o for o in sched.walk() if o.name == "pk.kernel"]
+    ck = compile_kernel(kop, "sm_90a")
+    assert "k32.f32.e4m3.e4m3" in ck.ptx and "cp.reduce.async.bulk.tensor" in ck.ptx
+    _, res = assemble_one(ck.ptx)
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
+
+
+def test_forms_without_a_scheduled_kernel_stay_with_the_reason():
+    # an f32 result: the fused kernel (forced) stays on the portable path, with the reason
+    _, _, sched = _scheduled(2, 32, 32, 64, False, out="f32")
+    (kop,) = [o for o in sched.walk() if o.name == "pk.kernel"]
+    assert kop.schedule() is None
+    assert any("stores bf16 or f16" in r for r in remarks_of(kop))
+    # overlap without force: fused only where the scheduled kernel exists
+    from pkc.passes.pipelines import unscheduled_fp8
+    from pkc.target.cost import Pattern
+
+    assert unscheduled_fp8("h200", Pattern.MM_REDUCE_SCATTER) is None
+    assert "no scheduled fp8 kernel for sm_90a" in unscheduled_fp8("h200", Pattern.ALL_GATHER_MM)
+    assert "stores bf16 or f16" in unscheduled_fp8("h200", Pattern.MM_REDUCE_SCATTER,
+                                                   "result f32: the scheduled fp8 GEMM "
+                                                   "stores bf16 or f16")
+    m = parse_module(red_ir(8, 8 * 1024, 8192, 8192, True, "f32"))
+    run_pipeline("overlap", m)
+    (rs,) = [o for o in m.walk() if o.name == "pk.reduce_scatter"]
+    assert any("no scheduled fp8 kernel for this mm_reduce_scatter" in r for r in remarks_of(rs))
+    m = parse_module(red_ir(8, 8 * 1024, 8192, 8192, True, "bf16"))
+    run_pipeline("overlap", m)
+    assert [o.name for o in m.walk() if o.name in ("pk.kernel", "pk.reduce_scatter")] == \
+        ["pk.kernel"]
