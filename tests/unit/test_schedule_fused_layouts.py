@@ -286,7 +286,7 @@ def test_bias_before_an_all_reduce_stays_unfused_with_the_remark():
 @pytest.mark.parametrize("name,W,text", [
     ("cols", 2, rs_text(2, (150,), 1, 272, 24, "kn")),
     ("blocks-3d", 2, rs_text(2, (2, 256), 1, 24, 16, "nk")),
-    ("bias rows", 2, bias_text(2, (74,), 0, 40, 24))])
+    ("bias rows", 2, bias_text(2, (74,), 0, 40, 24))], ids=["cols", "blocks-3d", "bias-rows"])
 def test_sm100_layout_kernels_on_the_interpreter_and_the_emulator(name, W, text):
     from pkc.emu.check import check_module
     from pkc.interp import random_inputs
