@@ -299,3 +299,18 @@ def test_sm100_layout_kernels_on_the_interpreter_and_the_emulator(name, W, text)
     res = check_module(m, random_inputs(m, W, 0, "main"), W, target="sm_100a", exact=True)
     assert res.ok, str(res.difference)
     assert [k.kernel for k in res.kernels] == ["matmul_reduce_scatter"]
+
+
+def test_launch_metadata_lists_the_bias_kernels_input_types():
+    """The bias kernel's inputs are not all of one type (the f32 scale): the metadata
+    lists each buffer's (FusedLaunch.dtypes, through JSON), which the runtime checks the
+    caller's tensors against; a kernel of one type keeps the old metadata (no list)."""
+    from pkc.codegen import compile_kernel
+    from pkc.codegen.abi import ScheduledKernelMeta
+
+    meta = compile_kernel(_kop(scheduled(bias_text(2, (74,), 0, 40, 24))), "sm_90a").meta
+    back = ScheduledKernelMeta.from_json(meta.to_json())
+    assert back.fused.dtypes == ["bf16", "bf16", "bf16", "f32", "bf16"]
+    assert back.fused.shapes[:4] == [[74, 24], [24, 40], [40], [1]]
+    plain = compile_kernel(_kop(scheduled(rs_text(2, (37,), 1, 48, 24))), "sm_90a").meta
+    assert plain.fused.dtypes == []
