@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One device call (issue 20, fp8 GEMM): the GPU tests of the scheduled fp8 GEMM, the
-# emulator probe (inputs and outputs saved), then benchmarks/fp8_gemm.py; logs and JSON
-# under $OUT, a table last.   run: bash benchmarks/run_fp8_device.sh   (carry .whl)
+# Device calls of issue 20 (fp8 on the scheduled GEMM): install the carried wheels, then the
+# steps named (default: all): tests (tests/gpu/test_gpu_fp8.py), probe (tests/gpu/fp8_probe.py:
+# inputs and outputs saved for the emulator), gemm (benchmarks/fp8_gemm.py), fused
+# (benchmarks/fp8_fused.py); logs and JSON under $OUT, tables last.
+#   run: bash benchmarks/run_fp8_device.sh [tests] [probe] [gemm] [fused]   (carry .whl)
 set -u
 OUT=${OUT:-/tmp/fp8-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -10,10 +12,16 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PATH=$PATH:/usr/local/cuda/bin
 nvidia-smi -L
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-echo "=== gpu tests"
-timeout -k 5 150 python3 -m pytest -q -rfEs -p no:cacheprovider tests/gpu/test_gpu_fp8.py \
-    -k "scheduled_fp8_gemm ${FP8_EXTRA_K:-}" 2>&1 | tee "$OUT/gpu_tests.txt" | tail -25
-echo "=== probe"
-timeout -k 5 60 python3 tests/gpu/fp8_probe.py --out "$OUT" 2>&1 | tail -5
-echo "=== benchmark"
-timeout -k 5 ${FP8_BENCH_S:-200} python3 benchmarks/fp8_gemm.py --out "$OUT" --rounds 20 2>&1 | tee "$OUT/bench.txt" | tail -20
+for step in ${*:-tests probe gemm fused}; do
+  echo "=== $step"
+  case $step in
+    tests) timeout -k 5 200 python3 -m pytest -q -rfEs -p no:cacheprovider tests/gpu/test_gpu_fp8.py \
+             2>&1 | tee "$OUT/gpu_tests.txt" | tail -25;;
+    probe) timeout -k 5 60 python3 tests/gpu/fp8_probe.py --out "$OUT" 2>&1 | tail -5;;
+    gemm) timeout -k 5 200 python3 benchmarks/fp8_gemm.py --out "$OUT" --rounds 20 2>&1 \
+             | tee "$OUT/bench.txt" | tail -20;;
+    fused) timeout -k 5 150 python3 benchmarks/fp8_fused.py --out "$OUT" --rounds 20 2>&1 \
+             | tee "$OUT/fused.txt" | tail -12;;
+    *) echo "unknown step $step";;
+  esac
+done

@@ -26,7 +26,10 @@ import torch
 from pkc.codegen.abi import ScheduledKernelMeta, describe_record
 from pkc.runtime.tma_launch import KernelArgs, encode_tmap, launch, load_kernel
 
-_TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32}
+_TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
+          # fp8 kernel buffers (their IR names) and tensor maps (PTX's names)
+          "f8E4M3FN": torch.float8_e4m3fn, "f8E5M2": torch.float8_e5m2,
+          "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 WAIT_SITES = {1: "the peer's data here (its own chunk stored before adding into it; a fresh "
                  "output's staged partial)",
               2: "every peer's contributions to this rank's chunk (exit)"}
@@ -83,7 +86,7 @@ class ScheduledFused:
                 loc = peers.local(key + (i,), [b.elements], _TORCH[b.dtype], zero=b.zero)
                 self.locals.append(loc)
                 self.alloc_ptrs.append({r: t.data_ptr() for r, t in loc.items()})
-        self.sym_out = {i: peers.symmetric(key + ("out", i), fz.shapes[i], self.tdt)
+        self.sym_out = {i: peers.symmetric(key + ("out", i), fz.shapes[i], self._dt(i))
                         for i in fz.sym_outputs}
         self.n_in = fz.inputs if fz.inputs >= 0 else len(fz.shapes) - len(fz.sym_outputs)
         outs = range(self.n_in, len(fz.shapes))
@@ -128,7 +131,7 @@ class ScheduledFused:
             return hit
         for i, t in enumerate(inputs):
             want = tuple(self.fz.shapes[i])
-            dt = _TORCH[self.fz.dtypes[i]] if getattr(self.fz, "dtypes", None) else self.tdt
+            dt = self._dt(i)
             if tuple(t.shape) != want or t.dtype != dt or not t.is_contiguous() \
                     or t.data_ptr() % 16 or t.device != self.peers.device:
                 raise ValueError(f"{self.meta.name}: rank {rank}'s input {i} must be a contiguous, "
@@ -152,19 +155,25 @@ class ScheduledFused:
         hit = self._args[key] = KernelArgs(vals)
         return hit
 
+    def _dt(self, i: int) -> torch.dtype:
+        """Kernel buffer ``i``'s element type (the first's unless the metadata lists each:
+        an fp8 kernel's f32 scales and bf16 output)."""
+        return _TORCH[self.fz.dtypes[i]] if getattr(self.fz, "dtypes", None) else self.tdt
+
     def _fresh(self, rank: int, out) -> list[torch.Tensor]:
         """The fresh outputs of one launch: the caller's ``out`` (checked), else new."""
         if out is None:
-            return [torch.empty(self.fz.shapes[i], dtype=self.tdt, device=self.peers.device)
+            return [torch.empty(self.fz.shapes[i], dtype=self._dt(i), device=self.peers.device)
                     for i in self.fresh]
         if len(self.fresh) != 1:
             raise ValueError(f"{self.meta.name}: out= is given for a kernel with "
                              f"{len(self.fresh)} fresh outputs (one is supported)")
         want = tuple(self.fz.shapes[self.fresh[0]])
-        if tuple(out.shape) != want or out.dtype != self.tdt or not out.is_contiguous() \
+        odt = self._dt(self.fresh[0])
+        if tuple(out.shape) != want or out.dtype != odt or not out.is_contiguous() \
                 or out.data_ptr() % 16 or out.device != self.peers.device:
             raise ValueError(f"{self.meta.name}: rank {rank}'s out must be a contiguous, "
-                             f"16-byte aligned {self.tdt} tensor {list(want)} on "
+                             f"16-byte aligned {odt} tensor {list(want)} on "
                              f"{self.peers.device}, got {list(out.shape)} {out.dtype}")
         return [out]
 

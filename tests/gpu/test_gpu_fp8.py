@@ -1,8 +1,10 @@
 """fp8 scaled matmuls fused with their collectives, on the GPU in the virtual world (one
 GPU, W ranks): all_gather -> scaled matmul (A's row-wise scale gathered with A by the same
 kernel) and scaled matmul -> reduce_scatter, against torch._scaled_mm (cuBLASLt) on the
-same data and against the interpreter run on the kernel module. The fused fp8 kernels run
-on the portable lowering (fp8 bytes widened to f32 for the MMAs; no fp8 wgmma yet)."""
+same data and against the interpreter run on the kernel module. The bf16 GEMM +
+reduce-scatter runs on the scheduled fp8 GEMM (wgmma k32 .e4m3, schedule-fused); the
+others (all-gather, an f32 result) on the portable lowering (fp8 bytes widened to f32).
+Then the scheduled fp8 GEMM alone against torch._scaled_mm."""
 
 from __future__ import annotations
 
@@ -62,7 +64,14 @@ def test_fused_fp8_against_scaled_mm(name, W, text):
     kernels = [o for o in module.walk() if o.name == "pk.kernel"]
     assert kernels and all(k.attributes["pk.fusion"].data["scaled"].value.data for k in kernels)
     got = run_kernel_module(module, inputs, W, target="sm_90a", timeout_s=TIMEOUT_S)
-    check_outputs(name, got, interpret(module, inputs, W), 3e-2, 2e-2)  # the kernel's own math
+    mine = interpret(module, inputs, W)
+    atol = 2e-2
+    if any(k.schedule() is not None for k in kernels):
+        # the scheduled fp8 GEMM + reduce-scatter (tests/unit/test_fp8_fused.py): the H200's
+        # fp8 k32 step truncates 13 bits below its largest term (the interpreter sums
+        # exactly), which can move a partial tile's bf16 rounding by a step before the adds
+        atol = max(atol, 2 ** -6 * W * max(float(r[0].float().abs().max()) for r in mine))
+    check_outputs(name, got, mine, 3e-2, atol)  # the kernel's own math
     out = got[0][0].dtype
     want = _torch_reference(name, W, inputs, out)
     for r in range(W):

@@ -1,0 +1,142 @@
+"""The fused fp8 GEMM + reduce-scatter (pk.scaled_matmul -> pk.reduce_scatter, overlap +
+schedule-fused: the scheduled fp8 GEMM with the scales in its epilogue) against the unfused
+sequence, at W = 1 on one H200 (the reduce-scatter of one rank is the GEMM's output: the
+fused kernel's cost over the plain fp8 GEMM is its epilogue's own), in one run.
+
+    python benchmarks/fp8_fused.py --out DIR      # on the GPU machine (xdsl as wheels)
+    python benchmarks/fp8_fused.py --list
+
+Per case: random fp8 A [M, K], B^T [N, K], f32 scales; the fused kernel's output against
+torch._scaled_mm (cuBLASLt); then three launchers timed in alternation (benchmarks/timing.py
+``rotated`` / ``paired``): the fused kernel, pkc's fp8 GEMM alone (schedule-matmul's kernel
+of the same product), torch._scaled_mm. ``fused_over_gemm`` (<= 1.05 is the goal) and
+``fused_over_torch``. JSON under DIR, a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# (name, W, M, N, K, row-wise scales)
+CASES = [
+    ("8192^3 row", 1, 8192, 8192, 8192, True),
+    ("4096^3 tensor", 1, 4096, 4096, 4096, False),
+    ("16384x8192x4096 row", 1, 16384, 8192, 4096, True),
+    ("8192x1280x8192 tensor", 1, 8192, 1280, 8192, False),
+]
+
+
+def module_text(W: int, M: int, N: int, K: int, row: bool) -> str:
+    """``reduce_scatter(_scaled_mm(a, w.t(), sa, sb))`` over W ranks, row chunks."""
+    sa, sb = (f"{M}x1", f"1x{N}") if row else ("1", "1")
+    e4 = "f8E4M3FN"
+    return f"""
+func.func @main(%a: tensor<{M}x{K}x{e4}>, %w: tensor<{N}x{K}x{e4}>, %sa: tensor<{sa}xf32>, %sb: tensor<{sb}xf32>) -> tensor<{M // W}x{N}xbf16> {{
+  %wt = pk.transpose %w {{perm = [1, 0]}} : tensor<{N}x{K}x{e4}> -> tensor<{K}x{N}x{e4}>
+  %c = pk.scaled_matmul %a, %wt scales(%sa, %sb) : (tensor<{M}x{K}x{e4}>, tensor<{K}x{N}x{e4}>, tensor<{sa}xf32>, tensor<{sb}xf32>) -> tensor<{M}x{N}xbf16>
+  %o = pk.reduce_scatter %c {{dim = 0 : i64, reduce = "sum", world = {W} : i64}} : tensor<{M}x{N}xbf16> -> tensor<{M // W}x{N}xbf16>
+  func.return %o : tensor<{M // W}x{N}xbf16>
+}}"""
+
+
+def compile_fused(W, M, N, K, row):
+    """(compiled kernel, its pk.kernel) of the fused fp8 kernel."""
+    from pkc.codegen import compile_kernel
+    from pkc.codegen.emit import kernels_of
+    from pkc.ir import make_context, parse_module, verify_module
+    from pkc.passes.registry import parse_pipeline
+
+    m = parse_module(module_text(W, M, N, K, row), "fp8_fused.mlir")
+    ctx = make_context()
+    for p in parse_pipeline("default{force=true},schedule-fused,dce"):
+        p.apply(ctx, m)
+    verify_module(m)
+    (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
+    return compile_kernel(kop, "sm_90a"), kop
+
+
+def run_case(name, W, M, N, K, row, rounds: int) -> dict:
+    import torch
+    from collectives_ir import peers as make_peers
+    from fp8_gemm import compile_fp8, fp8_inputs, torch_scaled_mm
+    from timing import paired, rotated
+
+    from pkc.passes.remarks import plan_of
+    from pkc.runtime.scheduled import ScheduledKernel
+    from pkc.runtime.scheduled_fused import ScheduledFused
+
+    peers = make_peers(W)
+    ck, kop = compile_fused(W, M, N, K, row)
+    p = plan_of(kop)
+    fused = ScheduledFused(ck.ptx, ck.meta, peers, owner=("fp8", name), timeout_ns=500_000_000)
+    a, w, sa, sb, _ = fp8_inputs(M, N, K, row)
+    outs = fused.run([a], [w], [sa], [sb])
+    torch.cuda.synchronize()
+    fused.check()
+    ref = torch_scaled_mm(a, w, sa, sb)
+    got = outs[0]
+    d = (got.float() - ref.float()).abs()
+    tol = 2 ** -6 * float(ref.float().abs().max())
+    row_ = {"case": name, "W": W, "M": M, "N": N, "K": K, "row_wise": row,
+            "tile": f"{p['bm']}x{p['bn']}_s{p['stages']}", "max_abs_vs_torch": float(d.max()),
+            "tol": tol, "correct": float(d.max()) <= tol and not bool(torch.isnan(got).any()),
+            "registers": fused.kernel.num_regs, "grid": fused.grid}
+    if not row_["correct"]:
+        return row_
+    gck, _ = compile_fp8(M, N, K, row)
+    gemm = ScheduledKernel(gck.ptx, gck.meta)
+    c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    fns = [lambda: fused.run([a], [w], [sa], [sb]), lambda: gemm([a, w, sa, sb, c]),
+           lambda: torch_scaled_mm(a, w, sa, sb)]
+    for _ in range(3):
+        for f in fns:
+            f()
+    t = paired(rotated(fns, rounds), ["fused", "gemm", "torch"])
+    row_.update(t, fused_over_gemm=t["us_fused"] / t["us_gemm"],
+                fused_over_torch=t["us_fused"] / t["us_torch"])
+    torch.cuda.synchronize()
+    fused.check()
+    return row_
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="out/fp8_fused")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--rounds", type=int, default=20)
+    args = ap.parse_args()
+    if args.list:
+        for c in CASES:
+            print(*c)
+        return
+    os.makedirs(args.out, exist_ok=True)
+    rows = []
+    for c in CASES:
+        try:
+            row = run_case(*c, rounds=args.rounds)
+        except Exception as e:      # one failing case must not hide the others
+            row = {"case": c[0], "error": f"{type(e).__name__}: {e}"}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        with open(os.path.join(args.out, "fp8_fused.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+    print(f"\n{'case':24} {'tile':12} {'ok':5} {'fused us':>9} {'gemm us':>9} {'torch us':>9} "
+          f"{'fused/gemm':>10} {'fused/torch':>11}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['case']:24} ERROR {r['error'][:100]}")
+            continue
+        print(f"{r['case']:24} {r['tile']:12} {str(r['correct']):5} {r.get('us_fused', 0):9.1f} "
+              f"{r.get('us_gemm', 0):9.1f} {r.get('us_torch', 0):9.1f} "
+              f"{r.get('fused_over_gemm', 0):10.3f} {r.get('fused_over_torch', 0):11.3f}")
+
+
+if __name__ == "__main__":
+    main()
