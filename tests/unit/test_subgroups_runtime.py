@@ -274,6 +274,11 @@ def test_scheduled_kernels_keep_their_groups(W, tp) -> None:
         assert kop.schedule() is not None, kop.kernel_name.data
         assert kop.world_size == tp and rank_groups(kop) == tp_groups(W, tp), kop.kernel_name.data
     assert world_of(m) == W
+    from pkc.passes.pipelines import kernel_lines
+
+    lines = kernel_lines(m)     # what pkc-opt --kernels / CompiledProgram.kernels() print
+    assert len(lines) == len(kernels)
+    assert all(f"runs in {W // tp} groups of {tp} ranks {tp_groups(W, tp)}" in ln for ln in lines), lines
 
 
 @pytest.mark.parametrize("W,tp,dim,fused", [(4, 2, "tp", False), (4, 2, "dp", False),
