@@ -155,7 +155,7 @@ def check_fused_target(kop: KernelOp, target: str) -> None:
 def _peer_tmap_arg(op: f.PeerTmapOp, args) -> TmapArg:
     t = op.result.type
     return TmapArg(args.index(op.buffer), t.element.data, t.box_dims, t.swizzle.data,
-                   peer=op.peer.data)
+                   peer=op.peer.data, dims=op.dim_list or [])
 
 
 # Up to this many maps a pks.tmap_select is a selp chain (the PTX the H200 measurements ran,

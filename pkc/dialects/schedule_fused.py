@@ -27,15 +27,17 @@ the dialect); types are checked by name in the verifiers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import IntAttr, StringAttr, i1, i32
+from xdsl.dialects.builtin import ArrayAttr, IntAttr, StringAttr, i1, i32
 from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
     attr_def,
     irdl_op_definition,
+    opt_attr_def,
     operand_def,
     region_def,
     result_def,
@@ -65,15 +67,27 @@ def _is(t: Attribute, name: str) -> bool:
 @irdl_op_definition
 class PeerTmapOp(IRDLOperation):
     """A TMA tensor map of rank ``peer``'s copy of symmetric kernel buffer ``buffer``; the
-    runtime encodes it (the buffer's shape, the peer's address) and passes it by value."""
+    runtime encodes it (the buffer's shape, the peer's address) and passes it by value.
+    ``dims`` (outermost first): the map sees the buffer as that row-major array (the same
+    elements, e.g. ``[B, Sc, N]`` of a ``[B*Sc, N]`` output, so a box never spills into
+    the next block); absent: the buffer's shape."""
 
     name = "pks.peer_tmap"
     buffer = operand_def(BufferType)
     peer = attr_def(IntAttr)
+    dims = opt_attr_def(ArrayAttr[IntAttr])
     result = result_def()
 
-    def __init__(self, buffer: SSAValue, peer: int, t: Attribute):
-        super().__init__(operands=[buffer], result_types=[t], attributes={"peer": IntAttr(peer)})
+    def __init__(self, buffer: SSAValue, peer: int, t: Attribute,
+                 dims: Sequence[int] | None = None):
+        attrs = {"peer": IntAttr(peer)}
+        if dims is not None:
+            attrs["dims"] = ArrayAttr([IntAttr(d) for d in dims])
+        super().__init__(operands=[buffer], result_types=[t], attributes=attrs)
+
+    @property
+    def dim_list(self) -> list[int] | None:
+        return None if self.dims is None else [d.data for d in self.dims.data]
 
     def verify_(self) -> None:
         if not self.buffer.type.symmetric:
@@ -83,6 +97,12 @@ class PeerTmapOp(IRDLOperation):
             _fail(self.name, f"result must be a !pks.tmap, got {self.result.type}")
         if not 0 <= self.peer.data < MAX_CHUNKS:
             _fail(self.name, f"peer {self.peer.data}: 0..{MAX_CHUNKS - 1}")
+        dims, shape = self.dim_list, list(self.buffer.type.get_shape())
+        if dims is not None and (len(dims) != len(self.result.type.box_dims)
+                                 or math.prod(dims) != math.prod(shape)
+                                 or dims[-1] != shape[-1]):
+            _fail(self.name, f"dims {dims} are not a rank-{len(self.result.type.box_dims)} "
+                  f"view of {self.buffer.type} (same elements, same last dim)")
 
 
 @irdl_op_definition

@@ -32,7 +32,8 @@ def _peer_tmap(R, op, env) -> None:
     shape = op.buffer.type.get_shape()
     if op.peer.data >= R.world:
         raise InterpError(f"{where(op)} of rank {op.peer.data} in a world of {R.world} ranks")
-    tm = Tmap(op, op.buffer.type)
+    dims = getattr(op, "dim_list", None)      # pks.peer_tmap's row-major view
+    tm = Tmap(op, op.buffer.type, dims) if dims else Tmap(op, op.buffer.type)
     tm.peer = op.peer.data
     if isinstance(op, f.RowsTmapOp):
         a, n = op.first.data, op.rows.data

@@ -20,10 +20,14 @@ signals) with another ownership of the tiles:
   rank p owns rows ``b*S + p*Sc .. + Sc`` of every block b (``Sc = S / W``); its output
   ``[B*Sc, N]`` (a view of ``[B, Sc, N]``) is contiguous, so the output map is the row
   kernel's; only the rows the producer loads change: output row ``m0`` of chunk p is
-  product row ``(m0 / Sc)*S + p*Sc + m0 % Sc``. That needs every tile inside one block
+  product row ``(m0 / Sc)*S + p*Sc + m0 % Sc``, where every tile is inside one block
   (``Sc`` a multiple of the tile's rows; a 64-row tile is taken where 128 does not
-  divide); otherwise a tile would write the next block's rows, and the kernel is left on
-  the portable path with a remark saying so. ``B = 1`` is the row kernel itself.
+  divide). Where no tile divides ``Sc`` (odd shapes), the tile space pads each block to
+  ``Scp`` rows of whole tiles and the owner's output maps see ``[B*Sc, N]`` as
+  ``[B, Sc, N]`` (``pks.peer_tmap`` with ``dims``; the tile's block is the third
+  coordinate of every store / reduce-add), so a tile's rows past ``Sc`` are clipped
+  instead of landing in the next block (:class:`BlockViewRsParts`). ``B = 1`` is the row
+  kernel itself.
 
 * a bias between the matmul and the scatter (``pk.fusion.bias``, any of the layouts above
   or row chunks; overlap's patterns_bias.py): the kernel takes the bias ``[N]`` and the
@@ -183,11 +187,50 @@ class BlockRsParts(RsParts):
         return t.bin(arith.AddiOp, base, inner)
 
 
+class BlockViewRsParts(RsParts):
+    """Row blocks whose ``sc`` rows per rank are no multiple of the tile (module doc): the
+    tile space pads each block to ``scp`` rows (whole tiles), the output maps see the
+    owner's ``[B*sc, N]`` as ``[B, sc, N]`` (``pks.peer_tmap`` dims) so a tile's rows past
+    ``sc`` are clipped instead of spilling into the next block; the producer's rows past
+    ``sc`` are another chunk's (their products are never stored)."""
+
+    def __init__(self, world, blocks, sc, n, cfg, pad, ctl):
+        self.scp = -(-sc // cfg.bm) * cfg.bm
+        super().__init__(world, blocks * self.scp, n, cfg, pad, ctl)
+        self.sc, self.blocks, self.n = sc, blocks, n
+
+    def c_map(self, top: _Ops, C, tc_t):
+        t3 = s.TmapType(self.cfg.dtype, [*tc_t.box_dims, 1], tc_t.swizzle.data)
+        self.maps = [top.add(f.PeerTmapOp(C, p, t3, [self.blocks, self.sc, self.n])).result
+                     for p in range(self.W)]
+        return None
+
+    def tile_loop(self, r: _Ops, M, N, inits, cfg):
+        loop = r.add(f.ChunkTileLoopOp(M, N, self.rank, inits, cfg.bm, cfg.bn, cfg.group_m, self.W))
+        m0, n0, chunk, *carried = loop.block.args
+        t = _Ops(loop.block)
+        blk, i0 = t.bin(arith.DivUIOp, m0, self.scp), t.bin(arith.RemUIOp, m0, self.scp)
+        # coords[0]: the row inside the block (the consumers' row0 and the maps' row)
+        return loop, [i0, n0, chunk, blk], carried
+
+    def producer_row(self, t: _Ops, coords):
+        i0, _, chunk, blk = coords
+        base = t.bin(arith.AddiOp, t.bin(arith.MuliOp, blk, self.W), chunk)
+        return t.bin(arith.AddiOp, t.bin(arith.MuliOp, base, self.sc), i0)
+
+    def outer_coords(self, coords):
+        return [coords[3]]
+
+
 class _ColumnOrdered(ColumnRsParts, RsOrderedParts):
     pass
 
 
 class _BlockOrdered(BlockRsParts, RsOrderedParts):
+    pass
+
+
+class _BlockViewOrdered(BlockViewRsParts, RsOrderedParts):
     pass
 
 
@@ -203,17 +246,17 @@ class _BiasEpilogue:
         return super().epilogue_tile(t, cfg, e, coords, row0, ebuf, extra)
 
 
-def _parts_class(sd: int, bt: int, ordered: bool, bias: bool) -> type:
+def _parts_class(sd: int, bt: int, ordered: bool, bias: bool, view: bool = False) -> type:
     base = (_ColumnOrdered if ordered else ColumnRsParts) if sd == 1 else \
+        (_BlockViewOrdered if ordered else BlockViewRsParts) if view else \
         (_BlockOrdered if ordered else BlockRsParts) if bt > 1 else \
         (RsOrderedParts if ordered else RsParts)
     return type(f"Bias{base.__name__}", (_BiasEpilogue, base), {}) if bias else base
 
 
 def schedule_rs_layout(kop: k.KernelOp, fusion: dict, target: str, variant: str,
-                       deterministic: bool, dtype_of) -> k.KernelOp | None:
-    """Replace ``kop`` (checked by :func:`why_not`) by its scheduled kernel; None (and a
-    remark) where the block layout has no tile that fits a block."""
+                       deterministic: bool, dtype_of) -> k.KernelOp:
+    """Replace ``kop`` (checked by :func:`why_not`) by its scheduled kernel."""
     W = kop.world_size
     sd, bt = layout_of(fusion)
     bias = has_bias(fusion)
@@ -224,18 +267,11 @@ def schedule_rs_layout(kop: k.KernelOp, fusion: dict, target: str, variant: str,
     b_val, layout = b_operand(b)
     cfg = fused_config(FusedKind.RS, R, N, K, W, dt, layout, target, variant)
     sc = R // bt // W
-    why = None
+    view = False        # row blocks that no tile divides: 3-D output maps (BlockViewRsParts)
     if sd == 0 and bt > 1:
         fit = _block_rows_config(cfg, sc)
-        if fit is None:
-            why = (f"each block's {sc} rows per rank are not a multiple of the tile's "
-                   f"{cfg.bm} rows (or 64), so a tile would cross into the next block's rows "
-                   "of the owner's output (the portable path runs it)")
+        view = fit is None
         cfg = fit or cfg
-    if why:
-        add_remark(kop, f"fused kernel left unscheduled: mm_reduce_scatter of "
-                   f"{layout_words(fusion)}: {why}")
-        return None
     y = kop.outputs[0].type
     operands = [a, b_val]
     arg_types = [BufferType(a.type.get_shape(), a.type.element_type),
@@ -261,7 +297,7 @@ def schedule_rs_layout(kop: k.KernelOp, fusion: dict, target: str, variant: str,
     block.add_op(pad)
     block.add_op(ctl)
     ordered = deterministic and W > 2
-    cls = _parts_class(sd, bt, ordered, bias)
+    cls = _parts_class(sd, bt, ordered, bias, view)
     if sd == 1:
         nc = N // W
         parts = cls(W, R, nc, cfg, pad.result, ctl.result)
@@ -269,9 +305,11 @@ def schedule_rs_layout(kop: k.KernelOp, fusion: dict, target: str, variant: str,
         own = f"columns [p*{nc}, (p+1)*{nc}) of the {R}x{N} product"
     elif bt > 1:
         parts = cls(W, bt, sc, N, cfg, pad.result, ctl.result)
-        dims = (bt * sc, N)
-        own = (f"rows [p*{sc}, (p+1)*{sc}) of each of the {bt} blocks of {W * sc} rows "
-               f"(tiles of {cfg.bm} rows never cross a block)")
+        dims = (bt * parts.scp, N) if view else (bt * sc, N)
+        own = (f"rows [p*{sc}, (p+1)*{sc}) of each of the {bt} blocks of {W * sc} rows " +
+               (f"(each block padded to {parts.scp} rows of tiles; the owner's output seen "
+                f"as [{bt}, {sc}, {N}] clips a tile at its block's end)" if view else
+                f"(tiles of {cfg.bm} rows never cross a block)"))
     else:
         parts = cls(W, R // W, N, cfg, pad.result, ctl.result)
         dims = (R // W, N)

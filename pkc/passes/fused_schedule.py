@@ -215,8 +215,13 @@ class RsParts(GemmParts):
         self._when(w, w.cmp("ne", chunk, self.rank)).add(
             f.SignalAddOp(pad, self.rank, count, "sys", "release"))
 
+    def outer_coords(self, coords) -> list[SSAValue]:
+        """The output maps' coordinates after [column, row] (none: 2-D maps; a 3-D view's
+        block index: pkc/passes/fused_rs_layouts.py)."""
+        return []
+
     def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: Epi, coords, row0, ebuf, extra):
-        m0, n0, chunk = coords
+        m0, n0, chunk = coords[:3]
         cur, pend = extra
         changed = t.cmp("ne", chunk, cur)
         self._signal(t, cur, t.select(changed, pend, t.c(0)))
@@ -237,8 +242,8 @@ class RsParts(GemmParts):
         a_row0 = (t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.mc), row0)
                   if e.scales is not None else None)
         ebuf = _tma_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, n0, ebuf,
-                             lambda slot, col, row: t.add(f.TmaStoreOrAddOp(e.epi, slot, tm,
-                                                                            [col, row], add)),
+                             lambda slot, col, row: t.add(f.TmaStoreOrAddOp(
+                                 e.epi, slot, tm, [col, row, *self.outer_coords(coords)], add)),
                              e, a_row0)
         pend = t.bin(arith.AddiOp, pend, 1)
         return ebuf, [chunk, pend]

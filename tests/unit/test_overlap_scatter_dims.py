@@ -157,22 +157,22 @@ def test_dtensor_sequence_parallel_shard1(bias: bool) -> None:
 
 
 @pytest.mark.parametrize("lead,dim,why", [
-    ((2, 8), 1, "each block's 4 rows per rank are not a multiple of the tile's"),
-    ((8,), 1, None)])
+    ((2, 8), 1, None), ((8,), 1, None),
+    ((2, 8), 1, "N = 12 and K = 16 must be multiples of 8")])
 def test_gpu_paths_take_the_new_layouts_or_say_why(lead, dim, why) -> None:
     """The scheduled GEMM + reduce-scatter scatters columns and blocks of rows with their
-    own tile ownership (pkc/passes/fused_rs_layouts.py): a column layout is scheduled; a
-    block layout whose tiles would cross a block keeps its kernel-level body (the
-    portable path) and says why."""
+    own tile ownership (pkc/passes/fused_rs_layouts.py); a shape TMA cannot address keeps
+    its kernel-level body (the portable path) and says why."""
     from pkc.passes.pipelines import kernel_lines, schedule_for_target
     from pkc.passes.remarks import format_remarks, plan_of
 
-    m = parse_module(_rs_ir(2, lead, dim, "bf16", K=16, N_per=8).replace("x7x", "x16x"))
+    n = "x16x" if why is None else "x12x"
+    m = parse_module(_rs_ir(2, lead, dim, "bf16", K=16, N_per=8).replace("x7x", n))
     run_pipeline("default{force=true}", m)
     scheduled, _ = schedule_for_target(m, "h200")
     if why is None:
         assert _fused(scheduled).schedule() is not None
-        assert plan_of(_fused(scheduled))["scatter_dim"] == 1
+        assert plan_of(_fused(scheduled))["scatter_dim"] == (1 if len(lead) == 1 else 0)
         return
     assert "portable path (fused kernel left unscheduled" in "\n".join(kernel_lines(scheduled))
     assert _fused(scheduled).schedule() is None

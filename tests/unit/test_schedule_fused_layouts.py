@@ -4,8 +4,9 @@ pkc/passes/fused_rs_layouts.py. The schedule-level interpreter computes what the
 kernel-level kernel computes (check_transform) for W in {2, 3, 4, 8} with odd shapes
 (rows not multiples of 16 or of W, chunks wider than one tile and overhanging it); the
 emulator runs the lowered kernels at W = 2 and 3 and equals the interpreter (bitwise:
-W = 2 has one add per element, W = 3 is the fixed-order variant); what stays on the
-portable path says why at the user's line."""
+W = 2 has one add per element, W = 3 is the fixed-order variant); row blocks that no tile
+divides go through 3-D output maps; what stays on the portable path says why at the
+user's line."""
 
 from __future__ import annotations
 
@@ -75,6 +76,9 @@ CASES = {
     "cols-3d": (lambda W: (3, 7), 2, lambda W: 8 * W, 24, "nk", (1, 1)),
     # 3-D [2, 64 W, 24] scattered on dim 1: 2 blocks of rows, 64 per rank (64-row tiles)
     "blocks-3d": (lambda W: (2, 64 * W), 1, lambda W: 24, 16, "kn", (0, 2)),
+    # 3-D [3, 21 W, 40]: 21 rows per rank and block, no tile divides them: each block
+    # padded to one 128-row tile, the owner's output seen as [3, 21, 40] (3-D maps)
+    "blocks-odd": (lambda W: (3, 21 * W), 1, lambda W: 40, 24, "nk", (0, 3)),
 }
 
 
@@ -118,8 +122,8 @@ def test_remarks_name_the_layout_and_why_a_kernel_stays_portable():
     assert "row blocks of 2 batch blocks (3-D dim 1, Shard(1))" in text
     # left on the portable path, at the user's line (the reduce_scatter)
     for src, why in [
-        (rs_text(2, (2, 100), 1, 24, 16),
-         "each block's 50 rows per rank are not a multiple of the tile's 128 rows (or 64)"),
+        (rs_text(2, (2, 100), 1, 20, 16),
+         "N = 20 and K = 16 must be multiples of 8 (TMA row strides)"),
         (rs_text(2, (37,), 1, 24, 16),
          "the chunk's 12 columns must be multiples of 8 (TMA row strides"),
     ]:
@@ -155,6 +159,8 @@ EMU = {  # name: (W, text, schedule-fused options)
     "cols-3d W=3": (3, rs_text(3, (2, 35), 2, 264, 40, "nk"), "{deterministic=true}"),
     "blocks W=2": (2, rs_text(2, (2, 128), 1, 24, 16, "kn"), ""),
     "blocks W=3": (3, rs_text(3, (2, 192), 1, 16, 16, "nk"), "{deterministic=true}"),
+    "blocks-odd W=2": (2, rs_text(2, (2, 100), 1, 24, 16, "kn"), ""),
+    "blocks-odd W=3": (3, rs_text(3, (3, 63), 1, 40, 24, "nk"), "{deterministic=true}"),
 }
 
 
@@ -286,7 +292,9 @@ def test_bias_before_an_all_reduce_stays_unfused_with_the_remark():
 @pytest.mark.parametrize("name,W,text", [
     ("cols", 2, rs_text(2, (150,), 1, 272, 24, "kn")),
     ("blocks-3d", 2, rs_text(2, (2, 256), 1, 24, 16, "nk")),
-    ("bias rows", 2, bias_text(2, (74,), 0, 40, 24))], ids=["cols", "blocks-3d", "bias-rows"])
+    ("blocks-odd", 2, rs_text(2, (2, 100), 1, 24, 16, "kn")),
+    ("bias rows", 2, bias_text(2, (74,), 0, 40, 24))],
+    ids=["cols", "blocks-3d", "blocks-odd", "bias-rows"])
 def test_sm100_layout_kernels_on_the_interpreter_and_the_emulator(name, W, text):
     from pkc.emu.check import check_module
     from pkc.interp import random_inputs

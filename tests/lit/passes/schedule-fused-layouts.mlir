@@ -4,8 +4,9 @@
 // columns: W chunks of [R, Nc] tiles, the producer loads B's columns chunk*Nc + n0 and the
 // epilogue stores / reduce-adds at the chunk's own n0 through the owner's [R, Nc] map;
 // row blocks: the producer's row is (m0 / Sc) * W*Sc + chunk*Sc + m0 % Sc (64-row tiles
-// where 128 do not divide Sc). A block layout whose tiles would cross a block stays on
-// the portable path, with a remark at the user's line. A bias between the matmul and the
+// where 128 do not divide Sc); where no tile divides Sc, each block is padded to whole
+// tiles and the owner's output is seen as [B, Sc, N] by 3-D peer maps, which clip a tile
+// at its block's end (the tile's block is the third coordinate of each store / add). A bias between the matmul and the
 // scatter: the kernel takes it ([N]) and the scale 1.0 (a graph-level constant), and each
 // tile's accumulator gets pks.acc_scale before its pieces are stored / reduce-added.
 // RUN: pkc-opt -p 'default{force=true},schedule-fused,dce' %s | FileCheck %s
@@ -65,9 +66,20 @@ func.func @seq_odd(%a: tensor<200x24xbf16>, %w: tensor<24x16xbf16>) -> tensor<2x
   func.return %o : tensor<2x50x16xbf16>
 }
 
-// REM: schedule-fused-layouts.mlir:16:3: remark: {{.*}}scheduled GEMM + reduce-scatter of column blocks (scatter_dim 1) W=2 150x272x24 bf16: {{.*}}rank p owns columns [p*136, (p+1)*136) of the 150x272 product; 2 chunks of 4 tiles
-// REM: schedule-fused-layouts.mlir:44:3: remark: {{.*}}scheduled GEMM + reduce-scatter of row blocks of 2 batch blocks (3-D dim 1, Shard(1)) W=2 256x16x24 bf16: 64x128{{.*}}rank p owns rows [p*64, (p+1)*64) of each of the 2 blocks of 128 rows
-// REM: schedule-fused-layouts.mlir:64:3: remark: {{.*}}fused kernel left unscheduled: mm_reduce_scatter of row blocks of 2 batch blocks (3-D dim 1, Shard(1)): each block's 50 rows per rank are not a multiple of the tile's 128 rows (or 64)
+// CHECK-LABEL: func.func @seq_odd
+// CHECK:       pk.kernel "matmul_reduce_scatter"(%a, %w)
+// CHECK-NEXT:  ^bb0(%{{[0-9]+}}: !pk.buffer<200x24xbf16>, %{{[0-9]+}}: !pk.buffer<24x16xbf16>, %[[C:[0-9]+]]: !pk.buffer<100x16xbf16, symmetric>):
+// CHECK:         "pks.peer_tmap"(%[[C]]) {peer = #builtin.int<0>, dims = [#builtin.int<2>, #builtin.int<50>, #builtin.int<16>]} : (!pk.buffer<100x16xbf16, symmetric>) -> !pks.tmap<bf16, 64x64x1, swizzle 128>
+// the tile space pads each block to 128 rows: the tile's block and row inside it
+// CHECK:         "pks.chunk_tile_loop"
+// CHECK-NEXT:    ^bb0(%[[M0:[0-9]+]]: i32,
+// CHECK-NEXT:      %[[P:[0-9]+]] = arith.constant 128 : i32
+// CHECK-NEXT:      %[[B:[0-9]+]] = arith.divui %[[M0]], %[[P]] : i32
+// CHECK:         "pks.tma_store_or_add"(%{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}) {{.*}} : (!pks.smem<{{.*}}>, i32, !pks.tmap<bf16, 64x64x1, swizzle 128>, i32, i32, i32, i1) -> ()
+
+// REM: schedule-fused-layouts.mlir:17:3: remark: {{.*}}scheduled GEMM + reduce-scatter of column blocks (scatter_dim 1) W=2 150x272x24 bf16: {{.*}}rank p owns columns [p*136, (p+1)*136) of the 150x272 product; 2 chunks of 4 tiles
+// REM: schedule-fused-layouts.mlir:45:3: remark: {{.*}}scheduled GEMM + reduce-scatter of row blocks of 2 batch blocks (3-D dim 1, Shard(1)) W=2 256x16x24 bf16: 64x128{{.*}}rank p owns rows [p*64, (p+1)*64) of each of the 2 blocks of 128 rows
+// REM: schedule-fused-layouts.mlir:65:3: remark: {{.*}}scheduled GEMM + reduce-scatter of row blocks of 2 batch blocks (3-D dim 1, Shard(1)) W=2 200x16x24 bf16: {{.*}}rank p owns rows [p*50, (p+1)*50) of each of the 2 blocks of 100 rows (each block padded to 128 rows of tiles; the owner's output seen as [2, 50, 16] clips a tile at its block's end)
 
 func.func @bias_rows(%a: tensor<74x24xbf16>, %w: tensor<24x40xbf16>, %bias: tensor<40xbf16>) -> tensor<37x40xbf16> {
   %c = pk.matmul %a, %w : (tensor<74x24xbf16>, tensor<24x40xbf16>) -> tensor<74x40xbf16>
@@ -84,4 +96,4 @@ func.func @bias_rows(%a: tensor<74x24xbf16>, %w: tensor<24x40xbf16>, %bias: tens
 // CHECK:         "pks.acc_scale"(%[[ACC:[0-9]+]], %[[S]], %[[S]], %[[BV]],
 // CHECK:         "pks.acc_store_smem"(%[[ACC]],
 // CHECK:         "pks.tma_store_or_add"
-// REM: schedule-fused-layouts.mlir:75:3: remark: {{.*}}scheduled GEMM + reduce-scatter of row chunks with a bias W=2 74x40x24 bf16: {{.*}}every rank adds its bias to each f32 product tile before it travels
+// REM: schedule-fused-layouts.mlir:87:3: remark: {{.*}}scheduled GEMM + reduce-scatter of row chunks with a bias W=2 74x40x24 bf16: {{.*}}every rank adds its bias to each f32 product tile before it travels
