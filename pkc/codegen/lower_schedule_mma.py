@@ -155,15 +155,15 @@ def _bias_value(L: "Lowering", buf, index, bound):
     """``bias[index]`` widened to f32 where ``index < bound`` (0.0 elsewhere)."""
     b = L.b
     et = buf.type.element_type
-    kind = ("bf16" if isinstance(et, BFloat16Type) else "f16" if isinstance(et, Float16Type)
+    ptype = ("bf16" if isinstance(et, BFloat16Type) else "f16" if isinstance(et, Float16Type)
             else "f32")
-    addr = b.add64(L.v(buf), b.bin("mul.wide", "u32", index, b.u32(4 if kind == "f32" else 2),
+    addr = b.add64(L.v(buf), b.bin("mul.wide", "u32", index, b.u32(4 if ptype == "f32" else 2),
                                    "b64"))
     guard = b.setp("lt", "u32", index, bound)
-    if kind == "f32":
+    if ptype == "f32":
         return b.ld("global", "f32", addr, cache="nc", guard=guard, other=b.imm(0.0, "f32"))
     raw = b.ld("global", "b16", addr, cache="nc", guard=guard, other=b.imm(0, "b16"))
-    return b.cvt("f32", kind, raw)
+    return b.cvt("f32", ptype, raw)
 
 
 def lower_acc_scale(L: "Lowering", op) -> None:
