@@ -67,6 +67,7 @@ def test_fixed_order_column_kernel_is_repeatable():
 PROGRAMS = {  # name: (W, graph-level IR) through default{force=true},schedule, executed
     "cols W=2": (2, ("rs", 2, (333,), 1, 272, 136)),
     "blocks-3d W=3": (3, ("rs", 3, (2, 3 * 128), 1, 200, 72)),
+    "blocks-odd W=2": (2, ("rs", 2, (2, 2 * 101), 1, 200, 72)),
     "bias rows W=3": (3, ("bias", 3, (3 * 117,), 0, 264, 136)),
     "bias cols-3d W=2": (2, ("bias", 2, (3, 101), 2, 272, 136)),
 }
