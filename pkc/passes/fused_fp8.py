@@ -4,7 +4,8 @@ the scheduled fp8 GEMM, and their operands as that GEMM reads them.
 Not a pass: :mod:`pkc.passes.schedule_fused` calls these for kernels whose ``pk.fusion``
 says ``scaled`` (built by overlap from ``pk.scaled_matmul``, arguments ``A, B, SA, SB``
 then the output: :mod:`pkc.passes.patterns_scaled`). Scheduled so far: GEMM +
-reduce-scatter of row chunks on sm_90a, every W up to ``RS_MAX_WORLD`` as the persistent
+reduce-scatter of row chunks on sm_90a (wgmma) and sm_100a (the tensor-memory GEMM,
+tcgen05 kind::f8f6f4), every W up to ``RS_MAX_WORLD`` as the persistent
 kernel that reduce-adds into the symmetric output (at W = 2 too: the fresh-output variant
 of bf16 has no scaled form yet), bf16 / f16 results. Each rank's partial tile is scaled
 by its own scales (tensor-wise, or A's row scales of the chunk's rows and B's column
@@ -30,7 +31,7 @@ _FP8 = {Float8E4M3FNType: "e4m3", Float8E5M2Type: "e5m2"}
 def why_not_scaled(kop: k.KernelOp, pattern: Pattern | None, target: str) -> str | None:
     """Why the fused scaled kernel ``kop`` gets no scheduled fp8 GEMM (None: it gets one)."""
     arch = get_target(target).sm_arch
-    if arch != "sm_90a":
+    if arch not in ("sm_90a", "sm_100a"):
         return f"no fp8 fused GEMM schedule for {arch} yet (the portable lowering runs it)"
     if pattern is not Pattern.MM_REDUCE_SCATTER:
         return f"pattern {pattern}: only GEMM + reduce-scatter is scheduled for fp8 so far"

@@ -123,10 +123,8 @@ def build_fused_gemm(body, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int
     """The fused kernel's GEMM with ``parts``: the tensor-memory arrangement (mma and
     epilogue roles, :func:`pkc.passes.gemm_schedule_tmem.build_gemm_tmem`) for a config
     of :func:`fused_config` for sm_100a, else the wgmma one (producer and consumers)."""
-    if isinstance(cfg, TmemView):
-        if scales is not None:
-            raise ValueError("build_fused_gemm: no scaled (fp8) tensor-memory GEMM yet")
-        return build_gemm_tmem(body, A, B, C, M, N, K, cfg, parts)
+    if isinstance(cfg, TmemView):      # fp8 (scales): tcgen05 kind::f8f6f4, scaled pieces
+        return build_gemm_tmem(body, A, B, C, M, N, K, cfg, parts, scales)
     return build_gemm(body, A, B, C, M, N, K, cfg, parts, scales=scales)
 
 

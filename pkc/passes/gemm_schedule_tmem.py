@@ -76,9 +76,11 @@ def tmem_tmap_types(cfg: TmemGemmConfig, b_rows: int | None = None) -> tuple[s.T
 
 # fp8: the epilogue holds a piece's column scales and bias in registers beside the
 # accumulator's (at the launch's 168 per thread, ptxas spilled 8-24 bytes); the MMA
-# warpgroup (one issuing thread) gives registers back so that the epilogue may take them
-# (40 + 40 + 232 of 512 per SM's 128-thread slice: within the register file)
-MMA_REGS_FP8, EPILOGUE_REGS_FP8 = 40, 232
+# warpgroup (one issuing thread) gives registers back so that the epilogue may take them:
+# 80 (a fused kernel keeps its epoch live across the roles: at 40 it spilled 4 bytes),
+# so producer (40, or 168 in a fused kernel) + 80 + 232 <= 512 per thread of a warpgroup
+# slice of the register file, as setmaxnreg.inc needs
+MMA_REGS_FP8, EPILOGUE_REGS_FP8 = 80, 232
 
 
 def build_gemm_tmem(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int, K: int,
@@ -169,6 +171,11 @@ class TmemView(_ProducerView):
     @property
     def wg_m(self) -> int:
         return self.cfg.bm
+
+    def with_(self, **kw) -> "TmemView":
+        """The view of ``cfg.with_(**kw)`` (a fused kernel sets its fp8 operand types on the
+        tile it was given; the builder keys the arrangement on the view)."""
+        return type(self)(self.cfg.with_(**kw))
 
     @property
     def epi_buf_bytes(self) -> int:

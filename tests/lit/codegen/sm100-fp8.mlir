@@ -24,7 +24,7 @@ func.func @smm(%a: tensor<200x160xf8E4M3FN>, %b: tensor<96x160xf8E5M2>, %sa: ten
 // CHECK:       kind = "producer"
 // CHECK:         "pks.mma_async"{{.*}}{dtype = "e4m3", b_major = "k", b_dtype = "e5m2"}
 // CHECK-NEXT:    "pks.mma_commit_arrive"
-// CHECK:       kind = "mma", first = #builtin.int<1>, warpgroups = #builtin.int<1>, regs = #builtin.int<40>, single_thread
+// CHECK:       kind = "mma", first = #builtin.int<1>, warpgroups = #builtin.int<1>, regs = #builtin.int<80>, single_thread
 // CHECK:         "pks.acc_scale"({{.*}}) {{.*}} {piece = array<i64: 0, 0, 64>}
 // CHECK-NEXT:    "pks.acc_store_smem"
 // CHECK:         "pks.acc_scale"({{.*}}) {{.*}} {piece = array<i64: 1, 0, 64>}
