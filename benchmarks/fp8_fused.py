@@ -9,7 +9,7 @@ fused kernel's cost over the plain fp8 GEMM is its epilogue's own), in one run.
 Per case: random fp8 A [M, K], B^T [N, K], f32 scales; the fused kernel's output against
 torch._scaled_mm (cuBLASLt); then three launchers timed in alternation (benchmarks/timing.py
 ``rotated`` / ``paired``): the fused kernel, pkc's fp8 GEMM alone (schedule-matmul's kernel
-of the same product), torch._scaled_mm. ``fused_over_gemm`` (<= 1.05 is the goal) and
+of the same product), torch._scaled_mm (use_fast_accum=True, the same accumulation). ``fused_over_gemm`` (<= 1.05 is the goal) and
 ``fused_over_torch``. JSON under DIR, a table last.
 """
 
@@ -94,7 +94,7 @@ def run_case(name, W, M, N, K, row, rounds: int) -> dict:
     gemm = ScheduledKernel(gck.ptx, gck.meta)
     c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     fns = [lambda: fused.run([a], [w], [sa], [sb]), lambda: gemm([a, w, sa, sb, c]),
-           lambda: torch_scaled_mm(a, w, sa, sb)]
+           lambda: torch_scaled_mm(a, w, sa, sb, fast=True)]
     for _ in range(3):
         for f in fns:
             f()

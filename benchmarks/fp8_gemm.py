@@ -9,7 +9,8 @@ kernel reads B^T [N, K]), f32 scales (tensor-wise or row-wise), bf16 output NaN-
 the kernel's output against torch._scaled_mm's (max abs difference relative to the output
 scale; bitwise-equal fraction); then both timed in alternation (benchmarks/timing.py
 ``rotated`` / ``paired``, medians and the median of paired ratios torch / pkc: > 1 means
-pkc is faster). Cases with a named tile variant measure the tuning table's other tiles on
+pkc is faster), torch both with its default (cuBLASLt promotes partial sums) and with
+use_fast_accum=True (no promotion: what the wgmma kernel does). Cases with a named tile variant measure the tuning table's other tiles on
 fp8. The table is printed last; JSON under DIR.
 """
 
@@ -101,14 +102,17 @@ def fp8_inputs(M, N, K, row, ta="e4m3", tb="e4m3", bias=False, device="cuda", se
     return a, w, sa, sb, bv
 
 
-def torch_scaled_mm(a, w, sa, sb, bias=None, out=None):
+def torch_scaled_mm(a, w, sa, sb, bias=None, out=None, fast=False):
+    """torch._scaled_mm(a, w.t(), ...) -> bf16; ``fast``: use_fast_accum=True (no promotion
+    of partial sums: what the wgmma kernel does)."""
     import torch
 
     s = (lambda x: x.reshape(())) if sa.numel() == 1 else (lambda x: x)
+    kw = {"use_fast_accum": True} if fast else {}
     if out is None:
-        return torch._scaled_mm(a, w.t(), s(sa), s(sb), bias=bias, out_dtype=torch.bfloat16)
+        return torch._scaled_mm(a, w.t(), s(sa), s(sb), bias=bias, out_dtype=torch.bfloat16, **kw)
     return torch._scaled_mm(a, w.t(), s(sa), s(sb), bias=bias, out_dtype=torch.bfloat16,
-                            out=out)
+                            out=out, **kw)
 
 
 def run_case(name, M, N, K, row, variant, ta, tb, rounds: int) -> dict:
@@ -143,16 +147,21 @@ def run_case(name, M, N, K, row, variant, ta, tb, rounds: int) -> dict:
     out = torch.empty_like(c)
     try:                # torch's out= variant (no allocation per call), where it has one
         torch_scaled_mm(a, w, sa, sb, out=out)
-        tfn = lambda: torch_scaled_mm(a, w, sa, sb, out=out)  # noqa: E731
+        use_out = True
     except (TypeError, RuntimeError):
-        tfn = lambda: torch_scaled_mm(a, w, sa, sb)  # noqa: E731
-    fns = [lambda: k([a, w, sa, sb, out]), tfn]
+        use_out = False
+
+    def tfn(fast):
+        o = out if use_out else None
+        return lambda: torch_scaled_mm(a, w, sa, sb, out=o, fast=fast)
+    fns = [lambda: k([a, w, sa, sb, out]), tfn(False), tfn(True)]
     for _ in range(3):
         for f in fns:
             f()
-    t = paired(rotated(fns, rounds), ["pkc", "torch"])
+    t = paired(rotated(fns, rounds), ["pkc", "torch", "torch_fast"])
     flop = 2 * M * N * K
-    row_.update(t, tflops_pkc=flop / t["us_pkc"] / 1e6, tflops_torch=flop / t["us_torch"] / 1e6)
+    row_.update(t, tflops_pkc=flop / t["us_pkc"] / 1e6, tflops_torch=flop / t["us_torch"] / 1e6,
+                tflops_torch_fast=flop / t["us_torch_fast"] / 1e6)
     return row_
 
 
@@ -178,14 +187,15 @@ def main() -> None:
         with open(os.path.join(args.out, "fp8_gemm.json"), "w") as f:
             json.dump(rows, f, indent=1)
     print(f"\n{'case':22} {'variant':15} {'tile':12} {'ok':5} {'pkc us':>8} {'torch us':>8} "
-          f"{'torch/pkc':>9} {'pkc TF/s':>8} {'torch TF/s':>10}")
+          f"{'torch/pkc':>9} {'fast/pkc':>8} {'pkc TF/s':>8} {'torch TF/s':>10}")
     for r in rows:
         if "error" in r:
             print(f"{r['case']:22} {r['variant']:15} ERROR {r['error'][:90]}")
             continue
         print(f"{r['case']:22} {r['variant']:15} {r['tile']:12} {str(r['correct']):5} "
               f"{r.get('us_pkc', 0):8.1f} {r.get('us_torch', 0):8.1f} "
-              f"{r.get('torch_over_pkc', 0):9.3f} {r.get('tflops_pkc', 0):8.1f} "
+              f"{r.get('torch_over_pkc', 0):9.3f} {r.get('torch_fast_over_pkc', 0):8.3f} "
+              f"{r.get('tflops_pkc', 0):8.1f} "
               f"{r.get('tflops_torch', 0):10.1f}")
 
 

@@ -260,6 +260,9 @@ def _schedule_scaled(op: ScaledMatmulOp, num_sms: int, variant: str) -> None:
     scales = "/".join("row-wise" if r else "tensor-wise" for r in row)
     add_remark(kop, f"scheduled fp8 GEMM {M}x{N}x{K} {types[0]} x {types[1]} -> {out}: "
                f"{cfg.tag()} ({tiles} tiles over {num_sms} SMs; {scales} scales"
-               f"{', bias' if op.bias is not None else ''} in the epilogue; B read as {how})")
+               f"{', bias' if op.bias is not None else ''} in the epilogue; B read as {how}"
+               + ("" if op.fast_accum is not None else
+                  "; sums stay in the wgmma accumulator (torch's use_fast_accum=True; "
+                  "cuBLASLt's default promotes partial sums: more exact on long K)") + ")")
     kop.location = op.location
     Rewriter.replace_op(op, kop)
