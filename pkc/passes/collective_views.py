@@ -5,6 +5,9 @@ Matches (W = the collective's world):
   reduce_scatter(reshape(x), dim 0)   -> reshape(reduce_scatter(x, dim 0))  if x.shape[0] % W == 0
   reshape(all_gather(x, dim 0))       -> all_gather(reshape(x), dim 0)      if out.shape[0] % W == 0
                                          (equal reshapes of one gather share one new gather)
+  a gather along dim d whose leading dims are all 1 (``[1, S/W, H]`` along dim 1: DTensor
+  ``Shard(1)`` with one sequence) counts as one along dim 0: every shard is one
+  contiguous block of the gathered tensor, as in a dim-0 gather
 
 Why: torch's 3-d nn.Linear imports as matmul on a 2-d view followed by a reshape back, so
 the collective that consumes the linear sees a reshape, not the matmul, and overlap finds
@@ -72,8 +75,9 @@ class _ReshapeBeforeAllGather(RewritePattern):
         gather = op.input.owner
         out = op.result.type
         w = gather.world_size
-        if gather.dim.value.data != 0 or out.get_shape()[0] % w:
-            return
+        lead = gather.input.type.get_shape()[:gather.dim.value.data]
+        if any(d != 1 for d in lead) or out.get_shape()[0] % w:
+            return      # (dims before the gathered one all 1: contiguous shards, as dim 0)
         earlier = self.made.get((id(gather), out))
         if earlier is not None and _before(earlier, op):
             rewriter.replace_op(op, [], [earlier.result])

@@ -404,9 +404,9 @@ def gather_near_miss(ag: g.AllGatherOp) -> str | None:
             continue
         if any(isinstance(u.operation, (g.MatmulOp, ScaledMatmulOp)) and u.index == 0
                for u in view.result.uses):
-            if d == 0:
-                return None  # collective-views moves this reshape before the gather
             blocks = math.prod(shape[:d])
+            if blocks == 1:
+                return None  # collective-views moves this reshape before the gather
             return (f"gather along dim {d} of {list(shape)}: every rank's shard is {blocks} "
                     "separate blocks of the matmul's rows, and the fused kernel gathers one "
                     "contiguous block of rows per rank (dim 0)")

@@ -322,3 +322,28 @@ def test_launch_metadata_lists_the_bias_kernels_input_types():
     assert back.fused.shapes[:4] == [[74, 24], [24, 40], [40], [1]]
     plain = compile_kernel(_kop(scheduled(rs_text(2, (37,), 1, 48, 24))), "sm_90a").meta
     assert plain.fused.dtypes == []
+
+
+# ----------------------------------------------------------------------------------------
+# Shard(1) gathers: [1, S/W, H] along dim 1 (one sequence) is a row gather (contiguous
+# shards): collective-views moves the 2-d view before it, overlap fuses it, schedule-fused
+# builds the all-gather + GEMM
+
+
+@pytest.mark.parametrize("W", [2, 3, 4, 8])
+def test_shard1_gather_of_one_sequence_is_fused_and_scheduled(W):
+    Sc, H, N = 13, 24, 40
+    s, g = f"tensor<1x{Sc}x{H}xbf16>", f"tensor<1x{W * Sc}x{H}xbf16>"
+    v, y = f"tensor<{W * Sc}x{H}xbf16>", f"tensor<{W * Sc}x{N}xbf16>"
+    text = f"""func.func @main(%x: {s}, %w: tensor<{H}x{N}xbf16>) -> {y} {{
+  %g = pk.all_gather %x {{dim = 1 : i64, world = {W} : i64}} : {s} -> {g}
+  %v = pk.reshape %g : {g} -> {v}
+  %y = pk.matmul %v, %w : ({v}, tensor<{H}x{N}xbf16>) -> {y}
+  func.return %y : {y}
+}}
+"""
+    m = scheduled(text)
+    assert [o.kernel_name.data for o in kernels_of(m)] == ["all_gather_matmul"]
+    assert _kop(m).schedule() is not None
+    check_transform(lambda w: parse_module(text), "default{force=true},schedule-fused,dce",
+                    world_sizes=(W,), seeds=(W,), tolerance={torch.bfloat16: (2e-2, 1 / 8)})
