@@ -70,7 +70,19 @@ PROGRAMS = {  # name: (W, graph-level IR) through default{force=true},schedule, 
     "blocks-odd W=2": (2, ("rs", 2, (2, 2 * 101), 1, 200, 72)),
     "bias rows W=3": (3, ("bias", 3, (3 * 117,), 0, 264, 136)),
     "bias cols-3d W=2": (2, ("bias", 2, (3, 101), 2, 272, 136)),
+    "shard1 gather W=2": (2, ("shard1", 2, 133, 264, 136)),
 }
+
+
+def _shard1_text(W, Sc, H, N):
+    """all_gather of [1, Sc, H] along dim 1 (one sequence), its 2-d view, a matmul."""
+    s, g = f"tensor<1x{Sc}x{H}xbf16>", f"tensor<1x{W * Sc}x{H}xbf16>"
+    v, y = f"tensor<{W * Sc}x{H}xbf16>", f"tensor<{W * Sc}x{N}xbf16>"
+    return (f"func.func @main(%x: {s}, %w: tensor<{H}x{N}xbf16>) -> {y} {{\n"
+            f"  %g = pk.all_gather %x {{dim = 1 : i64, world = {W} : i64}} : {s} -> {g}\n"
+            f"  %v = pk.reshape %g : {g} -> {v}\n"
+            f"  %y = pk.matmul %v, %w : ({v}, tensor<{H}x{N}xbf16>) -> {y}\n"
+            f"  func.return %y : {y}\n}}\n")
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))
@@ -84,6 +96,7 @@ def test_compiled_program_runs_the_scheduled_layout(name):
     from tests.gpu.test_gpu_scheduled_program import _run
 
     W, (kind, *args) = PROGRAMS[name]
-    text = bias_text(*args) if kind == "bias" else rs_text(*args, "kn")
+    text = (bias_text(*args) if kind == "bias" else _shard1_text(*args) if kind == "shard1"
+            else rs_text(*args, "kn"))
     report = _run(text, W)
     assert any("scheduled kernel" in line for line in report), report
