@@ -17,6 +17,7 @@ A failure names file:line and the import.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,8 +73,11 @@ def _imports_of(path: Path, root: Path = ROOT) -> list[Import]:
     return [i for i in out if i.target == "pkc" or i.target.startswith("pkc.")]
 
 
-def _all_imports() -> list[Import]:
-    return [i for p in sorted(PKG.rglob("*.py")) for i in _imports_of(p, ROOT)]
+@functools.cache
+def _all_imports() -> tuple[Import, ...]:
+    # Read once per process: four tests filter the same scan (~2.6 s of CPU each before);
+    # the sources do not change during a test run.
+    return tuple(i for p in sorted(PKG.rglob("*.py")) for i in _imports_of(p, ROOT))
 
 
 def _units() -> set[str]:
