@@ -6,7 +6,8 @@
 - the Executable launches a sub-group kernel once per group over that group's view
   (fake launchers: no GPU), program ranks mapped to group ranks and back, compiled once;
 - under torch.distributed, this rank's group's process group is the device mesh's (fake
-  process group), or made; what cannot run is an error naming op and groups;
+  process group), or made; what cannot run is an error naming op and groups; the
+  Executable runs this rank's group over a runner of that process group (fake runner);
 - the schedule pipeline keeps every kernel's groups (the GEMM + all-reduce pair too), the
   kernels are compiled for one group's size;
 - the emulator runs each group's kernel (bitwise equal to the interpreter; the MoE kernel
@@ -431,3 +432,47 @@ def test_moe_kernel_per_group_in_the_emulator() -> None:
     assert kop.schedule() is not None and rank_groups(kop) == tp_groups(4, 2)
     res = check_module(m, random_inputs(m, 4, 0, func="moe"), 4, func_name="moe")
     assert res.ok and res.kernels[0].exact, (str(res.difference), res.kernels)
+
+
+class FakeRunner:
+    """Stands for :class:`pkc.runtime.symm.DistributedRunner` over a process group (no GPU):
+    its rank is this process's rank in the group, its peers that group's."""
+
+    made: list = []
+
+    def __init__(self, group=None, device_index=None):
+        import torch.distributed as dist
+
+        self.group, self.rank, self.world = group, dist.get_rank(group), dist.get_world_size(group)
+        self.peers = type("GroupDistPeers", (), {"world": self.world, "ranks": [self.rank],
+                                                 "device": torch.device("cpu"), "group": group})()
+        FakeRunner.made.append(self)
+
+
+def test_executable_under_torch_distributed_runs_this_ranks_group(fake_step, monkeypatch) -> None:
+    """Rank 3 of a 2x2 mesh under torch.distributed (fake PG; fake runner and launcher): the
+    kernel runs over a runner of the mesh's TP group [2, 3] as its rank 1; the result comes
+    back under program rank 3; a second kernel of the same groups shares that runner."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import pkc.runtime.symm as symm
+
+    FakeRunner.made = []
+    monkeypatch.setattr(symm, "DistributedRunner", FakeRunner)
+    monkeypatch.setattr(G, "_DIST", {})
+    a, t = attr(tp_groups(4, 2)), "tensor<64x64xbf16>"
+    two = f"""func.func @main(%x: {t}) -> {t} {{
+  %y = pk.all_reduce %x {{reduce = "sum", world = 2 : i64, {a}}} : {t} -> {t}
+  %z = pk.all_reduce %y {{reduce = "sum", world = 2 : i64, {a}}} : {t} -> {t}
+  func.return %z : {t}
+}}"""
+    with fake_process_group(4, rank=3):
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        world = type("WorldPeers", (), {"world": 4, "ranks": [3], "device": torch.device("cpu"),
+                                        "raise_timeouts": lambda self: None})()
+        ex = Executable(scheduled(two), world, None, target="sm_90a", distributed=True)
+        assert len(FakeRunner.made) == 1 and FakeRunner.made[0].group is mesh.get_group("tp")
+        assert [s.peers.ranks for s in fake_step.made] == [[1], [1]]
+        assert all(s.peers.group is mesh.get_group("tp") for s in fake_step.made)
+        out = ex.run({3: [torch.full((64, 64), 2.0).bfloat16()]})
+        assert list(out) == [3] and out[3][0].float().unique().tolist() == [2.0]
