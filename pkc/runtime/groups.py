@@ -182,11 +182,9 @@ def process_group_of(op, groups: list[list[int]]):
     for pg, ranks in _world.pg_group_ranks.items():
         if sorted(ranks) == mine:
             return pg, list(mine)
-    key = ("made", tuple(map(tuple, groups)))
-    if key not in _DIST:
-        own, _all = dist.new_subgroups_by_enumeration(groups)
-        _DIST[key] = (own,)
-    return _DIST[key][0], list(mine)
+    # none yet: make every group's (collective over all ranks); the next lookup finds it
+    own, _all = dist.new_subgroups_by_enumeration(groups)
+    return own, list(mine)
 
 
 def distributed_group(op, groups: list[list[int]], device: torch.device):
@@ -196,7 +194,7 @@ def distributed_group(op, groups: list[list[int]], device: torch.device):
     from pkc.runtime.symm import DistributedRunner
 
     pg, members = process_group_of(op, groups)
-    key = ("runner", tuple(members), device.index)
+    key = ("runner", pg, device.index)      # the process group itself: a new one, a new runner
     if key not in _DIST:
         _DIST[key] = (DistributedRunner(pg, device.index),)
     runner = _DIST[key][0]
