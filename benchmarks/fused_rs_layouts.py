@@ -151,6 +151,7 @@ def main() -> None:
     ap.add_argument("--out", default="out/fused_rs_layouts")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--only", default="", help="run the cases whose name contains this")
     args = ap.parse_args()
     if args.list:
         for c in CASES:
@@ -160,7 +161,7 @@ def main() -> None:
 
     os.makedirs(args.out, exist_ok=True)
     rows, worlds = [], {}
-    for c in CASES:
+    for c in [c for c in CASES if args.only in c[0]]:
         try:
             W = c[1]
             peers = worlds.get(W) or worlds.setdefault(W, VirtualPeers(W))

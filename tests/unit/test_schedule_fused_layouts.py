@@ -347,3 +347,16 @@ def test_shard1_gather_of_one_sequence_is_fused_and_scheduled(W):
     assert _kop(m).schedule() is not None
     check_transform(lambda w: parse_module(text), "default{force=true},schedule-fused,dce",
                     world_sizes=(W,), seeds=(W,), tolerance={torch.bfloat16: (2e-2, 1 / 8)})
+
+
+@pytest.mark.parametrize("text", [rs_text(1, (150,), 1, 272, 24, "kn"),
+                                  rs_text(1, (2, 100), 1, 24, 16, "kn")], ids=["cols", "blocks-odd"])
+def test_one_rank_kernel_is_the_plain_gemm_without_epoch(text):
+    """W = 1: no peer reads a signal, so the column and 3-D block kernels read and publish
+    no epoch (as the row kernel at W = 1), and still compute the product."""
+    from pkc.dialects import schedule_comm as c
+
+    kop = _kop(scheduled(text))
+    assert not any(isinstance(o, (c.EpochOp, c.EpochPublishOp)) for o in kop.walk())
+    check_transform(lambda w: kernel_level(text), "schedule-fused,dce", world_sizes=(1,),
+                    seeds=(1,), tolerance={torch.bfloat16: (2e-2, 1 / 16)})
