@@ -156,6 +156,53 @@ def cases() -> list[Case]:
              {"Mc": 33, "N": 40, "K": 72, "layout": "kn"}, tolerance=3 * 2 ** -7,
              reason=REDUCE_ADD_WHY),
     ]
+    return out + new_kinds()
+
+
+# The kinds added in session 10 (prefix ``new_``): the scheduled fp8 GEMM (e4m3 / e5m2,
+# tensor-wise / row-wise scales, bias), the fused fp8 GEMM + reduce-scatter, and the
+# GEMM + reduce-scatter layouts (columns, row blocks of a 3-D result, a bias in the
+# epilogue). W = 1 and 2: every element's adds have one order (W = 2: the own partial is
+# stored before the one peer's is added, behind a wait), so bitwise is expected; the W = 3
+# column kernel is the fixed-order (deterministic=true, rank-ring) variant: one order too.
+NEW_FP8_GEMMS = [  # name, (M, N, K), row-wise, bias, A type, B type, variant
+    ("new_fp8_gemm_e4m3_tensor", (136, 144, 160), False, False, "e4m3", "e4m3", "128x128_s6_tma"),
+    ("new_fp8_gemm_e4m3_e5m2_row_bias", (72, 48, 96), True, True, "e4m3", "e5m2", ""),
+    ("new_fp8_gemm_e5m2_row", (130, 256, 128), True, False, "e5m2", "e5m2", "64x256_c1_s5"),
+]
+
+
+def new_kinds() -> list[Case]:
+    out = [Case(n, Family.GEMM, f"fp8 gemm {ta}x{tb} {'row' if row else 'tensor'}"
+                + (" +bias" if bias else ""), 1, dict(zip("MNK", s), row=row, bias=bias),
+                extra={"fp8": (s, row, bias, ta, tb), "variant": v})
+           for n, s, row, bias, ta, tb, v in NEW_FP8_GEMMS]
+
+    def rs(name, kind, W, ir, plan, opts=""):
+        return Case(name, Family.FUSED, kind, W, {"ir": ir[0], "args": list(ir[1:])},
+                    extra={"op": "rs", "ir": ir, "opts": opts, "plan": plan})
+    out += [
+        rs("new_fp8_rs_w1_row", "fp8 gemm+rs row", 1, ("fp8_rs", 1, 40, 48, 64, True),
+           {"fused_kind": "rs"}),
+        rs("new_fp8_rs_w2_tensor", "fp8 gemm+rs tensor", 2, ("fp8_rs", 2, 26, 32, 128, False),
+           {"fused_kind": "rs"}),
+        rs("new_rs_cols_w1", "gemm+rs columns", 1, ("rs", 1, (37,), 1, 24, 40, "nk"),
+           {"fused_kind": "rs", "scatter_dim": 1}),
+        rs("new_rs_cols_w2", "gemm+rs columns", 2, ("rs", 2, (37,), 1, 48, 24, "kn"),
+           {"fused_kind": "rs", "scatter_dim": 1}),
+        rs("new_rs_cols3d_w3_det", "gemm+rs columns 3-d rank-ring", 3,
+           ("rs", 3, (2, 35), 2, 72, 40, "nk"),
+           {"fused_kind": "rs", "scatter_dim": 1, "add_order": "rank-ring"},
+           "{deterministic=true}"),
+        rs("new_rs_blocks_w2", "gemm+rs row blocks 3-d", 2, ("rs", 2, (2, 128), 1, 24, 16, "kn"),
+           {"fused_kind": "rs", "scatter_dim": 0, "batches": 2}),
+        rs("new_rs_blocks_odd_w2", "gemm+rs row blocks 3-d maps", 2,
+           ("rs", 2, (3, 42), 1, 40, 24, "nk"), {"fused_kind": "rs", "scatter_dim": 0, "batches": 3}),
+        rs("new_rs_bias_rows_w2", "gemm+bias+rs rows", 2, ("bias", 2, (74,), 0, 40, 24),
+           {"fused_kind": "rs", "bias": True}),
+        rs("new_rs_bias_cols3d_w1", "gemm+bias+rs columns 3-d", 1, ("bias", 1, (3, 7), 2, 32, 24),
+           {"fused_kind": "rs", "bias": True}),
+    ]
     return out
 
 
@@ -198,6 +245,13 @@ def _gemm(c: Case) -> list:
     from pkc.ir import make_context, parse_module
 
     x = c.extra
+    if "fp8" in x:
+        from fp8_gemm import module_text as fp8_text
+
+        shape, row, bias, ta, tb = x["fp8"]
+        m = parse_module(fp8_text(*shape, row, bias, ta, tb), "fp8_gemm.mlir")
+        ScheduleMatmul(variant=x["variant"]).apply(make_context(), m)
+        return kernels_of(m)
     m = parse_module(module_text(*x["shape"], x["layout"]), "gemm.mlir")
     ScheduleMatmul(variant=x["variant"]).apply(make_context(), m)
     return kernels_of(m)
@@ -248,6 +302,9 @@ def _comm_kops(c: Case) -> list:
 
 def _fused_kops(c: Case) -> list:
     s = c.shapes
+    if c.family is Family.FUSED and "ir" in c.extra:
+        return _kernels(_new_fused_text(c.extra["ir"]),
+                        f"default{{force=true}},schedule-fused{c.extra['opts']},dce", "new.mlir")
     if c.family is Family.FUSED:
         from fused_ar_ir import module_text
 
@@ -269,6 +326,20 @@ def _fused_kops(c: Case) -> list:
 
     text = module_text("ar", c.W, c.W * s["Mc"], s["N"], s["K"], s["layout"])
     return _kernels(text, "default{force=true},schedule-fused,dce", "pair.mlir")
+
+
+def _new_fused_text(ir: tuple) -> str:
+    """The graph-level IR of a ``new_`` fused case: the unit tests' builders."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    kind, *args = ir
+    if kind == "fp8_rs":
+        from tests.unit.test_fp8_overlap import red_ir
+
+        return red_ir(*args, "bf16")
+    from tests.unit.test_schedule_fused_layouts import bias_text, rs_text
+
+    return bias_text(*args) if kind == "bias" else rs_text(*args)
 
 
 def build(c: Case) -> list:
@@ -307,6 +378,13 @@ def make_inputs(c: Case, kernels, seed: int) -> list[list[torch.Tensor]]:
     gen = torch.Generator().manual_seed(seed)
     xs = [[torch.randn(tuple(v.type.get_shape()), generator=gen).to(torch_dtype(v.type.element_type))
            for v in kop.inputs] for _ in range(c.W)]
+    if "fp8" in c.extra or c.extra.get("ir", ("",))[0] == "fp8_rs":   # scales in [0.5, 1.5)
+        for r in range(c.W):
+            for i in (2, 3):
+                xs[r][i] = torch.rand(xs[r][i].shape, generator=gen) + 0.5
+    if c.extra.get("ir", ("",))[0] == "bias":       # the graph's scale constant of the bias
+        for r in range(c.W):
+            xs[r][3] = torch.ones_like(xs[r][3])
     if c.family is Family.MOE:          # unequal loads: random rows per block, one full, one empty
         C, blocks = c.shapes["C"], c.W * c.shapes["E"]
         for r in range(c.W):
@@ -405,7 +483,9 @@ def launch_case(c: Case, kernels, x) -> list[list[torch.Tensor]]:
         from pkc.runtime.scheduled import ScheduledKernel
 
         k = ScheduledKernel(ck.ptx, ck.meta)
-        res = [_nan(v.type.get_shape(), xs[0][0].dtype) for v in kop.results]
+        from pkc.interp.values import torch_dtype
+
+        res = [_nan(v.type.get_shape(), torch_dtype(v.type.element_type)) for v in kop.results]
         k(xs[0] + res)
         torch.cuda.synchronize()
         return [[t.cpu() for t in res]]
@@ -455,7 +535,7 @@ def launch_case(c: Case, kernels, x) -> list[list[torch.Tensor]]:
     _KEEP.append(f)
     if len(f.fresh) > 1:
         raise RuntimeError(f"{c.name}: {len(f.fresh)} fresh outputs (one is supported)")
-    fresh = {r: [_nan(f.fz.shapes[i], f.tdt) for i in f.fresh] for r in range(W)}
+    fresh = {r: [_nan(f.fz.shapes[i], f._dt(i)) for i in f.fresh] for r in range(W)}
     ins = [[xs[r][i] for r in range(W)] for i in range(f.n_in)]
     if c.family is Family.AG_GEMM:
         f.run(*ins, outs={r: fresh[r][0] for r in range(W)})

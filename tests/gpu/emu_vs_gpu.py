@@ -6,14 +6,16 @@ bitwise.
     python tests/gpu/emu_vs_gpu.py run DIR OUT [--only PREFIX]   # on the GPU machine:
                                                   # compile, launch, compare with DIR's
                                                   # (merged into OUT's JSON)
-    python tests/gpu/emu_vs_gpu.py table OUT      # the table of OUT/emu_vs_gpu.json
+    python tests/gpu/emu_vs_gpu.py table OUT [--only PREFIX]  # OUT/emu_vs_gpu.json's table
     python tests/gpu/emu_vs_gpu.py list           # the cases
 
 The cases (tests/gpu/emu_cases.py): the IR-built GEMM tile variants, the portable path's
 kernels, the scheduled collectives (LL / one-shot / two-shot all-reduce, LL / direct
 all-gather and reduce-scatter, pull all-gather, all-to-all) in the virtual world, the
 fused GEMM + reduce-scatter / all-reduce (fresh and persistent outputs, W = 1, 2, 3),
-all-gather + GEMM, the GEMM + all-reduce pair at W = 3 and the MoE kernel.
+all-gather + GEMM, the GEMM + all-reduce pair at W = 3, the MoE kernel, and
+(``new_``) the scheduled fp8 GEMM, the fused fp8 GEMM + reduce-scatter and the
+GEMM + reduce-scatter layouts (columns, 3-D row blocks, bias).
 
 ``prepare`` writes, per case, the inputs, the emulator's outputs and the PTX's hash;
 ``run`` compiles the same IR again (the hash must match: the same kernel), launches it
@@ -143,12 +145,12 @@ def run(folder: Path, out: Path, only: str = "") -> None:
         report[c.name] = rec
         rep_path.write_text(json.dumps(report, indent=1))    # a later crash keeps this one
         print(c.name, json.dumps({k: v for k, v in rec.items() if k != "outputs"})[:400], flush=True)
-    table(report)
+    table(report, only)
 
 
-def table(report: dict) -> None:
+def table(report: dict, only: str = "") -> None:
     """One line per case (``case`` heads it); cases the report lacks (a crashed process)
-    are listed as not run."""
+    are listed as not run (of those ``only`` selects)."""
     print(f"\n{'case':26} {'kind':34} {'W':>1} {'bitwise':7} {'differ':>7} {'max diff':>9} "
           f"{'tol(abs)':>9} ok")
     for name, r in report.items():
@@ -159,7 +161,7 @@ def table(report: dict) -> None:
         ok = r["bitwise"] or r.get("within_tolerance", False)
         print(f"{name:26} {r['kind'][:34]:34} {r['W']} {str(r['bitwise']):7} {r['differing']:7} "
               f"{r['max_abs']:9.3g} {tol} {'yes' if ok else 'NO'}")
-    missing = [c.name for c in E.cases() if c.name not in report]
+    missing = [c.name for c in _selected(only) if c.name not in report]
     if missing:
         print(f"not run: {' '.join(missing)}")
     done = [r for r in report.values() if "error" not in r]
@@ -184,7 +186,7 @@ def main(argv=None) -> None:
     elif a.cmd == "run":
         run(Path(a.paths[0]), Path(a.paths[1]), a.only)
     else:
-        table(json.loads((Path(a.paths[0]) / "emu_vs_gpu.json").read_text()))
+        table(json.loads((Path(a.paths[0]) / "emu_vs_gpu.json").read_text()), a.only)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 # inputs, emulate; skipped when DIR already holds index.json), then compile again, launch
 # on the GPU and compare (tests/gpu/emu_vs_gpu.py). Logs and OUT/emu_vs_gpu/emu_vs_gpu.json
 # under $OUT; the table (case, kind, W, bitwise, differing, max diff, tolerance) last.
-# About 2 minutes: prepare ~45 s on one core, then 7 short GPU processes; at most ~6.
+# About 2 minutes: prepare ~45 s on one core, then 8 short GPU processes; at most ~6.
 #   run: bash tests/gpu/run_emu_vs_gpu.sh [DIR]
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 || exit 1
 set -u
@@ -21,7 +21,7 @@ if [ ! -f "$DIR/index.json" ]; then
 fi
 # one process per group (a CUDA fault in one cannot poison the next); results merged
 rm -f "$OUT/emu_vs_gpu/emu_vs_gpu.json"
-for g in gemm_ general_ comm_ fused_ ag_gemm_ moe_ pair_; do
+for g in gemm_ general_ comm_ fused_ ag_gemm_ moe_ pair_ new_; do
   left=$((deadline - $(date +%s))); [ "$left" -gt 60 ] && left=60
   if [ "$left" -lt 5 ]; then echo "run $g skipped: out of time"; continue; fi
   timeout -k 5 "$left" python3 tests/gpu/emu_vs_gpu.py run "$DIR" "$OUT/emu_vs_gpu" --only "$g" >> "$OUT/run.log" 2>&1

@@ -91,3 +91,30 @@ def test_moe_rows_past_the_counts_are_not_compared():
     # block (e, s=0): rank 0's tokens for expert e of rank 1 (counts[0][1*E + e]); own s=1 not
     assert op[:, 0].sum().item() == 0 + 5
     assert op[0 * W * C:0 * W * C + C, 0].sum() == 0 and op[(1 * W + 0) * C:(1 * W + 0) * C + 5, 0].all()
+
+
+def test_new_kinds_prepare_and_run_with_the_emulator_standing_in(tmp_path, monkeypatch, capsys):
+    """The ``new_`` group (the scheduled fp8 GEMM, the fused fp8 GEMM + RS, the RS
+    layouts): an fp8 GEMM with row-wise scales and bias (bf16 output from fp8 inputs) and a
+    3-D column kernel with a bias compile, emulate and go through ``run``; ``--only``
+    limits the table's "not run" list to the group."""
+    names = ("new_fp8_gemm_e4m3_e5m2_row_bias", "new_rs_bias_cols3d_w1")
+    group = [c.name for c in E.cases() if c.name.startswith("new_")]
+    assert len(group) >= 10 and set(names) <= set(group)
+    assert any("fp8 gemm+rs" in _case(n).kind for n in group)
+    for name in names:
+        emu_vs_gpu.main(["prepare", str(tmp_path), "--only", name])
+    saved = torch.load(tmp_path / f"{names[0]}.pt")
+    assert saved["inputs"][0][0].dtype == torch.float8_e4m3fn
+    assert saved["inputs"][0][1].dtype == torch.float8_e5m2
+    assert saved["emulated"][0][0].dtype == torch.bfloat16
+    assert (saved["inputs"][0][2] >= 0.5).all()         # row-wise scales, positive
+    monkeypatch.setattr(E, "launch_case", lambda c, kernels, x: E.emulate_case(c, kernels, x))
+    out = tmp_path / "out"
+    for name in names:
+        emu_vs_gpu.main(["run", str(tmp_path), str(out), "--only", name])
+    capsys.readouterr()
+    emu_vs_gpu.main(["table", str(out), "--only", "new_"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == f"2 bitwise, 0 within their tolerance, 0 differ, 0 errors, {len(group) - 2} not run"
+    assert lines[-2].startswith("not run: new_")
