@@ -117,4 +117,5 @@ def test_new_kinds_prepare_and_run_with_the_emulator_standing_in(tmp_path, monke
     emu_vs_gpu.main(["table", str(out), "--only", "new_"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == f"2 bitwise, 0 within their tolerance, 0 differ, 0 errors, {len(group) - 2} not run"
+    assert _case(names[0]).reason == E.FP8_WHY and _case(names[1]).tolerance is None
     assert lines[-2].startswith("not run: new_")
