@@ -168,8 +168,9 @@ def cases() -> list[Case]:
 # The fp8 kernels carry a tolerance all the same (the table still says whether they were
 # bitwise): the emulator's fp8 wgmma k32 step is a model fitted to the H200 (FP8_WHY).
 FP8_WHY = ("the emulator's fp8 wgmma k32 step (terms aligned 13 bits below the step's "
-           "largest, pkc/emu/ops_sm90.py ALIGN_FRACTION_BITS_FP8) is fitted to the H200, not proven: on "
-           "the fp8 probe 99.94% of bf16 outputs matched, the rest one bf16 step apart; "
+           "largest, pkc/emu/ops_sm90.py ALIGN_FRACTION_BITS_FP8) is fitted to the H200, "
+           "not proven: on the fp8 probe 99.94% of bf16 outputs matched, the rest one bf16 "
+           "step apart; "
            "accepted: one bf16 step (2^-7) of the largest |result| per rank's partial")
 NEW_FP8_GEMMS = [  # name, (M, N, K), row-wise, bias, A type, B type, variant
     ("new_fp8_gemm_e4m3_tensor", (136, 144, 160), False, False, "e4m3", "e4m3", "128x128_s6_tma"),
