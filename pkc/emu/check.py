@@ -82,7 +82,7 @@ def compare(kernel: str, i: int, rank: int, emu: torch.Tensor, ref: torch.Tensor
     e, r = emu.double(), ref.double()
     nan_e, nan_r = torch.isnan(e), torch.isnan(r)
     equal = (e == r) | (nan_e & nan_r)
-    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[emu.element_size()]
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[emu.element_size()]
     same_bits = emu.contiguous().view(ints) == ref.contiguous().view(ints)
     bitwise = bool((same_bits | (nan_e & nan_r)).all())
     diff = torch.where(equal, torch.zeros_like(e), (e - r).abs())

@@ -50,7 +50,7 @@ from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_clc import ClcKind, static_words
 from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
-from pkc.passes.gemm_schedule import Epi, GemmParts, _for, _Ops, _tma_epilogue
+from pkc.passes.gemm_schedule import Epi, GemmParts, Scales, _for, _Ops, _tma_epilogue
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle
 from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind, ag_put_ctas
@@ -85,7 +85,7 @@ class AgParts(GemmParts):
     def a_map(self, top: _Ops, A: SSAValue, ta_t) -> SSAValue:
         if self.W == 1:
             return super().a_map(top, A, ta_t)
-        t3 = s.TmapType(self.cfg.dtype, [*ta_t.box_dims, 1], ta_t.swizzle.data)
+        t3 = s.TmapType(self.cfg.in_types[0], [*ta_t.box_dims, 1], ta_t.swizzle.data)
         self.tA = top.add(ag.TmapViewOp(A, [1, self.mc, self.k], t3)).result
         self.tG = top.add(ag.TmapViewOp(self.gath, [self.W, self.mc, self.k], t3)).result
         return self.tA
@@ -143,9 +143,13 @@ class AgParts(GemmParts):
         if self.W == 1:
             return super().epilogue_tile(t, cfg, e, coords, row0, ebuf, extra)
         _, n0, chunk = coords
+        # an fp8 kernel's pieces are scaled first (row scales: rows of the gathered A)
+        a_row0 = (t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.mc), row0)
+                  if e.scales is not None else None)
         ebuf = _tma_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, n0, ebuf,
                              lambda slot, col, row: t.add(s.TmaStoreOp(e.epi, slot, e.tC,
-                                                                       [col, row, chunk])))
+                                                                       [col, row, chunk])),
+                             e, a_row0)
         return ebuf, extra
 
     # ---- the put side ----------------------------------------------------------------
@@ -180,8 +184,9 @@ class AgParts(GemmParts):
                                      c.WaitSite.ARRIVAL, "sys", 64))
             p.add(f.FenceAsyncGlobalOp())
         src = p.add(c.BufferPtrOp(self.A)).result
-        total = self.mc * self.k * 2
-        blk = self.k * 2 * self.cfg.bm * self.cfg.group_m
+        es = 1 if self.cfg.fp8 else 2          # bytes of A's elements (fp8 moves as bytes)
+        total = self.mc * self.k * es
+        blk = self.k * es * self.cfg.bm * self.cfg.group_m
         dests = W - 1 + (1 if self.self_copy else 0)
         base = p.bin(arith.MuliOp, rank, total)       # G[rank]'s byte offset
         zero = p.c(0)
@@ -288,17 +293,24 @@ def why_not_ag(kop: k.KernelOp) -> str | None:
 def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
     """Rewrite ``kop`` (pattern ``all_gather_mm``) into the scheduled kernel, or leave it
     with a remark saying why not."""
-    reason = why_not_ag(kop)
+    scaled = len(kop.inputs) == 4       # fp8: X, SX, B, SB (schedule-fused checked it)
+    reason = None if scaled else why_not_ag(kop)
     if reason:
         add_remark(kop, f"fused kernel left unscheduled: {reason}")
         return
     W = kop.world_size
-    a, b = kop.inputs
+    a, b = (kop.inputs[0], kop.inputs[2]) if scaled else kop.inputs
     Mc, K = a.type.get_shape()
     N = b.type.get_shape()[1]
-    dt, asked = _dtype(a.type), len(kop.outputs) == 2
-    b_val, layout = b_operand(b)
+    asked = len(kop.outputs) == 2
+    if scaled:
+        from pkc.passes.fused_fp8 import fp8_operands
+
+        b_val, layout, dt, types = fp8_operands(kop, a, b)
+    else:
+        (b_val, layout), dt, types = b_operand(b), _dtype(a.type), ("", "")
     cfg = fused_config(FusedKind.AG, W * Mc, N, K, W, dt, layout, target, variant)
+    cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
     plan = plan_of(kop)
     # the put CTAs: sm-partition's plan (from the GEMM's predicted time), else the rule
     side, why_side = 0, "W = 1: nothing to put"
@@ -314,11 +326,15 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
     ring, piece = PUT_RING, min(PUT_PIECE, arena // PUT_RING // 1024 * 1024)
     y = kop.outputs[0].type
     i32 = IntegerType(32)
+    scale_ins = [kop.inputs[1], kop.inputs[3]] if scaled else []
     block = Block(arg_types=[BufferType([Mc, K], a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
+                             *[BufferType(v.type.get_shape(), v.type.element_type)
+                               for v in scale_ins],
                              BufferType(y.get_shape(), y.element_type, LOCAL),
                              BufferType([W * Mc, K], a.type.element_type, SYMMETRIC)])
-    A, B, C, Gb = block.args
+    A, B, C, Gb = block.args[0], block.args[1], block.args[-2], block.args[-1]
+    scales = Scales(block.args[2], block.args[3], rows=W * Mc) if scaled else None
     pad = ctl = None
     if W > 1:
         pad = k.AllocOp(BufferType([W * row_blocks(Mc, cfg) + W], i32, SYMMETRIC), zero=True)
@@ -327,12 +343,12 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
         block.add_op(ctl)
         pad, ctl = pad.result, ctl.result
     parts = AgParts(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, piece, asked)
-    build_fused_gemm(block, A, B, C, Mc, N, K, cfg, parts)
+    build_fused_gemm(block, A, B, C, Mc, N, K, cfg, parts, scales)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
     gtype = TensorType(a.type.element_type, [W * Mc, K])
-    new = k.KernelOp("all_gather_matmul", W, [a, b_val], [y, gtype], Region(block),
-                     attributes=attrs)
+    new = k.KernelOp("all_gather_scaled_matmul" if scaled else "all_gather_matmul", W,
+                     [a, b_val, *scale_ins], [y, gtype], Region(block), attributes=attrs)
     comm_sms = plan.get("comm_sms", 0) or 0
     tmem_plan, tmem_words = arrangement(cfg)
     # sm_100a: never under cluster launch control (fused_clc says why)
@@ -347,7 +363,10 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
     if comm_sms and comm_sms != side:
         followed = (f"; the kernel-level plan's {comm_sms} communicate SMs are for a "
                     "green-context split, the put CTAs here share the grid with the GEMM")
-    add_remark(new, f"scheduled all-gather + GEMM W={W} {W * Mc}x{N}x{K} {dt}: {cfg.tag()}, "
+    what = (f"fp8 GEMM ({types[0]} x {types[1]} -> {dt}, scales in the epilogue)"
+            if scaled else "GEMM")
+    add_remark(new, f"scheduled all-gather + {what} W={W} {W * Mc}x{N}x{K}"
+               f"{'' if scaled else ' ' + dt}: {cfg.tag()}, "
                f"{W} shards of {parts.tiles_per_chunk} tiles (own shard first), "
                f"{parts.G} row blocks per shard signalled one by one; {why_side}{followed}; "
                f"puts by cp.async.bulk through a {ring} x {piece // 1024} KiB ring; "

@@ -33,8 +33,17 @@ def why_not_scaled(kop: k.KernelOp, pattern: Pattern | None, target: str) -> str
     arch = get_target(target).sm_arch
     if arch not in ("sm_90a", "sm_100a"):
         return f"no fp8 fused GEMM schedule for {arch} yet (the portable lowering runs it)"
+    if pattern is Pattern.ALL_GATHER_MM:
+        if arch != "sm_90a":
+            return f"no fp8 all-gather + GEMM schedule for {arch} yet (sm_90a only)"
+        outs = [o.type for o in kop.outputs]
+        if len(kop.inputs) != 4:
+            return (f"all_gather_mm with {(len(kop.inputs) - 2) // 2} matmuls: the scheduled "
+                    "fp8 kernel drives one weight")
+        return ag_problem(kop.world_size, *[v.type for v in kop.inputs], outs)
     if pattern is not Pattern.MM_REDUCE_SCATTER:
-        return f"pattern {pattern}: only GEMM + reduce-scatter is scheduled for fp8 so far"
+        return (f"pattern {pattern}: only GEMM + reduce-scatter and all-gather + GEMM are "
+                "scheduled for fp8 so far")
     fz = kop.attributes["pk.fusion"].data
     layout = [getattr(fz.get(key), "value", None) for key in ("scatter_dim", "batches")]
     if [d if v is None else v.data for v, d in zip(layout, (0, 1))] != [0, 1]:
@@ -64,13 +73,36 @@ def shape_problem(W: int, a, b, y) -> str | None:
     return None
 
 
-def fp8_operands(kop: k.KernelOp):
+def ag_problem(W: int, x, sx, b, sb, outs) -> str | None:
+    """Why a W-rank fp8 all-gather of ``x`` [Mc, K] + scaled matmul with ``b`` [K, N]
+    (scales ``sx``, ``sb``) into ``outs`` (Y [W Mc, N], and G) has no scheduled kernel."""
+    if len(sx.get_shape()) == 2:
+        return ("A's row-wise scale (gathered with A): not scheduled yet (the tensor-wise "
+                "form is)")
+    if any(len(t.get_shape()) != 2 for t in (x, b, *outs)):
+        return f"operands are not 2-D ({x}, {b})"
+    if type(outs[0].element_type) not in _OUT:
+        return (f"result {outs[0].element_type}: the scheduled fp8 GEMM stores bf16 or f16 (the "
+                "portable lowering runs an f32 result)")
+    (Mc, K), N = x.get_shape(), b.get_shape()[1]
+    if tuple(outs[0].get_shape()) != (W * Mc, N):
+        return f"shard {x} x B {b} -> {outs[0]} is not a gather of {W} shards"
+    if K % 16 or N % 16:
+        return f"N = {N} and K = {K} must be multiples of 16 (fp8 TMA rows, wgmma k32)"
+    if W * Mc * K >= 1 << 31:
+        return f"the gathered A ({W * Mc * K} bytes) needs 64-bit offsets"
+    return None
+
+
+def fp8_operands(kop: k.KernelOp, a=None, b=None):
     """(B as the fp8 GEMM reads it: [N, K], K-major; its layout; the result's type name;
     (A's, B's) fp8 type names). A B given [K, N] gets a ``pk.transpose`` before the kernel
-    (a view when B is torch's column-major ``mat2``)."""
+    (a view when B is torch's column-major ``mat2``). ``a``, ``b``: the operands where they
+    are not the kernel's first two inputs (all-gather: X, SX, B, SB)."""
     from pkc.passes.fused_schedule import b_operand   # (the GEMM builders, imported late)
 
-    a, b = kop.inputs[:2]
+    if a is None:
+        a, b = kop.inputs[:2]
     b_val, layout = b_operand(b)
     if layout is BLayout.KN:
         t = g.TransposeOp(b, [1, 0])
@@ -81,4 +113,4 @@ def fp8_operands(kop: k.KernelOp):
     return b_val, layout, out, (_FP8[type(a.type.element_type)], _FP8[type(b.type.element_type)])
 
 
-__all__ = ["why_not_scaled", "fp8_operands", "shape_problem"]
+__all__ = ["why_not_scaled", "fp8_operands", "shape_problem", "ag_problem"]

@@ -75,6 +75,7 @@ from pkc.dialects.rank_groups import copy_groups, group_remark, same_groups
 from pkc.passes.patterns import Fusion, build_kernel
 from pkc.passes.patterns_bias import bias_view, split_bias
 from pkc.passes.pipelines import unscheduled_fp8
+from pkc.passes.fused_fp8 import ag_problem as fp8_ag_problem
 from pkc.passes.fused_fp8 import shape_problem as fp8_shape_problem
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, remarks_of, set_plan
@@ -229,7 +230,13 @@ def _plan_values(plan: FusionPlan, style: OverlapStyle, comm_sms: int, forced: b
 
 def _fp8_problem(m: Match) -> str | None:
     """Why the fp8 fusion ``m`` would have no scheduled kernel although its kind has one
-    (pkc/passes/fused_fp8.py: row chunks, no bias, bf16 / f16, N and K multiples of 16)."""
+    (pkc/passes/fused_fp8.py: row chunks, no bias, one weight and tensor-wise scales for
+    an all-gather, bf16 / f16, N and K multiples of 16)."""
+    if m.pattern is Pattern.ALL_GATHER_MM:
+        if len(m.inputs) != 4:
+            return "several matmuls of one gather"
+        x, sx, b, sb = (v or i.type for v, i in zip(m.views[:4] + [None] * 4, m.inputs))
+        return fp8_ag_problem(m.world, x, sx, b, sb, m.result_types)
     if m.pattern is not Pattern.MM_REDUCE_SCATTER:
         return None
     if m.scatter_dim != 0 or m.batches != 1 or m.bias:

@@ -53,8 +53,8 @@ FUSED_ARCHS = ("sm_90a", "sm_100a")
 # listed would run on the portable path (scalar FMAs, orders of magnitude slower than
 # cuBLASLt), so overlap fuses it only under force (:func:`unscheduled_fp8`).
 SCALED_FUSED_ARCHS: tuple[str, ...] = ()
-SCALED_FUSED_PATTERNS: dict[str, tuple[str, ...]] = {"sm_90a": ("mm_reduce_scatter",),
-                                                     "sm_100a": ("mm_reduce_scatter",)}
+SCALED_FUSED_PATTERNS: dict[str, tuple[str, ...]] = {
+    "sm_90a": ("mm_reduce_scatter", "all_gather_mm"), "sm_100a": ("mm_reduce_scatter",)}
 
 
 def unscheduled_fp8(target: str, pattern=None, problem: str | None = None) -> str | None:

@@ -165,6 +165,8 @@ class ScheduleFused(ModulePass):
                 reason = why_not_scaled(kop, pattern, self.target)
                 if reason:
                     add_remark(kop, f"fused kernel left unscheduled: fp8 scaled matmul: {reason}")
+                elif pattern is Pattern.ALL_GATHER_MM:
+                    schedule_all_gather_mm(kop, self.target, self.variant)
                 else:
                     _schedule_rs(kop, self.target, self.variant, None, self.deterministic,
                                  self.clc)

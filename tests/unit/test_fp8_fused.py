@@ -1,10 +1,12 @@
-"""The fused fp8 kind on the scheduled fp8 GEMM: scaled matmul -> reduce_scatter (row
-chunks) on sm_90a, W in {1, 2, 3, 4} with odd chunk rows, tensor-wise and row-wise scales:
-schedule-fused builds ``scaled_matmul_reduce_scatter`` (wgmma k32 of e4m3, every partial
-tile scaled by its rank's scales before it travels); the interpreter's schedule run equals
-the kernel-level kernel and the graph program, the emulator equals the interpreter, ptxas
-has no spills; overlap fuses it on the cost model (pipelines.SCALED_FUSED_PATTERNS) and
-leaves the forms without a scheduled kernel unfused with the reason.
+"""The fused fp8 kinds on the scheduled fp8 GEMM (sm_90a), W in {1, 2, 3, 4} with odd
+rows: scaled matmul -> reduce_scatter of row chunks (tensor-wise and row-wise scales;
+``scaled_matmul_reduce_scatter``, every partial tile scaled by its rank's scales before it
+travels) and all_gather -> scaled matmul with tensor-wise scales
+(``all_gather_scaled_matmul``, the put side moving fp8 bytes); the interpreter's schedule
+run equals the kernel-level kernel and the graph program, the emulator equals the
+interpreter, ptxas has no spills; overlap fuses them on the cost model
+(pipelines.SCALED_FUSED_PATTERNS) and leaves the forms without a scheduled kernel (A's
+row-wise scale gathered with A, an f32 result, ...) unfused with the reason.
 
 Tolerances: the scheduled kernel rounds each rank's partial tile to bf16 before the
 reduce-adds (as the bf16 kernel does), the references sum in f32 and round once: outputs
@@ -87,7 +89,8 @@ def test_forms_without_a_scheduled_kernel_stay_with_the_reason():
     from pkc.target.cost import Pattern
 
     assert unscheduled_fp8("h200", Pattern.MM_REDUCE_SCATTER) is None
-    assert "no scheduled fp8 kernel for sm_90a" in unscheduled_fp8("h200", Pattern.ALL_GATHER_MM)
+    assert unscheduled_fp8("h200", Pattern.ALL_GATHER_MM) is None
+    assert "no scheduled fp8 kernel for sm_90a" in unscheduled_fp8("h200", Pattern.MM_ALL_REDUCE)
     assert "stores bf16 or f16" in unscheduled_fp8("h200", Pattern.MM_REDUCE_SCATTER,
                                                    "result f32: the scheduled fp8 GEMM "
                                                    "stores bf16 or f16")
@@ -99,3 +102,67 @@ def test_forms_without_a_scheduled_kernel_stay_with_the_reason():
     run_pipeline("overlap", m)
     assert [o.name for o in m.walk() if o.name in ("pk.kernel", "pk.reduce_scatter")] == \
         ["pk.kernel"]
+
+
+# all_gather -> scaled matmul, tensor-wise scales: (W, shard rows (odd), N, K, G returned)
+AG_CASES = [(1, 24, 32, 128, False), (2, 40, 48, 64, False), (3, 13, 32, 64, True),
+            (4, 7, 48, 96, False)]
+
+
+@pytest.mark.parametrize("W,Ms,N,K,gathered", AG_CASES, ids=[f"W{c[0]}" for c in AG_CASES])
+def test_scheduled_fp8_all_gather_matmul_equals_references(W, Ms, N, K, gathered):
+    """The scheduled all-gather + fp8 GEMM (the put side moves fp8 bytes, the GEMM reads
+    the gathered shards by TMA, tensor-wise scales in the epilogue): interpreter equal to the
+    kernel-level kernel and the graph, emulator equal to the interpreter (G bitwise)."""
+    from tests.unit.test_fp8_overlap import ag_ir
+
+    text = ag_ir(W, Ms, N, K, False, "bf16", gathered)
+    kernel_level = parse_module(text)
+    run_pipeline("default{force=true}", kernel_level)
+    sched, _ = schedule_for_target(kernel_level, "h200")
+    (kop,) = [o for o in sched.walk() if o.name == "pk.kernel"]
+    assert kop.kernel_name.data == "all_gather_scaled_matmul" and kop.schedule() is not None
+    assert any(f"scheduled all-gather + fp8 GEMM (e4m3 x e5m2 -> bf16, scales in the "
+               f"epilogue) W={W}" in r for r in remarks_of(kop))
+    graph = parse_module(text)
+    ins = random_inputs(graph, W, 2)
+    want = interpret(graph, [list(x) for x in ins], W)
+    ref = interpret(kernel_level, [list(x) for x in ins], W)
+    got = interpret(sched, [list(x) for x in ins], W)
+    compare_outputs(ref, got, tolerance=TOL, context="kernel level vs scheduled")
+    compare_outputs(want, got, tolerance=TOL, context="graph vs scheduled")
+    res = check_module(sched, ins, W, tolerance=TOL)
+    assert res.ok, res.difference
+
+
+def test_fp8_all_gather_forms_and_fusion_decisions():
+    from tests.unit.test_fp8_overlap import ag_ir
+
+    # A's row-wise scale (gathered with A): portable, with the reason
+    kernel_level = parse_module(ag_ir(2, 40, 48, 64, True))
+    run_pipeline("default{force=true}", kernel_level)
+    sched, _ = schedule_for_target(kernel_level, "h200")
+    (kop,) = [o for o in sched.walk() if o.name == "pk.kernel"]
+    assert kop.schedule() is None
+    assert any("A's row-wise scale (gathered with A): not scheduled yet" in r
+               for r in remarks_of(kop))
+    # overlap on the cost model: the tensor-wise form fuses (W = 8, 1024 x 8192 shards)
+    m = parse_module(ag_ir(8, 1024, 8192, 8192, False))
+    run_pipeline("overlap", m)
+    assert [o.name for o in m.walk() if o.name in ("pk.kernel", "pk.all_gather")] == \
+        ["pk.kernel"]
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+def test_scheduled_fp8_all_gather_matmul_assembles_without_spills():
+    from pkc.codegen.ptxas import assemble_one
+    from tests.unit.test_fp8_overlap import ag_ir
+
+    kernel_level = parse_module(ag_ir(4, 256, 512, 512, False))
+    run_pipeline("default{force=true}", kernel_level)
+    sched, _ = schedule_for_target(kernel_level, "h200")
+    (kop,) = [o for o in sched.walk() if o.name == "pk.kernel"]
+    ck = compile_kernel(kop, "sm_90a")
+    assert "k32.f32.e4m3.e5m2" in ck.ptx and "cp.async.bulk.global" in ck.ptx
+    _, res = assemble_one(ck.ptx)
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0

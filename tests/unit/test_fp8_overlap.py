@@ -177,13 +177,13 @@ def test_left_unfused_with_reasons() -> None:
 
 
 def test_schedule_leaves_fp8_kernels_with_a_remark() -> None:
-    """The schedule pipeline has an fp8 GEMM for GEMM + reduce-scatter only (sm_90a,
-    tests/unit/test_fp8_fused.py): an fp8 all_gather + scaled matmul stays at kernel level
-    with a remark (not split into an fp8 pk.matmul, not scheduled as bf16)."""
+    """The schedule pipeline's fp8 GEMM (sm_90a, tests/unit/test_fp8_fused.py) has no
+    all-gather form that gathers A's row-wise scale: that kernel stays at kernel level with
+    a remark (not split into an fp8 pk.matmul, not scheduled as bf16)."""
     module = parse_module(ag_ir(2, 8, 32, 64, True))
     run_pipeline("default{force=true},schedule", module)
     module.verify()
     (kernel,) = [o for o in module.walk() if isinstance(o, k.KernelOp)]
     assert kernel.schedule() is None
-    assert any("fp8 scaled matmul: pattern all_gather_mm: only GEMM + reduce-scatter is "
-               "scheduled for fp8 so far" in r for r in remarks_of(kernel)), remarks_of(kernel)
+    assert any("fp8 scaled matmul: A's row-wise scale (gathered with A): not scheduled yet"
+               in r for r in remarks_of(kernel)), remarks_of(kernel)

@@ -1,7 +1,7 @@
-"""overlap's fp8 decision lives in one place: ``pipelines.SCALED_FUSED_ARCHS``. Empty (today),
-``-p default`` leaves a large fp8 all_gather + scaled matmul unfused with the remark (the
-cost model would fuse it); listing the architecture (what a scheduled fp8 kernel will do)
-lets the cost model's choice through again."""
+"""overlap's fp8 decision lives in one place: ``pipelines.SCALED_FUSED_ARCHS`` (every kind)
+and ``SCALED_FUSED_PATTERNS`` (some kinds). With neither listing the arch, ``-p default``
+leaves a large fp8 all_gather + scaled matmul unfused with the remark (the cost model would
+fuse it); listing the architecture lets the cost model's choice through again."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ LIT = Path(__file__).resolve().parents[1] / "lit/passes/overlap-fp8-unscheduled.
 
 
 def _fp8_function(monkeypatch, archs):
+    # an arch listed in neither table has no fp8 fused kernel; one in SCALED_FUSED_ARCHS
+    # has every kind and form (the lit file's f32 result too)
     monkeypatch.setattr(pipelines, "SCALED_FUSED_ARCHS", archs)
+    monkeypatch.setattr(pipelines, "SCALED_FUSED_PATTERNS", {})
     m = parse_module(LIT.read_text(), "t.mlir")
     run_pipeline("overlap", m)
     (fn,) = [o for o in m.walk() if o.name == "func.func" and o.sym_name.data == "ag_fp8"]
