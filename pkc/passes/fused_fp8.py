@@ -33,9 +33,7 @@ def why_not_scaled(kop: k.KernelOp, pattern: Pattern | None, target: str) -> str
     arch = get_target(target).sm_arch
     if arch not in ("sm_90a", "sm_100a"):
         return f"no fp8 fused GEMM schedule for {arch} yet (the portable lowering runs it)"
-    if pattern is Pattern.ALL_GATHER_MM:
-        if arch != "sm_90a":
-            return f"no fp8 all-gather + GEMM schedule for {arch} yet (sm_90a only)"
+    if pattern is Pattern.ALL_GATHER_MM:      # sm_90a: wgmma; sm_100a: tcgen05 kind::f8f6f4
         outs = [o.type for o in kop.outputs]
         if len(kop.inputs) != 4:
             return (f"all_gather_mm with {(len(kop.inputs) - 2) // 2} matmuls: the scheduled "

@@ -78,8 +78,32 @@ def test_sm100_fp8_reduce_scatter_assembles_without_spills():
 
 def test_overlap_fuses_the_fp8_reduce_scatter_for_b200():
     assert unscheduled_fp8("b200", Pattern.MM_REDUCE_SCATTER) is None
-    assert "no scheduled fp8 kernel for sm_100a" in unscheduled_fp8("b200", Pattern.ALL_GATHER_MM)
+    assert unscheduled_fp8("b200", Pattern.ALL_GATHER_MM) is None
+    assert "no scheduled fp8 kernel for sm_100a" in unscheduled_fp8("b200", Pattern.MM_ALL_REDUCE)
     m = parse_module(red_ir(8, 8 * 1024, 8192, 8192, True, "bf16"))
     run_pipeline("overlap{target=b200}", m)
     assert [o.name for o in m.walk() if o.name in ("pk.kernel", "pk.reduce_scatter")] == \
         ["pk.kernel"]
+
+
+AG_CASES = [(2, 13, 32, 64), (4, 7, 48, 128)]     # (W, odd shard rows, N, K), tensor-wise
+
+
+@pytest.mark.parametrize("W,Ms,N,K", AG_CASES, ids=[f"W{c[0]}" for c in AG_CASES])
+def test_sm100_fp8_all_gather_matmul_equals_the_interpreter(W, Ms, N, K):
+    # all-gather + scaled matmul (tensor-wise scales; one weight) on the tensor-memory GEMM
+    from tests.unit.test_fp8_overlap import ag_ir
+
+    text = ag_ir(W, Ms, N, K, False)
+    kernel_level = parse_module(text)
+    run_pipeline("default{force=true}", kernel_level)
+    sched, _ = schedule_for_target(kernel_level, "b200")
+    (kop,) = [o for o in sched.walk() if o.name == "pk.kernel"]
+    assert kop.kernel_name.data == "all_gather_scaled_matmul" and kop.schedule() is not None
+    assert plan_of(kop)["acc"] == "tmem"
+    ins = random_inputs(parse_module(text), W, 1)
+    res = check_module(sched, ins, W, tolerance=TOL, target="sm_100a")
+    assert res.ok, res.difference
+    assert len(res.kernels) == 1
+    ptx = compile_kernel(kop, "sm_100a").ptx
+    assert ptx.count("kind::f8f6f4 [") == 4 and "wgmma" not in ptx
