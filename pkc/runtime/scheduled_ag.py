@@ -20,7 +20,7 @@ AG_WAIT_SITES = {1: "a row block of the peer's shard put here (or the peer's lau
 
 
 class ScheduledAgGemm(ScheduledFused):
-    """``run(a, b) -> {rank: [C, gathered A]}`` (see the module doc)."""
+    """``run(a, b, *scales) -> {rank: [C, gathered A]}`` (see the module doc)."""
 
     def __init__(self, ptx: str, meta, peers, owner=None, timeout_ns: int = 2_000_000_000):
         super().__init__(ptx, meta, peers, owner=owner, timeout_ns=timeout_ns)
@@ -34,12 +34,18 @@ class ScheduledAgGemm(ScheduledFused):
             raise ValueError(f"kernel {meta.name}: {sms} SMs per rank cannot hold its "
                              f"{side} put CTAs and a GEMM CTA at once")
 
-    def run(self, a, b, ranks=None, outs=None) -> dict:
-        """Launch every driven rank on its shard ``a[r]`` and weight ``b[r]`` (per rank: a
-        dict by rank or a list indexed by rank); ``outs[r]``: where C goes (else new)."""
+    def run(self, a, b, *rest, ranks=None, outs=None) -> dict:
+        """Launch every driven rank on its shard ``a[r]``, weight ``b[r]`` and the kernel's
+        further inputs ``rest`` (an fp8 kernel's scales of A and B), each per rank: a dict by
+        rank or a list indexed by rank; ``outs[r]``: where C goes (else new)."""
+        inputs = (a, b, *rest)
+        if len(inputs) != self.n_in:
+            raise ValueError(f"{self.meta.name} takes {self.n_in} inputs per rank "
+                             f"(shard, weight{', scales' if self.n_in > 2 else ''}), "
+                             f"got {len(inputs)}")
         todo = list(self.peers.ranks if ranks is None else ranks)
         fresh = {r: self._fresh(r, None if outs is None else outs[r]) for r in todo}
-        bound = [(r, self._bind(r, [a[r], b[r]], fresh[r])) for r in todo]
+        bound = [(r, self._bind(r, [x[r] for x in inputs], fresh[r])) for r in todo]
         launch_ranks(self.kernel, self.grid, self.meta.threads, bound, self.peers, self.fz.world)
         gath = self.sym_out[self.fz.peer_outputs[0]]
         return {r: [fresh[r][0], gath.tensors[r]] for r in todo}
@@ -53,13 +59,15 @@ class ScheduledAgGemm(ScheduledFused):
 
 def ag_step(op, ck, peers, timeout_ns: int):
     """The step of a prepared program that runs this kernel (``pk.kernel`` ``op``, compiled
-    ``ck``): operands (shard, weight) per rank in; results [C (fresh), gathered A
-    (persistent)] per rank out."""
+    ``ck``): operands (shard, weight, and an fp8 kernel's scales) per rank in; results
+    [C (fresh), gathered A (persistent)] per rank out."""
     from pkc.runtime.scheduled_step import ScheduledStep, StepKind
 
     ag = ScheduledAgGemm(ck.ptx, ck.meta, peers, owner=id(op), timeout_ns=timeout_ns)
 
+    n_in = len(op.inputs)     # shard and weight; an fp8 kernel adds the two scales
+
     def run(vals):
-        return ag.run({r: v[0].contiguous() for r, v in vals.items()},
-                      {r: v[1].contiguous() for r, v in vals.items()}, ranks=list(vals))
+        return ag.run(*[{r: v[i].contiguous() for r, v in vals.items()} for i in range(n_in)],
+                      ranks=list(vals))
     return ScheduledStep(run, [False, True], StepKind.FUSED)
