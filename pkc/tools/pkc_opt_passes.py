@@ -41,7 +41,7 @@ _LINES: tuple[str, ...] = (
     '                          option variant: str = ',
     '                          option deterministic: bool = false',
     '                          option clc: str = auto',
-    '  schedule-matmul       Rewrite 2-D bf16/f16 pk.matmul ops into scheduled GEMM kernels.',
+    '  schedule-matmul       Rewrite 2-D bf16/f16 pk.matmul and fp8 pk.scaled_matmul ops into scheduled GEMM kernels.',
     '                          option target: str = h200',
     '                          option variant: str = ',
     '  schedule-moe          Rewrite MoE dispatch + grouped GEMM + combine kernels into scheduled (pks) kernels.',
