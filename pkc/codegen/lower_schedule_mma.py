@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import BFloat16Type, Float16Type
-
 from pkc.codegen import ptx, ptx_sm90
+from pkc.codegen.lower_scale_loads import bias_at, f32_at
 
 if TYPE_CHECKING:
     from pkc.codegen.lower_schedule import Lowering
@@ -140,32 +139,6 @@ def lower_acc_store_global(L: "Lowering", op) -> None:
                 b.st("global", "b32", b.add64(addr, 16 * j) if j else addr, v, guard=pst)
 
 
-def _scale_value(L: "Lowering", buf, index, bound):
-    """f32 ``buf[index]`` where ``index < bound`` (0.0 elsewhere: an element never stored);
-    ``bound`` None: unguarded."""
-    b = L.b
-    addr = b.add64(L.v(buf), b.bin("mul.wide", "u32", index, b.u32(4), "b64"))
-    if bound is None:
-        return b.ld("global", "f32", addr, cache="nc")
-    return b.ld("global", "f32", addr, cache="nc", guard=b.setp("lt", "u32", index, bound),
-                other=b.imm(0.0, "f32"))
-
-
-def _bias_value(L: "Lowering", buf, index, bound):
-    """``bias[index]`` widened to f32 where ``index < bound`` (0.0 elsewhere)."""
-    b = L.b
-    et = buf.type.element_type
-    ptype = ("bf16" if isinstance(et, BFloat16Type) else "f16" if isinstance(et, Float16Type)
-            else "f32")
-    addr = b.add64(L.v(buf), b.bin("mul.wide", "u32", index, b.u32(4 if ptype == "f32" else 2),
-                                   "b64"))
-    guard = b.setp("lt", "u32", index, bound)
-    if ptype == "f32":
-        return b.ld("global", "f32", addr, cache="nc", guard=guard, other=b.imm(0.0, "f32"))
-    raw = b.ld("global", "b16", addr, cache="nc", guard=guard, other=b.imm(0, "b16"))
-    return b.cvt("f32", ptype, raw)
-
-
 def lower_acc_scale(L: "Lowering", op) -> None:
     """``pks.acc_scale`` on wgmma's register fragments: each thread loads the scales of its
     rows (2 per 64-row slice) and, 8-column block by block, of its columns (2 per block;
@@ -182,10 +155,10 @@ def lower_acc_scale(L: "Lowering", op) -> None:
     zero = b.u32(0)
     alpha = None
     if not row_a and not row_b:
-        alpha = b.bin("mul.rn", "f32", _scale_value(L, op.scale_a, zero, None),
-                      _scale_value(L, op.scale_b, zero, None))
-    sa = None if row_a else _scale_value(L, op.scale_a, zero, None)
-    sb = None if row_b else _scale_value(L, op.scale_b, zero, None)
+        alpha = b.bin("mul.rn", "f32", f32_at(L, op.scale_a, zero, None),
+                      f32_at(L, op.scale_b, zero, None))
+    sa = None if row_a else f32_at(L, op.scale_a, zero, None)
+    sb = None if row_b else f32_at(L, op.scale_b, zero, None)
     col0 = b.add32(L.v(op.col), b.bin("shl", "b32", quad, 1))
     ras = {}
     for mi in slices:
@@ -193,14 +166,14 @@ def lower_acc_scale(L: "Lowering", op) -> None:
             ras[mi, i] = sa
             if row_a:
                 row = b.add32(b.add32(L.v(op.row), r0), 64 * mi + 8 * i)
-                ras[mi, i] = _scale_value(L, op.scale_a, row, rows)
+                ras[mi, i] = f32_at(L, op.scale_a, row, rows)
     for j in blocks:
         cs, bs = {}, {}
         for c in range(2):
             col = b.add32(col0, 8 * j + c) if 8 * j + c else col0
-            cs[c] = _scale_value(L, op.scale_b, col, cols) if row_b else sb
+            cs[c] = f32_at(L, op.scale_b, col, cols) if row_b else sb
             if op.bias is not None:
-                bs[c] = _bias_value(L, op.bias, col, cols)
+                bs[c] = bias_at(L, op.bias, col, cols)
         for mi in slices:
             for i in range(2):
                 for c in range(2):

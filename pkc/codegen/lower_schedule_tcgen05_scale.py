@@ -23,10 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
+from xdsl.dialects.builtin import BFloat16Type, Float32Type
 
 from pkc.codegen import ptx_sm100 as t5
 from pkc.codegen.errors import CodegenError
+from pkc.codegen.lower_scale_loads import bias_at, f32_at
 
 if TYPE_CHECKING:
     from pkc.codegen.lower_schedule import Lowering
@@ -62,32 +63,6 @@ def _key(acc) -> tuple:
     return ("acc_scale", id(acc))
 
 
-def _f32_at(L: "Lowering", buf, index, bound):
-    """f32 ``buf[index]`` (``ld.global.nc``), 0.0 where ``index >= bound`` (``bound`` None:
-    unguarded)."""
-    b = L.b
-    addr = b.add64(L.v(buf), b.bin("mul.wide", "u32", index, b.u32(4), "b64"))
-    if bound is None:
-        return b.ld("global", "f32", addr, cache="nc")
-    return b.ld("global", "f32", addr, cache="nc", guard=b.setp("lt", "u32", index, bound),
-                other=b.imm(0.0, "f32"))
-
-
-def _bias_at(L: "Lowering", buf, index, bound):
-    """``bias[index]`` as f32 (bf16 / f16 / f32 buffer), 0.0 past ``bound``."""
-    b = L.b
-    et = buf.type.element_type
-    if isinstance(et, Float32Type):
-        return _f32_at(L, buf, index, bound)
-    kind = "bf16" if isinstance(et, BFloat16Type) else "f16" if isinstance(et, Float16Type) else None
-    if kind is None:
-        raise CodegenError(f"pks.acc_scale: bias of {et} (bf16, f16 or f32)")
-    addr = b.add64(L.v(buf), b.bin("mul.wide", "u32", index, b.u32(2), "b64"))
-    raw = b.ld("global", "b16", addr, cache="nc", guard=b.setp("lt", "u32", index, bound),
-               other=b.imm(0, "b16"))
-    return b.cvt("f32", kind, raw)
-
-
 def lower_acc_scale(L: "Lowering", op) -> None:
     """``pks.acc_scale`` of a CTA (tensor-memory) accumulator: the per-thread scales now,
     the rest where the accumulator is read (see the module docstring)."""
@@ -105,16 +80,16 @@ def lower_acc_scale(L: "Lowering", op) -> None:
     zero = b.u32(0)
     row_a, row_b = op.row_wise()
     if not row_a and not row_b:
-        p.alpha = b.bin("mul.rn", "f32", _f32_at(L, op.scale_a, zero, None),
-                        _f32_at(L, op.scale_b, zero, None))
+        p.alpha = b.bin("mul.rn", "f32", f32_at(L, op.scale_a, zero, None),
+                        f32_at(L, op.scale_b, zero, None))
     else:
         if row_a:
             row = b.add32(L.v(op.row), L.lane_in_wg())        # lane t = row t of the tile
-            p.row_scale = _f32_at(L, op.scale_a, row, L.v(op.rows))
+            p.row_scale = f32_at(L, op.scale_a, row, L.v(op.rows))
         else:
-            p.row_scale = _f32_at(L, op.scale_a, zero, None)
+            p.row_scale = f32_at(L, op.scale_a, zero, None)
         if not row_b:
-            p.col_scale = _f32_at(L, op.scale_b, zero, None)
+            p.col_scale = f32_at(L, op.scale_b, zero, None)
     pend.append(p)
 
 
@@ -156,7 +131,7 @@ def _column_values(L: "Lowering", q: _Pending, c0: int, n: int) -> tuple[list | 
             scales = [f for c in range(c0, c0 + n, 4)
                       for w in v4(op.scale_b, c, 4, 4) for f in _widen(L, w, "f32")]
         else:
-            scales = [_f32_at(L, op.scale_b, col(c), L.v(op.cols)) for c in range(c0, c0 + n)]
+            scales = [f32_at(L, op.scale_b, col(c), L.v(op.cols)) for c in range(c0, c0 + n)]
     if op.bias is not None:
         et = op.bias.type.element_type
         dt = ("f32" if isinstance(et, Float32Type) else "bf16" if isinstance(et, BFloat16Type)
@@ -166,7 +141,7 @@ def _column_values(L: "Lowering", q: _Pending, c0: int, n: int) -> tuple[list | 
             bias = [f for c in range(c0, c0 + n, per)
                     for w in v4(op.bias, c, 16 // per, per) for f in _widen(L, w, dt)]
         else:
-            bias = [_bias_at(L, op.bias, col(c), L.v(op.cols)) for c in range(c0, c0 + n)]
+            bias = [bias_at(L, op.bias, col(c), L.v(op.cols)) for c in range(c0, c0 + n)]
     return scales, bias
 
 

@@ -60,11 +60,30 @@ def gemm_kinds(cfg) -> None:
 
 
 class StageBytes:
-    """The operand bytes one pipeline stage holds (a ``bm`` x BK tile of A, ``bn`` x BK of B),
-    for every GEMM tile configuration (Hopper's and the tensor-memory one)."""
+    """The operand types and the bytes one pipeline stage holds (a ``bm`` x ``bk`` tile of A,
+    ``bn`` x ``bk`` of B), for every GEMM tile configuration (Hopper's and the tensor-memory
+    one)."""
 
     bm: int
     bn: int
+    dtype: str
+    a_type: str
+    b_type: str
+
+    @property
+    def fp8(self) -> bool:
+        """8-bit float operands (a scaled GEMM: its epilogue applies the scales)."""
+        return self.a_type in FP8_TYPES
+
+    @property
+    def in_types(self) -> tuple[str, str]:
+        """(A's, B's) element types."""
+        return (self.a_type or self.dtype, self.b_type or self.a_type or self.dtype)
+
+    @property
+    def bk(self) -> int:
+        """Elements of K per stage: one 128-byte row (64 of 16 bits, 128 of 8)."""
+        return 128 if self.fp8 else BK
 
     @property
     def a_stage_bytes(self) -> int:
@@ -110,21 +129,6 @@ class GemmConfig(StageBytes):
         gemm_kinds(self)
 
     # ---- derived -------------------------------------------------------------------
-    @property
-    def fp8(self) -> bool:
-        """8-bit float operands (a scaled GEMM: its epilogue applies the scales)."""
-        return self.a_type in FP8_TYPES
-
-    @property
-    def in_types(self) -> tuple[str, str]:
-        """(A's, B's) element types."""
-        return (self.a_type or self.dtype, self.b_type or self.a_type or self.dtype)
-
-    @property
-    def bk(self) -> int:
-        """Elements of K per stage: one 128-byte row (64 of 16 bits, 128 of 8)."""
-        return 128 if self.fp8 else BK
-
     @property
     def wg_m(self) -> int:
         return self.bm // self.consumers

@@ -81,21 +81,6 @@ class TmemGemmConfig(StageBytes):
 
     threads = 384
 
-    @property
-    def fp8(self) -> bool:
-        """8-bit float operands (a scaled GEMM: its epilogue applies the scales)."""
-        return self.a_type in FP8_TYPES
-
-    @property
-    def in_types(self) -> tuple[str, str]:
-        """(A's, B's) element types."""
-        return (self.a_type or self.dtype, self.b_type or self.a_type or self.dtype)
-
-    @property
-    def bk(self) -> int:
-        """Elements of K per stage: one 128-byte row (64 of 16 bits, 128 of 8)."""
-        return 128 if self.fp8 else BK
-
     def __post_init__(self):
         gemm_kinds(self)
         object.__setattr__(self, "pair_cluster",
