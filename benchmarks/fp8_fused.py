@@ -16,13 +16,14 @@ of the same product), torch._scaled_mm (use_fast_accum=True, the same accumulati
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from sweep_common import run_cases  # noqa: E402  (the path above)
 
 # (name, W, M, N, K, row-wise scales)
 CASES = [
@@ -116,17 +117,8 @@ def main() -> None:
         for c in CASES:
             print(*c)
         return
-    os.makedirs(args.out, exist_ok=True)
-    rows = []
-    for c in CASES:
-        try:
-            row = run_case(*c, rounds=args.rounds)
-        except Exception as e:      # one failing case must not hide the others
-            row = {"case": c[0], "error": f"{type(e).__name__}: {e}"}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        with open(os.path.join(args.out, "fp8_fused.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+    rows = run_cases(CASES, lambda c: run_case(*c, rounds=args.rounds),
+                     os.path.join(args.out, "fp8_fused.json"))
     print(f"\n{'case':24} {'tile':12} {'ok':5} {'fused us':>9} {'gemm us':>9} {'torch us':>9} "
           f"{'fused/gemm':>10} {'fused/torch':>11}")
     for r in rows:

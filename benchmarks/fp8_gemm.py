@@ -17,13 +17,14 @@ fp8. The table is printed last; JSON under DIR.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from sweep_common import run_cases  # noqa: E402  (the path above)
 
 _TYPES = {"e4m3": "f8E4M3FN", "e5m2": "f8E5M2"}
 
@@ -175,17 +176,9 @@ def main() -> None:
         for c in CASES:
             print(*c)
         return
-    os.makedirs(args.out, exist_ok=True)
-    rows = []
-    for c in CASES:
-        try:
-            row = run_case(*c, rounds=args.rounds)
-        except Exception as e:      # one failing case must not hide the others
-            row = {"case": c[0], "variant": c[5] or "auto", "error": f"{type(e).__name__}: {e}"}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        with open(os.path.join(args.out, "fp8_gemm.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+    rows = run_cases(CASES, lambda c: run_case(*c, rounds=args.rounds),
+                     os.path.join(args.out, "fp8_gemm.json"),
+                     lambda c: {"case": c[0], "variant": c[5] or "auto"})
     print(f"\n{'case':22} {'variant':15} {'tile':12} {'ok':5} {'pkc us':>8} {'torch us':>8} "
           f"{'torch/pkc':>9} {'fast/pkc':>8} {'pkc TF/s':>8} {'torch TF/s':>10}")
     for r in rows:

@@ -17,13 +17,14 @@ unfused sequence (no communication).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from sweep_common import run_cases  # noqa: E402  (the path above)
 
 # (name, W, lead dims of the result, scattered dim, N, K, B layout, bias): odd shapes
 # (rows, N, K not multiples of 16 or of W; chunks of columns multiples of 8 for TMA),
@@ -159,19 +160,13 @@ def main() -> None:
         return
     from pkc.runtime.peers import VirtualPeers
 
-    os.makedirs(args.out, exist_ok=True)
-    rows, worlds = [], {}
-    for c in [c for c in CASES if args.only in c[0]]:
-        try:
-            W = c[1]
-            peers = worlds.get(W) or worlds.setdefault(W, VirtualPeers(W))
-            row = run_case(*c, rounds=args.rounds, peers=peers)
-        except Exception as e:      # one failing case must not hide the others
-            row = {"case": c[0], "error": f"{type(e).__name__}: {e}"}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    with open(os.path.join(args.out, "fused_rs_layouts.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+    worlds = {}
+
+    def one(c):
+        peers = worlds.get(c[1]) or worlds.setdefault(c[1], VirtualPeers(c[1]))
+        return run_case(*c, rounds=args.rounds, peers=peers)
+    rows = run_cases([c for c in CASES if args.only in c[0]], one,
+                     os.path.join(args.out, "fused_rs_layouts.json"))
     print(f"\n{'case':20} {'W':>2} {'tile':12} {'ok':5} {'fused us':>8} {'GEMM us':>8} "
           f"{'rows us':>8} {'fused/GEMM':>10} {'fused/rows':>10} {'fused/GEMM+bias':>15}")
     for r in rows:

@@ -208,6 +208,23 @@ def write_json(path: Path | str, obj) -> None:
     os.replace(tmp, path)
 
 
+def run_cases(cases, run_one, json_path, error_row=lambda c: {"case": c[0]}) -> list[dict]:
+    """Run ``run_one(case)`` for each case; a case that raises becomes ``error_row(case)``
+    plus its ``error`` (one failing case must not hide the others). Each row is printed as
+    a JSON line as it comes and the rows so far are written to ``json_path`` (a crash
+    later keeps them)."""
+    rows = []
+    for c in cases:
+        try:
+            row = run_one(c)
+        except Exception as e:
+            row = {**error_row(c), "error": f"{type(e).__name__}: {e}"}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        write_json(json_path, rows)
+    return rows
+
+
 def have_matplotlib() -> bool:
     try:
         import matplotlib  # noqa: F401,F811

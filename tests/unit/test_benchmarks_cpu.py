@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import collectives as coll  # noqa: E402
 import done_when as dw  # noqa: E402
 import fused_sweep as fs  # noqa: E402
+import sweep_common as sc  # noqa: E402
 
 sys.path.pop(0)
 
@@ -287,3 +288,20 @@ def test_done_when_tallies_from_json(tmp_path):
     (tmp_path / "collectives.json").write_text(json.dumps(coll_res))
     assert dw.main([str(tmp_path)]) == 0
     assert dw.main([str(tmp_path / "nothing")]) == 2
+
+
+def test_run_cases_keeps_going_past_a_failing_case(tmp_path, capsys):
+    """The benchmarks' case loop: a case that raises becomes an error row (with the fields
+    its error_row gives), the next case still runs, and the JSON holds every row."""
+    def one(c):
+        if c[0] == "bad":
+            raise RuntimeError("boom")
+        return {"case": c[0], "us": 1.5}
+    path = tmp_path / "out" / "rows.json"
+    rows = sc.run_cases([("bad", "v1"), ("good", "v2")], one, path,
+                        lambda c: {"case": c[0], "variant": c[1]})
+    assert rows == [{"case": "bad", "variant": "v1", "error": "RuntimeError: boom"},
+                    {"case": "good", "us": 1.5}]
+    assert json.loads(path.read_text()) == rows
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert printed == rows
