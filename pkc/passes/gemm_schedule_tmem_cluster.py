@@ -38,11 +38,11 @@ from xdsl.dialects.builtin import IntAttr
 from xdsl.ir import Block, SSAValue
 
 from pkc.dialects import schedule as s
-from pkc.passes.gemm_schedule import _SWIZZLE_FOR_ROW_BYTES, GemmParts, Scales, _for, _Ops
+from pkc.passes.gemm_schedule import GemmParts, Scales, _for, _Ops
 from pkc.passes.gemm_schedule_clc import ClcParts
 from pkc.passes.gemm_schedule_tmem import _epilogue, _mma, check_scales
-from pkc.passes.gemm_schedule_tmem_pair import PairView
-from pkc.target.gemm_tuning import BLayout, Epilogue
+from pkc.passes.gemm_schedule_tmem_pair import PairView, pair_schedule
+from pkc.target.gemm_tuning import BLayout
 from pkc.target.gemm_tuning_sm100 import PairCluster, TmemGemmConfig
 
 BOTH_PAIRS = 0b11
@@ -95,22 +95,10 @@ def build_gemm_tmem_cluster(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, 
     ta, tb = cfg.in_types
     tA = top.add(s.TmapOp(A, s.TmapType(ta, [cfg.bk, a_rows], 128))).result
     tB = top.add(s.TmapOp(B, s.TmapType(tb, [cfg.bk, b_rows], 128))).result
-    tC = None
-    if cfg.epilogue is Epilogue.TMA:
-        w = cfg.epi_width
-        tC = top.add(s.TmapOp(C, s.TmapType(cfg.dtype, [w, 64], _SWIZZLE_FOR_ROW_BYTES[2 * w]))).result
-    sched = top.add(s.ScheduleOp(cfg.threads, pc.size, cfg.timeout_ns))
-    o = _Ops(sched.block)
-    S, nb = cfg.stages, cfg.acc_bufs
-    a_st = o.add(s.SmemAllocOp(S, cfg.a_stage_bytes)).result
-    b_st = o.add(s.SmemAllocOp(S, cfg.b_stage_bytes)).result
-    epi = (o.add(s.SmemAllocOp(cfg.epi_bufs, 64 * cfg.epi_width * 2)).result
-           if cfg.epilogue is Epilogue.TMA else None)
-    full = o.add(s.MbarrierAllocOp(S, 1)).result       # the even CTA's: its pair's bytes
-    empty = o.add(s.MbarrierAllocOp(S, 2)).result      # both pairs' MMA commits
-    acc_full = o.add(s.MbarrierAllocOp(nb, 1)).result
-    acc_empty = o.add(s.MbarrierAllocOp(nb, 2)).result  # both CTAs of the pair
-    accs = [o.add(s.AccAllocOp(cfg.bm, cfg.bn)).result for _ in range(nb)]
+    # both pairs' MMA commits release a stage
+    sched, o, r = pair_schedule(top, C, cfg, ctas=pc.size, stage_releases=2)
+    tC, a_st, b_st, epi, full, empty = r.tC, r.a_st, r.b_st, r.epi, r.full, r.empty
+    acc_full, acc_empty, accs = r.acc_full, r.acc_empty, r.accs
     dims = (M, N, K)
     _producer(o, view, dims, tA, tB, a_st, b_st, full, empty, parts, a_rows, b_rows)
     _mma(o, view, dims, a_st, b_st, full, empty, acc_full, acc_empty, accs, parts)

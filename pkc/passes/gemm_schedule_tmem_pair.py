@@ -30,6 +30,8 @@ per 128-byte stage row, the pair MMA ``kind::f8f6f4``, each CTA's epilogue scale
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xdsl.dialects import arith, scf
 from xdsl.ir import Block, SSAValue
 
@@ -63,27 +65,55 @@ def build_gemm_tmem_pair(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: 
     ta_t, tb_t = tmem_tmap_types(cfg, cfg.bn // 2)       # each CTA loads half of B's rows
     tA = top.add(s.TmapOp(A, ta_t)).result
     tB = top.add(s.TmapOp(B, tb_t)).result
+    sched, o, r = pair_schedule(top, C, cfg, ctas=2, stage_releases=1)
+    tC, a_st, b_st, epi, full, empty = r.tC, r.a_st, r.b_st, r.epi, r.full, r.empty
+    acc_full, acc_empty, accs = r.acc_full, r.acc_empty, r.accs
+    dims = (M, N, K)
+    _producer(o, view, dims, tA, tB, a_st, b_st, full, empty, parts)
+    _mma(o, view, dims, a_st, b_st, full, empty, acc_full, acc_empty, accs, parts)
+    _epilogue(o, view, dims, C, tC, epi, acc_full, acc_empty, accs, parts, scales)
+    return sched
+
+
+@dataclass
+class PairResources:
+    """What a pair schedule allocates before its roles: the output's tensor map (TMA
+    epilogue), the stage rings of A and B, the epilogue's buffers, the stage barriers and
+    the double-buffered accumulators with their barriers."""
+
+    tC: SSAValue | None
+    a_st: SSAValue
+    b_st: SSAValue
+    epi: SSAValue | None
+    full: SSAValue
+    empty: SSAValue
+    acc_full: SSAValue
+    acc_empty: SSAValue
+    accs: list[SSAValue]
+
+
+def pair_schedule(top: _Ops, C: SSAValue, cfg: TmemGemmConfig, ctas: int,
+                  stage_releases: int) -> tuple[s.ScheduleOp, _Ops, PairResources]:
+    """The ``pks.schedule`` of ``ctas`` CTAs (a pair: 2; two pairs: 4) and its resources;
+    ``stage_releases``: the MMA commits that free a stage (one per pair whose CTAs
+    multicast into it)."""
     tC = None
     if cfg.epilogue is Epilogue.TMA:
         w = cfg.epi_width
         tC = top.add(s.TmapOp(C, s.TmapType(cfg.dtype, [w, 64], _SWIZZLE_FOR_ROW_BYTES[2 * w]))).result
-    sched = top.add(s.ScheduleOp(cfg.threads, 2, cfg.timeout_ns))
+    sched = top.add(s.ScheduleOp(cfg.threads, ctas, cfg.timeout_ns))
     o = _Ops(sched.block)
     S, nb = cfg.stages, cfg.acc_bufs
     a_st = o.add(s.SmemAllocOp(S, cfg.a_stage_bytes)).result
     b_st = o.add(s.SmemAllocOp(S, cfg.b_stage_bytes)).result
     epi = (o.add(s.SmemAllocOp(cfg.epi_bufs, 64 * cfg.epi_width * 2)).result
            if cfg.epilogue is Epilogue.TMA else None)
-    full = o.add(s.MbarrierAllocOp(S, 1)).result       # the even CTA's producer, both CTAs' bytes
-    empty = o.add(s.MbarrierAllocOp(S, 1)).result      # the pair MMA's commit (multicast)
+    full = o.add(s.MbarrierAllocOp(S, 1)).result       # the even CTA's producer, its pair's bytes
+    empty = o.add(s.MbarrierAllocOp(S, stage_releases)).result   # the MMA commits (multicast)
     acc_full = o.add(s.MbarrierAllocOp(nb, 1)).result
     acc_empty = o.add(s.MbarrierAllocOp(nb, 2)).result  # both CTAs' epilogues
     accs = [o.add(s.AccAllocOp(cfg.bm, cfg.bn)).result for _ in range(nb)]
-    dims = (M, N, K)
-    _producer(o, view, dims, tA, tB, a_st, b_st, full, empty, parts)
-    _mma(o, view, dims, a_st, b_st, full, empty, acc_full, acc_empty, accs, parts)
-    _epilogue(o, view, dims, C, tC, epi, acc_full, acc_empty, accs, parts, scales)
-    return sched
+    return sched, o, PairResources(tC, a_st, b_st, epi, full, empty, acc_full, acc_empty, accs)
 
 
 def _producer(o: _Ops, cfg: PairView, dims, tA, tB, a_st, b_st, full, empty,
