@@ -13,7 +13,7 @@ graph's business), and the all-gather's wait sites in errors.
 from __future__ import annotations
 
 from pkc.codegen.abi import FusedLaunchKind, describe_record
-from pkc.runtime.scheduled_fused import ScheduledFused, ScheduledFusedTimeout, launch_ranks
+from pkc.runtime.scheduled_fused import ScheduledFused, ScheduledFusedTimeout
 
 AG_WAIT_SITES = {1: "a row block of the peer's shard put here (or the peer's launch started)",
                  2: "the peers' puts (exit)"}
@@ -38,15 +38,8 @@ class ScheduledAgGemm(ScheduledFused):
         """Launch every driven rank on its shard ``a[r]``, weight ``b[r]`` and the kernel's
         further inputs ``rest`` (an fp8 kernel's scales of A and B), each per rank: a dict by
         rank or a list indexed by rank; ``outs[r]``: where C goes (else new)."""
-        inputs = (a, b, *rest)
-        if len(inputs) != self.n_in:
-            raise ValueError(f"{self.meta.name} takes {self.n_in} inputs per rank "
-                             f"(shard, weight{', scales' if self.n_in > 2 else ''}), "
-                             f"got {len(inputs)}")
-        todo = list(self.peers.ranks if ranks is None else ranks)
-        fresh = {r: self._fresh(r, None if outs is None else outs[r]) for r in todo}
-        bound = [(r, self._bind(r, [x[r] for x in inputs], fresh[r])) for r in todo]
-        launch_ranks(self.kernel, self.grid, self.meta.threads, bound, self.peers, self.fz.world)
+        todo, fresh = self._launch((a, b, *rest), ranks, outs,
+                                   f" (shard, weight{', scales' if self.n_in > 2 else ''})")
         gath = self.sym_out[self.fz.peer_outputs[0]]
         return {r: [fresh[r][0], gath.tensors[r]] for r in todo}
 

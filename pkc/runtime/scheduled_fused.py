@@ -177,17 +177,25 @@ class ScheduledFused:
                              f"{self.peers.device}, got {list(out.shape)} {out.dtype}")
         return [out]
 
+    def _launch(self, inputs, ranks, out, what: str = "") -> tuple[list[int], dict]:
+        """Bind and launch every driven rank on ``inputs`` (each per rank); returns the ranks
+        and their fresh outputs (``out[rank]`` where given). ``what``: the inputs' names for
+        the error."""
+        if len(inputs) != self.n_in:
+            raise ValueError(f"{self.meta.name} takes {self.n_in} inputs per rank{what}, "
+                             f"got {len(inputs)}")
+        todo = list(self.peers.ranks if ranks is None else ranks)
+        fresh = {r: self._fresh(r, None if out is None else out[r]) for r in todo}
+        bound = [(r, self._bind(r, [x[r] for x in inputs], fresh[r])) for r in todo]
+        launch_ranks(self.kernel, self.grid, self.meta.threads, bound, self.peers, self.fz.world)
+        return todo, fresh
+
     def run(self, *inputs, ranks=None, out=None) -> dict:
         """Launch every driven rank (``ranks``: only these, to test a missing peer) on its
         inputs (each argument per rank: a dict by rank or a list indexed by rank). Returns
         ``{rank: output}``: the symmetric output's tensor of the rank (persistent), or a
         fresh output (new per call, or ``out[rank]`` where the caller gives one)."""
-        if len(inputs) != self.n_in:
-            raise ValueError(f"{self.meta.name} takes {self.n_in} inputs per rank, got {len(inputs)}")
-        todo = list(self.peers.ranks if ranks is None else ranks)
-        fresh = {r: self._fresh(r, None if out is None else out[r]) for r in todo}
-        bound = [(r, self._bind(r, [x[r] for x in inputs], fresh[r])) for r in todo]
-        launch_ranks(self.kernel, self.grid, self.meta.threads, bound, self.peers, self.fz.world)
+        todo, fresh = self._launch(inputs, ranks, out)
         first = self.n_in
         if first in self.sym_out:
             return {r: self.sym_out[first].tensors[r] for r in todo}
