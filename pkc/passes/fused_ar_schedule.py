@@ -366,6 +366,8 @@ class RsOutParts(_Summed, RsParts):
         self.other = o.bin(arith.XOrIOp, self.rank, 1)
         self.half = o.bin(arith.AndIOp, self.epoch, 1)
 
+    tile_loop_reads_epoch = True     # the staging half is this epoch's parity
+
     def tile_loop(self, r: _Ops, M, N, inits, cfg):
         # the peer's chunk first, the own last
         loop = r.add(f.ChunkTileLoopOp(M, N, self.other, inits, cfg.bm, cfg.bn, cfg.group_m, 2))

@@ -129,6 +129,8 @@ class ClcChunkMixin:
     ring: tuple[SSAValue, ...] | None = None
     tick: SSAValue | None = None
 
+    tile_loop_reads_epoch = True     # the tickets are counted per launch
+
     def tile_loop(self, r: _Ops, M, N, inits, cfg):
         role = r.block.parent_op()
         if not isinstance(role, s.RoleOp):

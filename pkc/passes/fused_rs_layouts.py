@@ -154,9 +154,6 @@ class ColumnRsParts(RsParts):
         super().__init__(world, rows, nc, cfg, pad, ctl)
         self.nc = nc
 
-    def needs_epoch(self) -> bool:
-        return self.W > 1       # its tile loop reads no epoch: W = 1 is the plain GEMM's
-
     def tile_loop(self, r: _Ops, M, N, inits, cfg):
         loop = r.add(f.ChunkTileLoopOp(M, N, self.rank, inits, cfg.bm, cfg.bn, cfg.group_m, self.W))
         m0, n0, chunk, *carried = loop.block.args
@@ -201,9 +198,6 @@ class BlockViewRsParts(RsParts):
         self.scp = -(-sc // cfg.bm) * cfg.bm
         super().__init__(world, blocks * self.scp, n, cfg, pad, ctl)
         self.sc, self.blocks, self.n = sc, blocks, n
-
-    def needs_epoch(self) -> bool:
-        return self.W > 1       # its tile loop reads no epoch: W = 1 is the plain GEMM's
 
     def c_map(self, top: _Ops, C, tc_t):
         t3 = s.TmapType(self.cfg.dtype, [*tc_t.box_dims, 1], tc_t.swizzle.data)

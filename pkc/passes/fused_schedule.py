@@ -142,12 +142,16 @@ class RsParts(GemmParts):
         self.maps = [top.add(f.PeerTmapOp(C, p, tc_t)).result for p in range(self.W)]
         return None
 
+    # whether the subclass's own tile loop reads the launch epoch (cluster launch
+    # control's tickets, the fresh-output kernel's staging halves)
+    tile_loop_reads_epoch = False
+
     def needs_epoch(self) -> bool:
         """Whether the kernel reads the launch epoch: W > 1 (the counts its waits compare
-        with), or a tile loop of a subclass's own (cluster launch control's tickets read
-        it). At W = 1 no peer reads a signal, so the kernel has the plain GEMM's prologue
-        and end: no control-word load ahead of the setup barrier, no completion atomic."""
-        return self.W > 1 or type(self).tile_loop is not RsParts.tile_loop
+        with), or a tile loop that reads it. At W = 1 no peer reads a signal, so the kernel
+        has the plain GEMM's prologue and end: no control-word load ahead of the setup
+        barrier, no completion atomic."""
+        return self.W > 1 or self.tile_loop_reads_epoch
 
     def prologue(self, o: _Ops) -> None:
         self.rank = o.add(c.LaunchParamOp(c.CommParam.RANK)).result
