@@ -43,6 +43,7 @@ import traceback
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweep_common import virtual_peers as peers  # noqa: E402  (the path above)
 
 KIB, MIB = 1 << 10, 1 << 20
 TIMEOUT_NS = 500_000_000     # a broken protocol costs half a second per wait, not a hang
@@ -137,16 +138,6 @@ def reference(coll, xs, W):
     if coll == "reduce_scatter":
         return list(s.chunk(W))
     return [torch.cat(xs)] * W
-
-
-_PEERS: dict = {}
-
-
-def peers(W):
-    from pkc.runtime.peers import VirtualPeers
-    if W not in _PEERS:
-        _PEERS[W] = VirtualPeers(W)
-    return _PEERS[W]
 
 
 def torch_same_bytes(coll: str, X, Y, W: int):

@@ -21,13 +21,13 @@ timed; the result is checked again after the timed launches.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweep_common import run_cases, virtual_peers  # noqa: E402  (the path above)
 
 # (name, kind, W, M, N, K, layout): M = the product's rows (rs: W x the chunk's). Odd
 # shapes (M, N, K not multiples of 16 or of W; N, K multiples of 8 for TMA) for
@@ -154,23 +154,9 @@ def main() -> None:
         for c in cases:
             print(*c)
         return
-    from pkc.runtime.peers import VirtualPeers
-
     os.makedirs(args.out, exist_ok=True)
-    rows, worlds = [], {}
-    for c in cases:
-        try:
-            W = c[2]
-            peers = worlds.get(W) or worlds.setdefault(W, VirtualPeers(W))
-            row = run_case(*c, rounds=args.rounds, peers=peers)
-        except Exception as e:      # one failing case must not hide the others
-            import traceback
-            traceback.print_exc()
-            row = {"case": c[0], "error": f"{type(e).__name__}: {e}"}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    with open(os.path.join(args.out, "fused_ar_ir.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+    rows = run_cases(cases, lambda c: run_case(*c, rounds=args.rounds, peers=virtual_peers(c[2])),
+                     os.path.join(args.out, "fused_ar_ir.json"))
     print(f"\n{'case':24} {'tile':12} {'ok':5} {'fused us':>8} {'GEMM us':>8} {'fused/GEMM':>10}")
     for r in rows:
         if "error" in r:

@@ -24,7 +24,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from sweep_common import run_cases  # noqa: E402  (the path above)
+from sweep_common import run_cases, virtual_peers  # noqa: E402  (the path above)
 
 # (name, W, lead dims of the result, scattered dim, N, K, B layout, bias): odd shapes
 # (rows, N, K not multiples of 16 or of W; chunks of columns multiples of 8 for TMA),
@@ -158,14 +158,8 @@ def main() -> None:
         for c in CASES:
             print(*c)
         return
-    from pkc.runtime.peers import VirtualPeers
-
-    worlds = {}
-
-    def one(c):
-        peers = worlds.get(c[1]) or worlds.setdefault(c[1], VirtualPeers(c[1]))
-        return run_case(*c, rounds=args.rounds, peers=peers)
-    rows = run_cases([c for c in CASES if args.only in c[0]], one,
+    rows = run_cases([c for c in CASES if args.only in c[0]],
+                     lambda c: run_case(*c, rounds=args.rounds, peers=virtual_peers(c[1])),
                      os.path.join(args.out, "fused_rs_layouts.json"))
     print(f"\n{'case':20} {'W':>2} {'tile':12} {'ok':5} {'fused us':>8} {'GEMM us':>8} "
           f"{'rows us':>8} {'fused/GEMM':>10} {'fused/rows':>10} {'fused/GEMM+bias':>15}")

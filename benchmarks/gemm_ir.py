@@ -18,13 +18,13 @@ The table is printed last; JSON under DIR.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweep_common import run_cases  # noqa: E402  (the path above)
 
 # (name, M, N, K): 8192^3; Llama-70B TP-8 layers at 8192 tokens (hidden 8192, FFN 28672,
 # 64 query / 8 KV heads of 128: QKV 8192 x 1280 x 8192, O 8192 x 8192 x 1024, up+gate
@@ -192,16 +192,9 @@ def main() -> None:
             print(*c)
         return
     os.makedirs(args.out, exist_ok=True)
-    rows = []
-    for c in cases():
-        try:
-            row = run_case(*c, rounds=args.rounds)
-        except Exception as e:      # one failing case must not hide the others
-            row = {"case": c[0], "variant": c[4], "layout": c[5], "error": f"{type(e).__name__}: {e}"}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    with open(os.path.join(args.out, "gemm_ir.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+    rows = run_cases(cases(), lambda c: run_case(*c, rounds=args.rounds),
+                     os.path.join(args.out, "gemm_ir.json"),
+                     error_row=lambda c: {"case": c[0], "variant": c[4], "layout": c[5]})
     print(f"\n{'case':24} {'variant':18} {'lay':3} {'ok':5} {'=cuBLAS':7} {'IR us':>8} "
           f"{'cuBLAS':>8} {'cuBLAS/IR':>9} {'TFLOP/s':>7}")
     for r in rows:

@@ -225,6 +225,18 @@ def run_cases(cases, run_one, json_path, error_row=lambda c: {"case": c[0]}) -> 
     return rows
 
 
+_VIRTUAL_PEERS: dict = {}
+
+
+def virtual_peers(world: int):
+    """One virtual world of ``world`` ranks on this GPU per process, shared by the cases
+    (building one allocates its symmetric buffers and green contexts)."""
+    from pkc.runtime.peers import VirtualPeers
+    if world not in _VIRTUAL_PEERS:
+        _VIRTUAL_PEERS[world] = VirtualPeers(world)
+    return _VIRTUAL_PEERS[world]
+
+
 def have_matplotlib() -> bool:
     try:
         import matplotlib  # noqa: F401,F811
