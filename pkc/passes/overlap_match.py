@@ -52,6 +52,8 @@ def match(op: Operation) -> Match | None:
     if isinstance(op, g.AllReduceOp):
         return _match_reduction(op, Pattern.MM_ALL_REDUCE)
     if isinstance(op, g.AllGatherOp):
+        if len(shape_of(op.input)) >= 2 and op.dim.value.data == len(shape_of(op.input)) - 1:
+            return _match_gather_k(op)
         return _match_all_gather(op)
     if isinstance(op, g.AllToAllOp):
         return _match_moe(op)
@@ -134,18 +136,19 @@ def _match_reduction(coll: g.ReduceScatterOp | g.AllReduceOp, pattern: Pattern) 
 def gather_near_miss(ag: g.AllGatherOp) -> str | None:
     """Why a gather whose result reaches a matmul's lhs through views was not matched: it
     gathers along another dim than the rows of the matmul's operand (DTensor sequence
-    parallelism gathers [B, S/W, H] along dim 1: B blocks of rows per rank)."""
+    parallelism gathers [B, S/W, H] along dim 1: B blocks of rows per rank), or along K
+    through a reshape that mixes K into the rows."""
     shape, d = shape_of(ag.input), ag.dim.value.data
     if d == 0 and len(shape) == 2:
         return None
     lhs_of_mm = lambda v: any(isinstance(u.operation, (g.MatmulOp, ScaledMatmulOp))  # noqa: E731
                               and u.index == 0 for u in v.uses)
-    if d == len(shape) - 1 and (lhs_of_mm(ag.result) or any(
-            isinstance(u.operation, g.ReshapeOp) and lhs_of_mm(u.operation.result)
-            for u in ag.result.uses)):
-        return (f"gather along dim {d} of {list(shape)}, the matmul's contraction dim K: every "
-                "output tile needs every rank's shard (a K loop over shards as they arrive), "
-                "and the fused kernel gathers blocks of rows (dim 0)")
+    if d == len(shape) - 1 and any(isinstance(u.operation, g.ReshapeOp) and
+                                   lhs_of_mm(u.operation.result) for u in ag.result.uses):
+        # (a reshape to [rows, K] is matched by _match_gather_k)
+        return (f"gather along dim {d} of {list(shape)}, the matmul's contraction dim K, "
+                "through a reshape that does not keep K as the last dim of a 2-d [rows, K] "
+                "operand: the fused kernel's K loop runs over whole shards of K")
     for use in ag.result.uses:
         view = use.operation
         if not isinstance(view, g.ReshapeOp):
@@ -228,6 +231,63 @@ def _match_all_gather(ag: g.AllGatherOp) -> Match | None:
               (shape_of(ag.result)[0], tuple(shape_of(mm.rhs)[1] for mm in consumers), K),
               dead=dead, insert_before=first, gathered=gathered, scaled=bool(scales))
     m.problem = problem or _operand_problem(*consumers)
+    return m
+
+
+def _match_gather_k(ag: g.AllGatherOp) -> Match | None:
+    """An all-gather along the last dim feeding a matmul as its lhs: the contraction dim K
+    (2-d ``[M, Kc]``, or n-d ``[..., Kc]`` through the reshape to ``[R, K]`` a linear
+    layer makes). The first such matmul in program order is fused (its 2-d weight
+    ``[K, N]`` defined before the gather's first use); when the gathered tensor has any
+    other user the kernel also returns it (``[R, K]``, the gathered layout)."""
+    block, shape = ag.parent, shape_of(ag.input)
+    users = list(dict.fromkeys(use.operation for use in ag.result.uses))
+    if block is None or not users or any(u.parent is not block for u in users):
+        return None
+    K = shape_of(ag.result)[-1]
+    R = math.prod(shape[:-1])
+
+    def consumer_of(v: SSAValue):
+        return [u.operation for u in v.uses if u.index == 0 and
+                isinstance(u.operation, (g.MatmulOp, ScaledMatmulOp))]
+
+    view = None
+    mms = consumer_of(ag.result) if len(shape) == 2 else []
+    if len(shape) > 2:
+        views = [u for u in users if isinstance(u, g.ReshapeOp) and
+                 shape_of(u.result) == (R, K) and consumer_of(u.result)]
+        if not views:
+            return None
+        view = min(views, key=block.get_operation_index)
+        mms = consumer_of(view.result)
+    if not mms:
+        return None
+    users.sort(key=block.get_operation_index)
+    first = users[0]
+    mm = min(mms, key=block.get_operation_index)
+    gathered = any(u not in (mm, view) for u in users) or mm.rhs in (ag.result, mm.lhs) or (
+        view is not None and any(u.operation is not mm for u in view.result.uses))
+    xt = ag.input.type
+    inputs = [ag.input, mm.rhs]
+    views_ = [None if len(shape) == 2 else TensorType(xt.element_type, [R, shape[-1]]), None]
+    replaced = [mm.result] + ([ag.result] if gathered else [])
+    types = [mm.result.type] + ([TensorType(xt.element_type, [R, K])] if gathered else [])
+    dead = [mm] + ([view] if view is not None and view.result.has_one_use() else []) + [ag]
+    N = shape_of(mm.rhs)[-1]
+    m = Match(Pattern.ALL_GATHER_K_MM, ag, ag.world_size, inputs, views_, replaced, types,
+              (R, N, K), dead=dead, insert_before=first, gathered=gathered)
+    rhs = mm.rhs.owner
+    if isinstance(mm, ScaledMatmulOp):
+        m.problem = ("an fp8 scaled matmul (the gather along K has no fused fp8 kernel: "
+                     "each shard's product would need its own scales)")
+    elif len(shape_of(mm.rhs)) != 2 or len(shape_of(mm.result)) != 2:
+        m.problem = f"a matmul with a {len(shape_of(mm.rhs))}-d weight (the kernel takes [K, N])"
+    elif isinstance(rhs, Operation) and (rhs.parent is not block or block.get_operation_index(
+            rhs) > block.get_operation_index(first)):
+        m.problem = ("the weight is computed after the gathered tensor's first use (the "
+                     "fused kernel runs there)")
+    else:
+        m.problem = _operand_problem(mm)
     return m
 
 

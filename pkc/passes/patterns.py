@@ -14,6 +14,7 @@ lives in the modules named)
   too (kernel_builder.py); the tiling loops on top of it are in patterns_tiles.py.
 * :func:`build_kernel` (here), which dispatches on the pattern to the builders of
   patterns_gemm.py (matmul with reduce_scatter, all_reduce or all_gather) and
+  patterns_gather_k.py (an all-gather along the matmul's contraction dim) and
   patterns_moe.py (MoE), which builds the ``pk.kernel`` of a :class:`Fusion` in its
   *staged* form (``elide=False``: produced tiles go through ``pk.alloc {staging}`` buffers
   and are copied out of them, as NCCL does) or its *elided* form (``elide=True``: producers
@@ -58,6 +59,7 @@ from pkc.passes.patterns_gemm import (
     build_mm_all_reduce,
     build_mm_reduce_scatter,
 )
+from pkc.passes.patterns_gather_k import build_all_gather_k_mm
 from pkc.passes.patterns_moe import build_moe
 from pkc.passes.patterns_scaled import arg_names as scaled_arg_names
 from pkc.target.cost import Pattern
@@ -97,6 +99,7 @@ _ARG_NAMES = {
     Pattern.MM_REDUCE_SCATTER: _names_mm,
     Pattern.MM_ALL_REDUCE: _names_mm,
     Pattern.ALL_GATHER_MM: _names_ag,
+    Pattern.ALL_GATHER_K_MM: _names_ag,
     Pattern.MOE: _names_moe,
 }
 
@@ -105,5 +108,6 @@ _BUILDERS = {
     Pattern.MM_REDUCE_SCATTER: build_mm_reduce_scatter,
     Pattern.MM_ALL_REDUCE: build_mm_all_reduce,
     Pattern.ALL_GATHER_MM: build_all_gather_mm,
+    Pattern.ALL_GATHER_K_MM: build_all_gather_k_mm,
     Pattern.MOE: build_moe,
 }

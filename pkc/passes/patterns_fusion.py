@@ -94,5 +94,6 @@ KERNEL_NAMES = {
     Pattern.MM_REDUCE_SCATTER: "matmul_reduce_scatter",
     Pattern.MM_ALL_REDUCE: "matmul_all_reduce",
     Pattern.ALL_GATHER_MM: "all_gather_matmul",
+    Pattern.ALL_GATHER_K_MM: "all_gather_k_matmul",
     Pattern.MOE: "all_to_all_matmul_all_to_all",
 }

@@ -48,6 +48,7 @@ class Shapes:
       the contraction); its M x N partial result is reduce-scattered / all-reduced.
     all_gather_mm: M is the gathered row count (each rank holds M/W x K); `N` lists the
       output widths of the consumers that share the gathered operand (e.g. Q, K, V).
+    all_gather_k_mm: M x N x K with K the gathered contraction (each rank holds M x K/W).
     all_to_all_mm_all_to_all: M tokens land on each rank (balanced), K = hidden in,
       N = features out of the grouped GEMM, `groups` = experts per rank.
     """
@@ -99,6 +100,7 @@ def comm_bytes(pattern: Pattern | str, shapes, W: int, dtype=2) -> float:
     return {Pattern.MM_REDUCE_SCATTER: f * sh.M * sh.N[0] * dt,
             Pattern.MM_ALL_REDUCE: 2 * f * sh.M * sh.N[0] * dt,
             Pattern.ALL_GATHER_MM: f * sh.M * sh.K * dt,
+            Pattern.ALL_GATHER_K_MM: f * sh.M * sh.K * dt,
             Pattern.MOE: f * sh.M * (sh.K + sh.N[0]) * dt}[pattern]
 
 
@@ -120,7 +122,7 @@ def predict_unfused(target, pattern: Pattern | str, shapes, W: int, dtype=2) -> 
         return gemms + choose_reduce_scatter(t, M * N * dt, W).time
     if pattern is Pattern.MM_ALL_REDUCE:
         return gemms + choose_all_reduce(t, M * N * dt, W).time
-    if pattern is Pattern.ALL_GATHER_MM:
+    if pattern in (Pattern.ALL_GATHER_MM, Pattern.ALL_GATHER_K_MM):
         return choose_all_gather(t, M * K * dt, W).time + gemms
     return choose_all_to_all(t, M * K * dt, W).time + gemms + choose_all_to_all(t, M * N * dt, W).time
 
@@ -224,6 +226,8 @@ def _build(t: Target, pattern: Pattern, sh: Shapes, W: int, dt: int, overlap: Ov
         for i in range(W * per):                              # local chunk first
             deps = [ready[i]] if i in ready else []
             add(f"mma {i}", "compute", "mma", c, deps, step=i)
+    elif pattern is Pattern.ALL_GATHER_K_MM:
+        _gather_k(add, sh, W, dt, til, compute, rate, sig, overlap)
     else:  # all_to_all_mm_all_to_all
         S = _steps(math.ceil(sh.M / til.tm))
         c = compute / S
@@ -243,6 +247,32 @@ def _build(t: Target, pattern: Pattern, sh: Shapes, W: int, dt: int, overlap: Ov
             put = add(f"combine {i}", "comm", "put", mc, [mma], step=i)
             add(f"signal combine {i}", "comm", "signal", sig_all, [put], step=i)
     return tasks
+
+
+def _gather_k(add, sh: Shapes, W: int, dt: int, til: Tiling, compute: float, rate: float,
+              sig: float, overlap: OverlapStyle) -> None:
+    """All-gather along K + GEMM: a step is a row block. Every output tile sums one product
+    per rank's shard of its rows, the own shard's first (no wait), then the peers' ones,
+    each after its row block arrived. The put side is the all-gather + GEMM kernel's: it
+    serves its peers one after another (rank - 1 first, its whole shard row block by row
+    block, then rank - 2, ...), so rank r gets shard r + j at the j-th turn and a row
+    block's last shard only in the last turn: the peers' part of a row block waits for it
+    (at W >= 3 most of the gather is exposed; a put order by row blocks would fix it,
+    see pkc/passes/ag_k_schedule.py)."""
+    per = _steps(math.ceil(sh.M / til.tm), W)            # row-block steps
+    reuse = 1 if overlap is OverlapStyle.INTER else math.ceil(sh.n_total / til.tn)
+    c = compute / per
+    m = sh.M * sh.K / W * dt * reuse / per / rate         # one shard's row block
+    ready = {}
+    for j in range(1, W):
+        for s in range(per):
+            ld = add(f"load {s} of rank+{j}", "comm", "load", m, step=j * per + s)
+            ready[j, s] = add(f"signal {s} of rank+{j}", "comm", "signal", sig, [ld],
+                              step=j * per + s)
+    for s in range(per):
+        add(f"mma own shard {s}", "compute", "mma", c / W, step=s)
+        add(f"mma peers' shards {s}", "compute", "mma", c * (W - 1) / W, [ready[W - 1, s]],
+            step=s)
 
 
 def _bcast(add, i, m, sig, after, one_way):

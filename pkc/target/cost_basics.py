@@ -39,6 +39,9 @@ class Pattern(Kind):
     MM_REDUCE_SCATTER = "mm_reduce_scatter"
     MM_ALL_REDUCE = "mm_all_reduce"
     ALL_GATHER_MM = "all_gather_mm"
+    # an all-gather along the matmul's contraction dim K (the lhs's last dim): every output
+    # tile sums one product per rank's shard (pkc/passes/patterns_gather_k.py)
+    ALL_GATHER_K_MM = "all_gather_k_mm"
     MOE = "all_to_all_mm_all_to_all"      # dispatch all-to-all, grouped GEMM, combine
 
 
@@ -46,6 +49,7 @@ PATTERNS = MappingProxyType({
     Pattern.MM_REDUCE_SCATTER: "mm+reduce_scatter",
     Pattern.MM_ALL_REDUCE: "mm+all_reduce",
     Pattern.ALL_GATHER_MM: "all_gather+mm",
+    Pattern.ALL_GATHER_K_MM: "all_gather(K)+mm",
     Pattern.MOE: "all_to_all+grouped_mm+all_to_all",
 })
 
