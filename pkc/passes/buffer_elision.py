@@ -155,6 +155,10 @@ def _describe(kernel: k.KernelOp, f: Fusion) -> str:
         how = ("peers put their shards straight into the GEMM operand (symmetric), which the "
                "MMAs read as row blocks arrive, with no copy"
                + ("; that operand is the kernel's gathered output" if f.gathered else ""))
+    elif f.pattern is Pattern.ALL_GATHER_K_MM:
+        how = ("peers put their K shards straight into the GEMM operand (symmetric), whose "
+               "K loop reads a shard's row block once it arrived, with no copy"
+               + ("; that operand is the kernel's gathered output" if f.gathered else ""))
     else:
         how = ("dispatched tokens land in the expert GEMM's symmetric operand and results in "
                "the source rank's symmetric output")

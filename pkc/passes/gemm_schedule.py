@@ -160,6 +160,14 @@ class GemmParts:
         A loads: the plain GEMM's ``tA`` at ``producer_row``."""
         return tA, self.producer_row(t, coords), [], extra
 
+    def producer_k(self, k: _Ops, kb: SSAValue, kc: SSAValue, tA: SSAValue, m0: SSAValue,
+                   outer: list[SSAValue]) -> tuple[SSAValue, list[SSAValue], SSAValue]:
+        """(A's map, A's coordinates, B's k coordinate) of the producer's k-step ``kb``
+        (``kc`` = kb x bk): the tile's map at ``[kc, m0, *outer]``, B at row ``kc``. A
+        kernel whose K is several operands (an all-gather along K:
+        :mod:`pkc.passes.ag_k_schedule`) picks the map and offsets per step."""
+        return tA, [kc, m0, *outer], kc
+
     def epilogue_setup(self, r: _Ops, cfg: GemmConfig) -> list[SSAValue]:
         return []
 
@@ -283,9 +291,10 @@ def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty,
     k.add(s.MbarrierWaitOp(empty, ks, parity))
     k.add(s.MbarrierArriveOp(full, ks, tx_bytes=cfg.stage_bytes))
     kc = k.bin(arith.MuliOp, kb, cfg.bk)
-    k.add(s.TmaLoadOp(tA_tile, [kc, m0, *outer], a_st, ks, k.c(0), full, ks))
+    tA_k, a_at, b_k = parts.producer_k(k, kb, kc, tA_tile, m0, outer)
+    k.add(s.TmaLoadOp(tA_k, a_at, a_st, ks, k.c(0), full, ks))
     for off, n in b_parts:
-        coords = [kc, n] if cfg.b_layout is BLayout.NK else [n, kc]
+        coords = [b_k, n] if cfg.b_layout is BLayout.NK else [n, b_k]
         k.add(s.TmaLoadOp(tB, coords, b_st, ks, off, full, ks, multicast=mc))
     k.add(scf.YieldOp(*k.advance(ks, kph, cfg.stages)))
     t.add(s.YieldOp([*kloop.results, *pextra]))

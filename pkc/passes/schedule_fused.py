@@ -56,6 +56,7 @@ from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes import fused_ar_pair, fused_rs_layouts
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
 from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
+from pkc.passes.ag_k_schedule import schedule_all_gather_k_mm
 from pkc.passes.fused_clc import ClcChoice, check_choice, decide
 from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
 from pkc.passes.fused_fp8 import fp8_operands, why_not_scaled
@@ -176,6 +177,9 @@ class ScheduleFused(ModulePass):
                 continue
             if pattern is Pattern.ALL_GATHER_MM:     # its own builder
                 schedule_all_gather_mm(kop, self.target, self.variant)
+                continue
+            if pattern is Pattern.ALL_GATHER_K_MM:   # gathered along K: ag_k_schedule
+                schedule_all_gather_k_mm(kop, self.target, self.variant)
                 continue
             if fused_ar_pair.is_pair(kop, pattern):   # W > 2: two kernels
                 reason = fused_ar_pair.why_not(kop, _dtype)

@@ -1,0 +1,226 @@
+"""The scheduled all-gather along K + GEMM (:class:`AgKParts`, :func:`schedule_all_gather_k_mm`,
+called by ``schedule-fused`` for a kernel of pattern ``all_gather_k_mm``).
+
+    rank r: A_r [M, Kc] (its shard of the contraction dim); B [K, N] (whole, K = W x Kc);
+    C [M, N] = sum over shards p of A_p @ B[p*Kc : (p+1)*Kc].
+
+Matches the kernel-level ``all_gather_k_matmul`` that ``overlap`` builds
+(:mod:`pkc.passes.patterns_gather_k`); produces the persistent warp-specialized GEMM of
+:func:`pkc.passes.fused_schedule.build_fused_gemm` (wgmma on sm_90a, tensor memory on
+sm_100a: both share the producer this kernel changes) with the all-gather + GEMM parts
+(:class:`pkc.passes.ag_gemm_schedule.AgParts`) reused where the protocol is the same:
+
+* Put side: the all-gather + GEMM kernel's (last ``side`` CTAs; each rank puts its whole
+  ``[M, Kc]`` shard, contiguous, into slot ``rank`` of every peer's symmetric
+  ``G [W, M, Kc]`` row block by row block, a signal per row block; announcements at
+  launch; epochs).
+* Tile space: the plain GEMM's ``[M, N]`` tiles (``pks.tile_loop``): every tile needs every
+  shard, so there are no chunks. The K loop runs over ``W x ceil(Kc / bk)`` steps: slot s
+  (``ceil(Kc / bk)`` steps) is shard ``(rank + s) mod W``, the own one first, read from
+  A's own map with no wait; a peer's from G's 3-D map ``[W, M, Kc]`` (both views of one
+  type, ``pks.tmap_select``). Columns past ``Kc`` read zeros (the shard's map ends
+  there), so a step that overhangs the shard adds nothing although B's rows there belong
+  to the next shard. B's k coordinate is ``shard x Kc + k``.
+* Waits: before the first step of a peer's shard, the producer waits (once per row block
+  of ``group_m x bm`` rows and CTA: the raster makes a CTA's row blocks non-decreasing,
+  so a carried "last row block waited" suffices) until every put CTA of that peer
+  signalled its row block there, then fences the async proxy before its TMA loads.
+* C: stored by the plain GEMM epilogue. The gathered tensor, where the IR asks for it, is
+  G in its slot layout ``[W, M, Kc]``; the rewrite adds the graph-level ``reshape ->
+  transpose [1, 0, 2] -> reshape`` that gives ``[M, K]`` (one copy of G outside the
+  kernel: the put side moves contiguous shards, which a strided ``[M, K]`` destination
+  would cut into ``Kc``-wide rows).
+
+Why this put order: it is the existing kernel's (peer by peer, a whole shard each), which
+makes a row block's last shard arrive in the last turn: at W >= 3 most of the gather is
+exposed and the cost model (``pkc.target.cost._gather_k``) says so. A put order by row
+blocks (every peer's row block 0, then 1, ...) would overlap as the gather along rows
+does; not built yet.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import IntegerType, TensorType
+from xdsl.ir import Block, Region, SSAValue
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from pkc.dialects import graph as g
+from pkc.dialects import kernel as k
+from pkc.dialects import schedule_comm as c
+from pkc.dialects import schedule_fused as f
+from pkc.dialects.plan import ScheduleKind
+from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
+from pkc.passes.ag_gemm_schedule import MAX_BYTES, AgParts, _dtype, _when, row_blocks
+from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
+from pkc.passes.gemm_schedule import GemmParts, _Ops
+from pkc.passes.remarks import add_remark, plan_of, set_plan
+from pkc.target.cost import OverlapStyle
+from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind, ag_put_ctas
+
+
+class AgKParts(AgParts):
+    """All-gather along K + GEMM (see the module doc): AgParts with ``mc`` = M (a shard is
+    all M rows) and ``k`` = Kc, the plain GEMM's tile loop and epilogue, and a producer
+    whose K loop walks the shards."""
+
+    def __init__(self, world: int, m: int, n: int, kc: int, cfg, A: SSAValue, gath: SSAValue,
+                 pad: SSAValue | None, ctl: SSAValue | None, side: int, ring: int, piece: int,
+                 self_copy: bool):
+        super().__init__(world, m, n, kc, cfg, A, gath, pad, ctl, side, ring, piece, self_copy)
+        self.nkc = -(-kc // cfg.bk)           # k-steps of one shard
+
+    def k_steps(self) -> int:
+        """The GEMM's K (a multiple of bk): W shards of ``nkc`` steps."""
+        return self.W * self.nkc * self.cfg.bk
+
+    # the plain GEMM's C map, tile loop and epilogue (AgParts' are chunked by shard)
+    def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
+        return GemmParts.c_map(self, top, C, tc_t)
+
+    def tile_loop(self, r: _Ops, M, N, inits, cfg):
+        return GemmParts.tile_loop(self, r, M, N, inits, cfg)
+
+    def epilogue_tile(self, t: _Ops, cfg, e, coords, row0, ebuf, extra):
+        return GemmParts.epilogue_tile(self, t, cfg, e, coords, row0, ebuf, extra)
+
+    # ---- the producer: the tile's row block; the shard of every k-step --------------
+    def producer_tile(self, t: _Ops, coords, tA, extra):
+        if self.W == 1:
+            return GemmParts.producer_tile(self, t, coords, tA, extra)
+        m0 = coords[0]
+        (last,) = extra
+        self.block = t.bin(arith.DivUIOp, m0, self.cfg.bm * self.cfg.group_m)
+        self.fresh = t.cmp("ne", self.block, last)     # not waited for yet by this CTA
+        return tA, m0, [], [self.block]
+
+    def producer_k(self, k: _Ops, kb, kc, tA, m0, outer):
+        if self.W == 1:
+            return super().producer_k(k, kb, kc, tA, m0, outer)
+        slot = k.bin(arith.DivUIOp, kb, self.nkc)
+        kin = k.bin(arith.MuliOp, k.bin(arith.RemUIOp, kb, self.nkc), self.cfg.bk)
+        shard = k.bin(arith.RemUIOp, k.bin(arith.AddiOp, self.rank, slot), self.W)
+        own = k.cmp("eq", slot, 0)
+        # a peer's shard's first step, in a row block this CTA has not waited for
+        peer, start = k.cmp("ne", slot, 0), k.cmp("eq", kin, 0)
+        w = _when(_when(_when(k, peer), start), self.fresh)
+        key = w.bin(arith.AddiOp, w.bin(arith.MuliOp, shard, self.G), self.block)
+        pad = w.add(c.BufferPtrOp(self.pad)).result
+        w.add(c.SignalWaitOp(pad, key, self.want, shard, c.WaitSite.ARRIVAL, "sys", 64))
+        w.add(f.FenceAsyncGlobalOp())   # the puts (async proxy) before our TMA loads
+        tm = k.add(f.TmapSelectOp(k.select(own, k.c(0), k.c(1)), [self.tA, self.tG])).result
+        b_k = k.bin(arith.AddiOp, k.bin(arith.MuliOp, shard, self.k), kin)
+        return tm, [kin, m0, k.select(own, k.c(0), shard)], b_k
+
+
+def why_not_agk(kop: k.KernelOp) -> str | None:
+    """Why an ``all_gather_k_mm`` kernel cannot be scheduled (None: it can)."""
+    if len(kop.inputs) != 2:
+        return f"all_gather_k_mm with {len(kop.inputs)} inputs (the shard and one weight)"
+    a, b = kop.inputs[0].type, kop.inputs[1].type
+    outs = [o.type for o in kop.outputs]
+    if any(len(t.get_shape()) != 2 for t in (a, b, *outs)):
+        return f"all_gather_k_mm: operands are not 2-D ({a}, {b})"
+    dt = _dtype(a)
+    if dt is None or any(_dtype(t) != dt for t in (b, *outs)):
+        return f"all_gather_k_mm: operands and results must all be bf16 or f16 ({a}, {b})"
+    W = kop.world_size
+    (M, Kc), (K, N) = a.get_shape(), b.get_shape()
+    if K != W * Kc or tuple(outs[0].get_shape()) != (M, N) or (
+            len(outs) > 1 and tuple(outs[1].get_shape()) != (M, K)):
+        return f"all_gather_k_mm: shard {a} x B {b} -> {outs[0]} is not a gather of {W} K shards"
+    if Kc % 8 or N % 8:
+        return (f"all_gather_k_mm: N = {N} and the shard's K = {Kc} must be multiples of 8 "
+                "(TMA row strides)")
+    if min(M, N, Kc) == 0:
+        return "all_gather_k_mm: empty product"
+    if W * M * Kc * 2 >= MAX_BYTES:
+        return f"all_gather_k_mm: the gathered A ({W * M * Kc * 2} bytes) needs 64-bit offsets"
+    return None
+
+
+def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None:
+    """Rewrite ``kop`` (pattern ``all_gather_k_mm``) into the scheduled kernel, or leave it
+    with a remark saying why not."""
+    reason = why_not_agk(kop)
+    if reason:
+        add_remark(kop, f"fused kernel left unscheduled: {reason}")
+        return
+    W = kop.world_size
+    a, b = kop.inputs
+    M, Kc = a.type.get_shape()
+    K, N = W * Kc, b.type.get_shape()[1]
+    asked = len(kop.outputs) == 2
+    (b_val, layout), dt = b_operand(b), _dtype(a.type)
+    cfg = fused_config(FusedKind.AG, M, N, K, W, dt, layout, target, variant)
+    plan = plan_of(kop)
+    side, why_side = 0, "W = 1: nothing to put"
+    if W > 1 or asked:
+        planned = plan.get("put_ctas")
+        if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0:
+            side, why_side = planned, f"{planned} put CTAs from sm-partition's plan"
+        else:
+            side, why_side = ag_put_ctas(M, N, K, W, target)
+    arena = cfg.stages * (cfg.a_stage_bytes + cfg.b_stage_bytes)
+    ring, piece = PUT_RING, min(PUT_PIECE, arena // PUT_RING // 1024 * 1024)
+    y = kop.outputs[0].type
+    el = a.type.element_type
+    block = Block(arg_types=[BufferType([M, Kc], el),
+                             BufferType(b_val.type.get_shape(), b_val.type.element_type),
+                             BufferType(y.get_shape(), y.element_type, LOCAL),
+                             BufferType([W * M, Kc], el, SYMMETRIC)])
+    A, B, C, Gb = block.args
+    pad = ctl = None
+    if W > 1:
+        i32 = IntegerType(32)
+        pad = k.AllocOp(BufferType([W * row_blocks(M, cfg) + W], i32, SYMMETRIC), zero=True)
+        ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
+        block.add_op(pad)
+        block.add_op(ctl)
+        pad, ctl = pad.result, ctl.result
+    parts = AgKParts(W, M, N, Kc, cfg, A, Gb, pad, ctl, side, ring, piece, asked)
+    build_fused_gemm(block, A, B, C, M, N, parts.k_steps(), cfg, parts)
+    block.add_op(k.YieldOp())
+    attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
+    slots = TensorType(el, [W * M, Kc])
+    new = k.KernelOp("all_gather_k_matmul", W, [a, b_val], [y, slots], Region(block),
+                     attributes=attrs)
+    tmem_plan, tmem_words = arrangement(cfg)
+    set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=FusedKind.AG, bm=cfg.bm, bn=cfg.bn,
+             stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
+             gather_dim="K", shard_k=Kc, row_blocks=parts.G,
+             scheduled_overlap=OverlapStyle.INTER if side else OverlapStyle.NONE, comm_ctas=side,
+             put_piece=piece, put_ring=ring, put_lag=parts.lag, gathered_output=asked,
+             **tmem_plan)
+    add_remark(new, f"scheduled all-gather along K + GEMM W={W} {M}x{N}x{K} {dt}: "
+               f"{cfg.tag()}, K loop over {W} shards of {parts.nkc} k-steps (own shard "
+               f"first, read in place; a peer's after its row block's signal, once per row "
+               f"block of {cfg.bm * cfg.group_m} rows), {parts.G} row blocks per shard "
+               f"signalled one by one; {why_side}; puts by cp.async.bulk through a {ring} x "
+               f"{piece // 1024} KiB ring, peer by peer"
+               + ("; the gathered A is returned ([W, M, Kc] slots, transposed to [M, K] "
+                  "after the kernel)" if asked else "; the gathered A stays in the kernel")
+               + tmem_words)
+    new.location = kop.location
+    outs = [new.results[0]]
+    Rewriter.insert_op(new, InsertPoint.before(kop))
+    if asked:
+        outs.append(_true_layout(new.results[1], W, M, Kc, kop))
+    for old, res in zip(kop.outputs, outs):
+        old.replace_all_uses_with(res)
+    Rewriter.erase_op(kop)
+
+
+def _true_layout(slots: SSAValue, W: int, M: int, Kc: int, kop: k.KernelOp) -> SSAValue:
+    """G's slots ``[W*M, Kc]`` as the gathered ``[M, W*Kc]`` (graph level, after kop)."""
+    el = slots.type.element_type
+    v3 = g.ReshapeOp(slots, TensorType(el, [W, M, Kc]))
+    tr = g.TransposeOp(v3.result, [1, 0, 2])
+    v2 = g.ReshapeOp(tr.result, TensorType(el, [M, W * Kc]))
+    for op in (v3, tr, v2):
+        op.location = kop.location
+    Rewriter.insert_op([v3, tr, v2], InsertPoint.before(kop))
+    return v2.result
+
+
+__all__ = ["AgKParts", "schedule_all_gather_k_mm", "why_not_agk"]
