@@ -12,6 +12,12 @@ What it matches (graph-level ``func.func`` bodies, one block):
   such consumers whose rhs is defined before the gather's first user go into one kernel;
   when the gathered tensor has any other user (another op, a matmul taking it as rhs, a
   consumer left out, the function's return), the kernel also returns it;
+* ``pk.all_gather`` along the last dim (the matmul's contraction dim K) feeding a
+  ``pk.matmul`` as its lhs, 2-d or through the ``[rows, K]`` reshape of an n-d gathered
+  tensor (a linear layer on ``[B, S, K]``): the first such matmul, its 2-d weight defined
+  before the gather's first user, goes into an ``all_gather_k_matmul`` kernel (pattern
+  ``all_gather_k_mm``, patterns_gather_k.py: a K loop over the shards); the gathered
+  tensor is returned too when it has another user;
 * MoE, ``pk.all_to_all -> (grouped) pk.matmul -> pk.all_to_all``, in three spellings, with
   W ranks, E local experts, C token rows per (expert, rank):
   (a) 3-d: ``x: [W*E, C, K] -all_to_all(split 0, concat 1)-> [E, W*C, K]``,
