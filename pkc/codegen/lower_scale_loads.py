@@ -16,11 +16,21 @@ if TYPE_CHECKING:
 __all__ = ["f32_at", "bias_at"]
 
 
+def _base(L: "Lowering", buf):
+    """``buf``'s address: a kernel argument's, or the own copy of a fused kernel's
+    symmetric ``pk.alloc`` (the gathered row scales of an fp8 all-gather + GEMM,
+    pkc/passes/fused_fp8_ag.py)."""
+    comm = getattr(L, "comm", None)
+    if buf not in L.vals and comm is not None and buf in comm.own:
+        return comm.own[buf]
+    return L.v(buf)
+
+
 def f32_at(L: "Lowering", buf, index, bound):
     """f32 ``buf[index]`` (``ld.global.nc``), 0.0 where ``index >= bound`` (``bound`` None:
     unguarded)."""
     b = L.b
-    addr = b.add64(L.v(buf), b.bin("mul.wide", "u32", index, b.u32(4), "b64"))
+    addr = b.add64(_base(L, buf), b.bin("mul.wide", "u32", index, b.u32(4), "b64"))
     if bound is None:
         return b.ld("global", "f32", addr, cache="nc")
     return b.ld("global", "f32", addr, cache="nc", guard=b.setp("lt", "u32", index, bound),

@@ -163,6 +163,10 @@ class AgParts(GemmParts):
         self._put_side(_Ops(part.side_block), part.side_block.args[0], ring, bars)
         return _Ops(part.main)
 
+    def put_extra(self, o: _Ops, j: SSAValue, d: SSAValue) -> None:
+        """What put CTA ``j`` sends peer ``d`` beside the shard, before the shard's first
+        signal to d (nothing; A's fp8 row scales: :mod:`pkc.passes.fused_fp8_ag`)."""
+
     def _put_side(self, o: _Ops, j: SSAValue, ring: SSAValue, bars: SSAValue) -> None:
         W, G = self.W, self.G
         tid = o.add(c.GridValueOp(c.GridValue.TID)).result
@@ -193,6 +197,7 @@ class AgParts(GemmParts):
         dl, dk, kk, (ds, dph) = _for(p, p.c(1), p.c(dests + 1), p.c(1), [zero, zero])
         d = _peer(dk, rank, kk, W)
         dst = dk.add(c.BufferPtrOp(self.gath, d)).result
+        self.put_extra(dk, j, d)
         bl, bk, b, (bs, bph) = _for(dk, dk.c(0), dk.c(G), dk.c(1), [ds, dph])
         off = bk.bin(arith.MuliOp, b, blk)
         nb = bk.bin(arith.MinUIOp, bk.bin(arith.SubiOp, bk.c(total), off), bk.c(blk))
@@ -342,7 +347,10 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
         block.add_op(pad)
         block.add_op(ctl)
         pad, ctl = pad.result, ctl.result
-    parts = AgParts(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, piece, asked)
+    parts_cls = AgParts
+    if scaled and W > 1 and len(kop.inputs[1].type.get_shape()) == 2:
+        from pkc.passes.fused_fp8_ag import AgRowScaleParts as parts_cls  # A's row scales
+    parts = parts_cls(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, piece, asked)
     build_fused_gemm(block, A, B, C, Mc, N, K, cfg, parts, scales)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}

@@ -27,6 +27,7 @@ from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_ar_schedule import ArOutParts, ArParts, RsOutParts, chunk_rows
 from pkc.passes.fused_clc import ClcChoice, decide
 from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
+from pkc.passes.gemm_schedule import Scales
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target import fused_tuning as ft
 from pkc.target.cost import OverlapStyle
@@ -69,26 +70,39 @@ def _choice(clc: str) -> ClcChoice:
 
 
 def _operands(kop: k.KernelOp):
-    """(A, B as read, B's layout)."""
+    """(A, B as read, B's layout, (A's, B's) fp8 type names: ("", "") for 16-bit). An fp8
+    kernel (inputs A, B, SA, SB: patterns_scaled) reads B as the fp8 GEMM does."""
+    if len(kop.inputs) == 4:
+        from pkc.passes.fused_fp8 import fp8_operands    # (imports this module's builders)
+
+        b_val, layout, _, types = fp8_operands(kop)
+        return kop.inputs[0], b_val, layout, types
     a, b = kop.inputs
-    return (a, *b_operand(b))
+    return (a, *b_operand(b), ("", ""))
 
 
 def schedule_ar(kop: k.KernelOp, target: str, variant: str, dt: str, clc: str = "auto") -> None:
     """Replace the fused ``mm_all_reduce`` kernel ``kop`` (W <= 2) by its scheduled kernel
-    (``clc``: cluster launch control on sm_100a, :mod:`pkc.passes.fused_clc`)."""
+    (``clc``: cluster launch control on sm_100a, :mod:`pkc.passes.fused_clc`). An fp8
+    kernel (A, B, SA, SB: :mod:`pkc.passes.fused_fp8` checked it) gets the fp8 GEMM, each
+    partial piece scaled by the rank's scales before it travels or is summed."""
     W = kop.world_size
-    a, b_val, layout = _operands(kop)
+    a, b_val, layout, types = _operands(kop)
+    scaled = len(kop.inputs) == 4
     M, K = a.type.get_shape()
     N = kop.inputs[1].type.get_shape()[1]
     fresh = ar_into_output(W)
     cfg = fused_config(ft.FusedKind.AR, M, N, K, W, dt, layout, target, variant, fresh)
+    cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
     y = kop.outputs[0].type
     block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
+                             *[BufferType(v.type.get_shape(), v.type.element_type)
+                               for v in kop.inputs[2:]],
                              BufferType(y.get_shape(), y.element_type,
                                         LOCAL if fresh else SYMMETRIC)])
-    A, B, C = block.args
+    A, B, C = block.args[0], block.args[1], block.args[-1]
+    scales = Scales(block.args[2], block.args[3], rows=M) if scaled else None
     i32 = IntegerType(32)
     pad = k.AllocOp(BufferType([W * W], i32, SYMMETRIC), zero=True)
     ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
@@ -103,13 +117,16 @@ def schedule_ar(kop: k.KernelOp, target: str, variant: str, dt: str, clc: str = 
         parts = cls(W, M, N, cfg, pad.result, ctl.result, acc.result)
     else:
         parts = cls(W, M, N, cfg, pad.result, ctl.result)
-    build_fused_gemm(block, A, B, C, parts.mc, N, K, cfg, parts)
+    build_fused_gemm(block, A, B, C, parts.mc, N, K, cfg, parts, scales)
     block.add_op(k.YieldOp())
+    what = (f"fp8 GEMM ({types[0]} x {types[1]} -> {dt}, scales in the epilogue) + all-reduce "
+            f"W={W} {M}x{N}x{K}" if scaled else f"GEMM + all-reduce W={W} {M}x{N}x{K} {dt}")
     where = ("a fresh output (the peer's chunk summed in the epilogue, the own chunk copied "
              "from the accumulator after the final wait; nothing persistent returned)"
              if fresh else "the symmetric output (persistent, overwritten by the next launch)")
-    _replace(kop, "matmul_all_reduce", a, b_val, block, cfg, layout, ft.FusedKind.AR, fresh, parts,
-             f"scheduled GEMM + all-reduce W={W} {M}x{N}x{K} {dt}: {cfg.tag()}, {W} chunks of "
+    _replace(kop, "scaled_matmul_all_reduce" if scaled else "matmul_all_reduce", a, b_val,
+             block, cfg, layout, ft.FusedKind.AR, fresh, parts,
+             f"scheduled {what}: {cfg.tag()}, {W} chunks of "
              f"{parts.tiles_per_chunk} tiles (rows {'/'.join(map(str, rows))}), own chunk "
              f"first, every tile to every rank (broadcast); result in {where}",
              chunk_rows=mc, M=M, N=N, K=K, clc=(clc_plan, clc_words))
@@ -120,7 +137,7 @@ def schedule_rs_out(kop: k.KernelOp, target: str, variant: str, dt: str,
     """Replace the fused ``mm_reduce_scatter`` kernel ``kop`` (W = 2) by its fresh-output
     scheduled kernel (``clc`` as for :func:`schedule_ar`)."""
     W = kop.world_size
-    a, b_val, layout = _operands(kop)
+    a, b_val, layout, _ = _operands(kop)
     M, K = a.type.get_shape()
     N = kop.inputs[1].type.get_shape()[1]
     Mc = M // W
@@ -155,7 +172,7 @@ def _replace(kop, name, a, b_val, block, cfg, layout, kind: ft.FusedKind, fresh,
     W = kop.world_size
     y = kop.outputs[0].type
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
-    new = k.KernelOp(name, W, [a, b_val], [y], Region(block), attributes=attrs)
+    new = k.KernelOp(name, W, [a, b_val, *kop.inputs[2:]], [y], Region(block), attributes=attrs)
     plan = plan_of(kop)
     comm_sms = plan.get("comm_sms", 0) or 0
     tmem_plan, tmem_words = arrangement(cfg)

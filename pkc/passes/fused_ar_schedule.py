@@ -96,6 +96,13 @@ class ArParts(RsParts):
         self.maps = self._chunk_maps(top, C, tc_t, list(range(self.W)))
         return None
 
+    def _a_row0(self, t: _Ops, e: Epi, chunk: SSAValue, row0: SSAValue) -> SSAValue | None:
+        """An fp8 kernel's first row of A for the tile (its row scales: chunk x mc + row0);
+        None for a 16-bit one."""
+        if e.scales is None:
+            return None
+        return t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.mc), row0)
+
     def _signal(self, o: _Ops, chunk: SSAValue, count: SSAValue) -> None:
         """Leader, if ``count`` tiles are pending: they landed (bulk groups done, async
         proxy fenced); add the count to slot ``chunk*W + rank`` of every rank's pad.
@@ -149,7 +156,7 @@ class ArParts(RsParts):
         def store(slot, col, row):
             for tm in tms:
                 t.add(f.TmaStoreOrAddOp(e.epi, slot, tm, [col, row], add))
-        ebuf = _tma_epilogue(t, cfg, e, row0, n0, ebuf, store)
+        ebuf = _tma_epilogue(t, cfg, e, row0, n0, ebuf, store, self._a_row0(t, e, chunk, row0))
         return ebuf, [chunk, t.bin(arith.AddiOp, pend, 1), ready, *extra[3:]]
 
     def _final_wait(self, r: _Ops) -> None:
@@ -171,8 +178,10 @@ class ArParts(RsParts):
         self._final_wait(r)
 
 
-def _tma_epilogue(t: _Ops, cfg: GemmConfig, e: Epi, row0, n0, ebuf, store) -> SSAValue:
-    return gemm_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, n0, ebuf, store)
+def _tma_epilogue(t: _Ops, cfg: GemmConfig, e: Epi, row0, n0, ebuf, store,
+                  a_row0: SSAValue | None = None) -> SSAValue:
+    # e: an fp8 GEMM's pieces are scaled (e.scale) before they are written; a no-op for 16-bit
+    return gemm_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, n0, ebuf, store, e, a_row0)
 
 
 def _flag(t: _Ops, cond: SSAValue, gate: SSAValue | None = None) -> SSAValue:
@@ -209,11 +218,14 @@ class _Summed:
         self._load(w, cfg, epi, load_map, slot, n0, row)
 
     def _two_epilogues(self, t: _Ops, cfg: GemmConfig, e: Epi, row0, n0, ebuf, ph,
-                       summed: SSAValue, plain_store, load_map, sum_store):
+                       summed: SSAValue, plain_store, load_map, sum_store,
+                       a_row0: SSAValue | None = None):
         """The tile's plain epilogue (where ``summed`` fails: ``plain_store(slot, col,
         row)``) or the summed one (the partial loaded through ``load_map``, the sum stored
         by ``sum_store``); returns (ebuf, ph) after the tile (the same piece count either
-        way, so the slots' order does not depend on the branch)."""
+        way, so the slots' order does not depend on the branch). An fp8 GEMM's piece is
+        scaled (``e.scale``, A's rows from ``a_row0``) before it is stored or summed: the
+        partials are summed scaled, as the unfused scaled matmul + all-reduce sums them."""
         w = cfg.epi_width
         pieces = [(mi, ch) for mi in range(cfg.m_slices) for ch in range(cfg.bn // w)]
         base = t.bin(arith.MuliOp, e.wg, cfg.epi_bufs)
@@ -231,6 +243,7 @@ class _Summed:
         for (mi, ch), (slot, col, row, _) in zip(pieces, geo):
             plain.add(s.BulkWaitOp(cfg.epi_bufs - 1, read=True))
             plain.add(s.WarpgroupBarrierOp())
+            e.scale(plain, a_row0, n0, (mi, ch * w, w))
             plain.add(s.AccStoreSmemOp(e.acc, e.epi, slot, mi, ch * w, w, cfg.dtype))
             plain.add(s.FenceAsyncSharedOp())
             plain.add(s.WarpgroupBarrierOp())
@@ -244,6 +257,7 @@ class _Summed:
         # piece 0 was loaded at the tile's start (consumer_tile_start)
         for k, ((mi, ch), (slot, col, row, parity)) in enumerate(zip(pieces, geo)):
             sm.add(s.MbarrierWaitOp(self.lbars, slot, parity))
+            e.scale(sm, a_row0, n0, (mi, ch * w, w))
             sm.add(f.AccAddSmemOp(e.acc, e.epi, slot, mi, ch * w, w, cfg.dtype))
             sm.add(s.FenceAsyncSharedOp())
             sm.add(s.WarpgroupBarrierOp())
@@ -310,7 +324,8 @@ class ArOutParts(_Summed, ArParts):
             for tm in (out, theirs):
                 o.add(s.TmaStoreOp(e.epi, slot, tm, [col, row]))
         ebuf, ph = self._two_epilogues(t, cfg, e, row0, n0, ebuf, extra[3],
-                                       t.cmp("ne", chunk, self.rank), plain, mine, summed)
+                                       t.cmp("ne", chunk, self.rank), plain, mine, summed,
+                                       self._a_row0(t, e, chunk, row0))
         return ebuf, [chunk, t.bin(arith.AddiOp, pend, 1), ready, ph]
 
     def epilogue_finish(self, r: _Ops, cfg: GemmConfig, extra) -> None:

@@ -10,6 +10,15 @@ kernel that reduce-adds into the symmetric output (at W = 2 too: the fresh-outpu
 of bf16 has no scaled form yet), bf16 / f16 results. Each rank's partial tile is scaled
 by its own scales (tensor-wise, or A's row scales of the chunk's rows and B's column
 scales) before it travels, as the kernel-level kernel does (``scale_tile``).
+
+GEMM + all-reduce (sm_90a): the bf16 kernels with the fp8 GEMM and the scale step in their
+epilogue, no new protocol - at W <= 2 the broadcast kernel of
+:mod:`pkc.passes.fused_ar_build` (every partial piece scaled before it is stored, reduce-added
+or summed into the fresh output at W = 2), above W = 2 the pair of
+:mod:`pkc.passes.fused_ar_pair` (this module's GEMM + reduce-scatter, then the pull
+all-gather of its bf16 chunks). All-gather + GEMM (:func:`ag_problem`): one weight,
+tensor-wise or, on sm_90a, A's row-wise scale gathered with A
+(:mod:`pkc.passes.fused_fp8_ag`: the put side moves each shard's scale rows too).
 """
 
 from __future__ import annotations
@@ -38,10 +47,15 @@ def why_not_scaled(kop: k.KernelOp, pattern: Pattern | None, target: str) -> str
         if len(kop.inputs) != 4:
             return (f"all_gather_mm with {(len(kop.inputs) - 2) // 2} matmuls: the scheduled "
                     "fp8 kernel drives one weight")
-        return ag_problem(kop.world_size, *[v.type for v in kop.inputs], outs)
+        return ag_problem(kop.world_size, *[v.type for v in kop.inputs], outs, arch)
+    if pattern is Pattern.MM_ALL_REDUCE:
+        if len(kop.inputs) != 4 or len(kop.outputs) != 1:
+            return f"{len(kop.inputs)} inputs and {len(kop.outputs)} outputs (A, B, SA, SB -> Y)"
+        return ar_problem(kop.world_size, kop.inputs[0].type, kop.inputs[1].type,
+                          kop.outputs[0].type, arch)
     if pattern is not Pattern.MM_REDUCE_SCATTER:
-        return (f"pattern {pattern}: only GEMM + reduce-scatter and all-gather + GEMM are "
-                "scheduled for fp8 so far")
+        return (f"pattern {pattern}: only GEMM + reduce-scatter / all-reduce and all-gather "
+                "+ GEMM are scheduled for fp8 so far")
     fz = kop.attributes["pk.fusion"].data
     layout = [getattr(fz.get(key), "value", None) for key in ("scatter_dim", "batches")]
     if [d if v is None else v.data for v, d in zip(layout, (0, 1))] != [0, 1]:
@@ -71,12 +85,52 @@ def shape_problem(W: int, a, b, y) -> str | None:
     return None
 
 
-def ag_problem(W: int, x, sx, b, sb, outs) -> str | None:
+def ar_problem(W: int, a, b, y, arch: str = "sm_90a") -> str | None:
+    """Why a W-rank fp8 GEMM ``a`` [M, K] x ``b`` [K, N] + all-reduce into ``y`` [M, N] has
+    no scheduled kernel (None: it has one)."""
+    if arch != "sm_90a":
+        return (f"GEMM + all-reduce: scheduled for fp8 on sm_90a only (not {arch}: the "
+                "tensor-memory GEMM's summed epilogue has no scale step yet)")
+    if W > RS_MAX_WORLD:
+        return f"W = {W} above {RS_MAX_WORLD}"
+    if any(len(t.get_shape()) != 2 for t in (a, b, y)):
+        return f"operands are not 2-D ({a}, {b} -> {y})"
+    if type(y.element_type) not in _OUT:
+        return (f"result {y.element_type}: the scheduled fp8 GEMM stores bf16 or f16 (the "
+                "portable lowering runs an f32 result)")
+    (M, K), N = a.get_shape(), b.get_shape()[1]
+    if tuple(y.get_shape()) != (M, N):
+        return f"A {a} x B {b} -> {y} is not an all-reduce of the product"
+    if K % 16 or N % 16:
+        return f"N = {N} and K = {K} must be multiples of 16 (fp8 TMA rows, wgmma k32)"
+    if M < W or (W > 2 and M % W):
+        return (f"M = {M} rows do not split into {W} chunks (above W = 2: a reduce-scatter "
+                "of whole chunks, then an all-gather)")
+    return None
+
+
+def schedule_scaled_ar(kop: k.KernelOp, target: str, variant: str, build_rs,
+                       clc: str = "auto") -> None:
+    """The fp8 GEMM + all-reduce ``kop`` (:func:`ar_problem` said yes) as the bf16 kernels
+    build it: W <= 2 the broadcast kernel, above the pair whose GEMM + reduce-scatter
+    ``build_rs(kop, chunk type)`` builds (schedule-fused's, with the scales)."""
+    from pkc.passes import fused_ar_pair
+    from pkc.passes.fused_ar_build import schedule_ar
+
+    dt = _OUT[type(kop.outputs[0].type.element_type)]
+    if fused_ar_pair.is_pair(kop, Pattern.MM_ALL_REDUCE):
+        fused_ar_pair.schedule_pair(kop, target, dt, build_rs)
+    else:
+        schedule_ar(kop, target, variant, dt, clc)
+
+
+def ag_problem(W: int, x, sx, b, sb, outs, arch: str = "sm_90a") -> str | None:
     """Why a W-rank fp8 all-gather of ``x`` [Mc, K] + scaled matmul with ``b`` [K, N]
-    (scales ``sx``, ``sb``) into ``outs`` (Y [W Mc, N], and G) has no scheduled kernel."""
-    if len(sx.get_shape()) == 2:
-        return ("A's row-wise scale (gathered with A): not scheduled yet (the tensor-wise "
-                "form is)")
+    (scales ``sx``: tensor-wise, or A's row-wise [Mc, 1] shard scale gathered with A;
+    ``sb``) into ``outs`` (Y [W Mc, N], and G) has no scheduled kernel on ``arch``."""
+    if len(sx.get_shape()) == 2 and arch != "sm_90a" and W > 1:
+        return (f"A's row-wise scale (gathered with A): scheduled on sm_90a only, not {arch} "
+                "(the tensor-wise form is)")
     if any(len(t.get_shape()) != 2 for t in (x, b, *outs)):
         return f"operands are not 2-D ({x}, {b})"
     if type(outs[0].element_type) not in _OUT:
@@ -111,4 +165,5 @@ def fp8_operands(kop: k.KernelOp, a=None, b=None):
     return b_val, layout, out, (_FP8[type(a.type.element_type)], _FP8[type(b.type.element_type)])
 
 
-__all__ = ["why_not_scaled", "fp8_operands", "shape_problem", "ag_problem"]
+__all__ = ["why_not_scaled", "fp8_operands", "shape_problem", "ag_problem", "ar_problem",
+           "schedule_scaled_ar"]

@@ -70,6 +70,7 @@ from pkc.dialects import graph as g
 from pkc.dialects.types import is_fp8, shape_str
 from pkc.dialects.rank_groups import copy_groups, group_remark
 from pkc.passes.fused_fp8 import ag_problem as fp8_ag_problem
+from pkc.passes.fused_fp8 import ar_problem as fp8_ar_problem
 from pkc.passes.fused_fp8 import shape_problem as fp8_shape_problem
 from pkc.passes.overlap_match import (
     Match,
@@ -150,7 +151,7 @@ class Overlap(ModulePass):
             return
         # the plan assumes a fast fused kernel; fp8 has none scheduled yet (pipelines.py)
         if m.scaled and not self.force and (why := unscheduled_fp8(
-                self.target, m.pattern, _fp8_problem(m))):
+                self.target, m.pattern, _fp8_problem(m, get_target(self.target).sm_arch))):
             _remark_once(m.anchor, f"left unfused: {PATTERNS[m.pattern]}: {why}")
             return
         style, comm_sms = self._style(plan)
@@ -206,15 +207,19 @@ def _plan_values(plan: FusionPlan, style: OverlapStyle, comm_sms: int, forced: b
                 dtype_bytes=plan.dtype_bytes)
 
 
-def _fp8_problem(m: Match) -> str | None:
-    """Why the fp8 fusion ``m`` would have no scheduled kernel although its kind has one
-    (pkc/passes/fused_fp8.py: row chunks, no bias, one weight and tensor-wise scales for
-    an all-gather, bf16 / f16, N and K multiples of 16)."""
+def _fp8_problem(m: Match, arch: str) -> str | None:
+    """Why the fp8 fusion ``m`` would have no scheduled kernel on ``arch`` although its
+    kind has one (pkc/passes/fused_fp8.py: row chunks, no bias, one weight for an
+    all-gather, bf16 / f16, N and K multiples of 16)."""
     if m.pattern is Pattern.ALL_GATHER_MM:
         if len(m.inputs) != 4:
             return "several matmuls of one gather"
         x, sx, b, sb = (v or i.type for v, i in zip(m.views[:4] + [None] * 4, m.inputs))
-        return fp8_ag_problem(m.world, x, sx, b, sb, m.result_types)
+        return fp8_ag_problem(m.world, x, sx, b, sb, m.result_types, arch)
+    if m.pattern is Pattern.MM_ALL_REDUCE:
+        a, b = (v or x.type for v, x in zip(m.views[:2], m.inputs[:2]))
+        return "adds a bias" if m.bias else fp8_ar_problem(m.world, a, b, m.result_types[0],
+                                                            arch)
     if m.pattern is not Pattern.MM_REDUCE_SCATTER:
         return None
     if m.scatter_dim != 0 or m.batches != 1 or m.bias:

@@ -59,7 +59,7 @@ from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
 from pkc.passes.ag_k_schedule import schedule_all_gather_k_mm
 from pkc.passes.fused_clc import ClcChoice, check_choice, decide
 from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
-from pkc.passes.fused_fp8 import fp8_operands, why_not_scaled
+from pkc.passes.fused_fp8 import fp8_operands, schedule_scaled_ar, why_not_scaled
 from pkc.passes.fused_schedule import (RsParts, arrangement, b_operand, build_fused_gemm,
                                        fused_config)
 from pkc.passes.gemm_schedule import Scales
@@ -168,6 +168,11 @@ class ScheduleFused(ModulePass):
                     add_remark(kop, f"fused kernel left unscheduled: fp8 scaled matmul: {reason}")
                 elif pattern is Pattern.ALL_GATHER_MM:
                     schedule_all_gather_mm(kop, self.target, self.variant)
+                elif pattern is Pattern.MM_ALL_REDUCE:
+                    schedule_scaled_ar(kop, self.target, self.variant,
+                                       lambda kop, y: _schedule_rs(kop, self.target, self.variant,
+                                                                   y, self.deterministic,
+                                                                   self.clc), self.clc)
                 else:
                     _schedule_rs(kop, self.target, self.variant, None, self.deterministic,
                                  self.clc)

@@ -178,12 +178,12 @@ def test_left_unfused_with_reasons() -> None:
 
 def test_schedule_leaves_fp8_kernels_with_a_remark() -> None:
     """The schedule pipeline's fp8 GEMM (sm_90a, tests/unit/test_fp8_fused.py) has no
-    all-gather form that gathers A's row-wise scale: that kernel stays at kernel level with
-    a remark (not split into an fp8 pk.matmul, not scheduled as bf16)."""
-    module = parse_module(ag_ir(2, 8, 32, 64, True))
+    f32-result form: that kernel stays at kernel level with a remark (not split into an
+    fp8 pk.matmul, not scheduled as bf16)."""
+    module = parse_module(ag_ir(2, 8, 32, 64, True, "f32"))
     run_pipeline("default{force=true},schedule", module)
     module.verify()
     (kernel,) = [o for o in module.walk() if isinstance(o, k.KernelOp)]
     assert kernel.schedule() is None
-    assert any("fp8 scaled matmul: A's row-wise scale (gathered with A): not scheduled yet"
+    assert any("fp8 scaled matmul: result f32: the scheduled fp8 GEMM stores bf16 or f16"
                in r for r in remarks_of(kernel)), remarks_of(kernel)

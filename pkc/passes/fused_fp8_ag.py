@@ -1,0 +1,118 @@
+"""The fp8 all-gather + GEMM whose A has a row-wise scale (torch's ``_scaled_mm`` with
+``scale_a`` of shape ``[M, 1]`` on the gathered A): the parts of
+:class:`pkc.passes.ag_gemm_schedule.AgParts` that change (:class:`AgRowScaleParts`;
+``schedule_all_gather_mm`` picks it at W > 1, at W = 1 the shard's scale is the whole one
+and the plain scaled epilogue reads it).
+
+    rank r: X_r [Mc, K] fp8, SX_r [Mc, 1] f32 (its rows' scales);
+    C [W*Mc, N] = (G * SG) @ B_r * SB,  G = gather(X), SG = gather(SX)
+
+Where the scale rows go - the put side moves them (not: the consumers read the peers'
+scale rows). Each put CTA ``j``, before its first row block's signal to peer d, copies the
+words ``j, j + side, ...`` of its own SX into d's ``SG`` (a symmetric ``pk.alloc``) with
+plain u32 stores (``pks.word_load`` / ``pks.word_store``); the block signals are releases
+by the same thread and the consumers wait for ``epoch x side`` of them (every put CTA's)
+before the GEMM reads the block, so the scale rows are ordered before the first tile of
+the shard exactly as its A bytes are: no new signal, no new wait. Why not the consumers
+reading the peers' SX: SX is a kernel input in each rank's private memory (only symmetric
+buffers have peer copies), so it would have to be copied into symmetric memory and
+announced anyway, and every epilogue piece would load its scales over NVLink (per 64-row
+piece, on the critical path of the store) instead of from the local L2; the scales are
+``4 x Mc`` bytes per shard, nothing beside the ``K x Mc`` bytes of A.
+
+The epilogue scales a tile of the own shard with SX (it never waits: the own shard comes
+first and nothing wrote SX during the kernel) and a peer's shard with SG (``pks.when`` on
+the tile's shard, uniform over the warpgroup). SG keeps each shard's rows on 128-byte
+lines of their own (``Mcp`` = Mc rounded up to 32 rows, the bound stops at the shard's
+last row): ``pks.acc_scale`` reads scales through the non-coherent path (``ld.global.nc``),
+so an SM must never cache a line holding rows of a shard whose signal it has not seen yet.
+The put side's announcement (a peer starts only after every rank's previous launch ended)
+orders a launch's SG writes after the previous launch's reads, as it does for G.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import Float32Type
+from xdsl.ir import SSAValue
+
+from pkc.dialects import kernel as k
+from pkc.dialects import schedule as s
+from pkc.dialects import schedule_comm as c
+from pkc.dialects import schedule_moe as m
+from pkc.dialects.types import SYMMETRIC, BufferType
+from pkc.passes.ag_gemm_schedule import AgParts, _when
+from pkc.passes.gemm_schedule import Epi, _for, _Ops
+
+LINE_ROWS = 32          # f32 scales per 128-byte line: each shard's rows of SG start a line
+
+
+def line_rows(mc: int) -> int:
+    """Rows of one shard in SG: ``mc`` rounded up to whole 128-byte lines."""
+    return -(-mc // LINE_ROWS) * LINE_ROWS
+
+
+class AgRowScaleParts(AgParts):
+    """AgParts whose put side also moves the shard's row scales, and whose epilogue reads
+    a peer's shard's scales from the gathered SG (see the module doc). The kernel's
+    arguments are those of ``schedule_all_gather_mm``'s scaled kernel: A, B, SX, SB, C, G."""
+
+    def __init__(self, world: int, mc: int, n: int, kdim: int, cfg, A: SSAValue, *rest,
+                 blocks: int = 1, **kw):
+        if blocks != 1:
+            raise ValueError(f"fp8 all-gather + GEMM with A's row-wise scale: {blocks} row "
+                             "blocks per shard (one contiguous shard only)")
+        super().__init__(world, mc, n, kdim, cfg, A, *rest, **kw)
+        self.sx = A.block.args[2]
+        t = self.sx.type
+        if tuple(t.get_shape()) != (mc, 1) or not isinstance(t.element_type, Float32Type):
+            raise ValueError(f"fp8 all-gather + GEMM: A's row-wise scale is {t}, expected "
+                             f"an f32 [{mc}, 1] shard scale (kernel argument 2)")
+        self.mcp = line_rows(mc)
+        self.layout_words = (f"A's row scales gathered with A by the put side ({self.mcp} "
+                             "rows per shard in the gathered scale), ")
+
+    def a_map(self, top: _Ops, A: SSAValue, ta_t) -> SSAValue:
+        # SG: a kernel-level allocation (top: the pk.kernel's block, before the schedule)
+        self.sg = top.add(k.AllocOp(BufferType([self.W * self.mcp, 1], Float32Type(),
+                                               SYMMETRIC))).result
+        return super().a_map(top, A, ta_t)
+
+    def put_extra(self, o: _Ops, j: SSAValue, d: SSAValue) -> None:
+        """Put CTA ``j``'s share of the shard's scale words into peer ``d``'s SG (not into
+        the own one: the own shard's tiles read SX)."""
+        w = _when(o, o.cmp("ne", d, self.rank))
+        src = w.add(c.BufferPtrOp(self.sx)).result
+        dst = w.add(c.BufferPtrOp(self.sg, d)).result
+        base = w.bin(arith.MuliOp, self.rank, self.mcp)
+        _, body, i, _ = _for(w, j, w.c(self.mc), w.c(self.side), [])
+        word = body.add(m.WordLoadOp(src, i)).result
+        body.add(m.WordStoreOp(dst, body.bin(arith.AddiOp, base, i), word))
+        body.add(scf.YieldOp())
+
+    def epilogue_tile(self, t: _Ops, cfg, e: Epi, coords, row0, ebuf, extra):
+        return super().epilogue_tile(t, cfg, _ShardScaleEpi(e, self, coords[2]), coords,
+                                     row0, ebuf, extra)
+
+
+class _ShardScaleEpi(Epi):
+    """The epilogue's scale step for a tile of shard ``chunk``: SX for the own shard, the
+    shard's rows of SG for a peer's (``row0`` is the gathered A's row: chunk x Mc + ..)."""
+
+    def __init__(self, e: Epi, parts: AgRowScaleParts, chunk: SSAValue):
+        super().__init__(e.acc, e.epi, e.C, e.tC, e.wg, e.M, e.N, e.scales)
+        self.parts, self.chunk = parts, chunk
+
+    def scale(self, t: _Ops, row0: SSAValue, n0: SSAValue,
+              piece: tuple[int, int, int] | None = None) -> None:
+        p, sb = self.parts, self.scales.sb
+        local = t.bin(arith.SubiOp, row0, t.bin(arith.MuliOp, self.chunk, p.mc))
+        own = _when(t, t.cmp("eq", self.chunk, p.rank))
+        own.add(s.AccScaleOp(self.acc, p.sx, sb, None, local, n0, own.c(p.mc), self.N, piece))
+        peer = _when(t, t.cmp("ne", self.chunk, p.rank))
+        first = peer.bin(arith.MuliOp, self.chunk, p.mcp)
+        peer.add(s.AccScaleOp(self.acc, p.sg, sb, None, peer.bin(arith.AddiOp, first, local),
+                              n0, peer.bin(arith.AddiOp, first, p.mc), self.N, piece))
+
+
+__all__ = ["AgRowScaleParts", "line_rows", "LINE_ROWS"]
