@@ -190,9 +190,11 @@ def test_assembles_without_spills(case):
 # ---- from a torch program --------------------------------------------------------------
 
 
-def test_torch_program_gets_the_fusion():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_torch_program_gets_the_fusion(dtype):
     """torch's micro-pipeline-TP test, gather_dim = 2 of a 3-d A, A returned too: one
-    all_gather_k_matmul kernel, the program interpreter-equal to the unfused one."""
+    all_gather_k_matmul kernel, the program interpreter-equal to the unfused one; in bf16
+    the program's kernel module (what the GPU runs) has the scheduled kernel."""
     import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
 
@@ -208,7 +210,8 @@ def test_torch_program_gets_the_fusion():
     W = 2
     with fake_process_group(W), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prog = pkc.compile(fn, (torch.randn(2, 8, 16), torch.randn(32, 16)),
+        prog = pkc.compile(fn, (torch.randn(2, 8, 16, dtype=dtype),
+                                torch.randn(32, 16, dtype=dtype)),
                            pipeline="default{force=true}")
     (kop,) = [o for o in _kernels(prog.module) if o.kernel_name.data == "all_gather_k_matmul"]
     fusion, _ = Fusion.from_attr(kop.attributes[FUSION])
@@ -219,3 +222,9 @@ def test_torch_program_gets_the_fusion():
     ref = parse_module(prog.stages[0][1])
     xs = random_inputs(ref, W, seed=1)
     compare_outputs(interpret(ref, xs, W), interpret(prog.module, xs, W))
+    if dtype is torch.bfloat16:
+        (run,) = _kernels(prog.kernel_module)
+        assert run.kernel_name.data == "all_gather_k_matmul" and run.schedule() is not None
+        ops = [type(o) for o in run.parent.ops]     # the slots back to [16, 32], then [2, 8, 32]
+        at = ops.index(k.KernelOp)
+        assert ops[at + 1:at + 4] == [g.ReshapeOp, g.TransposeOp, g.ReshapeOp]
