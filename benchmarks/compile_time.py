@@ -55,7 +55,12 @@ DEFAULT_CASES = {"cuda": ["llama3-8b mlp prefill T=512 bf16"],
 # "+precompile": dynamo's precompile cache on (TORCH_CACHING_PRECOMPILE=1): a second
 # process loads dynamo's bytecode, guards and the compiled graph instead of tracing; pkc
 # writes that cache after the first call, plain Inductor needs save_cache_artifacts()
-BACKENDS = ("pkc", "pkc+precompile", "inductor", "inductor+precompile")
+# "pkc+aot": pkc.aot_compile (pkc/aot): the first process compiles through torch.compile and
+# a background process packages pkc's program with AOTInductor; a second process loads the
+# package without importing torch._dynamo / torch._inductor ("pkc+aot-now": the package is
+# built inside the first process's aot_compile call, so its time counts there)
+BACKENDS = ("pkc", "pkc+precompile", "inductor", "inductor+precompile", "pkc+aot", "pkc+aot-now")
+_HEAVY = ("torch._dynamo", "torch._inductor", "xdsl")   # what the aot fast path must not import
 # pkc's cache key includes a hash of pkc's sources; in a tree that others edit meanwhile
 # the cold and second processes would hash different sources (a miss that no user sees),
 # so one run of this script pins it (its caches are fresh anyway)
@@ -108,7 +113,10 @@ def child(case_words: str, device: str, backend: str, profile: str | None) -> di
 
     t1 = time.perf_counter()
     be = None
-    if backend.startswith("pkc"):
+    aot = backend.startswith("pkc+aot")
+    if aot:
+        import pkc
+    elif backend.startswith("pkc"):
         import pkc
 
         be = pkc.backend(pipeline="default")
@@ -125,7 +133,11 @@ def child(case_words: str, device: str, backend: str, profile: str | None) -> di
         prof = cProfile.Profile()
         prof.enable()
     t2, c2, k2 = time.perf_counter(), time.process_time(), sum(os.times()[2:4])
-    cm = torch.compile(m, backend=be if be is not None else "inductor", fullgraph=True, dynamic=False)
+    if aot:     # the key, then the package's load or the compile (which runs the layer once)
+        cm = pkc.aot_compile(m, (x,), pipeline="default",
+                             build="now" if backend.endswith("-now") else "background")
+    else:
+        cm = torch.compile(m, backend=be if be is not None else "inductor", fullgraph=True, dynamic=False)
     t_wrap = time.perf_counter() - t2     # imports torch._dynamo; loads dynamo's precompile cache
     with torch.no_grad():
         y = cm(x)
@@ -136,6 +148,8 @@ def child(case_words: str, device: str, backend: str, profile: str | None) -> di
     if prof is not None:
         prof.disable()
         prof.dump_stats(profile)
+    heavy = sorted({h for h in _HEAVY for k in sys.modules if k == h or k.startswith(h + ".")})
+    steady = _steady_ms(cm, x, device)
     if be is None and backend.endswith("+precompile"):
         torch.compiler.save_cache_artifacts()   # writes dynamo's cache (pkc does it itself)
     with torch.no_grad():
@@ -144,7 +158,21 @@ def child(case_words: str, device: str, backend: str, profile: str | None) -> di
     row = {"case": case.label, "device": device, "backend": backend, "first_call_s": first,
            "import_torch_s": t_torch, "import_pkc_s": t_pkc, "max_err_rel": err,
            "torch_compile_call_s": t_wrap, "first_call_cpu_s": first_cpu, "first_call_children_cpu_s": first_children,
-           "counters": _counters(), "dynamo": _dynamo_times()}
+           "counters": _counters() if "torch._dynamo" in heavy else {},
+           "dynamo": _dynamo_times() if "torch._dynamo" in heavy else {},
+           "heavy_modules": heavy, "steady_ms": steady}
+    if aot:
+        row["aot"] = {"loaded": cm.loaded, "remarks": cm.remarks}
+        row["remark"] = " | ".join(cm.remarks)
+        if not cm.loaded:      # the background build: how long until a later process can load it
+            t = time.perf_counter()
+            ready = cm.wait_for_package(timeout=float(os.environ.get("PKC_CT_BUILD_WAIT", "400")))
+            row["aot"]["package_ready"] = ready
+            row["aot"]["package_wait_s"] = time.perf_counter() - t
+            try:
+                row["aot"]["package_build_s"] = json.loads((cm.folder / "meta.json").read_text())["build_s"]
+            except (OSError, ValueError, KeyError):
+                pass
     if be is not None and be.compile_times:
         row["pkc"] = {k: (round(v, 4) if isinstance(v, float) else v)
                       for k, v in be.compile_times[-1].items()}
@@ -153,13 +181,29 @@ def child(case_words: str, device: str, backend: str, profile: str | None) -> di
     return row
 
 
+def _steady_ms(fn, x, device: str, n: int = 20) -> float:
+    """Per-call wall time after the first call (host included), ms, median of ``n``."""
+    import torch
+
+    times = []
+    with torch.no_grad():
+        for _ in range(n + 3):
+            t = time.perf_counter()
+            fn(x)
+            if device != "cpu":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+    times = sorted(times[3:])
+    return round(1e3 * times[len(times) // 2], 4)
+
+
 # ---------------------------------------------------------------------- the driver
 
 
 def run_process(case: str, device: str, backend: str, cache: Path, *, profile: str | None = None,
                 timeout: float = 900) -> dict:
     """One fresh process's first call with ``cache`` as its cache folder."""
-    env = {**os.environ, "PKC_CACHE_DIR": str(cache / "pkc"),
+    env = {**os.environ, "PKC_CACHE_DIR": str(cache / "pkc"),      # pkc's IR cache, its aot packages
            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
            "TRITON_CACHE_DIR": str(cache / "inductor" / "triton"),
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
@@ -216,6 +260,13 @@ def _line(r: dict) -> str:
     if pkc:
         parts.append(f"pkc {pkc.get('pkc_s', 0):5.2f} s (cache {'hit' if pkc.get('cache_hit') else 'miss'})"
                      f" inductor {pkc.get('inductor_s', 0):5.2f} s")
+    if "aot" in r:
+        a = r["aot"]
+        parts.append(f"aot {'loaded' if a['loaded'] else 'compiled'}" + (
+            f", package ready after {a['package_wait_s']:.1f} s (build {a.get('package_build_s', float('nan')):.1f} s)"
+            if "package_wait_s" in a else ""))
+    parts.append(f"imports {','.join(r.get('heavy_modules', [])) or 'no dynamo/inductor/xdsl'}"
+                 f" | steady {r.get('steady_ms', float('nan')):.3f} ms")
     parts.append("fx %s/%s aot %s/%s dynamo %s/%s" % (
         hits.get("fxgraph_cache_hit", 0), hits.get("fxgraph_cache_miss", 0), hits.get("autograd_cache_hit", 0),
         hits.get("autograd_cache_miss", 0), hits.get("dynamo_cache_hit", 0), hits.get("dynamo_cache_miss", 0)))
@@ -226,11 +277,12 @@ def _line(r: dict) -> str:
 def table(rows: list[dict]) -> str:
     head = ("| case | backend | run | first call (s) | its CPU: process + children (s) | import pkc (s) "
             "| pkc: capture (s) | pkc: passes (s) | pkc IR cache | Inductor part (s) "
-            "| FX-graph cache hit/miss | AOTAutograd cache hit/miss | dynamo cache hit/miss |")
+            "| FX-graph cache hit/miss | AOTAutograd cache hit/miss | dynamo cache hit/miss "
+            "| imports dynamo / Inductor | steady call (ms) |")
     out = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['case']} | {r['backend']} | {r.get('run', '')} | error |" + " |" * 9)
+            out.append(f"| {r['case']} | {r['backend']} | {r.get('run', '')} | error |" + " |" * 11)
             continue
         p, c = r.get("pkc", {}), r.get("counters", {})
         out.append(f"| {r['case']} | {r['backend']} | {r['run']} | {r['first_call_s']:.2f} | "
@@ -241,7 +293,9 @@ def table(rows: list[dict]) -> str:
                    f"{p.get('inductor_s', float('nan')):.2f} | "
                    f"{c.get('fxgraph_cache_hit', 0)}/{c.get('fxgraph_cache_miss', 0)} | "
                    f"{c.get('autograd_cache_hit', 0)}/{c.get('autograd_cache_miss', 0)} | "
-                   f"{c.get('dynamo_cache_hit', 0)}/{c.get('dynamo_cache_miss', 0)} |")
+                   f"{c.get('dynamo_cache_hit', 0)}/{c.get('dynamo_cache_miss', 0)} | "
+                   f"{'yes' if 'torch._dynamo' in r.get('heavy_modules', ()) else 'no'} | "
+                   f"{r.get('steady_ms', float('nan')):.3f} |")
     return "\n".join(out)
 
 

@@ -22,8 +22,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load lazily
     from pkc.api import CompiledProgram, compile
     from pkc.torch_backend import backend
     from pkc.frontend.errors import PkcFrontendError
+    from pkc.aot import aot_compile
 
-__all__ = ["compile", "backend", "CompiledProgram", "PkcFrontendError"]
+__all__ = ["compile", "backend", "aot_compile", "CompiledProgram", "PkcFrontendError"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -31,6 +32,7 @@ _LAZY = {
     "backend": "pkc.torch_backend",
     "CompiledProgram": "pkc.api",
     "PkcFrontendError": "pkc.frontend.errors",
+    "aot_compile": "pkc.aot",
 }
 
 

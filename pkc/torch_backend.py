@@ -68,6 +68,12 @@ class PkcBackend:
         self.inductor, self.mode, self.options, self.cache = inductor, mode, options, cache
         self.programs: list[CompiledProgram] = []
         self.compile_times: list[dict[str, Any]] = []
+        # pkc.aot's build (pkc/aot_build.py): the module and example inputs the capture
+        # names the graph's inputs by (state_dict keys, positions), and a callback that
+        # receives each graph's torch program before Inductor compiles it
+        self._capture_module: torch.nn.Module | None = None
+        self._capture_inputs: list | None = None
+        self._program_hook: Callable[..., None] | None = None
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, mode: str | None = None,
                  options: dict | None = None) -> Callable[..., Any]:
@@ -96,8 +102,16 @@ class PkcBackend:
                 if backend_id is not None:
                     why = precompile.direct_call_reason(captured.gm, len(example_inputs))
                     pre["precompile"] = why or "recorded"
+                on_program = None
+                if self._program_hook is not None:
+                    hook, direct = self._program_hook, precompile.direct_call_reason(
+                        captured.gm, len(example_inputs))
+
+                    def on_program(tp: Any, vals: list) -> None:
+                        hook(program=program, captured=captured, torch_program=tp,
+                             example_inputs=vals, direct_call=direct)
                 runner = _inductor_runner(program, captured, mode, options,
-                                          None if why else backend_id, pre)
+                                          None if why else backend_id, pre, on_program)
             else:
                 runner = _graph_runner(program, captured)
             after = _cache_counters()
@@ -107,7 +121,8 @@ class PkcBackend:
             self.compile_times.append(record)
             return _first_call_timer(runner, record, program, len(self.programs) - 1, self.explain)
 
-        return capture_backend(on_graph, world_size=self.world_size)(gm, example_inputs)
+        return capture_backend(on_graph, world_size=self.world_size, module=self._capture_module,
+                               example_inputs=self._capture_inputs)(gm, example_inputs)
 
     @property
     def module(self) -> ModuleOp | None:
@@ -245,13 +260,15 @@ def _first_call_line(index: int, r: dict) -> str:
 
 def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: str | None,
                      options: dict | None, backend_id: str | None = None,
-                     record: dict | None = None) -> Callable[..., Any]:
+                     record: dict | None = None,
+                     on_program: Callable[..., None] | None = None) -> Callable[..., Any]:
     """pkc's program as one torch program per rank compiled by Inductor
     (:mod:`pkc.runtime.inductor`): pkc's kernels are calls inside it, everything else is
     Inductor's. It takes the aot graph's arguments as they come: no per-call reordering,
     copies or synchronization on pkc's side. ``backend_id``: dynamo's id of the graph,
     where the program may stand in for it in dynamo's precompile cache; ``record`` gets
-    ``precompile``: whether it was recorded, or why not."""
+    ``precompile``: whether it was recorded, or why not. ``on_program``: called with the
+    torch program and its example inputs before Inductor compiles it (pkc.aot's build)."""
     from pkc.runtime.inductor import compile_with_inductor, torch_program
     from pkc.runtime.kernel_call import RunKind
 
@@ -275,6 +292,8 @@ def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: st
     static = [tensor_idx[i] for i, spec in enumerate(captured.inputs)
               if spec.kind in _MODULE_STATE]
     program.runtime_remarks.append(tp.remark())
+    if on_program is not None:
+        on_program(tp, vals)
     why = None
     if backend_id is not None and tp.counts.get("kernel", 0):
         why = "pkc kernel calls"     # a loading process would have no registry of them

@@ -27,9 +27,6 @@ import torch
 
 __all__ = ["CacheEntry", "cache_enabled", "graph_key", "load", "store", "cache_root", "sources_digest"]
 
-_SOURCES_DIGEST: list[str] = []
-
-
 def cache_enabled() -> bool:
     return os.environ.get("PKC_COMPILE_CACHE", "1") != "0"
 
@@ -47,20 +44,11 @@ def cache_root() -> Path:
 
 
 def _sources_digest() -> str:
-    """pkc's Python sources, hashed once per process (a few ms); ``$PKC_COMPILE_CACHE_VERSION``
-    replaces the hash by a fixed string (an install whose sources never change; tests in a
-    tree that others edit meanwhile)."""
-    pinned = os.environ.get("PKC_COMPILE_CACHE_VERSION")
-    if pinned:
-        return f"pinned:{pinned}"
-    if not _SOURCES_DIGEST:
-        h = hashlib.sha256()
-        base = Path(__file__).resolve().parent.parent   # the pkc package (not imported: no cycle)
-        for p in sorted(base.rglob("*.py")):
-            h.update(str(p.relative_to(base)).encode())
-            h.update(p.read_bytes())
-        _SOURCES_DIGEST.append(h.hexdigest())
-    return _SOURCES_DIGEST[0]
+    """pkc's Python sources (:func:`pkc.sources.sources_digest`; ``$PKC_COMPILE_CACHE_VERSION``
+    pins it)."""
+    from pkc.sources import sources_digest as digest
+
+    return digest()
 
 
 def sources_digest() -> str:

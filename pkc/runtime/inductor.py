@@ -43,7 +43,7 @@ from pkc.dialects.kernel import KernelOp
 from pkc.runtime.kernel_call import RunKind, register
 from pkc.target.collectives import Collective
 
-__all__ = ["TorchProgram", "torch_program", "compile_with_inductor", "is_identity_kernel"]
+__all__ = ["TorchProgram", "torch_program", "compile_with_inductor", "aten_program", "is_identity_kernel"]
 
 def is_identity_kernel(op: KernelOp) -> bool:
     """A 1-rank lowered collective: its output is its input (every collective of one rank
@@ -392,6 +392,12 @@ def compile_with_inductor(program: TorchProgram, example_inputs: Sequence[Any], 
         compiled = compile_fx(gm, list(example_inputs), config_patches=patches or None)
     warm_start.remember(cpu=cpu)
     return compiled
+
+
+def aten_program(program: TorchProgram, example_inputs: Sequence[Any]) -> torch.fx.GraphModule:
+    """``program`` traced to aten ops, as :func:`compile_with_inductor` hands it to Inductor
+    (what pkc.aot_build packages with AOTInductor)."""
+    return _aten_graph(program.gm, example_inputs)
 
 
 def _aten_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.fx.GraphModule:
