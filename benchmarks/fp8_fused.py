@@ -1,7 +1,9 @@
-"""The fused fp8 GEMM + reduce-scatter (pk.scaled_matmul -> pk.reduce_scatter, overlap +
-schedule-fused: the scheduled fp8 GEMM with the scales in its epilogue) against the unfused
-sequence, at W = 1 on one H200 (the reduce-scatter of one rank is the GEMM's output: the
-fused kernel's cost over the plain fp8 GEMM is its epilogue's own), in one run.
+"""The fused fp8 kinds (overlap + schedule-fused: the scheduled fp8 GEMM with the scales in
+its epilogue) against the unfused sequence, at W = 1 on one H200, in one run: GEMM +
+reduce-scatter (pk.scaled_matmul -> pk.reduce_scatter), GEMM + all-reduce (-> pk.all_reduce)
+and all-gather + GEMM with A's row-wise scale (pk.all_gather of A and of its scale ->
+pk.scaled_matmul). At W = 1 the collective of one rank is the GEMM's output (or input):
+the fused kernel's cost over the plain fp8 GEMM is its epilogue's and protocol's own.
 
     python benchmarks/fp8_fused.py --out DIR      # on the GPU machine (xdsl as wheels)
     python benchmarks/fp8_fused.py --list
@@ -25,36 +27,64 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from sweep_common import run_cases  # noqa: E402  (the path above)
 
-# (name, W, M, N, K, row-wise scales)
+# (name, W, M, N, K, row-wise scales, kind: rs (GEMM + reduce-scatter), ar (+ all-reduce),
+# ag (all-gather + GEMM, A's row-wise scale gathered with A; M: the gathered rows))
 CASES = [
-    ("8192^3 row", 1, 8192, 8192, 8192, True),
-    ("4096^3 tensor", 1, 4096, 4096, 4096, False),
-    ("16384x8192x4096 row", 1, 16384, 8192, 4096, True),
-    ("8192x1280x8192 tensor", 1, 8192, 1280, 8192, False),
+    ("8192^3 row", 1, 8192, 8192, 8192, True, "rs"),
+    ("4096^3 tensor", 1, 4096, 4096, 4096, False, "rs"),
+    ("16384x8192x4096 row", 1, 16384, 8192, 4096, True, "rs"),
+    ("8192x1280x8192 tensor", 1, 8192, 1280, 8192, False, "rs"),
+    ("ar 8192^3 row", 1, 8192, 8192, 8192, True, "ar"),
+    ("ar 4096^3 tensor", 1, 4096, 4096, 4096, False, "ar"),
+    ("ar 8192x1280x8192 row", 1, 8192, 1280, 8192, True, "ar"),
+    ("ag 8192^3 row", 1, 8192, 8192, 8192, True, "ag"),
+    ("ag 4096^3 row", 1, 4096, 4096, 4096, True, "ag"),
+    ("ag 16384x8192x4096 row", 1, 16384, 8192, 4096, True, "ag"),
 ]
 
 
-def module_text(W: int, M: int, N: int, K: int, row: bool) -> str:
-    """``reduce_scatter(_scaled_mm(a, w.t(), sa, sb))`` over W ranks, row chunks."""
+def module_text(W: int, M: int, N: int, K: int, row: bool, kind: str = "rs") -> str:
+    """``reduce_scatter`` / ``all_reduce`` of ``_scaled_mm(a, w.t(), sa, sb)`` over W ranks
+    (row chunks), or ``_scaled_mm(all_gather(a), w.t(), all_gather(sa), sb)`` (``ag``:
+    a [M / W, K] shard and its scale rows)."""
     sa, sb = (f"{M}x1", f"1x{N}") if row else ("1", "1")
     e4 = "f8E4M3FN"
+    wt = (f"  %wt = pk.transpose %w {{perm = [1, 0]}} : tensor<{N}x{K}x{e4}> -> "
+          f"tensor<{K}x{N}x{e4}>")
+    mm = (f"pk.scaled_matmul %a, %wt scales(%sa, %sb) : (tensor<{M}x{K}x{e4}>, "
+          f"tensor<{K}x{N}x{e4}>, tensor<{sa}xf32>, tensor<{sb}xf32>) -> tensor<{M}x{N}xbf16>")
+    if kind == "ag":
+        Ms = M // W
+        ssa = f"{Ms}x1" if row else "1"
+        gs = (f'  %sa = pk.all_gather %ss {{dim = 0 : i64, world = {W} : i64}} : '
+              f'tensor<{Ms}x1xf32> -> tensor<{M}x1xf32>\n' if row else "")
+        return f"""
+func.func @main(%x: tensor<{Ms}x{K}x{e4}>, %w: tensor<{N}x{K}x{e4}>, %ss: tensor<{ssa}xf32>, %sb: tensor<{sb}xf32>) -> tensor<{M}x{N}xbf16> {{
+{wt}
+  %a = pk.all_gather %x {{dim = 0 : i64, world = {W} : i64}} : tensor<{Ms}x{K}x{e4}> -> tensor<{M}x{K}x{e4}>
+{gs}  %y = {mm if row else mm.replace("scales(%sa,", "scales(%ss,")}
+  func.return %y : tensor<{M}x{N}xbf16>
+}}"""
+    rows = M // W if kind == "rs" else M
+    coll = (f'pk.reduce_scatter %c {{dim = 0 : i64, reduce = "sum", world = {W} : i64}}'
+            if kind == "rs" else f'pk.all_reduce %c {{reduce = "sum", world = {W} : i64}}')
     return f"""
-func.func @main(%a: tensor<{M}x{K}x{e4}>, %w: tensor<{N}x{K}x{e4}>, %sa: tensor<{sa}xf32>, %sb: tensor<{sb}xf32>) -> tensor<{M // W}x{N}xbf16> {{
-  %wt = pk.transpose %w {{perm = [1, 0]}} : tensor<{N}x{K}x{e4}> -> tensor<{K}x{N}x{e4}>
-  %c = pk.scaled_matmul %a, %wt scales(%sa, %sb) : (tensor<{M}x{K}x{e4}>, tensor<{K}x{N}x{e4}>, tensor<{sa}xf32>, tensor<{sb}xf32>) -> tensor<{M}x{N}xbf16>
-  %o = pk.reduce_scatter %c {{dim = 0 : i64, reduce = "sum", world = {W} : i64}} : tensor<{M}x{N}xbf16> -> tensor<{M // W}x{N}xbf16>
-  func.return %o : tensor<{M // W}x{N}xbf16>
+func.func @main(%a: tensor<{M}x{K}x{e4}>, %w: tensor<{N}x{K}x{e4}>, %sa: tensor<{sa}xf32>, %sb: tensor<{sb}xf32>) -> tensor<{rows}x{N}xbf16> {{
+{wt}
+  %c = {mm}
+  %o = {coll} : tensor<{M}x{N}xbf16> -> tensor<{rows}x{N}xbf16>
+  func.return %o : tensor<{rows}x{N}xbf16>
 }}"""
 
 
-def compile_fused(W, M, N, K, row):
+def compile_fused(W, M, N, K, row, kind: str = "rs"):
     """(compiled kernel, its pk.kernel) of the fused fp8 kernel."""
     from pkc.codegen import compile_kernel
     from pkc.codegen.emit import kernels_of
     from pkc.ir import make_context, parse_module, verify_module
     from pkc.passes.registry import parse_pipeline
 
-    m = parse_module(module_text(W, M, N, K, row), "fp8_fused.mlir")
+    m = parse_module(module_text(W, M, N, K, row, kind), "fp8_fused.mlir")
     ctx = make_context()
     for p in parse_pipeline("default{force=true},schedule-fused,dce"):
         p.apply(ctx, m)
@@ -63,7 +93,7 @@ def compile_fused(W, M, N, K, row):
     return compile_kernel(kop, "sm_90a"), kop
 
 
-def run_case(name, W, M, N, K, row, rounds: int) -> dict:
+def run_case(name, W, M, N, K, row, kind, rounds: int) -> dict:
     import torch
     from collectives_ir import peers as make_peers
     from fp8_gemm import compile_fp8, fp8_inputs, torch_scaled_mm
@@ -71,21 +101,24 @@ def run_case(name, W, M, N, K, row, rounds: int) -> dict:
 
     from pkc.passes.remarks import plan_of
     from pkc.runtime.scheduled import ScheduledKernel
+    from pkc.runtime.scheduled_ag import ScheduledAgGemm
     from pkc.runtime.scheduled_fused import ScheduledFused
 
     peers = make_peers(W)
-    ck, kop = compile_fused(W, M, N, K, row)
+    ck, kop = compile_fused(W, M, N, K, row, kind)
     p = plan_of(kop)
-    fused = ScheduledFused(ck.ptx, ck.meta, peers, owner=("fp8", name), timeout_ns=500_000_000)
+    cls = ScheduledAgGemm if kind == "ag" else ScheduledFused
+    fused = cls(ck.ptx, ck.meta, peers, owner=("fp8", name), timeout_ns=500_000_000)
     a, w, sa, sb, _ = fp8_inputs(M, N, K, row)
     outs = fused.run([a], [w], [sa], [sb])
     torch.cuda.synchronize()
     fused.check()
     ref = torch_scaled_mm(a, w, sa, sb)
-    got = outs[0]
+    got = outs[0][0] if kind == "ag" else outs[0]
     d = (got.float() - ref.float()).abs()
     tol = 2 ** -6 * float(ref.float().abs().max())
-    row_ = {"case": name, "W": W, "M": M, "N": N, "K": K, "row_wise": row,
+    row_ = {"case": name, "kind": kind, "kernel": kop.kernel_name.data, "W": W, "M": M,
+            "N": N, "K": K, "row_wise": row,
             "tile": f"{p['bm']}x{p['bn']}_s{p['stages']}", "max_abs_vs_torch": float(d.max()),
             "tol": tol, "correct": float(d.max()) <= tol and not bool(torch.isnan(got).any()),
             "registers": fused.kernel.num_regs, "grid": fused.grid}
@@ -112,12 +145,14 @@ def main() -> None:
     ap.add_argument("--out", default="out/fp8_fused")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--kinds", default="rs,ar,ag", help="the kinds to run (comma-separated)")
     args = ap.parse_args()
+    cases = [c for c in CASES if c[-1] in args.kinds.split(",")]
     if args.list:
-        for c in CASES:
+        for c in cases:
             print(*c)
         return
-    rows = run_cases(CASES, lambda c: run_case(*c, rounds=args.rounds),
+    rows = run_cases(cases, lambda c: run_case(*c, rounds=args.rounds),
                      os.path.join(args.out, "fp8_fused.json"))
     print(f"\n{'case':24} {'tile':12} {'ok':5} {'fused us':>9} {'gemm us':>9} {'torch us':>9} "
           f"{'fused/gemm':>10} {'fused/torch':>11}")

@@ -1,10 +1,12 @@
 """fp8 scaled matmuls fused with their collectives, on the GPU in the virtual world (one
-GPU, W ranks): all_gather -> scaled matmul (A's row-wise scale gathered with A by the same
-kernel) and scaled matmul -> reduce_scatter, against torch._scaled_mm (cuBLASLt) on the
-same data and against the interpreter run on the kernel module. The bf16 GEMM +
-reduce-scatter runs on the scheduled fp8 GEMM (wgmma k32 .e4m3, schedule-fused); the
-others (all-gather, an f32 result) on the portable lowering (fp8 bytes widened to f32).
-Then the scheduled fp8 GEMM alone against torch._scaled_mm."""
+GPU, W ranks): all_gather -> scaled matmul (tensor-wise, or A's row-wise scale gathered
+with A by the same kernel), scaled matmul -> reduce_scatter and scaled matmul ->
+all_reduce (W <= 2 one kernel, W = 4 the GEMM + reduce-scatter / pull all-gather pair),
+against torch._scaled_mm (cuBLASLt) + the collective's sum on the same data and against
+the interpreter run on the kernel module. The bf16-result kinds run on the scheduled fp8
+GEMM (wgmma k32 .e4m3, schedule-fused: SCHEDULED below says which); an f32 result on the
+portable lowering (fp8 bytes widened to f32). Then the scheduled fp8 GEMM alone against
+torch._scaled_mm."""
 
 from __future__ import annotations
 
@@ -20,7 +22,15 @@ CASES = [
     ("ag-tensor", 4, ag_ir(4, 24, 32, 64, False)),
     ("rs-row-bf16", 2, red_ir(2, 80, 48, 64, True, "bf16")),  # row-wise: bf16 out only
     ("rs-tensor-f32", 4, red_ir(4, 96, 32, 64, False, "f32")),
+    ("ag-row-w1", 1, ag_ir(1, 40, 48, 64, True)),
+    ("ag-row-w4", 4, ag_ir(4, 13, 32, 64, True, gathered=True)),
+    ("ar-row-w1", 1, red_ir(1, 40, 48, 64, True, "bf16", "ar")),
+    ("ar-row-w2", 2, red_ir(2, 78, 48, 64, True, "bf16", "ar")),
+    ("ar-tensor-w4", 4, red_ir(4, 96, 32, 64, False, "bf16", "ar")),
 ]
+# the cases whose kernels are all scheduled (the others: the portable path)
+SCHEDULED = {"ag-row", "ag-tensor", "rs-row-bf16", "ag-row-w1", "ag-row-w4", "ar-row-w1",
+             "ar-row-w2", "ar-tensor-w4"}
 
 
 def _col_major(b: torch.Tensor) -> torch.Tensor:
@@ -41,9 +51,13 @@ def _torch_reference(name: str, W: int, inputs: list[list[torch.Tensor]], out: t
         return [[torch._scaled_mm(a, _col_major(r[1]), scale(sa_full if sa_full is not None
                                                                   else r[2]),
                                   scale(r[3]), out_dtype=out)] for r in per]
+    # each rank's _scaled_mm, then the collective's sum (as torch's all_reduce /
+    # reduce_scatter of the products would give, summed in f32 here)
     prods = [torch._scaled_mm(r[0], _col_major(r[1]), scale(r[2]), scale(r[3]),
                               out_dtype=out).float() for r in per]
     total = sum(prods)
+    if name.startswith("ar"):
+        return [[total.to(out)] for _ in range(W)]
     return [[c.to(out)] for c in torch.chunk(total, W, dim=0)]
 
 
@@ -62,7 +76,10 @@ def test_fused_fp8_against_scaled_mm(name, W, text):
     run_pipeline("default{force=true}", module)
     module, _ = schedule_for_target(module, "h200")
     kernels = [o for o in module.walk() if o.name == "pk.kernel"]
-    assert kernels and all(k.attributes["pk.fusion"].data["scaled"].value.data for k in kernels)
+    fused = [k for k in kernels if "pk.fusion" in k.attributes]   # (not the AR pair's gather)
+    assert fused and all(k.attributes["pk.fusion"].data["scaled"].value.data for k in fused)
+    if name in SCHEDULED:
+        assert all(k.schedule() is not None for k in kernels), name
     got = run_kernel_module(module, inputs, W, target="sm_90a", timeout_s=TIMEOUT_S)
     mine = interpret(module, inputs, W)
     atol = 2e-2
