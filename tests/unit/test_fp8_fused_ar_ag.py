@@ -157,3 +157,30 @@ def test_sm100_leaves_them_with_the_reason():
     m = parse_module(red_ir(8, 8192, 8192, 8192, True, "bf16", "ar"))
     run_pipeline("overlap{target=b200}", m)
     assert [o.name for o in m.walk() if o.name == "pk.all_reduce"] == ["pk.all_reduce"]
+
+
+def test_one_gather_for_several_scaled_matmuls():
+    """All-gather feeding several fp8 matmuls (one weight each): no fused kernel drives
+    several weights, so overlap leaves it unfused with the reason, and the program is what
+    pkc/passes/gather_many.py makes of the bf16 form: one gather kernel (on bytes, scheduled)
+    whose result every scaled matmul reads (cuBLASLt at run time), the row scale gathered
+    once beside it."""
+    x, b, s = "f8E4M3FN", "1024x8192", "1024x1xf32"
+    text = f"""
+func.func @main(%x: tensor<{b}x{x}>, %b0: tensor<8192x4096x{x}>, %b1: tensor<8192x2048x{x}>, %s: tensor<{s}>, %sb0: tensor<1x4096xf32>, %sb1: tensor<1x2048xf32>) -> (tensor<8192x4096xbf16>, tensor<8192x2048xbf16>) {{
+  %g = pk.all_gather %x {{dim = 0 : i64, world = 8 : i64}} : tensor<{b}x{x}> -> tensor<8192x8192x{x}>
+  %gs = pk.all_gather %s {{dim = 0 : i64, world = 8 : i64}} : tensor<{s}> -> tensor<8192x1xf32>
+  %y0 = pk.scaled_matmul %g, %b0 scales(%gs, %sb0) : (tensor<8192x8192x{x}>, tensor<8192x4096x{x}>, tensor<8192x1xf32>, tensor<1x4096xf32>) -> tensor<8192x4096xbf16>
+  %y1 = pk.scaled_matmul %g, %b1 scales(%gs, %sb1) : (tensor<8192x8192x{x}>, tensor<8192x2048x{x}>, tensor<8192x1xf32>, tensor<1x2048xf32>) -> tensor<8192x2048xbf16>
+  func.return %y0, %y1 : tensor<8192x4096xbf16>, tensor<8192x2048xbf16>
+}}"""
+    m = parse_module(text)
+    run_pipeline("default,schedule", m)
+    kops = [o for o in m.walk() if o.name == "pk.kernel"]
+    assert [k.kernel_name.data for k in kops] == ["all_gather_ag", "all_gather_llag"]
+    assert all(k.schedule() is not None for k in kops)
+    mms = [o for o in m.walk() if o.name == "pk.scaled_matmul"]
+    # both read the one gathered value (a view of the gather kernel's result)
+    assert len(mms) == 2 and mms[0].operands[0] == mms[1].operands[0]
+    assert mms[0].operands[0].owner.operands[0] == kops[0].results[0]
+    assert any("several matmuls of one gather" in r for k in kops for r in remarks_of(k))
