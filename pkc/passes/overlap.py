@@ -47,7 +47,8 @@ for a structural reason (``max`` reduction, f64 operands, ...) gets a remark say
 does a reduction fed by a matmul through elementwise ops (a bias add) and an MoE combine
 after an activation. An fp8 ``pk.scaled_matmul`` is fused only under ``force`` where the
 target's architecture has no scheduled fp8 fused kernel of that kind and form
-(``pipelines.unscheduled_fp8``; sm_90a: GEMM + reduce-scatter of row chunks): the plan
+(``pipelines.unscheduled_fp8``; sm_90a: GEMM + reduce-scatter of row chunks, GEMM +
+all-reduce, all-gather + GEMM of one weight with tensor- or row-wise scales): the plan
 assumes a fast kernel, the portable one is far slower than cuBLASLt.
 A fused kernel gets ``pk.plan`` (pattern, overlap, comm_sms, fused_time, unfused_time in
 seconds, forced, target, tiles) and the plan's remark. Options: ``target``; ``force``
