@@ -80,6 +80,19 @@ class AgParts(GemmParts):
         self.lag = max(1, ring // 2)
         self.G = row_blocks(mc, cfg)
         self.tiles_per_chunk = -(-mc // cfg.bm) * -(-n // cfg.bn)
+        self.tile_rows = mc         # rows of one shard's tile space (the GEMM's M)
+
+    @staticmethod
+    def signal_slots(mc: int, cfg: GemmConfig, blocks: int) -> int:
+        """Signal slots of one shard (the row blocks signalled one by one)."""
+        return row_blocks(mc, cfg)
+
+    def block_span(self, o: _Ops, b: SSAValue, base: SSAValue, total: int, blk: int):
+        """(source byte offset in A, destination byte offset in G, bytes) of row block
+        ``b`` of this rank's shard (``base``: its shard's offset in G)."""
+        off = o.bin(arith.MuliOp, b, blk)
+        nb = o.bin(arith.MinUIOp, o.bin(arith.SubiOp, o.c(total), off), o.c(blk))
+        return off, o.bin(arith.AddiOp, base, off), nb
 
     # ---- maps and the launch's scalars ---------------------------------------------
     def a_map(self, top: _Ops, A: SSAValue, ta_t) -> SSAValue:
@@ -199,10 +212,8 @@ class AgParts(GemmParts):
         dst = dk.add(c.BufferPtrOp(self.gath, d)).result
         self.put_extra(dk, j, d)
         bl, bk, b, (bs, bph) = _for(dk, dk.c(0), dk.c(G), dk.c(1), [ds, dph])
-        off = bk.bin(arith.MuliOp, b, blk)
-        nb = bk.bin(arith.MinUIOp, bk.bin(arith.SubiOp, bk.c(total), off), bk.c(blk))
-        bs2, bph2 = self._copy_block(bk, j, src, dst, bk.bin(arith.AddiOp, base, off), off, nb,
-                                     ring, bars, bs, bph)
+        off, dst_off, nb = self.block_span(bk, b, base, total, blk)
+        bs2, bph2 = self._copy_block(bk, j, src, dst, dst_off, off, nb, ring, bars, bs, bph)
         bk.add(s.BulkWaitOp(0))
         bk.add(f.FenceAsyncGlobalOp())        # the bulk writes before the signal
         if W > 1:       # (the own copy needs no signal: nothing waits for it)
@@ -295,9 +306,11 @@ def why_not_ag(kop: k.KernelOp) -> str | None:
     return None
 
 
-def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
+def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
+                           parts_cls: type = AgParts, blocks: int = 1) -> None:
     """Rewrite ``kop`` (pattern ``all_gather_mm``) into the scheduled kernel, or leave it
-    with a remark saying why not."""
+    with a remark saying why not. ``parts_cls`` / ``blocks``: another layout of the shard
+    (:mod:`pkc.passes.ag_blocks_schedule`: ``blocks`` blocks of rows per shard)."""
     scaled = len(kop.inputs) == 4       # fp8: X, SX, B, SB (schedule-fused checked it)
     reason = None if scaled else why_not_ag(kop)
     if reason:
@@ -342,16 +355,17 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
     scales = Scales(block.args[2], block.args[3], rows=W * Mc) if scaled else None
     pad = ctl = None
     if W > 1:
-        pad = k.AllocOp(BufferType([W * row_blocks(Mc, cfg) + W], i32, SYMMETRIC), zero=True)
+        slots = parts_cls.signal_slots(Mc, cfg, blocks)
+        pad = k.AllocOp(BufferType([W * slots + W], i32, SYMMETRIC), zero=True)
         ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
         block.add_op(pad)
         block.add_op(ctl)
         pad, ctl = pad.result, ctl.result
-    parts_cls = AgParts
     if scaled and W > 1 and len(kop.inputs[1].type.get_shape()) == 2:
         from pkc.passes.fused_fp8_ag import AgRowScaleParts as parts_cls  # A's row scales
-    parts = parts_cls(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, piece, asked)
-    build_fused_gemm(block, A, B, C, Mc, N, K, cfg, parts, scales)
+    parts = parts_cls(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, piece, asked,
+                      **({"blocks": blocks} if blocks > 1 else {}))
+    build_fused_gemm(block, A, B, C, parts.tile_rows, N, K, cfg, parts, scales)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
     gtype = TensorType(a.type.element_type, [W * Mc, K])
@@ -366,7 +380,7 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
              chunk_rows=Mc, tiles_per_chunk=parts.tiles_per_chunk, row_blocks=parts.G,
              scheduled_overlap=OverlapStyle.INTER if side else OverlapStyle.NONE, comm_ctas=side,
              put_piece=piece, put_ring=ring, put_lag=parts.lag, gathered_output=asked,
-             **tmem_plan, **clc_plan)
+             **({"batches": blocks} if blocks > 1 else {}), **tmem_plan, **clc_plan)
     followed = ""
     if comm_sms and comm_sms != side:
         followed = (f"; the kernel-level plan's {comm_sms} communicate SMs are for a "
@@ -376,7 +390,8 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str) -> None:
     add_remark(new, f"scheduled all-gather + {what} W={W} {W * Mc}x{N}x{K}"
                f"{'' if scaled else ' ' + dt}: {cfg.tag()}, "
                f"{W} shards of {parts.tiles_per_chunk} tiles (own shard first), "
-               f"{parts.G} row blocks per shard signalled one by one; {why_side}{followed}; "
+               f"{parts.G} row blocks per shard signalled one by one; "
+               f"{getattr(parts, 'layout_words', '')}{why_side}{followed}; "
                f"puts by cp.async.bulk through a {ring} x {piece // 1024} KiB ring; "
                + ("the gathered A is returned" if asked else "the gathered A stays in the kernel")
                + tmem_words + clc_words)

@@ -1,5 +1,7 @@
 """An all-gather feeding several matmuls, as ``schedule-fused`` schedules it: one gather
-kernel, then the matmuls.
+kernel, then the matmuls. With ``pk.fusion.batches`` = B > 1 (a gather along a middle
+dim, overlap_gather_blocks.py) the gather is the ``[B, Sc, H]`` shard's along dim 1, between
+two free 2-D views, so the matmuls read the gathered tensor in its own layout.
 
 Matches a fused ``pk.kernel`` of pattern ``all_gather_mm`` with more than one matmul
 (``overlap`` fuses every matmul that reads the gathered tensor into one kernel: inputs
@@ -17,12 +19,14 @@ fused kernel over several weights, gathering once, is issue 20's.
 
 from __future__ import annotations
 
+from xdsl.dialects.builtin import TensorType
 from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.rewriter import Rewriter
 
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
 from pkc.dialects.rank_groups import copy_groups
+from pkc.passes.ag_blocks_schedule import batches_of
 from pkc.passes.remarks import add_remark, remarks_of
 from pkc.target.cost import Pattern
 
@@ -37,18 +41,28 @@ def split_gather_many(kop: k.KernelOp, target: str) -> None:
 
     W = kop.world_size
     x, *weights = kop.inputs
-    gather = g.AllGatherOp(x, 0, W)
+    views = []
+    blocks = batches_of(kop)
+    if blocks > 1:      # B blocks of rows per shard: a gather along dim 1 of [B, Sc, H]
+        (mc, h), et = x.type.get_shape(), x.type.element_type
+        views.append(g.ReshapeOp(x, TensorType(et, [blocks, mc // blocks, h])))
+        x = views[0].result
+    gather = g.AllGatherOp(x, 1 if blocks > 1 else 0, W)
     copy_groups(kop, gather)
-    gather.location = kop.location
+    rows = gather.result
+    if blocks > 1:
+        views.append(g.ReshapeOp(rows, TensorType(et, [W * mc, h])))
+        rows = views[-1].result
     mms = []
     for b, y in zip(weights, kop.outputs):
-        mm = g.MatmulOp(gather.result, b, y.type)
-        mm.location = kop.location
+        mm = g.MatmulOp(rows, b, y.type)
         mms.append(mm)
-    Rewriter.insert_op([gather, *mms], _before(kop))
+    for op in [gather, *views, *mms]:
+        op.location = kop.location
+    Rewriter.insert_op([*views[:1], gather, *views[1:], *mms], _before(kop))
     outs = [mm.result for mm in mms]
     if len(kop.outputs) > len(weights):         # the gathered tensor is asked for too
-        outs.append(gather.result)
+        outs.append(rows)
     for line in remarks_of(kop):
         add_remark(gather, line)
     add_remark(gather, f"all_gather + {len(weights)} matmuls over {W} ranks: one gather kernel, "

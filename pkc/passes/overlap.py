@@ -11,7 +11,10 @@ What it matches (graph-level ``func.func`` bodies, one block):
 * ``pk.all_gather`` (dim 0, 2-d) feeding one or several ``pk.matmul`` as their lhs. All
   such consumers whose rhs is defined before the gather's first user go into one kernel;
   when the gathered tensor has any other user (another op, a matmul taking it as rhs, a
-  consumer left out, the function's return), the kernel also returns it;
+  consumer left out, the function's return), the kernel also returns it; the same for a
+  gather along a middle dim whose 2-d rows view feeds the matmuls (``[B, S/W, H]`` along
+  dim 1, DTensor ``Shard(1)``: ``pk.fusion.batches = B`` blocks of rows per shard,
+  overlap_gather_blocks.py);
 * ``pk.all_gather`` along the last dim (the matmul's contraction dim K) feeding a
   ``pk.matmul`` as its lhs, 2-d or through the ``[rows, K]`` reshape of an n-d gathered
   tensor (a linear layer on ``[B, S, K]``): the first such matmul, its 2-d weight defined
@@ -73,6 +76,7 @@ from pkc.dialects.rank_groups import copy_groups, group_remark
 from pkc.passes.fused_fp8 import ag_problem as fp8_ag_problem
 from pkc.passes.fused_fp8 import ar_problem as fp8_ar_problem
 from pkc.passes.fused_fp8 import shape_problem as fp8_shape_problem
+from pkc.passes.overlap_gather_blocks import blocks_near_miss, match_gather_blocks
 from pkc.passes.overlap_match import (
     Match,
     gather_near_miss,
@@ -115,7 +119,7 @@ class Overlap(ModulePass):
             for candidate in list(fn.body.blocks[0].ops):
                 if candidate.parent is None:  # erased by an earlier rewrite
                     continue
-                m = match(candidate)
+                m = match(candidate) or match_gather_blocks(candidate)
                 if m is not None:
                     self._rewrite(m)
                 elif isinstance(candidate, g.AllToAllOp):
@@ -124,7 +128,7 @@ class Overlap(ModulePass):
                         _remark_once(candidate, f"left unfused: "
                                      f"{PATTERNS[Pattern.MOE]}: {why}")
                 elif isinstance(candidate, g.AllGatherOp):
-                    why = gather_near_miss(candidate)
+                    why = blocks_near_miss(candidate) or gather_near_miss(candidate)
                     if why is not None:
                         name = PATTERNS[Pattern.ALL_GATHER_MM]
                         _remark_once(candidate, f"left unfused: {name}: {why}")

@@ -269,13 +269,23 @@ def build_all_gather_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> No
     operand G; elided: straight into the receiver's symmetric G) and signals it. The
     consumers first multiply the local shard (read from the input, no wait), then the
     shard of rank (r + i) mod W once its row block has arrived. G is the kernel's last
-    result when the gathered tensor has other users."""
+    result when the gathered tensor has other users.
+
+    Blocks of rows (``f.batches`` = B > 1: a gather along a middle dim, DTensor
+    ``Shard(1)`` of ``[B, S/W, H]``): the shard X ``[B*Sc, K]`` is B blocks of Sc rows and
+    its block b is rows ``b*S + r*Sc ..`` of G ``[B*S, K]``, the gathered tensor's own
+    layout (so G is returned as it is and the output rows are G's rows). Row blocks are
+    taken per batch block (each with its residue tile: a tile never spans two blocks),
+    and signals count per (shard, batch block, row block). B = 1 is the row gather."""
     args = kb.args
     X, SX, Bs, SBs, Ys = ag_args(kb, f)
     Ms, K = shape_of(X)
+    Bt = f.batches
+    Sc = Ms // Bt               # rows of one batch block of a shard
     M, dt = W * Ms, X.type.element_type
-    bm, bk = min(f.tile_m, Ms), min(f.tile_k, K)
-    nrb = ceil_div(Ms, bm)
+    bm, bk = min(f.tile_m, Sc), min(f.tile_k, K)
+    nrb = ceil_div(Sc, bm)      # row blocks of one batch block
+    nsb = Bt * nrb              # row blocks (signal slots) of one shard
     inter = f.overlap is OverlapStyle.INTER
     if f.gathered:
         G = args[-1]
@@ -283,38 +293,52 @@ def build_all_gather_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> No
         G = kb.alloc("gathered", [M, K], dt, symmetric=elide)
     stage = None if elide else kb.alloc("stage", [M, K], dt, symmetric=True, staging=True)
     GS = gathered_scale(kb, SX, W)  # a row-wise scale travels with its rows
-    ready = kb.signals("ready", W * nrb)
-    arrived = None if elide else kb.signals("arrived", W * nrb)
+    ready = kb.signals("ready", W * nsb)
+    arrived = None if elide else kb.signals("arrived", W * nsb)
 
     def k_tiles(c: Code, body: Callable) -> None:
         c.loop(0, ceil_div(K, bk) * bk, bk, lambda c, k0: body(c, k0), name="k")
+
+    def shard_blocks(c: Code, body: Callable) -> None:
+        """``body(code, slot, x_row, rows, g_off)`` for the row blocks of one shard: its
+        signal slot among the shard's nsb, its first row in X, and ``b*S + m0``, to
+        which shard s adds ``s*Sc`` for its row in G (:func:`g_row`)."""
+        def batch(c: Code, b: Ix) -> None:
+            row_blocks(c, Sc, bm, lambda c, rb, m0, rows, _ni: body(
+                c, c.add(c.mul(b, nrb), rb), c.add(c.mul(b, Sc), m0), rows,
+                c.add(c.mul(b, W * Sc), m0)))
+
+        c.loop(0, Bt, 1, batch, name="b")
+
+    def g_row(c: Code, s: Ix, g_off: Ix) -> Ix:
+        return c.add(c.mul(s, Sc), g_off)
 
     def push(c: Code, i: Ix) -> None:
         q = c.rotate(i, W, back=True)
         r = c.rank()
 
-        def block(c: Code, rb: Ix, m0: Ix, rows: int, _ni: Ix) -> None:
+        def block(c: Code, sl: Ix, xr: Ix, rows: int, go: Ix) -> None:
             def move(c: Code, k0: Ix) -> None:
-                x = c.load(X, [m0, k0], [rows, bk], "shard")
-                c.put(x, stage if stage is not None else G, [c.add(c.mul(r, Ms), m0), k0], q)
+                x = c.load(X, [xr, k0], [rows, bk], "shard")
+                c.put(x, stage if stage is not None else G, [g_row(c, r, go), k0], q)
 
             k_tiles(c, move)
-            put_scale_rows(c, SX, GS, m0, rows, c.add(c.mul(r, Ms), m0), q)
-            c.signal(arrived if arrived is not None else ready, c.add(c.mul(r, nrb), rb), q)
+            put_scale_rows(c, SX, GS, xr, rows, g_row(c, r, go), q)
+            c.signal(arrived if arrived is not None else ready, c.add(c.mul(r, nsb), sl), q)
 
-        row_blocks(c, Ms, bm, block)
+        shard_blocks(c, block)
 
     def copy_own(c: Code) -> None:
-        def block(c: Code, rb: Ix, m0: Ix, rows: int, _ni: Ix) -> None:
-            k_tiles(c, lambda c, k0: c.store(c.load(X, [m0, k0], [rows, bk], "shard"), G,
-                                             [c.add(c.mul(c.rank(), Ms), m0), k0]))
+        def block(c: Code, sl: Ix, xr: Ix, rows: int, go: Ix) -> None:
+            k_tiles(c, lambda c, k0: c.store(c.load(X, [xr, k0], [rows, bk], "shard"), G,
+                                             [g_row(c, c.rank(), go), k0]))
 
-        row_blocks(c, Ms, bm, block)
+        shard_blocks(c, block)
 
-    def copy_in(c: Code, s: Ix, rb: Ix, m0: Ix, rows: int) -> None:
-        """Staged: wait for row block rb of shard s in stage, copy it into G."""
-        row = c.add(c.mul(s, Ms), m0)
-        c.wait(arrived, c.add(c.mul(s, nrb), rb), 1)
+    def copy_in(c: Code, s: Ix, sl: Ix, go: Ix, rows: int) -> None:
+        """Staged: wait for row block sl of shard s in stage, copy it into G."""
+        row = g_row(c, s, go)
+        c.wait(arrived, c.add(c.mul(s, nsb), sl), 1)
         k_tiles(c, lambda c, k0: c.store(c.load(stage, [row, k0], [rows, bk], "shard"), G,
                                          [row, k0]))
 
@@ -333,32 +357,32 @@ def build_all_gather_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> No
             c.foreach([ceil_div(N, bn)], tile, ["ni"])
 
     def local(c: Code) -> None:
-        row_blocks(c, Ms, bm, lambda c, rb, m0, rows, _ni: consume(
-            c, X, m0, c.add(c.mul(c.rank(), Ms), m0), rows))
+        shard_blocks(c, lambda c, sl, xr, rows, go: consume(
+            c, X, xr, g_row(c, c.rank(), go), rows))
 
     def remote_step(c: Code, i: Ix) -> None:
         s = c.rotate(i, W)
 
-        def block(c: Code, rb: Ix, m0: Ix, rows: int, _ni: Ix) -> None:
-            row = c.add(c.mul(s, Ms), m0)
+        def block(c: Code, sl: Ix, xr: Ix, rows: int, go: Ix) -> None:
+            row = g_row(c, s, go)
             if inter or elide:
-                c.wait(ready, c.add(c.mul(s, nrb), rb), 1)
+                c.wait(ready, c.add(c.mul(s, nsb), sl), 1)
             else:
-                copy_in(c, s, rb, m0, rows)
+                copy_in(c, s, sl, go, rows)
             consume(c, G, row, row, rows)
 
-        row_blocks(c, Ms, bm, block)
+        shard_blocks(c, block)
 
     def comm_step(c: Code, i: Ix) -> None:
         push(c, i)
         if not elide:
             s = c.rotate(i, W)
 
-            def block(c: Code, rb: Ix, m0: Ix, rows: int, _ni: Ix) -> None:
-                copy_in(c, s, rb, m0, rows)
-                c.signal(ready, c.add(c.mul(s, nrb), rb), c.rank())
+            def block(c: Code, sl: Ix, xr: Ix, rows: int, go: Ix) -> None:
+                copy_in(c, s, sl, go, rows)
+                c.signal(ready, c.add(c.mul(s, nsb), sl), c.rank())
 
-            row_blocks(c, Ms, bm, block)
+            shard_blocks(c, block)
 
     def comm(c: Code) -> None:
         c.rank()

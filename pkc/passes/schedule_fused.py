@@ -55,6 +55,7 @@ from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes import fused_ar_pair, fused_rs_layouts
 from pkc.passes.fused_ar_build import schedule_ar, schedule_rs_out, why_not_ar
+from pkc.passes.ag_blocks_schedule import batches_of, schedule_ag_blocks
 from pkc.passes.ag_gemm_schedule import schedule_all_gather_mm
 from pkc.passes.ag_k_schedule import schedule_all_gather_k_mm
 from pkc.passes.fused_clc import ClcChoice, check_choice, decide
@@ -181,7 +182,10 @@ class ScheduleFused(ModulePass):
                 split_gather_many(kop, self.target)
                 continue
             if pattern is Pattern.ALL_GATHER_MM:     # its own builder
-                schedule_all_gather_mm(kop, self.target, self.variant)
+                if batches_of(kop) > 1:             # blocks of rows per shard (Shard(1))
+                    schedule_ag_blocks(kop, self.target, self.variant)
+                else:
+                    schedule_all_gather_mm(kop, self.target, self.variant)
                 continue
             if pattern is Pattern.ALL_GATHER_K_MM:   # gathered along K: ag_k_schedule
                 schedule_all_gather_k_mm(kop, self.target, self.variant)

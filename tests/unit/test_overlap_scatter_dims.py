@@ -134,9 +134,15 @@ def test_dtensor_sequence_parallel_shard1(bias: bool) -> None:
                            pipeline="default{force=true}")
     names = [o.kernel_name.data for o in prog.module.walk() if isinstance(o, k.KernelOp)]
     remarks = "\n".join(prog.remarks())
-    # fc1's input: gathered along dim 1 of [2, 3, 16]: not fused (yet), and said so
-    assert "left unfused: all_gather+mm: gather along dim 1 of [2, 3, 16]: every rank's shard " \
-           "is 2 separate blocks of the matmul's rows" in remarks
+    # fc1's input, gathered along dim 1 of [2, 3, 16] (2 blocks of rows per shard), and
+    # fc1's matmul are one kernel (overlap_gather_blocks.py), placed after the weight's
+    # transpose that the DTensor graph puts between the gather's view and the matmul
+    assert "left unfused: all_gather+mm" not in remarks
+    ag = next(o for o in prog.module.walk() if isinstance(o, k.KernelOp)
+              and o.kernel_name.data == "all_gather_matmul")
+    fusion, _ = Fusion.from_attr(ag.attributes[FUSION])
+    assert (fusion.batches, fusion.gathered) == (2, False)
+    assert [tuple(v.type.get_shape()) for v in ag.inputs] == [(6, 16), (16, 16)]
     # with or without fc2's bias, fc2 and the scatter are one kernel (the bias: every
     # rank adds its own to the product tiles before they travel, patterns_bias.py)
     assert "matmul_reduce_scatter" in names

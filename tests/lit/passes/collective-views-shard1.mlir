@@ -1,7 +1,8 @@
 // collective-views: a gather along dim 1 of [1, S/W, H] (DTensor Shard(1) with one
 // sequence) moves contiguous shards, as a dim-0 gather does: the 2-d view moves before
 // it, and overlap fuses the gather with the matmul. With B > 1 blocks the shard is B
-// separate row blocks: left as it is (overlap's remark says why).
+// separate row blocks: collective-views leaves it as it is, overlap fuses it with
+// pk.fusion.batches = B (overlap_gather_blocks.py; lit overlap-gather-blocks.mlir).
 // RUN: pkc-opt -p 'collective-views,dce' %s | FileCheck %s
 // RUN: pkc-opt -p 'collective-views,dce,overlap{force=true}' %s | FileCheck %s --check-prefix=FUSED
 
@@ -29,4 +30,4 @@ func.func @two_seqs(%x: tensor<2x10x24xbf16>, %w: tensor<24x16xbf16>) -> tensor<
 // CHECK-LABEL: func.func @two_seqs
 // CHECK-NEXT:    pk.all_gather %x {dim = 1 : i64, world = 2 : i64}
 // FUSED-LABEL: func.func @two_seqs
-// FUSED:         pk.all_gather %x {{.*}}left unfused: all_gather+mm: gather along dim 1 of [2, 10, 24]: every rank's shard is 2 separate blocks
+// FUSED:         pk.kernel "all_gather_matmul"{{.*}}batches = 2 : i64
