@@ -45,6 +45,7 @@ from pkc.passes.ag_gemm_schedule import AgParts, _when
 from pkc.passes.gemm_schedule import Epi, _for, _Ops
 
 LINE_ROWS = 32          # f32 scales per 128-byte line: each shard's rows of SG start a line
+WORDS_IN_FLIGHT = 8     # scale words a put thread loads before it stores them
 
 
 def line_rows(mc: int) -> int:
@@ -79,15 +80,26 @@ class AgRowScaleParts(AgParts):
         return super().a_map(top, A, ta_t)
 
     def put_extra(self, o: _Ops, j: SSAValue, d: SSAValue) -> None:
-        """Put CTA ``j``'s share of the shard's scale words into peer ``d``'s SG (not into
-        the own one: the own shard's tiles read SX)."""
+        """Put CTA ``j``'s share of the shard's scale words (``j, j + side, ...``) into
+        peer ``d``'s SG (not into the own one: the own shard's tiles read SX). One thread
+        copies them, ``WORDS_IN_FLIGHT`` loads issued before their stores (a load's
+        latency paid once per group, not per word); a group's indices past the shard are
+        clamped to this CTA's last word, which the same thread then stores again with the
+        same value (another CTA's word would race with that CTA's store)."""
         w = _when(o, o.cmp("ne", d, self.rank))
         src = w.add(c.BufferPtrOp(self.sx)).result
         dst = w.add(c.BufferPtrOp(self.sg, d)).result
         base = w.bin(arith.MuliOp, self.rank, self.mcp)
-        _, body, i, _ = _for(w, j, w.c(self.mc), w.c(self.side), [])
-        word = body.add(m.WordLoadOp(src, i)).result
-        body.add(m.WordStoreOp(dst, body.bin(arith.AddiOp, base, i), word))
+        U = WORDS_IN_FLIGHT
+        # this CTA's last word: j + side x floor((mc - 1 - j) / side) (used only when j < mc)
+        last = w.bin(arith.AddiOp, j, w.bin(arith.MuliOp, w.bin(arith.DivUIOp, w.bin(
+            arith.SubiOp, w.c(self.mc - 1), j), self.side), self.side))
+        _, body, i, _ = _for(w, j, w.c(self.mc), w.c(self.side * U), [])
+        idx = [body.add(arith.MinUIOp(body.bin(arith.AddiOp, i, u * self.side) if u else i,
+                                      last)).result for u in range(U)]
+        words = [body.add(m.WordLoadOp(src, x)).result for x in idx]
+        for x, word in zip(idx, words):
+            body.add(m.WordStoreOp(dst, body.bin(arith.AddiOp, base, x), word))
         body.add(scf.YieldOp())
 
     def epilogue_tile(self, t: _Ops, cfg, e: Epi, coords, row0, ebuf, extra):
@@ -115,4 +127,4 @@ class _ShardScaleEpi(Epi):
                               n0, peer.bin(arith.AddiOp, first, p.mc), self.N, piece))
 
 
-__all__ = ["AgRowScaleParts", "line_rows", "LINE_ROWS"]
+__all__ = ["AgRowScaleParts", "line_rows", "LINE_ROWS", "WORDS_IN_FLIGHT"]
