@@ -107,9 +107,9 @@ class PkcBackend:
                     hook, direct = self._program_hook, precompile.direct_call_reason(
                         captured.gm, len(example_inputs))
 
-                    def on_program(tp: Any, vals: list) -> None:
-                        hook(program=program, captured=captured, torch_program=tp,
-                             example_inputs=vals, direct_call=direct)
+                    def on_program(tp: Any, vals: list) -> Callable[..., Any] | None:
+                        return hook(program=program, captured=captured, torch_program=tp,
+                                    example_inputs=vals, direct_call=direct)
                 runner = _inductor_runner(program, captured, mode, options,
                                           None if why else backend_id, pre, on_program)
             else:
@@ -268,7 +268,8 @@ def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: st
     copies or synchronization on pkc's side. ``backend_id``: dynamo's id of the graph,
     where the program may stand in for it in dynamo's precompile cache; ``record`` gets
     ``precompile``: whether it was recorded, or why not. ``on_program``: called with the
-    torch program and its example inputs before Inductor compiles it (pkc.aot's build)."""
+    torch program and its example inputs before Inductor compiles it (pkc.aot's build); a
+    callable it returns runs the program instead of Inductor's compile of it."""
     from pkc.runtime.inductor import compile_with_inductor, torch_program
     from pkc.runtime.kernel_call import RunKind
 
@@ -293,7 +294,9 @@ def _inductor_runner(program: CompiledProgram, captured: CapturedGraph, mode: st
               if spec.kind in _MODULE_STATE]
     program.runtime_remarks.append(tp.remark())
     if on_program is not None:
-        on_program(tp, vals)
+        replaced = on_program(tp, vals)
+        if replaced is not None:     # the program compiled otherwise (pkc.aot: AOTInductor)
+            return replaced
     why = None
     if backend_id is not None and tp.counts.get("kernel", 0):
         why = "pkc kernel calls"     # a loading process would have no registry of them

@@ -34,7 +34,7 @@ from torch.utils import _pytree as pytree
 
 from pkc.aot.cache import FAILED, FORMAT, LOCK, META, PACKAGE, Build, _build_running, _no_grad_check, tensor_meta
 
-__all__ = ["compile_layer", "build_package", "main"]
+__all__ = ["compile_layer", "package", "write_meta", "main"]
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -73,12 +73,11 @@ def _arg_sources(model: Any, captured: Any, example_inputs: Sequence[Any]
     return sources, tensors
 
 
-def _job(model: Any, example_inputs: Sequence[Any], seen: list[dict], out: Any,
-         versions: dict, pipeline: str | None, target: str) -> dict | str:
-    """What building the package needs, or why pkc's program cannot be one."""
-    if len(seen) != 1:
-        return f"{len(seen)} graphs (a package holds one)"
-    got = seen[0]
+def _program_job(model: Any, example_inputs: Sequence[Any], got: dict, versions: dict,
+                 pipeline: str | None, target: str) -> dict | str:
+    """What building the package of one graph's program needs (``got``: what the backend
+    handed over), or why pkc's program cannot be one. ``meta`` lacks the output's
+    structure until the first call returned (:func:`_with_outputs`)."""
     tp, program = got["torch_program"], got["program"]
     if got["direct_call"] is not None:
         return f"pkc's capture changed the calling convention ({got['direct_call']})"
@@ -86,9 +85,6 @@ def _job(model: Any, example_inputs: Sequence[Any], seen: list[dict], out: Any,
         return f"{program.world_size} ranks (packages are single-rank)"
     if tp.counts.get("kernel", 0) or tp.counts.get("nccl", 0):
         return "the program calls pkc kernels or NCCL (a loading process has no kernel registry)"
-    flat, spec = pytree.tree_flatten(out)
-    if not flat or not all(isinstance(t, torch.Tensor) for t in flat):
-        return "the layer returns something other than tensors"
     srcs = _arg_sources(model, got["captured"], example_inputs)
     if isinstance(srcs, str):
         return srcs
@@ -99,28 +95,42 @@ def _job(model: Any, example_inputs: Sequence[Any], seen: list[dict], out: Any,
     meta = {"format": FORMAT, "versions": versions, "target": target, "pipeline": pipeline,
             "args": sources, "arg_meta": [tensor_meta(t) for t in tensors],
             "devices": [str(t.device) for t in tensors],
-            "inputs": [tensor_meta(x) if isinstance(x, torch.Tensor) else None for x in example_inputs],
-            "out_spec": pytree.treespec_dumps(spec), "n_outputs": len(flat)}
+            "inputs": [tensor_meta(x) if isinstance(x, torch.Tensor) else None for x in example_inputs]}
     return {"gm": gm, "tensors": tensors, "meta": meta}
 
 
-def build_package(gm: torch.fx.GraphModule, args: Sequence[torch.Tensor], folder: Path,
-                  meta: dict) -> float:
-    """AOTInductor's package of ``gm`` in ``folder`` (``model.pt2``, then ``meta.json``);
-    returns the seconds it took."""
+def _with_outputs(job: dict, out: Any) -> str | None:
+    """Record the first call's output structure in ``job``; why not, if it cannot be."""
+    flat, spec = pytree.tree_flatten(out)
+    if not flat or not all(isinstance(t, torch.Tensor) for t in flat):
+        return "the layer returns something other than tensors"
+    job["meta"].update(out_spec=pytree.treespec_dumps(spec), n_outputs=len(flat))
+    return None
+
+
+def package(gm: torch.fx.GraphModule, args: Sequence[torch.Tensor], folder: Path,
+            options: dict | None = None) -> float:
+    """AOTInductor's package of ``gm`` as ``folder/model.pt2`` (``options``: Inductor config
+    for the build); the seconds it took."""
+    import torch._guards
     from torch._inductor import aot_compile
     from torch._inductor.package import package_aoti
 
     t0 = time.perf_counter()
     folder.mkdir(parents=True, exist_ok=True)
-    files = aot_compile(gm, tuple(args), options={"aot_inductor.package": True})
+    # a tracing context of its own: the build may run inside dynamo's backend call
+    with torch._guards.tracing(None):
+        files = aot_compile(gm, tuple(args), options={**(options or {}), "aot_inductor.package": True})
     tmp = folder / f"model.tmp{os.getpid()}.pt2"
     package_aoti(str(tmp), files)
     tmp.replace(folder / PACKAGE)
-    meta = {**meta, "build_s": round(time.perf_counter() - t0, 3), "built": time.time()}
-    _write_json(folder / META, meta)
+    return round(time.perf_counter() - t0, 3)
+
+
+def write_meta(folder: Path, meta: dict, build_s: float) -> None:
+    """``meta.json``, last: from then on later processes load the package."""
+    _write_json(folder / META, {**meta, "build_s": build_s, "built": time.time()})
     (folder / FAILED).unlink(missing_ok=True)
-    return meta["build_s"]
 
 
 def _spawn(job: dict, folder: Path) -> str:
@@ -136,7 +146,7 @@ def _spawn(job: dict, folder: Path) -> str:
     os.write(fd, str(os.getpid()).encode())
     os.close(fd)
     path = folder / f"job{os.getpid()}.pt"
-    torch.save({"gm": job["gm"], "meta": job["meta"]}, path)
+    torch.save({"gm": job["gm"], "meta": job["meta"], "options": job.get("options")}, path)
     root = str(Path(__file__).resolve().parents[2])   # where the builder imports pkc from
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     with open(folder / "build.log", "wb") as logf:
@@ -147,17 +157,51 @@ def _spawn(job: dict, folder: Path) -> str:
 
 
 def compile_layer(model: Any, example_inputs: Sequence[Any], *, folder: Path, target: str,
-                  pipeline: str | None, build: Build, versions: dict, remarks: list[str]
-                  ) -> Callable[..., Any]:
+                  pipeline: str | None, build: Build, versions: dict, remarks: list[str],
+                  options: dict | None = None) -> Callable[..., Any]:
     """Compile ``model`` through ``torch.compile`` with pkc's backend, run it once on
-    ``example_inputs`` and package it as ``build`` says; the callable that runs it here."""
+    ``example_inputs`` and package it as ``build`` says; the callable that runs it here.
+
+    ``Build.NOW``: the backend's program is compiled by AOTInductor only (no JIT compile
+    by Inductor as well) and this process runs the package too; ``Build.BACKGROUND``:
+    Inductor compiles it as usual and a detached process builds the package."""
     from pkc.torch_backend import PkcBackend
 
+    failed = folder / FAILED
+    if build is not Build.NEVER and failed.is_file():
+        try:
+            if json.loads(failed.read_text()).get("versions") == versions:
+                remarks.append(f"pkc.aot: no package: an earlier build failed ({folder / 'build.log'}); "
+                               "remove the folder to try again")
+                build = Build.NEVER
+        except (OSError, ValueError):
+            pass
     be = PkcBackend(target=target, pipeline=pipeline)
     module = model if isinstance(model, torch.nn.Module) else None
     be._capture_module, be._capture_inputs = module, list(example_inputs)
     seen: list[dict] = []
-    be._program_hook = lambda **kw: seen.append(kw)
+    jobs: list[dict | str] = []
+
+    def hook(**got: Any) -> Callable[..., Any] | None:
+        seen.append(got)
+        if build is not Build.NOW or len(seen) > 1:
+            return None
+        job = _program_job(model, example_inputs, got, versions, pipeline, target)
+        jobs.append(job)
+        if isinstance(job, str):
+            return None
+        try:
+            job["build_s"] = package(job["gm"], job["tensors"], folder, options)
+            loader = torch._C._aoti.AOTIModelPackageLoader(str(folder / PACKAGE), "model", False, 1,
+                                                          _device_index(job["tensors"]))
+        except Exception as err:  # noqa: BLE001 - Inductor compiles it instead; say why
+            jobs[-1] = f"the package build failed: {type(err).__name__}: {err}"
+            return None
+        remarks.append(f"pkc.aot: package built in {job['build_s']:.2f} s ({folder / PACKAGE}); "
+                       "this process runs it too")
+        return lambda *args: loader.boxed_run(list(args))
+
+    be._program_hook = hook
     cm = torch.compile(model, backend=be, fullgraph=True, dynamic=False)
     with torch.no_grad():
         out = cm(*example_inputs)
@@ -170,28 +214,26 @@ def compile_layer(model: Any, example_inputs: Sequence[Any], *, folder: Path, ta
 
     if build is Build.NEVER:
         return run
-    failed = folder / FAILED
-    if failed.is_file():
-        try:
-            if json.loads(failed.read_text()).get("versions") == versions:
-                remarks.append(f"pkc.aot: no package: an earlier build failed ({folder / 'build.log'}); "
-                               "remove the folder to try again")
-                return run
-        except (OSError, ValueError):
-            pass
-    job = _job(model, example_inputs, seen, out, versions, pipeline, target)
-    if isinstance(job, str):
-        remarks.append(f"pkc.aot: no package ({job}); every process compiles this layer")
+    if len(seen) != 1:
+        remarks.append(f"pkc.aot: no package ({len(seen)} graphs; a package holds one); every "
+                       "process compiles this layer")
+        return run
+    job = jobs[0] if jobs else _program_job(model, example_inputs, seen[0], versions, pipeline, target)
+    why = job if isinstance(job, str) else _with_outputs(job, out)
+    if why is not None:
+        remarks.append(f"pkc.aot: no package ({why}); every process compiles this layer")
         return run
     if build is Build.NOW:
-        try:
-            secs = build_package(job["gm"], job["tensors"], folder, job["meta"])
-            remarks.append(f"pkc.aot: package built in {secs:.2f} s ({folder / PACKAGE})")
-        except Exception as err:  # noqa: BLE001 - the layer still runs; say why there is no package
-            remarks.append(f"pkc.aot: the package build failed: {type(err).__name__}: {err}")
+        write_meta(folder, job["meta"], job["build_s"])
     else:
+        job["options"] = options
         remarks.append(_spawn(job, folder))
     return run
+
+
+def _device_index(tensors: Sequence[torch.Tensor]) -> int:
+    dev = next((t.device for t in tensors if t.device.type == "cuda"), None)
+    return -1 if dev is None else (dev.index or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         meta = job["meta"]
         args = [torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device=dev).zero_()
                 for (shape, stride, dtype, _), dev in zip(meta["arg_meta"], meta["devices"])]
-        secs = build_package(job["gm"], args, folder, meta)
+        secs = package(job["gm"], args, folder, job.get("options"))
+        write_meta(folder, meta, secs)
         print(f"pkc.aot: package built in {secs:.2f} s", flush=True)
         return 0
     except BaseException as err:  # noqa: BLE001 - recorded for the next process, which compiles

@@ -313,17 +313,21 @@ def _build_running(folder: Path) -> bool:
 
 def aot_compile(model: Any, example_inputs: Sequence[Any] | torch.Tensor, *, target: str = "h200",
                 pipeline: str | None = "default", build: str | Build = Build.BACKGROUND,
-                version: str = "", cache: bool = True, explain: bool = False) -> AotLayer:
+                version: str = "", cache: bool = True, options: dict | None = None,
+                explain: bool = False) -> AotLayer:
     """``model`` (a module or function) compiled by pkc for ``example_inputs`` (one rank's
     positional inputs), loaded from the package an earlier process built where there is
     one (see the module docstring). The first process compiles with dynamo, pkc and
     Inductor (``torch.compile(model, backend=pkc.backend(target=, pipeline=))``) and runs
-    the layer once on ``example_inputs`` (under ``torch.no_grad``) to do so."""
+    the layer once on ``example_inputs`` (under ``torch.no_grad``) to do so. ``options``:
+    Inductor config for the package's build (part of the key)."""
     t0 = time.perf_counter()
     build = Build.parse(build, "pkc.aot_compile build")
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
+    if options:
+        version = f"{version}|{json.dumps(options, sort_keys=True, default=str)}"
     key = layer_key(model, example_inputs, target=target, pipeline=pipeline, version=version)
     folder = cache_root() / key
     device = _device_of(example_inputs)
@@ -348,7 +352,7 @@ def aot_compile(model: Any, example_inputs: Sequence[Any] | torch.Tensor, *, tar
     from pkc.aot.build import compile_layer
 
     run = compile_layer(model, example_inputs, folder=folder, target=target, pipeline=pipeline,
-                        build=build, versions=versions(device), remarks=remarks)
+                        build=build, versions=versions(device), remarks=remarks, options=options)
     if explain:
         print("\n".join(remarks), flush=True)
     return AotLayer(run, key=key, folder=folder, loaded=False, inputs=inputs, remarks=remarks)

@@ -1,0 +1,221 @@
+"""``pkc.aot_compile`` (issue 18's second-process compile): a layer compiled once is loaded
+by a later process from its AOTInductor package without importing torch._dynamo,
+torch._inductor or xDSL.
+
+One real round trip on the CPU (fresh processes, one cache folder): the first process
+compiles the small TP MLP of inductor_layer.py and builds the package (``build="now"``);
+the second loads it, matches eager (also after the weights change in place) and has
+imported none of the heavy modules. The rest runs in this process: the key (what changes
+it and what does not), the load path's answers for a missing, failed, stale, unreadable
+or damaged package, and the layer's refusals (shape, grad).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from pkc.aot import AotError, AotLayer, layer_key
+from pkc.aot import cache as aot_cache
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+import inductor_layer as layer  # noqa: E402
+
+HEAVY = ("torch._dynamo", "torch._inductor", "xdsl", "pkc.api", "pkc.runtime", "pkc.frontend")
+
+_CHILD = r"""
+import json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch
+import inductor_layer as layer
+import pkc
+
+layer.one_rank_group()
+m, x = layer.TPMLP(), layer.example_input()
+t0 = time.perf_counter()
+compiled = pkc.aot_compile(m, (x,), pipeline="default", build="now")
+with torch.no_grad():
+    y = compiled(x)
+    err = (y - m(x)).abs().max().item()
+    with torch.no_grad():           # weights updated in place: the package reads them
+        m.down.weight.mul_(-0.5)
+    err2 = (compiled(x) - m(x)).abs().max().item()
+heavy = sorted({h for h in json.loads(sys.argv[2]) for k in sys.modules if k == h or k.startswith(h + ".")})
+print(json.dumps({"loaded": compiled.loaded, "remarks": compiled.remarks, "err": err, "err2": err2,
+                  "s": time.perf_counter() - t0, "heavy": heavy, "folder": str(compiled.folder)}))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def _run(cache: Path, version: str = "aot-test") -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PKC_CACHE_DIR": str(cache / "pkc"),
+           "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "PKC_COMPILE_CACHE_VERSION": version,
+           "OMP_NUM_THREADS": "1", "TORCH_CACHING_PRECOMPILE": "0"}
+    for k in ("PKC_AOT_CACHE_DIR", "PKC_AOT_CACHE", "PKC_COMPILE_CACHE_DIR"):
+        env.pop(k, None)
+    res = subprocess.run([sys.executable, "-c", _CHILD, str(HERE), json.dumps(HEAVY)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads([ln for ln in res.stdout.splitlines() if ln.startswith("{")][-1])
+
+
+needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                               reason="AOTInductor needs a C++ compiler on the CPU (scripts/setup)")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("aot-cache")
+    return {"cold": _run(cache), "second": _run(cache)}
+
+
+@needs_cxx
+def test_first_process_compiles_and_packages(runs):
+    cold = runs["cold"]
+    assert cold["loaded"] is False
+    assert any("package built" in r for r in cold["remarks"]), cold["remarks"]
+    assert cold["err"] < 1e-4 and cold["err2"] < 1e-4
+    meta = json.loads((Path(cold["folder"]) / "meta.json").read_text())
+    assert [a[0] for a in meta["args"]].count("input") == 1 and meta["versions"]["pkc"] == "pinned:aot-test"
+
+
+@needs_cxx
+def test_second_process_loads_without_dynamo_inductor_or_xdsl(runs):
+    second = runs["second"]
+    assert second["loaded"] is True, second["remarks"]
+    assert second["folder"] == runs["cold"]["folder"]
+    assert second["heavy"] == [], f"the load path imported {second['heavy']}"
+    # the same numbers as eager, also after the weights changed in place
+    assert second["err"] < 1e-4 and second["err2"] < 1e-4
+
+
+@needs_cxx
+def test_stale_or_damaged_package_is_not_loaded(runs, tmp_path):
+    src = Path(runs["cold"]["folder"])
+    layer.one_rank_group()              # eager runs of the layer (its all_reduce)
+    m, x = layer.TPMLP(), layer.example_input()
+    dev = torch.device("cpu")
+    os.environ["PKC_COMPILE_CACHE_VERSION"] = "aot-test"
+    try:
+        folder = tmp_path / "entry"
+        shutil.copytree(src, folder)
+        run, why = aot_cache._load(folder, m, (x,), dev)
+        assert run is not None and why == "loaded"
+        with torch.no_grad():
+            assert (run(x) - m(x)).abs().max().item() < 1e-4
+        meta = json.loads((folder / "meta.json").read_text())
+        for field, value, said in (("pkc", "pinned:other", "pkc 'pinned:other' -> 'pinned:aot-test'"),
+                                   ("torch", "0.0.1", "torch '0.0.1' ->")):
+            bad = {**meta, "versions": {**meta["versions"], field: value}}
+            (folder / "meta.json").write_text(json.dumps(bad))
+            run, why = aot_cache._load(folder, m, (x,), dev)
+            assert run is None and why.startswith("stale package") and said in why, why
+        (folder / "meta.json").write_text(json.dumps(meta))
+        (folder / "model.pt2").write_bytes(b"not a zip")
+        run, why = aot_cache._load(folder, m, (x,), dev)
+        assert run is None and why.startswith("the package did not load"), why
+    finally:
+        os.environ.pop("PKC_COMPILE_CACHE_VERSION", None)
+
+
+# ---------------------------------------------------------------------- in this process
+
+
+def test_key_follows_what_decides_the_program():
+    x = layer.example_input()
+    base = layer_key(layer.TPMLP(seed=0), (x,), target="h200", pipeline="default")
+    # weights' values are read at each call, not compiled in
+    assert layer_key(layer.TPMLP(seed=5), (x,), target="h200", pipeline="default") == base
+    m = layer.TPMLP()
+    m.norm.eps = 1e-3
+    assert layer_key(m, (x,), target="h200", pipeline="default") != base
+    assert layer_key(layer.TPMLP().train(False), (x,), target="h200", pipeline="default") != base
+    assert layer_key(layer.TPMLP().to(torch.float64), (x,), target="h200", pipeline="default") != base
+    assert layer_key(layer.TPMLP(d=16), (x[:, :16],), target="h200", pipeline="default") != base
+    assert layer_key(layer.TPMLP(), (x[:8],), target="h200", pipeline="default") != base
+    assert layer_key(layer.TPMLP(), (x,), target="b200", pipeline="default") != base
+    assert layer_key(layer.TPMLP(), (x,), target="h200", pipeline=None) != base
+    assert layer_key(layer.TPMLP(), (x,), target="h200", pipeline="default", version="2") != base
+    hooked = layer.TPMLP()
+    hooked.down.register_forward_hook(lambda mod, args, out: out * 2)
+    assert layer_key(hooked, (x,), target="h200", pipeline="default") != base
+
+
+def test_load_says_why_not(tmp_path, monkeypatch):
+    m, x, dev = layer.TPMLP(), layer.example_input(), torch.device("cpu")
+    run, why = aot_cache._load(tmp_path / "none", m, (x,), dev)
+    assert run is None and why == "no package yet"
+    (tmp_path / "building").write_text("1")
+    assert aot_cache._load(tmp_path, m, (x,), dev)[1] == "no package yet (a build is running)"
+    (tmp_path / "failed.json").write_text("{}")
+    assert "earlier package build failed" in aot_cache._load(tmp_path, m, (x,), dev)[1]
+    (tmp_path / "meta.json").write_text("{not json")
+    assert aot_cache._load(tmp_path, m, (x,), dev)[1].startswith("unreadable")
+    (tmp_path / "meta.json").write_text(json.dumps({"format": 0}))
+    assert aot_cache._load(tmp_path, m, (x,), dev)[1] == f"stale package: format 0 (now {aot_cache.FORMAT})"
+
+
+def test_stale_package_warns_and_compiles_again(tmp_path, monkeypatch):
+    """A package of other torch / pkc / GPU versions: a warning naming what changed, then
+    the compile (stubbed here) with a remark."""
+    import pkc.aot.build as build
+
+    m, x = layer.TPMLP(), layer.example_input()
+    monkeypatch.setenv("PKC_AOT_CACHE_DIR", str(tmp_path))
+    key = layer_key(m, (x,), target="h200", pipeline="default")
+    (tmp_path / key).mkdir()
+    now = aot_cache.versions(torch.device("cpu"))
+    (tmp_path / key / "meta.json").write_text(json.dumps(
+        {"format": aot_cache.FORMAT, "versions": {**now, "torch": "1.0"}}))
+    monkeypatch.setattr(build, "compile_layer", lambda *a, **k: (lambda *args: "compiled"))
+    with pytest.warns(RuntimeWarning, match=r"stale package \(torch '1.0' -> "):
+        got = aot_cache.aot_compile(m, (x,))
+    assert got.loaded is False and got(x) == "compiled"
+    assert any("stale package" in r and "compiling" in r for r in got.remarks)
+
+
+def test_layer_refuses_other_shapes_and_grad(tmp_path):
+    x = layer.example_input()
+    w = torch.ones(3, requires_grad=True)
+    lay = AotLayer(lambda x: aot_cache._no_grad_check([x, w], "pkc.aot_compile"), key="k", folder=tmp_path,
+                   loaded=True, inputs=[aot_cache.tensor_meta(x)], remarks=[])
+    with pytest.raises(AotError, match=r"input 0: compiled for shape.*\[16, 32\]"):
+        lay(x[:8])
+    with pytest.raises(AotError, match="takes 1 input"):
+        lay(x, x)
+    with pytest.raises(AotError, match="inference only"):
+        lay(x)
+    with torch.no_grad():
+        lay(x)
+
+
+def test_fast_path_modules_import_only_torch_and_the_standard_library():
+    """pkc/aot/cache.py and what it imports at module level (a subprocess check is above,
+    this one names the line)."""
+    allowed_pkc = {"pkc.kinds", "pkc.sources", "pkc.aot.cache"}
+    for rel in ("pkc/aot/__init__.py", "pkc/aot/cache.py", "pkc/sources.py", "pkc/kinds.py", "pkc/__init__.py"):
+        tree = ast.parse((ROOT / rel).read_text())
+        for node in tree.body:          # module level only: imports inside functions are lazy
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            for name in names:
+                top = name.split(".")[0]
+                ok = (top == "torch" and not name.startswith(("torch._dynamo", "torch._inductor"))
+                      or name in allowed_pkc or top in sys.stdlib_module_names or name == "__future__")
+                assert ok, f"{rel}:{node.lineno}: import {name} on pkc.aot's load path"
