@@ -140,13 +140,73 @@ def run_case(name, W, M, N, K, row, kind, rounds: int) -> dict:
     return row_
 
 
+# the all-gather + GEMM at W > 1 in the virtual world, A's row-wise scale (gathered with A by
+# the put side) against the tensor-wise kernel of the same shape: what moving the scale
+# rows costs. (name, W, Mc, N, K)
+SCALE_CASES = [
+    ("ag W=2 8192x8192x8192", 2, 4096, 8192, 8192),
+    ("ag W=4 8192x4096x8192", 4, 2048, 4096, 8192),
+    ("ag W=4 odd 4x1001x1040x2000", 4, 1001, 1040, 2000),
+]
+
+
+def run_scales_case(name, W, Mc, N, K, rounds: int) -> dict:
+    import torch
+    from fp8_gemm import fp8_inputs, torch_scaled_mm
+    from sweep_common import virtual_peers
+    from timing import paired, rotated
+
+    from pkc.runtime.scheduled_ag import ScheduledAgGemm
+
+    peers = virtual_peers(W)
+    row_ = {"case": name, "W": W, "Mc": Mc, "N": N, "K": K}
+    fns = []
+    for row in (True, False):
+        ck, kop = compile_fused(W, W * Mc, N, K, row, "ag")
+        ag = ScheduledAgGemm(ck.ptx, ck.meta, peers, owner=("fp8-scales", name, row),
+                             timeout_ns=500_000_000)
+        ins = [fp8_inputs(Mc, N, K, row, seed=r) for r in range(W)]
+        a, sa = [x[0] for x in ins], [x[2] for x in ins]
+        w, sb = [ins[0][1]] * W, [ins[0][3]] * W          # one weight, on every rank
+        outs = ag.run(a, w, sa, sb)
+        torch.cuda.synchronize()
+        ag.check()
+        ref = torch_scaled_mm(torch.cat(a), w[0], torch.cat(sa) if row else sa[0], sb[0])
+        err = max(float((outs[r][0].float() - ref.float()).abs().max()) for r in range(W))
+        tag = "row" if row else "tensor"
+        row_[f"max_abs_{tag}"] = err
+        row_[f"correct_{tag}"] = err <= 2 ** -6 * W * float(ref.float().abs().max())
+        row_[f"put_ctas_{tag}"] = ag.fz.side_ctas
+        fns.append(lambda ag=ag, a=a, w=w, sa=sa, sb=sb: ag.run(a, w, sa, sb))
+    if not (row_["correct_row"] and row_["correct_tensor"]):
+        return row_
+    for _ in range(3):
+        for f in fns:
+            f()
+    row_.update(paired(rotated(fns, rounds), ["row", "tensor"], base=1))
+    torch.cuda.synchronize()
+    return row_
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="out/fp8_fused")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--kinds", default="rs,ar,ag", help="the kinds to run (comma-separated)")
+    ap.add_argument("--ag-scales", action="store_true",
+                    help="the W > 1 all-gather: row-wise vs tensor-wise scales (SCALE_CASES)")
     args = ap.parse_args()
+    if args.ag_scales:
+        rows = run_cases(SCALE_CASES, lambda c: run_scales_case(*c, rounds=args.rounds),
+                         os.path.join(args.out, "fp8_ag_scales.json"))
+        print(f"\n{'case':30} {'ok':5} {'row us':>9} {'tensor us':>9} {'row/tensor':>10}")
+        for r in rows:
+            print(f"{r['case']:30} {str(r.get('correct_row')) + '/' + str(r.get('correct_tensor')):11}"
+                  f" {r.get('us_row', 0):9.1f} {r.get('us_tensor', 0):9.1f} "
+                  f"{r.get('row_over_tensor', 0):10.3f}"
+                  if "error" not in r else f"{r['case']:30} ERROR {r['error'][:100]}")
+        return
     cases = [c for c in CASES if c[-1] in args.kinds.split(",")]
     if args.list:
         for c in cases:
