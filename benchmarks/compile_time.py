@@ -22,6 +22,15 @@ Backends (``--backends``): ``pkc`` (``pkc.backend(pipeline="default")``), ``indu
 dynamo's bytecode, guards and the compiled graph (at ``torch.compile``, which is timed)
 instead of tracing and compiling.
 
+``pkc+aot``: ``pkc.aot_compile`` (pkc/aot): the first process compiles through
+``torch.compile`` with pkc's backend and a detached process packages pkc's program with
+AOTInductor (the cold row waits for it after its first call and reports how long:
+``aot.package_wait_s``, ``package_build_s``); a second process computes the key and loads
+that package, importing neither torch._dynamo nor torch._inductor (``heavy_modules`` lists
+what a process imported of those and xDSL). ``pkc+aot-now``: the package is built inside
+the first process's ``aot_compile`` call (AOTInductor only; its time counts there). Every
+row also has ``steady_ms``: the median wall time of a call after the first (host included).
+
 Every case gets a fresh cache folder (``--cache-dir``: keep it) holding pkc's and
 Inductor's caches (``PKC_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR``, Triton's under it);
 the cold process starts with it empty, the second and later ones reuse it (pkc's key is
