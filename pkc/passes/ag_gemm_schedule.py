@@ -176,6 +176,11 @@ class AgParts(GemmParts):
         self._put_side(_Ops(part.side_block), part.side_block.args[0], ring, bars)
         return _Ops(part.main)
 
+    # the put side's order: peer by peer, a whole shard each (peer d needs this shard
+    # in its slot W - k: the all-gather along rows), or row block by row block, every
+    # peer (a subclass whose tiles need every shard's row block: the gather along K)
+    rows_first = False
+
     def put_extra(self, o: _Ops, j: SSAValue, d: SSAValue) -> None:
         """What put CTA ``j`` sends peer ``d`` beside the shard, before the shard's first
         signal to d (nothing; A's fp8 row scales: :mod:`pkc.passes.fused_fp8_ag`)."""
@@ -207,22 +212,30 @@ class AgParts(GemmParts):
         dests = W - 1 + (1 if self.self_copy else 0)
         base = p.bin(arith.MuliOp, rank, total)       # G[rank]'s byte offset
         zero = p.c(0)
-        dl, dk, kk, (ds, dph) = _for(p, p.c(1), p.c(dests + 1), p.c(1), [zero, zero])
-        d = _peer(dk, rank, kk, W)
-        dst = dk.add(c.BufferPtrOp(self.gath, d)).result
-        self.put_extra(dk, j, d)
-        bl, bk, b, (bs, bph) = _for(dk, dk.c(0), dk.c(G), dk.c(1), [ds, dph])
-        off, dst_off, nb = self.block_span(bk, b, base, total, blk)
-        bs2, bph2 = self._copy_block(bk, j, src, dst, dst_off, off, nb, ring, bars, bs, bph)
-        bk.add(s.BulkWaitOp(0))
-        bk.add(f.FenceAsyncGlobalOp())        # the bulk writes before the signal
+        if self.rows_first:     # row block b to every peer, then b + 1
+            ol, ob, b, (os_, oph) = _for(p, p.c(0), p.c(G), p.c(1), [zero, zero])
+            il, ib, kk, (st, ph) = _for(ob, ob.c(1), ob.c(dests + 1), ob.c(1), [os_, oph])
+            d = _peer(ib, rank, kk, W)
+            dst = ib.add(c.BufferPtrOp(self.gath, d)).result
+            if type(self).put_extra is not AgParts.put_extra:   # before d's first block
+                self.put_extra(_when(ib, ib.cmp("eq", b, 0)), j, d)
+        else:                   # peer by peer, the whole shard each
+            ol, ob, kk, (os_, oph) = _for(p, p.c(1), p.c(dests + 1), p.c(1), [zero, zero])
+            d = _peer(ob, rank, kk, W)
+            dst = ob.add(c.BufferPtrOp(self.gath, d)).result
+            self.put_extra(ob, j, d)
+            il, ib, b, (st, ph) = _for(ob, ob.c(0), ob.c(G), ob.c(1), [os_, oph])
+        off, dst_off, nb = self.block_span(ib, b, base, total, blk)
+        st2, ph2 = self._copy_block(ib, j, src, dst, dst_off, off, nb, ring, bars, st, ph)
+        ib.add(s.BulkWaitOp(0))
+        ib.add(f.FenceAsyncGlobalOp())        # the bulk writes before the signal
         if W > 1:       # (the own copy needs no signal: nothing waits for it)
-            sig = _when(bk, bk.cmp("ne", d, rank))
+            sig = _when(ib, ib.cmp("ne", d, rank))
             pad = sig.add(c.BufferPtrOp(self.pad, d)).result
             sig.add(f.SignalAddOp(pad, sig.bin(arith.AddiOp, sig.bin(arith.MuliOp, rank, G), b),
                                   sig.c(1), "sys", "release"))
-        bk.add(scf.YieldOp(bs2, bph2))
-        dk.add(scf.YieldOp(*bl.results))
+        ib.add(scf.YieldOp(st2, ph2))
+        ob.add(scf.YieldOp(*il.results))
 
     def _copy_block(self, o: _Ops, j, src, dst, dst_off, src_off, nb, ring, bars, st, ph):
         """This CTA's pieces ``j, j + side, ...`` of the ``nb`` bytes at ``src + src_off``

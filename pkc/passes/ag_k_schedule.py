@@ -10,10 +10,12 @@ Matches the kernel-level ``all_gather_k_matmul`` that ``overlap`` builds
 sm_100a: both share the producer this kernel changes) with the all-gather + GEMM parts
 (:class:`pkc.passes.ag_gemm_schedule.AgParts`) reused where the protocol is the same:
 
-* Put side: the all-gather + GEMM kernel's (last ``side`` CTAs; each rank puts its whole
+* Put side: the all-gather + GEMM kernel's (last ``side`` CTAs; each rank puts its
   ``[M, Kc]`` shard, contiguous, into slot ``rank`` of every peer's symmetric
-  ``G [W, M, Kc]`` row block by row block, a signal per row block; announcements at
-  launch; epochs).
+  ``G [W, M, Kc]``, a signal per row block; announcements at launch; epochs) in the other
+  order it offers (``rows_first``): row block 0 to every peer, then row block 1, ... A
+  tile needs every shard's row block, so a row block is complete after its share of the
+  gather (peer by peer, a whole shard each, its last shard would come in the last turn).
 * Tile space: the plain GEMM's ``[M, N]`` tiles (``pks.tile_loop``): every tile needs every
   shard, so there are no chunks. The K loop runs over ``W x ceil(Kc / bk)`` steps: slot s
   (``ceil(Kc / bk)`` steps) is shard ``(rank + s) mod W``, the own one first, read from
@@ -31,11 +33,9 @@ sm_100a: both share the producer this kernel changes) with the all-gather + GEMM
   kernel: the put side moves contiguous shards, which a strided ``[M, K]`` destination
   would cut into ``Kc``-wide rows).
 
-Why this put order: it is the existing kernel's (peer by peer, a whole shard each), which
-makes a row block's last shard arrive in the last turn: at W >= 3 most of the gather is
-exposed and the cost model (``pkc.target.cost._gather_k``) says so. A put order by row
-blocks (every peer's row block 0, then 1, ...) would overlap as the gather along rows
-does; not built yet.
+Why: the GEMM is the plain one with the shard walk in its producer, and every
+communication op is the all-gather's, so both GPU targets and the emulator take it as
+they are; the cost model's entry (``pkc.target.cost._gather_k``) follows this order.
 """
 
 from __future__ import annotations
@@ -62,7 +62,9 @@ from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind, ag_put_ctas
 class AgKParts(AgParts):
     """All-gather along K + GEMM (see the module doc): AgParts with ``mc`` = M (a shard is
     all M rows) and ``k`` = Kc, the plain GEMM's tile loop and epilogue, and a producer
-    whose K loop walks the shards."""
+    whose K loop walks the shards; the put side serves row block by row block."""
+
+    rows_first = True
 
     def __init__(self, world: int, m: int, n: int, kc: int, cfg, A: SSAValue, gath: SSAValue,
                  pad: SSAValue | None, ctl: SSAValue | None, side: int, ring: int, piece: int,
@@ -197,7 +199,7 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
                f"first, read in place; a peer's after its row block's signal, once per row "
                f"block of {cfg.bm * cfg.group_m} rows), {parts.G} row blocks per shard "
                f"signalled one by one; {why_side}; puts by cp.async.bulk through a {ring} x "
-               f"{piece // 1024} KiB ring, peer by peer"
+               f"{piece // 1024} KiB ring, row block by row block to every peer"
                + ("; the gathered A is returned ([W, M, Kc] slots, transposed to [M, K] "
                   "after the kernel)" if asked else "; the gathered A stays in the kernel")
                + tmem_words)

@@ -253,26 +253,22 @@ def _gather_k(add, sh: Shapes, W: int, dt: int, til: Tiling, compute: float, rat
               sig: float, overlap: OverlapStyle) -> None:
     """All-gather along K + GEMM: a step is a row block. Every output tile sums one product
     per rank's shard of its rows, the own shard's first (no wait), then the peers' ones,
-    each after its row block arrived. The put side is the all-gather + GEMM kernel's: it
-    serves its peers one after another (rank - 1 first, its whole shard row block by row
-    block, then rank - 2, ...), so rank r gets shard r + j at the j-th turn and a row
-    block's last shard only in the last turn: the peers' part of a row block waits for it
-    (at W >= 3 most of the gather is exposed; a put order by row blocks would fix it,
-    see pkc/passes/ag_k_schedule.py)."""
+    each after its row block arrived. The put side serves row block by row block (every
+    peer gets row block 0 of the shard, then row block 1, ...: pkc/passes/ag_k_schedule.py),
+    so a row block is complete after its share of the gather, as a row block of the
+    all-gather along rows is."""
     per = _steps(math.ceil(sh.M / til.tm), W)            # row-block steps
     reuse = 1 if overlap is OverlapStyle.INTER else math.ceil(sh.n_total / til.tn)
     c = compute / per
     m = sh.M * sh.K / W * dt * reuse / per / rate         # one shard's row block
     ready = {}
-    for j in range(1, W):
-        for s in range(per):
-            ld = add(f"load {s} of rank+{j}", "comm", "load", m, step=j * per + s)
-            ready[j, s] = add(f"signal {s} of rank+{j}", "comm", "signal", sig, [ld],
-                              step=j * per + s)
+    for s in range(per):
+        for j in range(1, W):
+            ld = add(f"load {s} of rank+{j}", "comm", "load", m, step=s)
+            ready[s] = add(f"signal {s} of rank+{j}", "comm", "signal", sig, [ld], step=s)
     for s in range(per):
         add(f"mma own shard {s}", "compute", "mma", c / W, step=s)
-        add(f"mma peers' shards {s}", "compute", "mma", c * (W - 1) / W, [ready[W - 1, s]],
-            step=s)
+        add(f"mma peers' shards {s}", "compute", "mma", c * (W - 1) / W, [ready[s]], step=s)
 
 
 def _bcast(add, i, m, sig, after, one_way):
