@@ -85,18 +85,21 @@ def _partition(kernel: k.KernelOp, t: Target) -> None:
     _assign(compute, shares)
     add_remark(kernel, _remark(t, per_comm * len(comm), sum(shares), why))
     set_plan(kernel, sms_communicate=per_comm * len(comm), sms_compute=sum(shares))
-    if plan.get("pattern") == Pattern.ALL_GATHER_MM and len(kernel.inputs) == 2:
-        _plan_put_ctas(kernel, t)
+    if plan.get("pattern") in (Pattern.ALL_GATHER_MM, Pattern.ALL_GATHER_K_MM) and \
+            len(kernel.inputs) == 2:
+        _plan_put_ctas(kernel, t, plan.get("pattern") == Pattern.ALL_GATHER_K_MM)
 
 
-def _plan_put_ctas(kernel: k.KernelOp, t: Target) -> None:
+def _plan_put_ctas(kernel: k.KernelOp, t: Target, along_k: bool = False) -> None:
     """An all-gather + GEMM scheduled as one grid (schedule-fused): its put CTAs, sized
-    from the GEMM's predicted time (``pk.plan.put_ctas``, with the reason as a remark)."""
+    from the GEMM's predicted time (``pk.plan.put_ctas``, with the reason as a remark).
+    ``along_k``: the shard is ``[M, K/W]`` (the gather along K) instead of ``[M/W, K]``."""
     from pkc.target.fused_tuning import ag_put_ctas
 
     W = kernel.world_size
-    (mc, kdim), n = kernel.inputs[0].type.get_shape(), kernel.inputs[1].type.get_shape()[-1]
-    ctas, why = ag_put_ctas(W * mc, n, kdim, W, t.name)
+    (rows, cols), n = kernel.inputs[0].type.get_shape(), kernel.inputs[1].type.get_shape()[-1]
+    M, K = (rows, W * cols) if along_k else (W * rows, cols)
+    ctas, why = ag_put_ctas(M, n, K, W, t.name)
     set_plan(kernel, put_ctas=ctas)
     add_remark(kernel, f"sm-partition: all-gather + GEMM in one grid: {why}")
 

@@ -110,7 +110,11 @@ def test_schedule_writes_the_kernel_with_its_decisions():
     (kop,) = _kernels(scheduled_module(W, M, N, Kc, "nk", gathered=True))
     plan = plan_of(kop)
     assert (plan["schedule"], plan["fused_kind"], plan["gather_dim"]) == ("fused", "ag", "K")
-    assert plan["shard_k"] == Kc and plan["gathered_output"] is True and plan["comm_ctas"] > 0
+    assert plan["shard_k"] == Kc and plan["gathered_output"] is True
+    # sm-partition sized the put CTAs for the gathered [M, W*Kc]; the pass followed it
+    from pkc.target.fused_tuning import ag_put_ctas
+    assert plan["put_ctas"] == plan["comm_ctas"] == ag_put_ctas(M, N, W * Kc, W)[0]
+    assert f"{plan['put_ctas']} put CTAs from sm-partition's plan" in remarks_of(kop)[-1]
     assert "scheduled all-gather along K + GEMM W=3 101x200x408" in remarks_of(kop)[-1]
     views = [o.dim_list for o in kop.block.ops if o.name == "pks.tmap_view"]
     assert views == [[1, M, Kc], [W, M, Kc]]
