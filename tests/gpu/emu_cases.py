@@ -212,6 +212,15 @@ def new_kinds() -> list[Case]:
         rs("new_rs_bias_cols3d_w1", "gemm+bias+rs columns 3-d", 1, ("bias", 1, (3, 7), 2, 32, 24),
            {"fused_kind": "rs", "bias": True}),
     ]
+    # the all-gather along K (pkc/passes/ag_k_schedule.py; Mc: the shard's rows M, K: its
+    # Kc): every tile's K loop walks the shards in one order (the own one first), so
+    # bitwise at any W; the slots of G other than the own one are compared (valid_mask)
+    out += [Case("new_agk_w2_gathered", Family.AG_GEMM, "ag(K)+gemm", 2,
+                 {"Mc": 67, "N": 136, "K": 72, "layout": "nk", "gathered": True,
+                  "along_k": True}),
+            Case("new_agk_w3_kn", Family.AG_GEMM, "ag(K)+gemm", 3,
+                 {"Mc": 45, "N": 200, "K": 136, "layout": "kn", "gathered": False,
+                  "along_k": True})]
     return out
 
 
@@ -322,6 +331,8 @@ def _fused_kops(c: Case) -> list:
         return _kernels(text, "default{force=true},schedule-fused,dce", "fused.mlir")
     if c.family is Family.AG_GEMM:
         from fused_ag_ir import scheduled_module
+        if s.get("along_k"):    # the gather along K: Mc = the shard's rows M, K = its Kc
+            from fused_ag_k_ir import scheduled_module
 
         m = scheduled_module(c.W, s["Mc"], s["N"], s["K"], s["layout"], s["gathered"])
         from pkc.codegen.emit import kernels_of
