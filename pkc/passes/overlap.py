@@ -76,7 +76,7 @@ from pkc.dialects.rank_groups import copy_groups, group_remark
 from pkc.passes.fused_fp8 import ag_problem as fp8_ag_problem
 from pkc.passes.fused_fp8 import ar_problem as fp8_ar_problem
 from pkc.passes.fused_fp8 import shape_problem as fp8_shape_problem
-from pkc.passes.overlap_gather_blocks import blocks_near_miss, match_gather_blocks
+from pkc.passes.overlap_gather_blocks import blocks_near_miss, blocks_remark, match_gather_blocks
 from pkc.passes.overlap_match import (
     Match,
     gather_near_miss,
@@ -170,6 +170,8 @@ class Overlap(ModulePass):
             add_remark(kernel, line)
         if m.scaled:
             add_remark(kernel, _scaled_remark(m))
+        if m.batches > 1 and m.pattern is Pattern.ALL_GATHER_MM:
+            add_remark(kernel, blocks_remark(m))
         if (note := group_remark(kernel)) is not None:
             add_remark(kernel, note)
 
@@ -209,6 +211,7 @@ def _plan_values(plan: FusionPlan, style: OverlapStyle, comm_sms: int, forced: b
     return dict(pattern=plan.pattern, fuse=plan.fuse, overlap=style, comm_sms=comm_sms,
                 fused_time=fused, unfused_time=plan.unfused_time, forced=forced, target=target,
                 M=sh.M, N=",".join(str(n) for n in sh.N), K=sh.K, groups=sh.groups, W=plan.W,
+                **({"blocks": sh.blocks} if sh.blocks > 1 else {}),
                 dtype_bytes=plan.dtype_bytes)
 
 

@@ -32,7 +32,7 @@ from xdsl.ir import Operation, SSAValue
 from pkc.dialects import graph as g
 from pkc.dialects.graph_scaled import ScaledMatmulOp
 from pkc.passes.overlap_match import Match, _operand_problem, shape_of
-from pkc.target.cost import Pattern
+from pkc.target.cost import BLOCK_TILE, Pattern, as_shapes, block_tile_rows
 
 
 def _layout(ag: g.AllGatherOp) -> tuple[int, int, int] | None:
@@ -99,11 +99,23 @@ def match_gather_blocks(ag: Operation) -> Match | None:
     inputs = [ag.input, *[mm.rhs for mm in consumers]]
     m = Match(Pattern.ALL_GATHER_MM, ag, W, inputs,
               [TensorType(dt, [B * Sc, H])] + [None] * len(consumers), replaced, types,
-              (rows, tuple(shape_of(mm.rhs)[1] for mm in consumers), H),
+              (rows, tuple(shape_of(mm.rhs)[1] for mm in consumers), H, 1, B),
               dead=[*consumers, *dead_views, ag], insert_before=first, gathered=gathered,
               batches=B)
     m.problem = _operand_problem(*consumers)
     return m
+
+
+def blocks_remark(m: Match) -> str:
+    """The fused kernel's remark on its layout and what the per-block tiling costs (the
+    plan's fused time includes it: :func:`pkc.target.cost.block_tile_rows`)."""
+    sh = as_shapes(m.pattern, m.shapes)
+    padded = block_tile_rows(sh, m.world).M
+    sc = sh.M // (m.world * sh.blocks)
+    return (f"gather along a middle dim: each rank's shard is {sh.blocks} blocks of {sc} rows "
+            f"(block b of rank r is rows b*{m.world * sc} + r*{sc} of the operand); each block "
+            f"is tiled on its own ({BLOCK_TILE}-row tiles never span two), so the GEMM covers "
+            f"{padded} rows for {sh.M} ({padded / sh.M - 1:+.1%}, in the plan's fused time)")
 
 
 def _before(v: SSAValue, block, limit: int) -> bool:
@@ -144,4 +156,4 @@ def blocks_near_miss(ag: Operation) -> str | None:
     return None
 
 
-__all__ = ["blocks_near_miss", "match_gather_blocks"]
+__all__ = ["blocks_near_miss", "blocks_remark", "match_gather_blocks"]

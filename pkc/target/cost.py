@@ -51,11 +51,15 @@ class Shapes:
     all_gather_k_mm: M x N x K with K the gathered contraction (each rank holds M x K/W).
     all_to_all_mm_all_to_all: M tokens land on each rank (balanced), K = hidden in,
       N = features out of the grouped GEMM, `groups` = experts per rank.
+    `blocks` (all_gather_mm): each rank's shard is that many separate blocks of M's rows
+      (a gather along a middle dim, DTensor Shard(1) of [B, S/W, H]): the fused kernel
+      tiles each block on its own (:func:`block_tile_rows`), the unfused sequence does not.
     """
     M: int
     N: tuple
     K: int
     groups: int = 1
+    blocks: int = 1
 
     @property
     def n_total(self) -> int:
@@ -74,12 +78,13 @@ def as_shapes(pattern: Pattern | str, shapes) -> Shapes:
     if isinstance(shapes, Shapes):
         sh = shapes
     elif isinstance(shapes, Mapping):
-        sh = Shapes(shapes["M"], shapes["N"], shapes["K"], shapes.get("groups", 1))
+        sh = Shapes(shapes["M"], shapes["N"], shapes["K"], shapes.get("groups", 1),
+                    shapes.get("blocks", 1))
     else:
         sh = Shapes(*shapes)
     n = tuple(sh.N) if isinstance(sh.N, (tuple, list)) else (sh.N,)
-    sh = Shapes(int(sh.M), tuple(int(x) for x in n), int(sh.K), int(sh.groups))
-    if min(sh.M, sh.K, sh.groups, *sh.N) < 1:
+    sh = Shapes(int(sh.M), tuple(int(x) for x in n), int(sh.K), int(sh.groups), int(sh.blocks))
+    if min(sh.M, sh.K, sh.groups, sh.blocks, *sh.N) < 1:
         raise ValueError(f"{pattern}: shapes must be positive, got {sh}")
     if len(sh.N) > 1 and pattern is not Pattern.ALL_GATHER_MM:
         raise ValueError(f"{pattern}: several consumers (N={sh.N}) only for all_gather_mm")
@@ -179,6 +184,22 @@ def _steps(units: int, per: int = 1) -> int:
     return max(1, min(units, MAX_STEPS // per))
 
 
+# the m-tile of the scheduled all-gather + GEMM (pkc/passes/ag_blocks_schedule.py pads
+# each block of a shard to whole tiles of it)
+BLOCK_TILE = 128
+
+
+def block_tile_rows(sh: Shapes, W: int) -> Shapes:
+    """``sh`` with M the rows the fused kernel's tiles cover when each rank's shard is
+    ``sh.blocks`` separate blocks of rows: every block rounded up to whole BLOCK_TILE-row
+    tiles (a tile never spans two blocks); ``sh`` itself for one block."""
+    if sh.blocks <= 1 or W <= 1:
+        return sh
+    per = sh.M // (W * sh.blocks)
+    return Shapes(W * sh.blocks * -(-per // BLOCK_TILE) * BLOCK_TILE, sh.N, sh.K, sh.groups,
+                  sh.blocks)
+
+
 def _build(t: Target, pattern: Pattern, sh: Shapes, W: int, dt: int, overlap: OverlapStyle,
            comm_sms: int, mechanism: str) -> list:
     """Tasks of the fused kernel's pipeline (see predict_fused)."""
@@ -186,8 +207,9 @@ def _build(t: Target, pattern: Pattern, sh: Shapes, W: int, dt: int, overlap: Ov
     mech = "ldst" if (pattern is Pattern.MM_ALL_REDUCE and overlap is OverlapStyle.INTRA) \
         else mechanism
     csms, lsms, slow = _resources(t, overlap, comm_sms, mech)
-    compute = _gemms(t, sh, dt, csms) * slow
-    til = gemm_tiling(t, sh.M, sh.n_total, sh.K, csms, sh.groups)
+    gsh = block_tile_rows(sh, W)    # the rows the fused GEMM's tiles cover
+    compute = _gemms(t, gsh, dt, csms) * slow
+    til = gemm_tiling(t, gsh.M, sh.n_total, sh.K, csms, sh.groups)
     rate = link_rate(t, lsms, mech)
     one_way, sig = t.one_way_latency, t.signal_issue
     # a step whose data went to every peer flags every peer (fan_out_time: per-peer issue,

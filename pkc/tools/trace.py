@@ -19,7 +19,8 @@ def kernel_timeline(kernel: KernelOp) -> dict | None:
     plan = plan_of(kernel)
     if "pattern" not in plan or "M" not in plan:
         return None
-    shapes = (plan["M"], tuple(int(n) for n in str(plan["N"]).split(",")), plan["K"], plan["groups"])
+    shapes = (plan["M"], tuple(int(n) for n in str(plan["N"]).split(",")), plan["K"], plan["groups"],
+              plan.get("blocks", 1))
     fusion = plan_fusion(plan["target"], plan["pattern"], shapes, plan["W"], plan["dtype_bytes"])
     comm_sms = _communicate_sms(kernel, plan)
     fusion = dataclasses.replace(fusion, overlap=plan["overlap"], comm_sms=comm_sms)

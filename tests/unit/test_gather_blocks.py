@@ -249,3 +249,22 @@ def test_dtensor_shard1_gather_with_two_sequences_is_one_scheduled_kernel():
     ref = parse_module(prog.stages[0][1])
     xs = random_inputs(ref, W, seed=1)
     compare_outputs(interpret(ref, xs, W), interpret(prog.module, xs, W), tolerance=BF16)
+
+
+def test_cost_model_counts_the_per_block_tiles():
+    """Blocks of 513 rows tile into 5 tiles of 128 each (640 rows): the fused prediction
+    grows, the unfused one does not; blocks of 512 rows cost what one block does."""
+    from pkc.target.cost import block_tile_rows, as_shapes, plan_fusion
+
+    W, N, K = 8, (3584,), 8192
+    one = plan_fusion("h200", "all_gather_mm", (W * 2 * 513, N, K), W)
+    two = plan_fusion("h200", "all_gather_mm", (W * 2 * 513, N, K, 1, 2), W)
+    assert two.fused_time > one.fused_time and two.unfused_time == one.unfused_time
+    even = [plan_fusion("h200", "all_gather_mm", (W * 2 * 512, N, K, 1, b), W) for b in (1, 2)]
+    assert even[0].fused_time == even[1].fused_time
+    assert block_tile_rows(as_shapes("all_gather_mm", (W * 2 * 513, N, K, 1, 2)), W).M == \
+        W * 2 * 640
+    m = run(text(2, 2, 10, 24), "overlap{force=true}")
+    assert "each rank's shard is 2 blocks of 10 rows (block b of rank r is rows b*20 + r*10 " \
+           "of the operand); each block is tiled on its own (128-row tiles never span two), " \
+           "so the GEMM covers 512 rows for 40" in "\n".join(format_remarks(m))
