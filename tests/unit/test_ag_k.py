@@ -66,7 +66,7 @@ def _kernels(m) -> list[k.KernelOp]:
 
 # (W, lead dims, Kc, N, gathered): odd shapes; tiles of 5 x 5 with a K step of 4 overhang
 # rows, columns and every shard's K (Kc is not a multiple of 4 but for W = 8)
-CASES = [(2, (13,), 11, 9, False), (3, (2, 7), 6, 5, True), (4, (9,), 5, 7, True),
+CASES = [(1, (7,), 5, 6, True), (2, (13,), 11, 9, False), (3, (2, 7), 6, 5, True), (4, (9,), 5, 7, True),
          (8, (3, 2), 4, 3, False)]
 
 
@@ -126,6 +126,21 @@ def test_schedule_writes_the_kernel_with_its_decisions():
     ops = [type(o) for o in kop.parent.ops]
     at = ops.index(k.KernelOp)
     assert ops[at + 1:at + 4] == [g.ReshapeOp, g.TransposeOp, g.ReshapeOp]
+
+
+@pytest.mark.parametrize("W,lead,Kc,N,gathered", [(1, (40,), 24, 16, True),
+                                                  (2, (40,), 24, 16, True),
+                                                  (3, (2, 9), 16, 24, False),
+                                                  (4, (11,), 8, 16, True),
+                                                  (8, (5,), 8, 8, False)])
+def test_scheduled_kernel_is_equivalent(W, lead, Kc, N, gathered):
+    """interp(graph) == interp(scheduled kernel + the slots' transpose), bf16: the
+    schedule-level interpreter runs the producer's shard walk, the put side and the waits."""
+    text = _text(W, lead, Kc, N, "bf16", gathered)
+    single = " keep-single-rank=true" if W == 1 else ""
+    check_transform(lambda w: parse_module(text),
+                    f"default{{force=true{single}}},schedule-fused", world_sizes=(W,),
+                    seeds=(W,))
 
 
 def test_w1_is_the_gemm():
