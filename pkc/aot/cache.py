@@ -212,17 +212,23 @@ class AotLayer:
         self._run = run
         self.key, self.folder, self.loaded = key, folder, loaded
         self._inputs = inputs           # tensor_meta of each example input (None: not a tensor)
+        # the same as (torch.Size, strides, dtype, device type): compared field by field
+        self._fast = [None if m is None else (torch.Size(m[0]), tuple(m[1]), getattr(torch, m[2]), m[3])
+                      for m in inputs]
         self.remarks = remarks
 
     def __call__(self, *args: Any) -> Any:
-        if len(args) != len(self._inputs):
+        if len(args) != len(self._fast):
             raise AotError(f"pkc.aot_compile'd layer takes {len(self._inputs)} input(s) (as "
                            f"compiled), got {len(args)}")
-        for i, (x, want) in enumerate(zip(args, self._inputs)):
-            if want is not None and (not isinstance(x, torch.Tensor) or tensor_meta(x) != want):
+        for i, (x, want) in enumerate(zip(args, self._fast)):
+            if want is not None and (not isinstance(x, torch.Tensor) or x.shape != want[0]
+                                     or x.dtype != want[2] or x.stride() != want[1]
+                                     or x.device.type != want[3]):
                 got = tensor_meta(x) if isinstance(x, torch.Tensor) else type(x).__name__
-                raise AotError(f"input {i}: compiled for shape, strides, dtype, device {want}, got "
-                               f"{got}; compile the layer again for these inputs (pkc.aot_compile)")
+                raise AotError(f"input {i}: compiled for shape, strides, dtype, device "
+                               f"{self._inputs[i]}, got {got}; compile the layer again for these "
+                               "inputs (pkc.aot_compile)")
         return self._run(*args)
 
     def package_ready(self) -> bool:
@@ -257,10 +263,17 @@ def _resolver(model: Any, kind: str, ref: Any, meta: list) -> Callable[[tuple], 
     except AttributeError:
         raise AotError(f"the module has no submodule '{prefix}' (the package reads '{ref}')") from None
 
+    seen: list = [None, 0]     # the tensor checked last and its storage address
+
     def get(_args: tuple) -> torch.Tensor:
         t = getattr(owner, leaf)
-        if tensor_meta(t) != meta:
-            raise AotError(f"{kind} '{ref}' is {tensor_meta(t)}, the package was built for {meta}")
+        # a weight is checked once, and again when it (or its storage: `.data =`) changes:
+        # the per-call cost of a full check is microseconds per tensor
+        if t is not seen[0] or t.data_ptr() != seen[1]:
+            if not isinstance(t, torch.Tensor) or tensor_meta(t) != meta:
+                got = tensor_meta(t) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise AotError(f"{kind} '{ref}' is {got}, the package was built for {meta}")
+            seen[:] = [t, t.data_ptr()]
         return t
 
     return get

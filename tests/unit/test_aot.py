@@ -116,6 +116,9 @@ def test_stale_or_damaged_package_is_not_loaded(runs, tmp_path):
         assert run is not None and why == "loaded"
         with torch.no_grad():
             assert (run(x) - m(x)).abs().max().item() < 1e-4
+            m.down.weight = torch.nn.Parameter(m.down.weight[:, :8])     # another shape: refused
+            with pytest.raises(AotError, match=r"parameter 'down.weight' is \[\[32, 8\]"):
+                run(x)
         meta = json.loads((folder / "meta.json").read_text())
         for field, value, said in (("pkc", "pinned:other", "pkc 'pinned:other' -> 'pinned:aot-test'"),
                                    ("torch", "0.0.1", "torch '0.0.1' ->")):
