@@ -96,6 +96,8 @@ def test_scheduled_fp8_all_gather_row_scale_equals_references(W, Ms, N, K, gathe
     assert line_rows(Ms) % 32 == 0 and line_rows(Ms) >= Ms      # whole 128-byte lines
     names = [o.name for o in kop.walk()]
     if W > 1:   # the put side moves the scale words; the own shard reads SX, a peer's SG
+        assert any("A's row scales gathered with A by the put side" in r
+                   for r in remarks_of(kop))
         assert "pks.word_store" in names and names.count("pks.acc_scale") >= 2
         (sg,) = [o for o in kop.body.blocks[0].ops if o.name == "pk.alloc"
                  and tuple(o.result.type.get_shape()) == (W * line_rows(Ms), 1)]
