@@ -222,3 +222,40 @@ def test_fast_path_modules_import_only_torch_and_the_standard_library():
                 ok = (top == "torch" and not name.startswith(("torch._dynamo", "torch._inductor"))
                       or name in allowed_pkc or top in sys.stdlib_module_names or name == "__future__")
                 assert ok, f"{rel}:{node.lineno}: import {name} on pkc.aot's load path"
+
+
+def test_background_build_lock_and_failure(tmp_path, monkeypatch):
+    """The detached build: one at a time per layer (a fresh lock is respected, a stale one
+    taken over), and a failed build leaves failed.json (the error) and no lock."""
+    import subprocess as sp
+    import time as _time
+
+    import pkc.aot.build as build
+
+    started = []
+
+    class FakePopen:
+        def __init__(self, cmd, **kw):
+            started.append(cmd)
+            self.pid = 4242
+
+    monkeypatch.setattr(sp, "Popen", FakePopen)
+    gm = torch.fx.symbolic_trace(torch.nn.ReLU())
+    job = {"gm": gm, "meta": {"arg_meta": [[[2], [1], "float32", "cpu"]], "devices": ["cpu"],
+                              "versions": {"torch": "x"}}}
+    said = build._spawn(job, tmp_path)
+    assert "background process (pid 4242" in said and len(started) == 1
+    assert started[0][1:3] == ["-m", "pkc.aot.build"] and (tmp_path / "building").exists()
+    assert "already running" in build._spawn(job, tmp_path) and len(started) == 1
+    old = _time.time() - 2 * aot_cache.LOCK_STALE_S          # a crashed build's lock
+    os.utime(tmp_path / "building", (old, old))
+    build._spawn(job, tmp_path)
+    assert len(started) == 2
+    # the builder itself, on a job it cannot build: failed.json, no lock, exit 1
+    bad = tmp_path / "job1.pt"
+    bad.write_bytes(b"not a job")
+    assert build.main([str(bad)]) == 1
+    assert not (tmp_path / "building").exists() and not bad.exists()
+    assert "Error" in json.loads((tmp_path / "failed.json").read_text())["error"]
+    run, why = aot_cache._load(tmp_path, None, (), torch.device("cpu"))
+    assert run is None and "earlier package build failed" in why
