@@ -89,6 +89,28 @@ def test_kernel_level_form_is_equivalent(W, lead, Kc, N, gathered):
                             world_sizes=(W,), seeds=(W,), tolerance=F32_TOL)
 
 
+TWO = """func.func @main(%x: tensor<13x11xf32>, %w: tensor<22x9xf32>, %v: tensor<22x5xf32>)
+    -> (tensor<13x9xf32>, tensor<13x5xf32>) {
+  %g = pk.all_gather %x {dim = 1 : i64, world = 2 : i64} : tensor<13x11xf32> -> tensor<13x22xf32>
+  %y = pk.matmul %g, %w : (tensor<13x22xf32>, tensor<22x9xf32>) -> tensor<13x9xf32>
+  %z = pk.matmul %g, %v : (tensor<13x22xf32>, tensor<22x5xf32>) -> tensor<13x5xf32>
+  func.return %y, %z : tensor<13x9xf32>, tensor<13x5xf32>
+}"""
+
+
+def test_two_matmuls_gather_once():
+    """Two matmuls of one gather along K: the first is fused, the kernel returns the
+    gathered tensor and the second reads it (one gather, no second all_gather)."""
+    m = parse_module(TWO)
+    run_pipeline("overlap{force=true}", m)
+    (kop,) = _kernels(m)
+    assert len(kop.outputs) == 2
+    (mm,) = [o for o in m.walk() if isinstance(o, g.MatmulOp)]
+    assert mm.lhs is kop.outputs[1] and not any(isinstance(o, g.AllGatherOp) for o in m.walk())
+    check_transform(lambda w: parse_module(TWO), "default{force=true tile=5 tile-k=4}",
+                    world_sizes=(2,), seeds=(2,), tolerance=F32_TOL)
+
+
 def test_cost_model_plans_the_gather_along_k():
     """Fused where the GEMM hides the gather; the plan names the pattern. With the put side
     serving row block by row block, a row block is complete after its share of the gather,
