@@ -236,11 +236,13 @@ def run_process(case: str, device: str, backend: str, cache: Path, *, profile: s
 
 
 def measure(case: str, device: str, backends: list[str], repeat: int, cache_dir: str | None,
-            profile_dir: str | None = None) -> list[dict]:
+            profile_dir: str | None = None, keep: bool = False) -> list[dict]:
+    """``keep``: reuse ``cache_dir``'s folders as an earlier case left them (a "cold" row is
+    then a new layer on a machine that compiled another one before)."""
     rows = []
     for backend in backends:
         cache = Path(cache_dir) / backend if cache_dir else Path(tempfile.mkdtemp(prefix="pkc-ct-"))
-        if cache.exists() and cache_dir:
+        if cache.exists() and cache_dir and not keep:
             shutil.rmtree(cache)
         cache.mkdir(parents=True, exist_ok=True)
         try:
@@ -321,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="second processes per case (default 1)")
     ap.add_argument("--cache-dir", default=None, help="keep the caches here (default: a temp folder)")
     ap.add_argument("--profile-dir", default=None, help="cProfile each process's first call here")
+    ap.add_argument("--shared-cache", action="store_true",
+                    help="with --cache-dir: later cases start from the caches the earlier ones left "
+                    "(their cold row is a new layer on a machine that compiled another one)")
     ap.add_argument("--json", default=None, help="also write the JSON to this file")
     ap.add_argument("--list", action="store_true", help="print the default cases and exit")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -344,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(args.profile_dir, exist_ok=True)
     rows = []
     for case in cases:
-        rows += measure(case, args.device, backends, args.repeat, args.cache_dir, args.profile_dir)
+        rows += measure(case, args.device, backends, args.repeat, args.cache_dir, args.profile_dir,
+                        keep=args.shared_cache and bool(rows))
     print(table(rows))
     text = json.dumps({"device": args.device, "rows": rows})
     print(text)
