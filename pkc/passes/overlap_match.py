@@ -135,9 +135,8 @@ def _match_reduction(coll: g.ReduceScatterOp | g.AllReduceOp, pattern: Pattern) 
 
 def gather_near_miss(ag: g.AllGatherOp) -> str | None:
     """Why a gather whose result reaches a matmul's lhs through views was not matched: it
-    gathers along another dim than the rows of the matmul's operand (DTensor sequence
-    parallelism gathers [B, S/W, H] along dim 1: B blocks of rows per rank), or along K
-    through a reshape that mixes K into the rows."""
+    gathers along K through a reshape that mixes K into the rows. (A gather along a middle
+    dim, DTensor sequence parallelism's [B, S/W, H] along dim 1, is overlap_gather_blocks'.)"""
     shape, d = shape_of(ag.input), ag.dim.value.data
     if d == 0 and len(shape) == 2:
         return None
@@ -149,18 +148,8 @@ def gather_near_miss(ag: g.AllGatherOp) -> str | None:
         return (f"gather along dim {d} of {list(shape)}, the matmul's contraction dim K, "
                 "through a reshape that does not keep K as the last dim of a 2-d [rows, K] "
                 "operand: the fused kernel's K loop runs over whole shards of K")
-    for use in ag.result.uses:
-        view = use.operation
-        if not isinstance(view, g.ReshapeOp):
-            continue
-        if any(isinstance(u.operation, (g.MatmulOp, ScaledMatmulOp)) and u.index == 0
-               for u in view.result.uses):
-            blocks = math.prod(shape[:d])
-            if blocks == 1:
-                return None  # collective-views moves this reshape before the gather
-            return (f"gather along dim {d} of {list(shape)}: every rank's shard is {blocks} "
-                    "separate blocks of the matmul's rows, and the fused kernel gathers one "
-                    "contiguous block of rows per rank (dim 0)")
+    # a gather along a middle dim into a rows view: of one block, collective-views moves
+    # the view before it; of several, overlap_gather_blocks matches it or says why not
     return None
 
 
