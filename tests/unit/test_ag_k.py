@@ -222,13 +222,16 @@ def test_emulated_sm100_tensor_memory():
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
-@pytest.mark.parametrize("case", [(2, 199, 136, 72, "nk", False), (4, 67, 264, 72, "kn", True)],
-                         ids=["W2_nk", "W4_kn_gathered"])
-def test_assembles_without_spills(case):
+@pytest.mark.parametrize("case,target,arch", [
+    ((2, 199, 136, 72, "nk", False), "h200", "sm_90a"),
+    ((4, 67, 264, 72, "kn", True), "h200", "sm_90a"),
+    ((3, 67, 264, 72, "kn", True), "b200", "sm_100a")],
+    ids=["W2_nk", "W4_kn_gathered", "W3_sm100a"])
+def test_assembles_without_spills(case, target, arch):
     from pkc.codegen.ptxas import assemble_one
 
-    ck, _ = compile_ir(*case)
-    _, res = assemble_one(ck.ptx)
+    ck, _ = compile_ir(*case, target=target, arch=arch)
+    _, res = assemble_one(ck.ptx, arch)
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
 
 
