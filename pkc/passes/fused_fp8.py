@@ -11,7 +11,7 @@ of bf16 has no scaled form yet), bf16 / f16 results. Each rank's partial tile is
 by its own scales (tensor-wise, or A's row scales of the chunk's rows and B's column
 scales) before it travels, as the kernel-level kernel does (``scale_tile``).
 
-GEMM + all-reduce (sm_90a): the bf16 kernels with the fp8 GEMM and the scale step in their
+GEMM + all-reduce (sm_90a; sm_100a but at W = 2): the bf16 kernels with the fp8 GEMM and the scale step in their
 epilogue, no new protocol - at W <= 2 the broadcast kernel of
 :mod:`pkc.passes.fused_ar_build` (every partial piece scaled before it is stored, reduce-added
 or summed into the fresh output at W = 2), above W = 2 the pair of
@@ -88,9 +88,13 @@ def shape_problem(W: int, a, b, y) -> str | None:
 def ar_problem(W: int, a, b, y, arch: str = "sm_90a") -> str | None:
     """Why a W-rank fp8 GEMM ``a`` [M, K] x ``b`` [K, N] + all-reduce into ``y`` [M, N] has
     no scheduled kernel (None: it has one)."""
-    if arch != "sm_90a":
-        return (f"GEMM + all-reduce: scheduled for fp8 on sm_90a only (not {arch}: the "
-                "tensor-memory GEMM's summed epilogue has no scale step yet)")
+    from pkc.passes.fused_ar_build import ar_into_output
+
+    if arch == "sm_100a" and ar_into_output(W):
+        return (f"GEMM + all-reduce at W = {W} on sm_100a: the fresh-output kernel scales "
+                "each piece in one of two branches (stored, or summed with the peer's), "
+                "which the tcgen05 scale lowering refuses (it checks statically that no "
+                "region is scaled twice before a store); scheduled at W = 1 and above 2")
     if W > RS_MAX_WORLD:
         return f"W = {W} above {RS_MAX_WORLD}"
     if any(len(t.get_shape()) != 2 for t in (a, b, y)):
