@@ -66,17 +66,20 @@ def fused_kernels(m) -> list[k.KernelOp]:
 # overlap and the kernel-level kernel
 
 
-@pytest.mark.parametrize("W", [2, 3, 4, 8])
-def test_kernel_level_kernel_computes_the_graph(W):
-    """B = 3 blocks of 13 rows per shard (no tile divides them)."""
-    one = text(W, 3, 13, 24, (40,), gathered=True)
+# (W, B, Sc): rows per block no multiple of the tile; fewer rows at W = 8 (interpreter time)
+SIZES = [(2, 3, 13), (3, 3, 13), (4, 3, 13), (8, 2, 5)]
+
+
+@pytest.mark.parametrize("W,B,Sc", SIZES)
+def test_kernel_level_kernel_computes_the_graph(W, B, Sc):
+    one = text(W, B, Sc, 24, (40,), gathered=True)
     m = run(one, "collective-views,overlap{force=true}")
     (kop,) = fused_kernels(m)
     fusion, _ = Fusion.from_attr(kop.attributes[FUSION])
-    assert (fusion.batches, fusion.gathered) == (3, True)
+    assert (fusion.batches, fusion.gathered) == (B, True)
     # the shard is the [B*Sc, H] view of x; G comes back as [B, S, H]
-    assert tuple(kop.inputs[0].type.get_shape()) == (39, 24)
-    assert tuple(kop.outputs[1].type.get_shape()) == (3 * W * 13, 24)
+    assert tuple(kop.inputs[0].type.get_shape()) == (B * Sc, 24)
+    assert tuple(kop.outputs[1].type.get_shape()) == (B * W * Sc, 24)
     # staged (intra-SM) at every W; elided (default) and inter-SM at W <= 3 (the same
     # builder; W = 8 takes a while in the interpreter)
     pipes = ["collective-views,overlap{force=true}"] + (
@@ -85,7 +88,7 @@ def test_kernel_level_kernel_computes_the_graph(W):
     for pipe in pipes:
         check_transform(lambda w: parse_module(one), pipe, world_sizes=(W,), seeds=(W,),
                         tolerance=BF16)
-    two = text(W, 2, 13, 24, (40, 24))      # one gather for two weights
+    two = text(W, 2, Sc, 24, (40, 24))      # one gather for two weights
     assert len(fused_kernels(run(two, "default{force=true}"))[0].inputs) == 3
     if W <= 4:
         check_transform(lambda w: parse_module(two), "default{force=true}", world_sizes=(W,),
@@ -142,17 +145,17 @@ def test_fp8_consumer_stays_unfused_with_the_reason():
 # the scheduled kernel
 
 
-@pytest.mark.parametrize("W", [2, 3, 4, 8])
-def test_scheduled_kernel_computes_the_kernel_level_one(W):
-    src = text(W, 3, 13, 24, (40,), gathered=True)
+@pytest.mark.parametrize("W,B,Sc", SIZES)
+def test_scheduled_kernel_computes_the_kernel_level_one(W, B, Sc):
+    src = text(W, B, Sc, 24, (40,), gathered=True)
     m = run(src, "default{force=true},schedule-fused,dce")
     (kop,) = [o for o in kernels_of(m) if o.schedule() is not None]
     plan = plan_of(kop)
-    assert (plan["fused_kind"], plan["batches"], plan["gathered_output"]) == ("ag", 3, True)
-    assert plan["tiles_per_chunk"] == 3 and plan["row_blocks"] == 3   # a tile per block
+    assert (plan["fused_kind"], plan["batches"], plan["gathered_output"]) == ("ag", B, True)
+    assert plan["tiles_per_chunk"] == B and plan["row_blocks"] == B   # a tile per block
     rem = format_remarks(m)[-1]
-    assert "3 blocks of 13 rows per shard (block b of rank r: rows " \
-           f"b*{W * 13} + r*13 of G and C), each padded to 128 rows of tiles" in rem, rem
+    assert f"{B} blocks of {Sc} rows per shard (block b of rank r: rows " \
+           f"b*{W * Sc} + r*{Sc} of G and C), each padded to 128 rows of tiles" in rem, rem
     check_transform(lambda w: parse_module(src), "default{force=true},schedule-fused,dce",
                     world_sizes=(W,), seeds=(W,), tolerance=BF16)
 
