@@ -3,8 +3,11 @@
 [B*S, H] -> matmul; pkc/passes/ag_blocks_schedule.py) on the GPU, in the virtual world
 (W ranks on W green-context lanes of one H200), against torch, and its time against the
 IR-built GEMM alone of the same per-rank problem (the gathered [B*S, H] times the rank's
-weight, the same tile) and, at W = 1, against the unfused torch sequence (the gather's
-split -> cat copy of [B, S, H], then torch.matmul).
+weight, the same tile), at W >= 2 against the IR-built all-gather + GEMM of contiguous
+row shards of the same sizes (``fused_ag_ir``: what the block layout costs over the row
+gather; both give the GEMM's lanes' SMs to the same number of put CTAs) and, at W = 1,
+against the unfused torch sequence (the gather's split -> cat copy of [B, S, H], then
+torch.matmul).
 
     python benchmarks/fused_ag_blocks.py --out DIR     # on the GPU machine
     python benchmarks/fused_ag_blocks.py --list        # the cases, no GPU
@@ -38,6 +41,8 @@ CASES = [
     ("llama70b-up W=1 B=2", 1, 2, 4096, 3584, 8192, False),
     ("llama70b-up W=2 B=2", 2, 2, 2048, 3584, 8192, False),
     ("llama70b-up W=4 B=2", 4, 2, 1024, 3584, 8192, False),
+    # blocks of 1000 rows: each padded to 1024 (8 tiles), 2.4% more GEMM rows
+    ("pad W=2 B=4", 2, 4, 1000, 3584, 8192, False),
 ]
 
 
@@ -132,16 +137,26 @@ def run_case(name, W, B, Sc, N, H, gathered, rounds: int, peers) -> dict:
         out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
         fns.append(lambda: torch.mm(torch.cat(torch.split(x[0], Sc, dim=1), dim=1)
                                     .view(M, H), w[0], out=out))
+        other = "torch_unfused"
+    else:           # the row gather of the same sizes (its rows in another order)
+        from fused_ag_ir import compile_ir
+
+        rck, rkop = compile_ir(W, B * Sc, N, H, "kn")
+        rows = ScheduledAgGemm(rck.ptx, rck.meta, peers, owner=("bench-ag-rows", name),
+                               timeout_ns=500_000_000)
+        rout = [torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for _ in range(W)]
+        fns.append(lambda: rows.run(a, w, outs=rout))
+        other = "rows"
+        row["rows_put_ctas"] = plan_of(rkop).get("comm_ctas")
     from timing import paired, rotated
 
     for _ in range(3):
         for fn in fns:
             fn()
-    names = ["fused", "gemm"] + (["torch_unfused"] if W == 1 else [])
-    row.update(paired(rotated(fns, rounds), names, base=0), gemm_variant=g.variant)
+    row.update(paired(rotated(fns, rounds), ["fused", "gemm", other], base=0),
+               gemm_variant=g.variant)
     row["fused_over_gemm"] = 1 / row.pop("gemm_over_fused")
-    if W == 1:
-        row["fused_over_torch_unfused"] = 1 / row.pop("torch_unfused_over_fused")
+    row[f"fused_over_{other}"] = 1 / row.pop(f"{other}_over_fused")
     torch.cuda.synchronize()
     ir.check()
     row["correct_after_timing"] = max(rel_errors(ir.run(a, w, outs=fresh))) <= tol
@@ -167,14 +182,15 @@ def main() -> None:
                                                 peers=virtual_peers(c[1])),
                      os.path.join(args.out, f"fused_ag_blocks_r{args.rounds}.json"))
     print(f"\n{'case':22} {'ok':5} {'fused us':>9} {'GEMM us':>9} {'fused/GEMM':>10} "
-          f"{'fused/torch':>11}")
+          f"{'fused/torch':>11} {'fused/rows':>10}")
     for r in rows:
         if "error" in r:
             print(f"{r['case']:22} ERROR {r['error'][:100]}")
             continue
         print(f"{r['case']:22} {str(r['correct'] and r.get('correct_after_timing', True)):5} "
               f"{r.get('us_fused', 0):9.1f} {r.get('us_gemm', 0):9.1f} "
-              f"{r.get('fused_over_gemm', 0):10.3f} {r.get('fused_over_torch_unfused', 0):11.3f}")
+              f"{r.get('fused_over_gemm', 0):10.3f} {r.get('fused_over_torch_unfused', 0):11.3f} "
+              f"{r.get('fused_over_rows', 0):10.3f}")
 
 
 if __name__ == "__main__":
