@@ -8,12 +8,14 @@ and the plain scaled epilogue reads it).
     C [W*Mc, N] = (G * SG) @ B_r * SB,  G = gather(X), SG = gather(SX)
 
 Where the scale rows go - the put side moves them (not: the consumers read the peers'
-scale rows). Each put CTA ``j``, before its first row block's signal to peer d, copies the
-words ``j, j + side, ...`` of its own SX into d's ``SG`` (a symmetric ``pk.alloc``) with
-plain u32 stores (``pks.word_load`` / ``pks.word_store``); the block signals are releases
-by the same thread and the consumers wait for ``epoch x side`` of them (every put CTA's)
-before the GEMM reads the block, so the scale rows are ordered before the first tile of
-the shard exactly as its A bytes are: no new signal, no new wait. Why not the consumers
+scale rows). Each put CTA ``j``, after the launch handshake and before its first signal to
+any peer, copies the rows ``j, j + side, ...`` of its own SX (16-byte vectors where the
+shard's scales are whole vectors, else u32 words: ``pks.vec_load`` / ``pks.vec_store``,
+``pks.word_load`` / ``pks.word_store``) into every peer's ``SG`` (a symmetric
+``pk.alloc``), each loaded once; the block signals are releases by the same thread and the
+consumers wait for ``epoch x side`` of them (every put CTA's) before the GEMM reads the
+block, so the scale rows are ordered before the first tile of the shard exactly as its A
+bytes are: no new signal, no new wait. Why not the consumers
 reading the peers' SX: SX is a kernel input in each rank's private memory (only symmetric
 buffers have peer copies), so it would have to be copied into symmetric memory and
 announced anyway, and every epilogue piece would load its scales over NVLink (per 64-row
@@ -80,26 +82,47 @@ class AgRowScaleParts(AgParts):
         return super().a_map(top, A, ta_t)
 
     def put_extra(self, o: _Ops, j: SSAValue, d: SSAValue) -> None:
-        """Put CTA ``j``'s share of the shard's scale words (``j, j + side, ...``) into
-        peer ``d``'s SG (not into the own one: the own shard's tiles read SX). One thread
-        copies them, ``WORDS_IN_FLIGHT`` loads issued before their stores (a load's
-        latency paid once per group, not per word); a group's indices past the shard are
-        clamped to this CTA's last word, which the same thread then stores again with the
-        same value (another CTA's word would race with that CTA's store)."""
-        w = _when(o, o.cmp("ne", d, self.rank))
+        """Put CTA ``j``'s share of the shard's scale rows into every peer's SG, once: at
+        the first destination (``rank - 1``, served first), after the handshake (every
+        peer announced that it is done with the last launch's SG) and before this CTA's
+        first signal to anyone; each group is loaded once and stored to all peers (not
+        into the own SG: the own shard's tiles read SX). One thread copies,
+        ``WORDS_IN_FLIGHT`` loads issued before their stores (a load's latency paid once
+        per group): 16-byte vectors ``j, j + side, ...`` (bounded by the shard) where the
+        shard's scales are whole vectors (Mc % 4 == 0; SG's shard offsets are whole
+        lines), else u32 words, a group's indices past the shard clamped to this CTA's
+        last word, which the same thread stores again with the same value (another CTA's
+        word would race with that CTA's store)."""
+        W, side, U = self.W, self.side, WORDS_IN_FLIGHT
+        first = (lambda b: b.bin(arith.RemUIOp, b.bin(arith.AddiOp, self.rank, W - 1), W))
+        w = _when(o, o.cmp("eq", d, first(o)))
         src = w.add(c.BufferPtrOp(self.sx)).result
-        dst = w.add(c.BufferPtrOp(self.sg, d)).result
+        peers = [w.add(c.BufferPtrOp(self.sg, w.bin(arith.RemUIOp, w.bin(
+            arith.AddiOp, self.rank, kk), W))).result for kk in range(1, W)]
+        if self.mc % 4 == 0:
+            n = self.mc // 4                      # vectors of the shard's scales
+            base = w.bin(arith.MuliOp, self.rank, self.mcp // 4)
+            _, body, i, _ = _for(w, j, w.c(n), w.c(side * U), [])
+            idx = [body.bin(arith.AddiOp, i, u * side) if u else i for u in range(U)]
+            hi = body.c(n)
+            vals = [body.add(c.VecLoadOp(src, x, hi, c.CacheHint.NC)).result for x in idx]
+            for dst in peers:
+                for x, v in zip(idx, vals):
+                    body.add(c.VecStoreOp(dst, x, hi, v, offset=base))
+            body.add(scf.YieldOp())
+            return
         base = w.bin(arith.MuliOp, self.rank, self.mcp)
-        U = WORDS_IN_FLIGHT
         # this CTA's last word: j + side x floor((mc - 1 - j) / side) (used only when j < mc)
         last = w.bin(arith.AddiOp, j, w.bin(arith.MuliOp, w.bin(arith.DivUIOp, w.bin(
-            arith.SubiOp, w.c(self.mc - 1), j), self.side), self.side))
-        _, body, i, _ = _for(w, j, w.c(self.mc), w.c(self.side * U), [])
-        idx = [body.add(arith.MinUIOp(body.bin(arith.AddiOp, i, u * self.side) if u else i,
+            arith.SubiOp, w.c(self.mc - 1), j), side), side))
+        _, body, i, _ = _for(w, j, w.c(self.mc), w.c(side * U), [])
+        idx = [body.add(arith.MinUIOp(body.bin(arith.AddiOp, i, u * side) if u else i,
                                       last)).result for u in range(U)]
         words = [body.add(m.WordLoadOp(src, x)).result for x in idx]
-        for x, word in zip(idx, words):
-            body.add(m.WordStoreOp(dst, body.bin(arith.AddiOp, base, x), word))
+        at = [body.bin(arith.AddiOp, base, x) for x in idx]
+        for dst in peers:
+            for x, word in zip(at, words):
+                body.add(m.WordStoreOp(dst, x, word))
         body.add(scf.YieldOp())
 
     def epilogue_tile(self, t: _Ops, cfg, e: Epi, coords, row0, ebuf, extra):

@@ -99,7 +99,10 @@ def test_scheduled_fp8_all_gather_row_scale_equals_references(W, Ms, N, K, gathe
     if W > 1:   # the put side moves the scale words; the own shard reads SX, a peer's SG
         assert any("A's row scales gathered with A by the put side" in r
                    for r in remarks_of(kop))
-        assert "pks.word_store" in names and names.count("pks.acc_scale") >= 2
+        # whole 16-byte vectors of scales (Ms % 4 == 0) go as vectors, else as u32 words;
+        # stored to each of the W - 1 peers
+        store = "pks.vec_store" if Ms % 4 == 0 else "pks.word_store"
+        assert names.count(store) == 8 * (W - 1) and names.count("pks.acc_scale") >= 2
         (sg,) = [o for o in kop.body.blocks[0].ops if o.name == "pk.alloc"
                  and tuple(o.result.type.get_shape()) == (W * line_rows(Ms), 1)]
         assert sg.result.type.symmetric
@@ -107,7 +110,7 @@ def test_scheduled_fp8_all_gather_row_scale_equals_references(W, Ms, N, K, gathe
 
 
 def test_without_the_scale_rows_the_peers_tiles_read_nothing(monkeypatch):
-    """The scale rows travel only by the put side's word stores: without them the
+    """The scale rows travel only by the put side's stores: without them the
     interpreter finds the peers' tiles scaled by memory nobody wrote."""
     from pkc.interp.equivalence import EquivalenceError
     from pkc.passes import fused_fp8_ag

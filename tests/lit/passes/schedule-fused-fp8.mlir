@@ -3,8 +3,9 @@
 //     fp8 GEMM, every partial piece scaled (pks.acc_scale) before it is stored or summed
 //     with the peer's (pks.acc_add_smem);
 // (2) all_gather -> scaled matmul with A's ROW-WISE scale gathered with A: the put side
-//     copies the shard's scale words into the peers' symmetric SG (8 pks.word_load in
-//     flight, then their pks.word_store; a 128-byte line per shard: 13 rows -> 32, 64 for W = 2),
+//     copies the shard's scale words into the peers' symmetric SG once, before its first
+//     signal (8 pks.word_load in flight, then their pks.word_store to every peer; 13 rows
+//     are not whole 16-byte vectors, so words; a 128-byte line per shard: 13 rows -> 32),
 //     the epilogue scales own-shard tiles with SX and peer tiles with SG.
 // (The emulator runs both: tests/unit/test_fp8_fused_ar_ag.py.)
 // RUN: pkc-opt -p 'default{force=true},schedule-fused,dce' %s | FileCheck %s
@@ -44,8 +45,8 @@ func.func @ag(%x: tensor<13x64xf8E4M3FN>, %b: tensor<64x32xf8E5M2>, %s: tensor<1
 // CHECK:       "pks.acc_scale"({{.*}} : (!pks.acc<64x128>, !pk.buffer<13x1xf32>, !pk.buffer<1x32xf32>
 // CHECK:       "pks.acc_scale"({{.*}} : (!pks.acc<64x128>, !pk.buffer<64x1xf32, symmetric>, !pk.buffer<1x32xf32>
 // CHECK-COUNT-8: "pks.word_load"
-// CHECK-NEXT:  arith.addi
-// CHECK-NEXT:  "pks.word_store"
+// CHECK-COUNT-8: arith.addi
+// CHECK-COUNT-8: "pks.word_store"
 
 // PTX:         .entry scaled_matmul_all_reduce
 // PTX:         wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3
