@@ -142,8 +142,11 @@ def run_case(name, W, M, N, K, row, kind, rounds: int) -> dict:
 
 # the all-gather + GEMM at W > 1 in the virtual world, A's row-wise scale (gathered with A by
 # the put side) against the tensor-wise kernel of the same shape: what moving the scale
-# rows costs. (name, W, Mc, N, K)
+# rows costs; W = 1 (no put side: the GEMM alone) is the row-wise epilogue's own cost, the
+# baseline of the ratio. (name, W, Mc, N, K)
 SCALE_CASES = [
+    ("ag W=1 8192x8192x8192", 1, 8192, 8192, 8192),
+    ("ag W=1 8192x4096x8192", 1, 8192, 4096, 8192),
     ("ag W=2 8192x8192x8192", 2, 4096, 8192, 8192),
     ("ag W=4 8192x4096x8192", 4, 2048, 4096, 8192),
     ("ag W=4 odd 4x1001x1040x2000", 4, 1001, 1040, 2000),
