@@ -219,6 +219,7 @@ def run_process(case: str, device: str, backend: str, cache: Path, *, profile: s
     env.pop("PKC_COMPILE_CACHE_DIR", None)
     env.setdefault("PKC_COMPILE_CACHE_VERSION", _VERSION)
     env["TORCH_CACHING_PRECOMPILE"] = "1" if backend.endswith("+precompile") else "0"
+    env.setdefault("PYTHONFAULTHANDLER", "1")    # a crashing process says where (its error row)
     cmd = [sys.executable, __file__, "--child", case, "--device", device, "--backend", backend]
     if profile:
         cmd += ["--profile", profile]
