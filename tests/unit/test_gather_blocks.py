@@ -160,6 +160,20 @@ def test_scheduled_kernel_computes_the_kernel_level_one(W, B, Sc):
                     world_sizes=(W,), seeds=(W,), tolerance=BF16)
 
 
+def test_one_rank():
+    """W = 1: the kernel-level kernel still takes the blocks (its gather moves nothing),
+    the scheduled one is the plain GEMM (B plays no part: no batches in its plan)."""
+    src = text(1, 2, 13, 24, (40,), gathered=True)
+    (kop,) = fused_kernels(run(src, "collective-views,overlap{force=true}"))
+    assert Fusion.from_attr(kop.attributes[FUSION])[0].batches == 2
+    pipe = "default{force=true keep-single-rank=true},schedule-fused,dce"
+    (kop,) = fused_kernels(run(src, pipe))
+    assert plan_of(kop)["fused_kind"] == "ag" and "batches" not in plan_of(kop)
+    for p in ("collective-views,overlap{force=true}", pipe):
+        check_transform(lambda w: parse_module(src), p, world_sizes=(1,), seeds=(1,),
+                        tolerance=BF16)
+
+
 def test_two_weights_gather_once_along_dim_1():
     src = text(3, 3, 13, 24, (40, 24), gathered=True)
     m = run(src, "default{force=true},schedule-fused,dce")
