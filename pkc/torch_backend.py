@@ -222,11 +222,32 @@ def _first_call_timer(runner: Callable[..., Any], record: dict, program: Compile
         line = _first_call_line(index, record)
         program.runtime_remarks.append(line)
         log.info("%s", line)
+        hint = bytecode_hint()
+        if hint:
+            program.runtime_remarks.append(hint)
+            log.info("%s", hint)
         if explain:
             print("\n".join(program.remarks()), flush=True)
         return out
 
     return run
+
+
+def bytecode_hint() -> str | None:
+    """A remark where this process imported torch's compiler from source: no ``.pyc`` of
+    torch._dynamo next to it or under ``PYTHONPYCACHEPREFIX``, and bytecode writing off
+    (``PYTHONDONTWRITEBYTECODE``). Then every process compiles torch's Python anew: on the
+    H200 machine, importing torch, torch._dynamo and Inductor's compile_fx took 12.3 s that
+    way and 3.1 s with a bytecode cache (docs/PERF_NOTES.md, 2026-12-02 (h))."""
+    import sys
+
+    mod = sys.modules.get("torch._dynamo")
+    cached = getattr(getattr(mod, "__spec__", None), "cached", None)
+    if not sys.dont_write_bytecode or not cached or os.path.exists(cached):
+        return None
+    return ("pkc: torch's compiler was imported from source (no bytecode cache, and "
+            "PYTHONDONTWRITEBYTECODE is set): every process pays for compiling it; set "
+            "PYTHONPYCACHEPREFIX to a writable folder and unset PYTHONDONTWRITEBYTECODE")
 
 
 def _since_frame_start(record: dict, now: float) -> float:

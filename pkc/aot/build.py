@@ -205,7 +205,8 @@ def compile_layer(model: Any, example_inputs: Sequence[Any], *, folder: Path, ta
     cm = torch.compile(model, backend=be, fullgraph=True, dynamic=False)
     with torch.no_grad():
         out = cm(*example_inputs)
-    remarks += [r for p in be.programs for r in p.remarks() if "first call" in r]
+    remarks += [r for p in be.programs for r in p.remarks()
+                if "first call" in r or "imported from source" in r]
     params = list(module.parameters()) if module is not None else []
 
     def run(*args: Any) -> Any:

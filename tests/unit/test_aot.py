@@ -259,3 +259,17 @@ def test_background_build_lock_and_failure(tmp_path, monkeypatch):
     assert "Error" in json.loads((tmp_path / "failed.json").read_text())["error"]
     run, why = aot_cache._load(tmp_path, None, (), torch.device("cpu"))
     assert run is None and "earlier package build failed" in why
+
+
+def test_bytecode_hint_says_when_torch_was_imported_from_source(monkeypatch):
+    """The H200 machine's torch has no .pyc and PYTHONDONTWRITEBYTECODE=1: pkc says so."""
+    import torch._dynamo
+
+    from pkc.torch_backend import bytecode_hint
+
+    spec = torch._dynamo.__spec__
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(spec, "cached", "/nonexistent/__init__.pyc")
+    assert "PYTHONPYCACHEPREFIX" in bytecode_hint()
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)     # Python writes the cache itself
+    assert bytecode_hint() is None
