@@ -238,7 +238,7 @@ def bytecode_hint() -> str | None:
     torch._dynamo next to it or under ``PYTHONPYCACHEPREFIX``, and bytecode writing off
     (``PYTHONDONTWRITEBYTECODE``). Then every process compiles torch's Python anew: on the
     H200 machine, importing torch, torch._dynamo and Inductor's compile_fx took 12.3 s that
-    way and 3.1 s with a bytecode cache (docs/PERF_NOTES.md, 2026-12-02 (h))."""
+    way and 3.1 s with a bytecode cache (docs/PERF_NOTES.md, 2026-12-02 (k))."""
     import sys
 
     mod = sys.modules.get("torch._dynamo")
