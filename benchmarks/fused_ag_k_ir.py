@@ -10,8 +10,8 @@ when there is nothing to move (the fused kernel is the GEMM: no put side).
 
 Per case: random bf16 shards per rank, one weight; the kernel's C (into a NaN-poisoned
 output) against torch (the gathered A times B in f32: within a bf16 step of the scale);
-the gathered A's slots ``[W*M, Kc]`` (where the IR asks for it) bitwise against the
-stacked shards; then the fused kernel and the GEMM alone in alternation (``rotated``),
+the gathered A (where the IR asks for it; ``[M, K]``, or its slots ``[W*M, Kc]`` where a
+row exceeds a put piece) bitwise against the shards; then the fused kernel and the GEMM alone in alternation (``rotated``),
 medians and the paired ratio fused / GEMM (``fused_vs_gemm``); C checked again after.
 """
 
@@ -122,8 +122,9 @@ def run_case(name, W, M, N, Kc, layout, gathered, rounds: int, peers) -> dict:
                    for r in range(W))
     err = rel_error(res)
     nan = any(bool(torch.isnan(res[r][0]).any()) for r in range(W))
-    slots = torch.cat(a)            # G's slot layout [W*M, Kc]
-    gath_ok = not gathered or all(torch.equal(res[r][1], slots) for r in range(W))
+    # G in its own layout [M, K] (or, rows longer than a put piece, the slots [W*M, Kc])
+    want_g = full if plan.get("gathered_layout") == "rows" else torch.cat(a)
+    gath_ok = not gathered or all(torch.equal(res[r][1], want_g) for r in range(W))
     tol = 2 ** -7
     row = {"case": name, "W": W, "M": M, "N": N, "Kc": Kc, "K": K, "layout": layout,
            "gathered": gathered, "tile": f"{plan['bm']}x{plan['bn']}_s{plan['stages']}",

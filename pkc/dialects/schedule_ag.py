@@ -175,9 +175,14 @@ class TmapViewOp(IRDLOperation):
             n *= d
         for d in self.buffer.type.get_shape():
             m *= d
-        if n != m or dims[-1] != self.buffer.type.get_shape()[-1]:
+        # a row-major view: the same elements, rows of the buffer split into whole rows of
+        # the view (the innermost dimension divides the buffer's: G [M, W*Kc] as
+        # [M, W, Kc], pkc/passes/ag_k_schedule.py), so its row strides stay the buffer's
+        # row stride's divisors
+        inner = self.buffer.type.get_shape()[-1]
+        if n != m or inner % dims[-1]:
             _fail(self.name, f"dims {dims} are not a view of {self.buffer.type} (same elements, "
-                  "same innermost dimension)")
+                  "an innermost dimension that divides the buffer's)")
 
 
 def _check_bulk(op, smem: SSAValue) -> None:

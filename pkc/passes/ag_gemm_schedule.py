@@ -94,6 +94,12 @@ class AgParts(GemmParts):
         nb = o.bin(arith.MinUIOp, o.bin(arith.SubiOp, o.c(total), off), o.c(blk))
         return off, o.bin(arith.AddiOp, base, off), nb
 
+    def piece_dest(self, o: _Ops, poff: SSAValue) -> SSAValue:
+        """Where a piece at byte ``poff`` of a row block's run lands, from the run's
+        destination offset: ``poff`` (the run is contiguous in G too; a subclass whose
+        destination rows are strided maps it: :mod:`pkc.passes.ag_k_schedule`)."""
+        return poff
+
     # ---- maps and the launch's scalars ---------------------------------------------
     def a_map(self, top: _Ops, A: SSAValue, ta_t) -> SSAValue:
         if self.W == 1:
@@ -169,8 +175,8 @@ class AgParts(GemmParts):
     def role_block(self, o: _Ops, cfg: GemmConfig, a_st: SSAValue) -> _Ops:
         if not self.side:
             return o
-        ring = o.add(ag.SmemOverlayOp(a_st, self.ring, self.piece,
-                                      s.SmemType(self.ring, self.piece))).result
+        slot = -(-self.piece // 1024) * 1024     # slots are whole KiB; a piece may be less
+        ring = o.add(ag.SmemOverlayOp(a_st, self.ring, slot, s.SmemType(self.ring, slot))).result
         bars = o.add(s.MbarrierAllocOp(self.ring, 1)).result
         part = o.add(ag.CtaPartitionOp(self.side))
         self._put_side(_Ops(part.side_block), part.side_block.args[0], ring, bars)
@@ -273,7 +279,8 @@ class AgParts(GemmParts):
         issue(more, nxt, more.bin(arith.RemUIOp, more.bin(arith.AddiOp, ms, lim), R))
         m.add(s.MbarrierWaitOp(bars, ms, mph))
         poff, size = geometry(m, l)
-        m.add(ag.BulkStoreOp(dst, m.bin(arith.AddiOp, dst_off, poff), size, ring, ms))
+        m.add(ag.BulkStoreOp(dst, m.bin(arith.AddiOp, dst_off, self.piece_dest(m, poff)),
+                             size, ring, ms))
         m.add(s.BulkCommitOp())
         m.add(scf.YieldOp(*m.advance(ms, mph, R)))
         return loop.results[0], loop.results[1]

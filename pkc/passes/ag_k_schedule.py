@@ -27,11 +27,15 @@ sm_100a: both share the producer this kernel changes) with the all-gather + GEMM
   of ``group_m x bm`` rows and CTA: the raster makes a CTA's row blocks non-decreasing,
   so a carried "last row block waited" suffices) until every put CTA of that peer
   signalled its row block there, then fences the async proxy before its TMA loads.
-* C: stored by the plain GEMM epilogue. The gathered tensor, where the IR asks for it, is
-  G in its slot layout ``[W, M, Kc]``; the rewrite adds the graph-level ``reshape ->
-  transpose [1, 0, 2] -> reshape`` that gives ``[M, K]`` (one copy of G outside the
-  kernel: the put side moves contiguous shards, which a strided ``[M, K]`` destination
-  would cut into ``Kc``-wide rows).
+* C: stored by the plain GEMM epilogue.
+* The gathered tensor, where the IR asks for it, is written in its own layout
+  ``[M, W*Kc]``: a row of the shard is one put piece (``piece_dest`` maps a piece to its
+  row of G, at column ``rank x Kc``; ring slots stay whole KiB), and A and G are read
+  through ``[M, 1, Kc]`` / ``[M, W, Kc]`` views (the shard is the middle coordinate). Where
+  a row is longer than a put piece (Kc > 16K), the puts move whole row blocks into slots
+  ``G [W, M, Kc]`` instead and the rewrite adds the graph-level ``reshape -> transpose
+  [1, 0, 2] -> reshape`` that gives ``[M, K]`` (one copy of G after the kernel). Not asked
+  for, G is always the slots (whole row blocks per put: the largest pieces).
 
 Why: the GEMM is the plain one with the shard walk in its producer, and every
 communication op is the all-gather's, so both GPU targets and the emulator take it as
@@ -47,6 +51,8 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
+from pkc.dialects import schedule as s
+from pkc.dialects import schedule_ag as ag
 from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
 from pkc.dialects.plan import ScheduleKind
@@ -68,13 +74,46 @@ class AgKParts(AgParts):
 
     def __init__(self, world: int, m: int, n: int, kc: int, cfg, A: SSAValue, gath: SSAValue,
                  pad: SSAValue | None, ctl: SSAValue | None, side: int, ring: int, piece: int,
-                 self_copy: bool):
+                 self_copy: bool, true_layout: bool = False):
         super().__init__(world, m, n, kc, cfg, A, gath, pad, ctl, side, ring, piece, self_copy)
         self.nkc = -(-kc // cfg.bk)           # k-steps of one shard
+        # G in the gathered tensor's own layout [M, W*Kc] (else the slots [W, M, Kc]): a
+        # row of the shard is one put piece, landing in its row of G at column rank*Kc
+        self.true = true_layout and world > 1
+        self.row_bytes = kc * 2
+        if self.true and piece != self.row_bytes:
+            raise ValueError(f"AgKParts: G's own layout puts one row per piece ({self.row_bytes} "
+                             f"bytes), got pieces of {piece}")
 
     def k_steps(self) -> int:
         """The GEMM's K (a multiple of bk): W shards of ``nkc`` steps."""
         return self.W * self.nkc * self.cfg.bk
+
+    # ---- G in its own layout [M, W, Kc]: A and G seen with a middle dim (the shard) ---
+    def a_map(self, top: _Ops, A: SSAValue, ta_t) -> SSAValue:
+        if not self.true:
+            return super().a_map(top, A, ta_t)
+        bk, *rest = ta_t.box_dims
+        t3 = s.TmapType(self.cfg.in_types[0], [bk, 1, *rest], ta_t.swizzle.data)
+        self.tA = top.add(ag.TmapViewOp(A, [self.mc, 1, self.k], t3)).result
+        self.tG = top.add(ag.TmapViewOp(self.gath, [self.mc, self.W, self.k], t3)).result
+        return self.tA
+
+    def block_span(self, o: _Ops, b: SSAValue, base: SSAValue, total: int, blk: int):
+        if not self.true:
+            return super().block_span(o, b, base, total, blk)
+        off = o.bin(arith.MuliOp, b, blk)
+        nb = o.bin(arith.MinUIOp, o.bin(arith.SubiOp, o.c(total), off), o.c(blk))
+        rows = self.cfg.bm * self.cfg.group_m           # the row block's first row of G ..
+        dst = o.bin(arith.AddiOp, o.bin(arith.MuliOp, b, rows * self.W * self.row_bytes),
+                    o.bin(arith.MuliOp, self.rank, self.row_bytes))   # .. at column rank*Kc
+        return off, dst, nb
+
+    def piece_dest(self, o: _Ops, poff: SSAValue) -> SSAValue:
+        if not self.true:
+            return poff
+        return o.bin(arith.MuliOp, o.bin(arith.DivUIOp, poff, self.row_bytes),
+                     self.W * self.row_bytes)
 
     # the plain GEMM's C map, tile loop and epilogue (AgParts' are chunked by shard)
     def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
@@ -112,7 +151,8 @@ class AgKParts(AgParts):
         w.add(f.FenceAsyncGlobalOp())   # the puts (async proxy) before our TMA loads
         tm = k.add(f.TmapSelectOp(k.select(own, k.c(0), k.c(1)), [self.tA, self.tG])).result
         b_k = k.bin(arith.AddiOp, k.bin(arith.MuliOp, shard, self.k), kin)
-        return tm, [kin, m0, k.select(own, k.c(0), shard)], b_k
+        which = k.select(own, k.c(0), shard)
+        return tm, ([kin, which, m0] if self.true else [kin, m0, which]), b_k
 
 
 def why_not_agk(kop: k.KernelOp) -> str | None:
@@ -165,12 +205,17 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
             side, why_side = ag_put_ctas(M, N, K, W, target)
     arena = cfg.stages * (cfg.a_stage_bytes + cfg.b_stage_bytes)
     ring, piece = PUT_RING, min(PUT_PIECE, arena // PUT_RING // 1024 * 1024)
+    # asked for, G is written in its own layout where a row of the shard fits a piece
+    true = asked and W > 1 and Kc * 2 <= piece
+    if true:
+        piece = Kc * 2
     y = kop.outputs[0].type
     el = a.type.element_type
+    gshape = [M, K] if true else [W * M, Kc]
     block = Block(arg_types=[BufferType([M, Kc], el),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
                              BufferType(y.get_shape(), y.element_type, LOCAL),
-                             BufferType([W * M, Kc], el, SYMMETRIC)])
+                             BufferType(gshape, el, SYMMETRIC)])
     A, B, C, Gb = block.args
     pad = ctl = None
     if W > 1:
@@ -180,11 +225,11 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
         block.add_op(pad)
         block.add_op(ctl)
         pad, ctl = pad.result, ctl.result
-    parts = AgKParts(W, M, N, Kc, cfg, A, Gb, pad, ctl, side, ring, piece, asked)
+    parts = AgKParts(W, M, N, Kc, cfg, A, Gb, pad, ctl, side, ring, piece, asked, true)
     build_fused_gemm(block, A, B, C, M, N, parts.k_steps(), cfg, parts)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
-    slots = TensorType(el, [W * M, Kc])
+    slots = TensorType(el, gshape)
     new = k.KernelOp("all_gather_k_matmul", W, [a, b_val], [y, slots], Region(block),
                      attributes=attrs)
     tmem_plan, tmem_words = arrangement(cfg)
@@ -193,6 +238,7 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
              gather_dim="K", shard_k=Kc, row_blocks=parts.G,
              scheduled_overlap=OverlapStyle.INTER if side else OverlapStyle.NONE, comm_ctas=side,
              put_piece=piece, put_ring=ring, put_lag=parts.lag, gathered_output=asked,
+             **({"gathered_layout": "rows" if true or W == 1 else "slots"} if asked else {}),
              **tmem_plan)
     add_remark(new, f"scheduled all-gather along K + GEMM W={W} {M}x{N}x{K} {dt}: "
                f"{cfg.tag()}, K loop over {W} shards of {parts.nkc} k-steps (own shard "
@@ -200,14 +246,20 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
                f"block of {cfg.bm * cfg.group_m} rows), {parts.G} row blocks per shard "
                f"signalled one by one; {why_side}; puts by cp.async.bulk through a {ring} x "
                f"{piece // 1024} KiB ring, row block by row block to every peer"
-               + ("; the gathered A is returned ([W, M, Kc] slots, transposed to [M, K] "
-                  "after the kernel)" if asked else "; the gathered A stays in the kernel")
+               + ("; the gathered A stays in the kernel" if not asked else
+                  "; the gathered A is returned in its [M, K] layout (the puts write each row "
+                  f"of the shard into its columns: pieces of one row, {Kc * 2} bytes)"
+                  if true or W == 1 else
+                  f"; the gathered A is returned ([W, M, Kc] slots, transposed to [M, K] "
+                  f"after the kernel: a row of the shard, {Kc * 2} bytes, is more than a "
+                  f"put piece of {piece} bytes)")
                + tmem_words)
     new.location = kop.location
     outs = [new.results[0]]
     Rewriter.insert_op(new, InsertPoint.before(kop))
     if asked:
-        outs.append(_true_layout(new.results[1], W, M, Kc, kop))
+        outs.append(new.results[1] if true or W == 1 else
+                    _true_layout(new.results[1], W, M, Kc, kop))
     for old, res in zip(kop.outputs, outs):
         old.replace_all_uses_with(res)
     Rewriter.erase_op(kop)

@@ -138,13 +138,29 @@ def test_schedule_writes_the_kernel_with_its_decisions():
     assert plan["put_ctas"] == plan["comm_ctas"] == ag_put_ctas(M, N, W * Kc, W)[0]
     assert f"{plan['put_ctas']} put CTAs from sm-partition's plan" in remarks_of(kop)[-1]
     assert "scheduled all-gather along K + GEMM W=3 101x200x408" in remarks_of(kop)[-1]
+    # G asked for: in its own layout [M, W*Kc], A and G seen as [M, 1 | W, Kc]
+    assert plan["gathered_layout"] == "rows" and plan["put_piece"] == 2 * Kc
     views = [o.dim_list for o in kop.block.ops if o.name == "pks.tmap_view"]
-    assert views == [[1, M, Kc], [W, M, Kc]]
+    assert views == [[M, 1, Kc], [M, W, Kc]]
+    assert tuple(kop.outputs[1].type.get_shape()) == (M, W * Kc)
     # waits: the producer's (one site, per peer shard's row block) and the put side's
     # announcements (one per peer)
     assert len([o for o in kop.walk() if isinstance(o, c.SignalWaitOp)]) == 1 + (W - 1)
     assert len([o for o in kop.walk() if isinstance(o, sf.TmapSelectOp)]) == 1
-    # the gathered [M, K] from the slots [W*M, Kc], after the kernel
+    assert not any(isinstance(o, g.TransposeOp) for o in kop.parent.ops)
+
+
+def test_gathered_rows_longer_than_a_piece_come_back_from_slots():
+    """A shard row longer than a put piece (Kc = 16400: 32800 bytes > 32 KiB): the puts
+    move whole row blocks into the slots [W, M, Kc] and the gathered [M, K] comes from
+    them after the kernel (reshape, transpose, reshape)."""
+    W, M, N, Kc = 2, 64, 64, 16400
+    (kop,) = _kernels(scheduled_module(W, M, N, Kc, "kn", gathered=True))
+    plan = plan_of(kop)
+    assert plan["gathered_layout"] == "slots" and plan["put_piece"] < 2 * Kc
+    views = [o.dim_list for o in kop.block.ops if o.name == "pks.tmap_view"]
+    assert views == [[1, M, Kc], [W, M, Kc]]
+    assert "transposed to [M, K] after the kernel" in remarks_of(kop)[-1]
     ops = [type(o) for o in kop.parent.ops]
     at = ops.index(k.KernelOp)
     assert ops[at + 1:at + 4] == [g.ReshapeOp, g.TransposeOp, g.ReshapeOp]
@@ -193,8 +209,9 @@ def _emulate(W, M, N, Kc, layout, gathered, target="h200", arch="sm_90a"):
         got = out[r][0].float()
         assert not torch.isnan(got).any()
         assert float((got - ref).abs().max()) <= 2 ** -7 * float(ref.abs().max())
-        if gathered:
-            assert torch.equal(out[r][1], torch.cat(a))     # the slots [W*M, Kc]
+        if gathered:    # G in its own layout [M, K] (or the slots [W*M, Kc])
+            rows = plan_of(kop).get("gathered_layout") == "rows"
+            assert torch.equal(out[r][1], torch.cat(a, dim=1 if rows else 0))
     return kop
 
 
@@ -242,7 +259,8 @@ def test_assembles_without_spills(case, target, arch):
 def test_torch_program_gets_the_fusion(dtype):
     """torch's micro-pipeline-TP test, gather_dim = 2 of a 3-d A, A returned too: one
     all_gather_k_matmul kernel, the program interpreter-equal to the unfused one; in bf16
-    the program's kernel module (what the GPU runs) has the scheduled kernel."""
+    the program's kernel module (what the GPU runs) has the scheduled kernel, which
+    returns the gathered A in its own layout."""
     import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
 
@@ -273,6 +291,6 @@ def test_torch_program_gets_the_fusion(dtype):
     if dtype is torch.bfloat16:
         (run,) = _kernels(prog.kernel_module)
         assert run.kernel_name.data == "all_gather_k_matmul" and run.schedule() is not None
-        ops = [type(o) for o in run.parent.ops]     # the slots back to [16, 32], then [2, 8, 32]
-        at = ops.index(k.KernelOp)
-        assert ops[at + 1:at + 4] == [g.ReshapeOp, g.TransposeOp, g.ReshapeOp]
+        # the gathered A in its own layout [16, 32] (viewed as [2, 8, 32] after)
+        assert tuple(run.outputs[1].type.get_shape()) == (16, 32)
+        assert not any(isinstance(o, g.TransposeOp) for o in run.parent.ops)
