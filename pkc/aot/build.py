@@ -14,7 +14,11 @@ buffer name), the output's structure and what the package is valid for.
 detached ``python -m pkc.aot.build <job.pt>`` builds the package (log: ``build.log``;
 a ``building`` lock file keeps two processes from building the same layer; a failure
 writes ``failed.json``, which the next process reports instead of building again).
-``meta.json`` is written last and atomically: a reader sees a whole package or none.
+Before ``meta.json`` exists the package runs once on zero inputs in a fresh process that
+imports what a loading process imports (:mod:`pkc.aot.verify`): a package that would crash
+its loader (seen once on the H200 machine) becomes a failed build, not a crash of the
+user's next process. ``meta.json`` is written last and atomically: a reader sees a whole,
+checked package or none.
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from pkc.aot.cache import FAILED, FORMAT, LOCK, META, PACKAGE, Build, _build_running, _no_grad_check, tensor_meta
+from pkc.aot.cache import (FAILED, FORMAT, LOCK, META, PACKAGE, PENDING, Build, _build_running, _no_grad_check,
+                           tensor_meta)
 
-__all__ = ["compile_layer", "package", "write_meta", "main"]
+__all__ = ["compile_layer", "package", "check_package", "write_meta", "main"]
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -127,9 +132,31 @@ def package(gm: torch.fx.GraphModule, args: Sequence[torch.Tensor], folder: Path
     return round(time.perf_counter() - t0, 3)
 
 
-def write_meta(folder: Path, meta: dict, build_s: float) -> None:
+def check_package(folder: Path, meta: dict) -> float:
+    """Run the package once in a fresh process (:mod:`pkc.aot.verify`) before any process
+    trusts it; raises RuntimeError with what happened if it does not run there (a crash
+    there ends only that process). The seconds it took."""
+    t0 = time.perf_counter()
+    _write_json(folder / PENDING, meta)
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+           "PYTHONFAULTHANDLER": "1"}
+    try:
+        res = subprocess.run([sys.executable, "-m", "pkc.aot.verify", str(folder)], capture_output=True,
+                             text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError("the package did not finish one run in a fresh process within 600 s") from None
+    if res.returncode != 0:
+        what = f"signal {-res.returncode}" if res.returncode < 0 else f"exit {res.returncode}"
+        tail = " | ".join((res.stderr or res.stdout).strip().splitlines()[-12:])
+        raise RuntimeError(f"the package failed its run in a fresh process ({what}): {tail}")
+    return round(time.perf_counter() - t0, 3)
+
+
+def write_meta(folder: Path, meta: dict, build_s: float, check_s: float | None = None) -> None:
     """``meta.json``, last: from then on later processes load the package."""
-    _write_json(folder / META, {**meta, "build_s": build_s, "built": time.time()})
+    _write_json(folder / META, {**meta, "build_s": build_s, "check_s": check_s, "built": time.time()})
+    (folder / PENDING).unlink(missing_ok=True)
     (folder / FAILED).unlink(missing_ok=True)
 
 
@@ -192,13 +219,14 @@ def compile_layer(model: Any, example_inputs: Sequence[Any], *, folder: Path, ta
             return None
         try:
             job["build_s"] = package(job["gm"], job["tensors"], folder, options)
+            job["check_s"] = check_package(folder, job["meta"])    # before this process runs it
             loader = torch._C._aoti.AOTIModelPackageLoader(str(folder / PACKAGE), "model", False, 1,
                                                           _device_index(job["tensors"]))
         except Exception as err:  # noqa: BLE001 - Inductor compiles it instead; say why
             jobs[-1] = f"the package build failed: {type(err).__name__}: {err}"
             return None
-        remarks.append(f"pkc.aot: package built in {job['build_s']:.2f} s ({folder / PACKAGE}); "
-                       "this process runs it too")
+        remarks.append(f"pkc.aot: package built in {job['build_s']:.2f} s and run in a fresh process in "
+                       f"{job['check_s']:.2f} s ({folder / PACKAGE}); this process runs it too")
         return lambda *args: loader.boxed_run(list(args))
 
     be._program_hook = hook
@@ -225,7 +253,7 @@ def compile_layer(model: Any, example_inputs: Sequence[Any], *, folder: Path, ta
         remarks.append(f"pkc.aot: no package ({why}); every process compiles this layer")
         return run
     if build is Build.NOW:
-        write_meta(folder, job["meta"], job["build_s"])
+        write_meta(folder, job["meta"], job["build_s"], job.get("check_s"))
     else:
         job["options"] = options
         remarks.append(_spawn(job, folder))
@@ -253,8 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         args = [torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device=dev).zero_()
                 for (shape, stride, dtype, _), dev in zip(meta["arg_meta"], meta["devices"])]
         secs = package(job["gm"], args, folder, job.get("options"))
-        write_meta(folder, meta, secs)
-        print(f"pkc.aot: package built in {secs:.2f} s", flush=True)
+        del args
+        check = check_package(folder, meta)
+        write_meta(folder, meta, secs, check)
+        print(f"pkc.aot: package built in {secs:.2f} s, ran in a fresh process in {check:.2f} s", flush=True)
         return 0
     except BaseException as err:  # noqa: BLE001 - recorded for the next process, which compiles
         traceback.print_exc()

@@ -62,6 +62,7 @@ log = logging.getLogger("pkc.compile")
 FORMAT = 1          # of meta.json and the package layout; bump on change
 PACKAGE = "model.pt2"
 META = "meta.json"
+PENDING = "meta.pending.json"   # a built package before its check in a fresh process
 FAILED = "failed.json"
 LOCK = "building"
 LOCK_STALE_S = 1800  # a build lock older than this is a crashed build: ignored

@@ -209,7 +209,8 @@ def test_fast_path_modules_import_only_torch_and_the_standard_library():
     """pkc/aot/cache.py and what it imports at module level (a subprocess check is above,
     this one names the line)."""
     allowed_pkc = {"pkc.kinds", "pkc.sources", "pkc.aot.cache"}
-    for rel in ("pkc/aot/__init__.py", "pkc/aot/cache.py", "pkc/sources.py", "pkc/kinds.py", "pkc/__init__.py"):
+    for rel in ("pkc/aot/__init__.py", "pkc/aot/cache.py", "pkc/aot/verify.py", "pkc/sources.py",
+                "pkc/kinds.py", "pkc/__init__.py"):
         tree = ast.parse((ROOT / rel).read_text())
         for node in tree.body:          # module level only: imports inside functions are lazy
             names = []
@@ -273,3 +274,15 @@ def test_bytecode_hint_says_when_torch_was_imported_from_source(monkeypatch):
     assert "PYTHONPYCACHEPREFIX" in bytecode_hint()
     monkeypatch.setattr(sys, "dont_write_bytecode", False)     # Python writes the cache itself
     assert bytecode_hint() is None
+
+
+def test_a_package_that_fails_in_a_fresh_process_is_not_published(tmp_path):
+    """The builder's check (pkc.aot.verify in a fresh process): a package that does not
+    load or run there raises, with what happened, and meta.json is not written."""
+    import pkc.aot.build as build
+
+    (tmp_path / "model.pt2").write_bytes(b"not a package")
+    meta = {"arg_meta": [[[2], [1], "float32", "cpu"]], "devices": ["cpu"], "n_outputs": 1}
+    with pytest.raises(RuntimeError, match=r"failed its run in a fresh process \(exit 1\)"):
+        build.check_package(tmp_path, meta)
+    assert not (tmp_path / "meta.json").exists()
