@@ -224,6 +224,7 @@ def compile_layer(model: Any, example_inputs: Sequence[Any], *, folder: Path, ta
                                                           _device_index(job["tensors"]))
         except Exception as err:  # noqa: BLE001 - Inductor compiles it instead; say why
             jobs[-1] = f"the package build failed: {type(err).__name__}: {err}"
+            _write_json(folder / FAILED, {"error": jobs[-1], "versions": versions})
             return None
         remarks.append(f"pkc.aot: package built in {job['build_s']:.2f} s and run in a fresh process in "
                        f"{job['check_s']:.2f} s ({folder / PACKAGE}); this process runs it too")
