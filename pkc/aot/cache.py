@@ -286,7 +286,11 @@ def _load(folder: Path, model: Any, example_inputs: Sequence[Any], device: torch
     meta_path = folder / META
     if not meta_path.is_file():
         if (folder / FAILED).is_file():
-            return None, f"an earlier package build failed (see {folder / 'build.log'})"
+            try:
+                err = str(json.loads((folder / FAILED).read_text()).get("error", ""))[:300]
+            except (OSError, ValueError):
+                err = ""
+            return None, f"an earlier package build failed ({err or 'no message'}; {folder})"
         return None, "no package yet" + (" (a build is running)" if _build_running(folder) else "")
     try:
         meta = json.loads(meta_path.read_text())
