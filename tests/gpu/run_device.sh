@@ -30,8 +30,10 @@ for g in $GROUPS_; do
     program) file=tests/gpu/test_gpu_scheduled_program.py; k=""; t=240;;
     fusedar) file=tests/gpu/test_scheduled_fused_ar.py; k=""; t=90;;
     fusedlayouts) file=tests/gpu/test_scheduled_fused_layouts.py; k=""; t=150;;
-    agpa2a) file=tests/gpu/test_scheduled_agp_a2a.py; k=""; t=90;;
     moe) file=tests/gpu/test_gpu_moe.py; k=""; t=90;;
+    agk) file=tests/gpu/test_scheduled_ag_k.py; k=""; t=150;;
+    agblocks) file=tests/gpu/test_gpu_ag_blocks.py; k=""; t=150;;
+    fp8) file=tests/gpu/test_gpu_fp8.py; k=""; t=150;;
     subgroups) file=tests/gpu/test_gpu_subgroups.py; k=""; t=240;;
     world72) file=tests/gpu/test_world72.py; k=""; t=300;;
     *) echo "unknown group $g"; continue;;
