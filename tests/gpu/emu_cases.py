@@ -221,6 +221,12 @@ def new_kinds() -> list[Case]:
             Case("new_agk_w3_kn", Family.AG_GEMM, "ag(K)+gemm", 3,
                  {"Mc": 45, "N": 200, "K": 136, "layout": "kn", "gathered": False,
                   "along_k": True})]
+    # the gather along dim 1 of [B, S/W, H] (pkc/passes/ag_blocks_schedule.py; Mc: the
+    # shard's B*Sc rows): G returned, so every row of it is compared
+    out += [Case(f"new_agblocks_w{W}_b{B}", Family.AG_GEMM, "ag(dim 1)+gemm", W,
+                 {"Mc": B * Sc, "N": N, "K": K, "layout": "kn", "gathered": True,
+                  "blocks": B})
+            for W, B, Sc, N, K in ((2, 2, 37, 136, 72), (3, 3, 21, 200, 136))]
     return out
 
 
@@ -329,6 +335,13 @@ def _fused_kops(c: Case) -> list:
         M = s["Mc"] * c.W if c.extra["op"] == "rs" else s["M"]
         text = module_text(c.extra["op"], c.W, M, s["N"], s["K"], s["layout"], s.get("dtype", "bf16"))
         return _kernels(text, "default{force=true},schedule-fused,dce", "fused.mlir")
+    if c.family is Family.AG_GEMM and s.get("blocks"):     # B blocks of Mc / B rows
+        from fused_ag_blocks import scheduled_module as blocks_module
+        from pkc.codegen.emit import kernels_of
+
+        B = s["blocks"]
+        m = blocks_module(c.W, B, s["Mc"] // B, s["N"], s["K"], s["gathered"])
+        return [k for k in kernels_of(m) if k.schedule() is not None]
     if c.family is Family.AG_GEMM:
         from fused_ag_ir import scheduled_module
         if s.get("along_k"):    # the gather along K: Mc = the shard's rows M, K = its Kc
