@@ -66,10 +66,10 @@ def why_not_scaled(kop: k.KernelOp, pattern: Pattern | None, target: str) -> str
                          kop.outputs[0].type)
 
 
-def shape_problem(W: int, a, b, y) -> str | None:
-    """Why a W-rank fp8 GEMM + reduce-scatter of row chunks of ``a`` [M, K] x ``b`` [K, N]
-    into ``y`` [M / W, N] has no scheduled kernel (None: it has one); overlap asks this
-    before it fuses, so that nothing it fuses falls to the portable path."""
+def _gemm_problem(W: int, a, b, y) -> str | None:
+    """What a fused fp8 GEMM + reduction of ``a`` x ``b`` into ``y`` over W ranks needs
+    whatever the collective: a tensor map per peer (W up to RS_MAX_WORLD), 2-D operands, a
+    bf16 / f16 result."""
     if W > RS_MAX_WORLD:
         return f"W = {W} above {RS_MAX_WORLD}"
     if any(len(t.get_shape()) != 2 for t in (a, b, y)):
@@ -77,6 +77,15 @@ def shape_problem(W: int, a, b, y) -> str | None:
     if type(y.element_type) not in _OUT:
         return (f"result {y.element_type}: the scheduled fp8 GEMM stores bf16 or f16 (the "
                 "portable lowering runs an f32 result)")
+    return None
+
+
+def shape_problem(W: int, a, b, y) -> str | None:
+    """Why a W-rank fp8 GEMM + reduce-scatter of row chunks of ``a`` [M, K] x ``b`` [K, N]
+    into ``y`` [M / W, N] has no scheduled kernel (None: it has one); overlap asks this
+    before it fuses, so that nothing it fuses falls to the portable path."""
+    if (why := _gemm_problem(W, a, b, y)):
+        return why
     (M, K), N = a.get_shape(), b.get_shape()[1]
     if M % W or tuple(y.get_shape()) != (M // W, N):
         return f"A {a} x B {b} -> {y} is not a reduce-scatter of {W} row chunks"
@@ -95,13 +104,8 @@ def ar_problem(W: int, a, b, y, arch: str = "sm_90a") -> str | None:
                 "each piece in one of two branches (stored, or summed with the peer's), "
                 "which the tcgen05 scale lowering refuses (it checks statically that no "
                 "region is scaled twice before a store); scheduled at W = 1 and above 2")
-    if W > RS_MAX_WORLD:
-        return f"W = {W} above {RS_MAX_WORLD}"
-    if any(len(t.get_shape()) != 2 for t in (a, b, y)):
-        return f"operands are not 2-D ({a}, {b} -> {y})"
-    if type(y.element_type) not in _OUT:
-        return (f"result {y.element_type}: the scheduled fp8 GEMM stores bf16 or f16 (the "
-                "portable lowering runs an f32 result)")
+    if (why := _gemm_problem(W, a, b, y)):
+        return why
     (M, K), N = a.get_shape(), b.get_shape()[1]
     if tuple(y.get_shape()) != (M, N):
         return f"A {a} x B {b} -> {y} is not an all-reduce of the product"
