@@ -31,9 +31,11 @@ sm_100a: both share the producer this kernel changes) with the all-gather + GEMM
 * The gathered tensor, where the IR asks for it, is written in its own layout
   ``[M, W*Kc]``: a row of the shard is one put piece (``piece_dest`` maps a piece to its
   row of G, at column ``rank x Kc``; ring slots stay whole KiB), and A and G are read
-  through ``[M, 1, Kc]`` / ``[M, W, Kc]`` views (the shard is the middle coordinate). Where
-  a row is longer than a put piece (Kc > 16K), the puts move whole row blocks into slots
-  ``G [W, M, Kc]`` instead and the rewrite adds the graph-level ``reshape -> transpose
+  through ``[M, 1, Kc]`` / ``[M, W, Kc]`` views (the shard is the middle coordinate); the
+  ring has more, smaller slots (the same bytes in flight). Only for rows of 8-32 KiB
+  (``ROW_PIECE_MIN``; Kc 4096-16384 in bf16): short rows made the put side ~4x slower
+  (measured), long ones exceed a piece. Otherwise the puts move whole row blocks into slots
+  ``G [W, M, Kc]`` and the rewrite adds the graph-level ``reshape -> transpose
   [1, 0, 2] -> reshape`` that gives ``[M, K]`` (one copy of G after the kernel). Not asked
   for, G is always the slots (whole row blocks per put: the largest pieces).
 
@@ -63,6 +65,10 @@ from pkc.passes.gemm_schedule import GemmParts, _Ops
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle
 from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind, ag_put_ctas
+
+
+# the shortest shard row (bytes) the puts write into G's own layout, one row per piece
+ROW_PIECE_MIN = 8192
 
 
 class AgKParts(AgParts):
@@ -205,10 +211,14 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
             side, why_side = ag_put_ctas(M, N, K, W, target)
     arena = cfg.stages * (cfg.a_stage_bytes + cfg.b_stage_bytes)
     ring, piece = PUT_RING, min(PUT_PIECE, arena // PUT_RING // 1024 * 1024)
-    # asked for, G is written in its own layout where a row of the shard fits a piece
-    true = asked and W > 1 and Kc * 2 <= piece
+    # asked for, G is written in its own layout where a row of the shard is a large put
+    # piece (measured: rows of 272 bytes made the put side ~4x slower than whole row
+    # blocks into the slots, docs/PERF_NOTES.md 2026-12-02 (i)), with as many bytes in
+    # flight as the slots' ring (more, smaller slots)
+    row = Kc * 2
+    true = asked and W > 1 and ROW_PIECE_MIN <= row <= piece
     if true:
-        piece = Kc * 2
+        piece, ring = row, min(arena // row, PUT_RING * PUT_PIECE // row)
     y = kop.outputs[0].type
     el = a.type.element_type
     gshape = [M, K] if true else [W * M, Kc]
@@ -251,8 +261,8 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
                   f"of the shard into its columns: pieces of one row, {Kc * 2} bytes)"
                   if true or W == 1 else
                   f"; the gathered A is returned ([W, M, Kc] slots, transposed to [M, K] "
-                  f"after the kernel: a row of the shard, {Kc * 2} bytes, is more than a "
-                  f"put piece of {piece} bytes)")
+                  f"after the kernel: a row of the shard, {Kc * 2} bytes, is not a put piece "
+                  f"of {ROW_PIECE_MIN}-{piece} bytes)")
                + tmem_words)
     new.location = kop.location
     outs = [new.results[0]]

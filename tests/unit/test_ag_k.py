@@ -138,15 +138,33 @@ def test_schedule_writes_the_kernel_with_its_decisions():
     assert plan["put_ctas"] == plan["comm_ctas"] == ag_put_ctas(M, N, W * Kc, W)[0]
     assert f"{plan['put_ctas']} put CTAs from sm-partition's plan" in remarks_of(kop)[-1]
     assert "scheduled all-gather along K + GEMM W=3 101x200x408" in remarks_of(kop)[-1]
-    # G asked for: in its own layout [M, W*Kc], A and G seen as [M, 1 | W, Kc]
-    assert plan["gathered_layout"] == "rows" and plan["put_piece"] == 2 * Kc
+    # rows of 272 bytes: whole row blocks into the slots [W, M, Kc] (A and G seen as
+    # [1 | W, M, Kc]), the gathered [M, K] from them after the kernel
+    assert plan["gathered_layout"] == "slots"
     views = [o.dim_list for o in kop.block.ops if o.name == "pks.tmap_view"]
-    assert views == [[M, 1, Kc], [M, W, Kc]]
-    assert tuple(kop.outputs[1].type.get_shape()) == (M, W * Kc)
+    assert views == [[1, M, Kc], [W, M, Kc]]
+    assert "is not a put piece of 8192-32768 bytes" in remarks_of(kop)[-1]
+    ops = [type(o) for o in kop.parent.ops]
+    at = ops.index(k.KernelOp)
+    assert ops[at + 1:at + 4] == [g.ReshapeOp, g.TransposeOp, g.ReshapeOp]
     # waits: the producer's (one site, per peer shard's row block) and the put side's
     # announcements (one per peer)
     assert len([o for o in kop.walk() if isinstance(o, c.SignalWaitOp)]) == 1 + (W - 1)
     assert len([o for o in kop.walk() if isinstance(o, sf.TmapSelectOp)]) == 1
+
+
+def test_gathered_rows_of_8k_are_written_in_place():
+    """Rows of 8 KiB (Kc = 4096): the puts write each shard row into its row of G
+    [M, W*Kc] (pieces of one row, a ring of 16 such: the slots' bytes in flight), A and G
+    read through [M, 1 | W, Kc]; G returned as it is."""
+    W, M, N, Kc = 3, 101, 200, 4096
+    (kop,) = _kernels(scheduled_module(W, M, N, Kc, "nk", gathered=True))
+    plan = plan_of(kop)
+    assert plan["gathered_layout"] == "rows"
+    assert (plan["put_piece"], plan["put_ring"], plan["put_lag"]) == (2 * Kc, 16, 8)
+    views = [o.dim_list for o in kop.block.ops if o.name == "pks.tmap_view"]
+    assert views == [[M, 1, Kc], [M, W, Kc]]
+    assert tuple(kop.outputs[1].type.get_shape()) == (M, W * Kc)
     assert not any(isinstance(o, g.TransposeOp) for o in kop.parent.ops)
 
 
@@ -227,6 +245,17 @@ def test_emulated_sm90_against_torch(W, M, N, Kc, layout, gathered):
     _emulate(W, M, N, Kc, layout, gathered)
 
 
+def test_emulated_sm90_gathered_in_place(monkeypatch):
+    """G written in its own layout (one shard row per put piece), W = 3: with the row
+    threshold lowered to 1 KiB so that the emulator runs a small K (the production one,
+    8 KiB, is the sm_100a test's)."""
+    from pkc.passes import ag_k_schedule
+
+    monkeypatch.setattr(ag_k_schedule, "ROW_PIECE_MIN", 1024)
+    kop = _emulate(3, 67, 40, 512, "kn", True)
+    assert plan_of(kop)["gathered_layout"] == "rows"
+
+
 def test_emulated_sm90_several_row_blocks():
     """Two row blocks of group_m x bm rows (put row block by row block to every peer): a
     CTA waits for each peer shard's block once."""
@@ -234,8 +263,11 @@ def test_emulated_sm90_several_row_blocks():
 
 
 def test_emulated_sm100_tensor_memory():
-    """sm_100a: the tensor-memory GEMM shares the producer, so the same parts give it."""
+    """sm_100a: the tensor-memory GEMM shares the producer, so the same parts give it
+    (W = 3 with the slots; W = 2 with rows of 8 KiB written in place)."""
     _emulate(3, 67, 40, 24, "kn", True, target="b200", arch="sm_100a")
+    kop = _emulate(2, 40, 16, 4096, "kn", True, target="b200", arch="sm_100a")
+    assert plan_of(kop)["gathered_layout"] == "rows"
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
@@ -259,8 +291,7 @@ def test_assembles_without_spills(case, target, arch):
 def test_torch_program_gets_the_fusion(dtype):
     """torch's micro-pipeline-TP test, gather_dim = 2 of a 3-d A, A returned too: one
     all_gather_k_matmul kernel, the program interpreter-equal to the unfused one; in bf16
-    the program's kernel module (what the GPU runs) has the scheduled kernel, which
-    returns the gathered A in its own layout."""
+    the program's kernel module (what the GPU runs) has the scheduled kernel."""
     import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
 
@@ -291,6 +322,7 @@ def test_torch_program_gets_the_fusion(dtype):
     if dtype is torch.bfloat16:
         (run,) = _kernels(prog.kernel_module)
         assert run.kernel_name.data == "all_gather_k_matmul" and run.schedule() is not None
-        # the gathered A in its own layout [16, 32] (viewed as [2, 8, 32] after)
-        assert tuple(run.outputs[1].type.get_shape()) == (16, 32)
-        assert not any(isinstance(o, g.TransposeOp) for o in run.parent.ops)
+        # rows of 32 bytes: the slots [32, 16] back to [16, 32], then [2, 8, 32]
+        ops = [type(o) for o in run.parent.ops]
+        at = ops.index(k.KernelOp)
+        assert ops[at + 1:at + 4] == [g.ReshapeOp, g.TransposeOp, g.ReshapeOp]
