@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from pkc.aot.cache import (FAILED, FORMAT, LOCK, META, PACKAGE, PENDING, Build, _build_running, _no_grad_check,
+from pkc.aot.cache import (FAILED, FORMAT, LOCK, META, PACKAGE, PENDING, ArgSource, Build, _build_running, _no_grad_check,
                            tensor_meta)
 
 __all__ = ["compile_layer", "package", "check_package", "write_meta", "main"]
@@ -62,14 +62,15 @@ def _arg_sources(model: Any, captured: Any, example_inputs: Sequence[Any]
     for spec in captured.inputs:
         if spec.kind is InputKind.INPUT and spec.user_index is not None:
             x = example_inputs[spec.user_index]
-            sources.append(["input", spec.user_index])
+            sources.append([str(ArgSource.INPUT), spec.user_index])
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and isinstance(model, torch.nn.Module):
             prefix, _, leaf = spec.name.rpartition(".")
             try:
                 x = getattr(model.get_submodule(prefix) if prefix else model, leaf)
             except AttributeError:
                 return f"{spec.kind} '{spec.name}' is not an attribute of the module"
-            sources.append([str(spec.kind), spec.name])
+            sources.append([str(ArgSource.PARAMETER if spec.kind is InputKind.PARAMETER
+                                else ArgSource.BUFFER), spec.name])
         else:
             return f"the layer reads tensor '{spec.name}' that is no input, parameter or buffer"
         if not isinstance(x, torch.Tensor):

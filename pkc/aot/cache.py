@@ -59,7 +59,7 @@ __all__ = ["aot_compile", "AotLayer", "AotError", "Build", "layer_key", "cache_r
 
 log = logging.getLogger("pkc.compile")
 
-FORMAT = 1          # of meta.json and the package layout; bump on change
+FORMAT = 2          # of meta.json and the package layout; bump on change
 PACKAGE = "model.pt2"
 META = "meta.json"
 PENDING = "meta.pending.json"   # a built package before its check in a fresh process
@@ -70,6 +70,14 @@ LOCK_STALE_S = 1800  # a build lock older than this is a crashed build: ignored
 
 class AotError(RuntimeError):
     """A call the aot-compiled layer cannot run as compiled (shape, dtype, device, grad)."""
+
+
+class ArgSource(Kind):
+    """Where a package's graph argument comes from at each call (meta.json's ``args``)."""
+
+    INPUT = "input"            # the user's call argument of that index
+    PARAMETER = "parameter"    # the module's parameter / buffer of that dotted name
+    BUFFER = "buffer"
 
 
 class Build(Kind):
@@ -256,7 +264,7 @@ def _no_grad_check(tensors: Sequence[torch.Tensor], what: str) -> None:
 def _resolver(model: Any, kind: str, ref: Any, meta: list) -> Callable[[tuple], torch.Tensor]:
     """How to fetch one argument of the package: user input ``ref``, or the module's
     parameter / buffer ``ref`` (read at each call: replaced or updated weights count)."""
-    if kind == "input":
+    if ArgSource.parse(kind, "package argument source") is ArgSource.INPUT:
         return lambda args: args[ref]
     prefix, _, leaf = ref.rpartition(".")
     try:
