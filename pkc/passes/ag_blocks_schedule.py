@@ -40,9 +40,8 @@ from xdsl.ir import SSAValue
 from pkc.dialects import kernel as k
 from pkc.dialects import schedule as s
 from pkc.dialects import schedule_ag as ag
-from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
-from pkc.passes.ag_gemm_schedule import AgParts, _when, schedule_all_gather_mm, why_not_ag
+from pkc.passes.ag_gemm_schedule import AgParts, schedule_all_gather_mm, why_not_ag
 from pkc.passes.gemm_schedule import Epi, _Ops, _tma_epilogue
 from pkc.passes.remarks import add_remark
 from pkc.target.gemm_tuning import GemmConfig
@@ -113,13 +112,7 @@ class BlockAgParts(AgParts):
         key = t.bin(arith.AddiOp, t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.G),
                                         t.bin(arith.MuliOp, blk, self.Gb)),
                     t.bin(arith.DivUIOp, i0, self.cfg.bm * self.cfg.group_m))
-        remote = _when(t, t.cmp("ne", chunk, self.rank))
-        new = _when(remote, remote.cmp("ne", key, last))
-        pad = new.add(c.BufferPtrOp(self.pad)).result
-        new.add(c.SignalWaitOp(pad, key, self.want, chunk, c.WaitSite.ARRIVAL, "sys", 64))
-        new.add(f.FenceAsyncGlobalOp())   # the puts (async proxy) before our TMA loads
-        last = t.select(own, last, key)
-        tm = t.add(f.TmapSelectOp(t.select(own, t.c(0), t.c(1)), [self.tA, self.tG])).result
+        tm, last = self.wait_row_block(t, own, chunk, key, last)
         return tm, i0, [t.select(own, blk, self._outer(t, chunk, blk))], [last]
 
     def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: Epi, coords, row0, ebuf, extra):

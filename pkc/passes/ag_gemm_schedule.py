@@ -148,6 +148,14 @@ class AgParts(GemmParts):
         own = t.cmp("eq", chunk, self.rank)
         key = t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.G),
                     t.bin(arith.DivUIOp, m0, self.cfg.bm * self.cfg.group_m))
+        tm, last = self.wait_row_block(t, own, chunk, key, last)
+        return tm, m0, [t.select(own, t.c(0), chunk)], [last]
+
+    def wait_row_block(self, t: _Ops, own: SSAValue, chunk: SSAValue, key: SSAValue,
+                       last: SSAValue) -> tuple[SSAValue, SSAValue]:
+        """For a peer's ``chunk``: wait, once per signal slot ``key`` (``last``: the slot
+        waited for last), until every put CTA of its owner released it. Returns the map to
+        load from (A's for the own shard, G's otherwise) and the new ``last``."""
         remote = _when(t, t.cmp("ne", chunk, self.rank))
         new = _when(remote, remote.cmp("ne", key, last))
         pad = new.add(c.BufferPtrOp(self.pad)).result
@@ -155,7 +163,7 @@ class AgParts(GemmParts):
         new.add(f.FenceAsyncGlobalOp())   # the puts (async proxy) before our TMA loads
         last = t.select(own, last, key)
         tm = t.add(f.TmapSelectOp(t.select(own, t.c(0), t.c(1)), [self.tA, self.tG])).result
-        return tm, m0, [t.select(own, t.c(0), chunk)], [last]
+        return tm, last
 
     # ---- the consumers: C through the 3-D map -------------------------------------
     def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: Epi, coords, row0, ebuf, extra):
@@ -419,4 +427,4 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
     Rewriter.replace_op(kop, new, new_results=list(new.results[:len(kop.outputs)]))
 
 
-__all__ = ["AgParts", "schedule_all_gather_mm", "why_not_ag", "row_blocks", "BK"]
+__all__ = ["AgParts", "schedule_all_gather_mm", "why_not_ag", "row_blocks"]
