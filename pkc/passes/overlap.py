@@ -11,7 +11,9 @@ What it matches (graph-level ``func.func`` bodies, one block):
 * ``pk.all_gather`` (dim 0, 2-d) feeding one or several ``pk.matmul`` as their lhs. All
   such consumers whose rhs is defined before the gather's first user go into one kernel;
   when the gathered tensor has any other user (another op, a matmul taking it as rhs, a
-  consumer left out, the function's return), the kernel also returns it; the same for a
+  consumer left out, the function's return), the kernel also returns it. Independent
+  pure ops computing a later consumer's weight after the first use are moved before it
+  first (overlap_hoist.py), so that consumer joins the kernel; the same for a
   gather along a middle dim whose 2-d rows view feeds the matmuls (``[B, S/W, H]`` along
   dim 1, DTensor ``Shard(1)``: ``pk.fusion.batches = B`` blocks of rows per shard,
   overlap_gather_blocks.py);
@@ -77,6 +79,7 @@ from pkc.passes.fused_fp8 import ag_problem as fp8_ag_problem
 from pkc.passes.fused_fp8 import ar_problem as fp8_ar_problem
 from pkc.passes.fused_fp8 import shape_problem as fp8_shape_problem
 from pkc.passes.overlap_gather_blocks import blocks_near_miss, blocks_remark, match_gather_blocks
+from pkc.passes.overlap_hoist import hoist_gather_operands
 from pkc.passes.overlap_match import (
     Match,
     gather_near_miss,
@@ -119,8 +122,11 @@ class Overlap(ModulePass):
             for candidate in list(fn.body.blocks[0].ops):
                 if candidate.parent is None:  # erased by an earlier rewrite
                     continue
+                hoisted = hoist_gather_operands(candidate) if isinstance(
+                    candidate, g.AllGatherOp) else 0
                 m = match(candidate) or match_gather_blocks(candidate)
                 if m is not None:
+                    m.hoisted = hoisted
                     self._rewrite(m)
                 elif isinstance(candidate, g.AllToAllOp):
                     why = moe_near_miss(candidate)
@@ -164,6 +170,9 @@ class Overlap(ModulePass):
                         m.capacity, m.gathered, m.scatter_dim, m.batches, scaled=m.scaled,
                         bias=m.bias)
         kernel = _replace(m, fusion)
+        if m.hoisted:
+            add_remark(kernel, f"moved {m.hoisted} op(s) computing a later matmul's operands "
+                       "before the gathered tensor's first use, so that matmul fuses too")
         set_plan(kernel, **_plan_values(plan, style, comm_sms, not plan.fuse, self.target),
                  tile_m=self.tile, tile_n=self.tile, tile_k=self.tile_k)
         for line in self._remarks(plan, style, comm_sms):

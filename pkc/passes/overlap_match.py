@@ -44,6 +44,7 @@ class Match:
     scaled: bool = False  # fp8 pk.scaled_matmul(s): inputs carry the scales (patterns_scaled)
     bias: bool = False  # reduce-scatter: the last input is the bias added before the sum
     problem: str | None = None  # why it cannot be fused, if it cannot
+    hoisted: int = 0  # ops overlap_hoist moved before the gathered tensor's first use
 
 
 def match(op: Operation) -> Match | None:

@@ -98,10 +98,12 @@ def test_kernel_level_kernel_computes_the_graph(W, B, Sc):
 def test_kernel_goes_after_a_weight_computed_between_the_view_and_the_matmul():
     """DTensor graphs transpose the weight after the gather's view: the kernel is placed
     before the matmul; a user of the gathered tensor before that matmul puts it before
-    the gather's first user, where the transposed weight is not there yet: unfused."""
+    the gather's first user, where the transposed weight is not there yet: overlap_hoist
+    moves the transpose before it and the matmul fuses; a weight out of a collective issued
+    there does not move: unfused, with the reason."""
     W, g, v = 2, "tensor<2x26x24xbf16>", "tensor<52x24xbf16>"
 
-    def program(early: bool) -> str:
+    def program(early: bool, reduced: bool = False) -> str:
         rets = ("%y, %n", f"tensor<52x40xbf16>, {g}") if early else ("%y", "tensor<52x40xbf16>")
         return (f"func.func @main(%x: tensor<2x13x24xbf16>, %w: tensor<40x24xbf16>) -> "
                 f"({rets[1]}) {{\n"
@@ -109,8 +111,10 @@ def test_kernel_goes_after_a_weight_computed_between_the_view_and_the_matmul():
                 f"tensor<2x13x24xbf16> -> {g}\n"
                 + (f"  %n = pk.map \"neg\" %g : ({g}) -> {g}\n" if early else "") +
                 f"  %v = pk.reshape %g : {g} -> {v}\n"
-                "  %wt = pk.transpose %w {perm = [1, 0]} : tensor<40x24xbf16> -> "
-                "tensor<24x40xbf16>\n"
+                + ("  %wr = pk.all_reduce %w {reduce = \"sum\", world = 2 : i64} : "
+                   "tensor<40x24xbf16> -> tensor<40x24xbf16>\n" if reduced else "") +
+                f"  %wt = pk.transpose {'%wr' if reduced else '%w'} {{perm = [1, 0]}} : "
+                "tensor<40x24xbf16> -> tensor<24x40xbf16>\n"
                 f"  %y = pk.matmul %v, %wt : ({v}, tensor<24x40xbf16>) -> tensor<52x40xbf16>\n"
                 f"  func.return {rets[0]} : {rets[1]}\n}}\n")
 
@@ -119,6 +123,11 @@ def test_kernel_goes_after_a_weight_computed_between_the_view_and_the_matmul():
     check_transform(lambda w: parse_module(src), "overlap{force=true}", world_sizes=(W,),
                     seeds=(1,), tolerance=BF16)
     m = run(early, "overlap{force=true}")
+    assert len(fused_kernels(m)) == 1
+    assert any("moved 1 op(s)" in r for r in format_remarks(m)), format_remarks(m)
+    check_transform(lambda w: parse_module(early), "overlap{force=true}", world_sizes=(W,),
+                    seeds=(1,), tolerance=BF16)
+    m = run(program(True, reduced=True), "overlap{force=true}")
     assert not fused_kernels(m)
     rem = "\n".join(format_remarks(m))
     assert "blocks.mlir:2:3: remark: [pk.all_gather] left unfused: all_gather+mm: gather " \

@@ -51,10 +51,27 @@ func.func @late(%x: tensor<40x24xbf16>, %w0: tensor<16x48xbf16>) -> tensor<40x16
   func.return %z : tensor<40x16xbf16>
 }
 
+// The weight's transpose sits after the gathered tensor's first use (%n): overlap_hoist
+// moves it before, and the matmul fuses (G returned for %n).
 // CHECK-LABEL: func.func @late
+// CHECK-NEXT: %w = pk.transpose %w0
+// CHECK-NEXT: %z, %g = pk.kernel "all_gather_k_matmul"(%x, %w) {{.*}}gathered = true
+
+// A weight that comes out of a collective issued after the first use does not move (each
+// rank keeps its collectives' order): the gather stays unfused, with the reason.
+func.func @late_collective(%x: tensor<40x24xbf16>, %w0: tensor<48x16xbf16>) -> tensor<40x16xbf16> {
+  %g = pk.all_gather %x {dim = 1 : i64, world = 2 : i64} : tensor<40x24xbf16> -> tensor<40x48xbf16>
+  %n = pk.map "neg" %g : (tensor<40x48xbf16>) -> tensor<40x48xbf16>
+  %w = pk.all_reduce %w0 {reduce = "sum", world = 2 : i64} : tensor<48x16xbf16> -> tensor<48x16xbf16>
+  %z = pk.matmul %g, %w : (tensor<40x48xbf16>, tensor<48x16xbf16>) -> tensor<40x16xbf16>
+  func.return %z : tensor<40x16xbf16>
+}
+
+// CHECK-LABEL: func.func @late_collective
 // CHECK: pk.all_gather
 // CHECK: pk.matmul
 
 // REM: overlap-gather-k.mlir:11:3: remark: [pk.kernel] fused all_gather(K)+mm (force=true overrides the cost model
 // REM: overlap-gather-k.mlir:34:3: remark: [pk.kernel] fused all_gather(K)+mm
-// REM: overlap-gather-k.mlir:47:3: remark: [pk.all_gather] left unfused: all_gather(K)+mm: the weight is computed after the gathered tensor's first use (the fused kernel runs there)
+// REM: overlap-gather-k.mlir:47:3: remark: [pk.kernel] moved 1 op(s) computing a later matmul's operands before the gathered tensor's first use, so that matmul fuses too
+// REM: overlap-gather-k.mlir:63:3: remark: [pk.all_gather] left unfused: all_gather(K)+mm: the weight is computed after the gathered tensor's first use (the fused kernel runs there)
