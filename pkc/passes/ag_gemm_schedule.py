@@ -308,6 +308,17 @@ def _dtype(t) -> str | None:
     return _DTYPE.get(type(t.element_type)) if isinstance(t, (TensorType, BufferType)) else None
 
 
+def operand_problem(name: str, a, b, outs) -> str | None:
+    """Why the shard ``a``, the weight ``b`` and the results ``outs`` of a ``name`` kernel
+    do not suit a scheduled gather + GEMM: all 2-D, all bf16 or all f16."""
+    if any(len(t.get_shape()) != 2 for t in (a, b, *outs)):
+        return f"{name}: operands are not 2-D ({a}, {b})"
+    dt = _dtype(a)
+    if dt is None or any(_dtype(t) != dt for t in (b, *outs)):
+        return f"{name}: operands and results must all be bf16 or f16 ({a}, {b})"
+    return None
+
+
 def why_not_ag(kop: k.KernelOp) -> str | None:
     """Why an ``all_gather_mm`` kernel cannot be scheduled (None: it can)."""
     if len(kop.inputs) != 2:
@@ -315,11 +326,8 @@ def why_not_ag(kop: k.KernelOp) -> str | None:
                 "weight (pkc.passes.gather_many gathers once for several)")
     a, b = kop.inputs[0].type, kop.inputs[1].type
     outs = [o.type for o in kop.outputs]
-    if any(len(t.get_shape()) != 2 for t in (a, b, *outs)):
-        return f"all_gather_mm: operands are not 2-D ({a}, {b})"
-    dt = _dtype(a)
-    if dt is None or any(_dtype(t) != dt for t in (b, *outs)):
-        return f"all_gather_mm: operands and results must all be bf16 or f16 ({a}, {b})"
+    if (why := operand_problem("all_gather_mm", a, b, outs)) is not None:
+        return why
     W = kop.world_size
     (Mc, K), (K2, N) = a.get_shape(), b.get_shape()
     if K != K2 or tuple(outs[0].get_shape()) != (W * Mc, N) or (

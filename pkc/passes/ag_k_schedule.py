@@ -59,7 +59,7 @@ from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
-from pkc.passes.ag_gemm_schedule import MAX_BYTES, AgParts, _dtype, _when, row_blocks
+from pkc.passes.ag_gemm_schedule import MAX_BYTES, AgParts, _dtype, _when, operand_problem, row_blocks
 from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
 from pkc.passes.gemm_schedule import GemmParts, _Ops
 from pkc.passes.remarks import add_remark, plan_of, set_plan
@@ -167,11 +167,8 @@ def why_not_agk(kop: k.KernelOp) -> str | None:
         return f"all_gather_k_mm with {len(kop.inputs)} inputs (the shard and one weight)"
     a, b = kop.inputs[0].type, kop.inputs[1].type
     outs = [o.type for o in kop.outputs]
-    if any(len(t.get_shape()) != 2 for t in (a, b, *outs)):
-        return f"all_gather_k_mm: operands are not 2-D ({a}, {b})"
-    dt = _dtype(a)
-    if dt is None or any(_dtype(t) != dt for t in (b, *outs)):
-        return f"all_gather_k_mm: operands and results must all be bf16 or f16 ({a}, {b})"
+    if (why := operand_problem("all_gather_k_mm", a, b, outs)) is not None:
+        return why
     W = kop.world_size
     (M, Kc), (K, N) = a.get_shape(), b.get_shape()
     if K != W * Kc or tuple(outs[0].get_shape()) != (M, N) or (
