@@ -342,6 +342,39 @@ def why_not_ag(kop: k.KernelOp) -> str | None:
     return None
 
 
+def put_ctas(plan: dict, W: int, asked: bool, M: int, N: int, K: int,
+             target: str) -> tuple[int, str]:
+    """(put CTAs, why): none where there is nothing to put (W = 1, G not asked for);
+    else sm-partition's plan (from the GEMM's predicted time), else the rule."""
+    if W == 1 and not asked:
+        return 0, "W = 1: nothing to put"
+    planned = plan.get("put_ctas")
+    if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0:
+        return planned, f"{planned} put CTAs from sm-partition's plan"
+    return ag_put_ctas(M, N, K, W, target)
+
+
+def put_ring(cfg: GemmConfig) -> tuple[int, int, int]:
+    """(arena bytes, ring slots, piece bytes): the ring lies over the GEMM's stage memory,
+    PUT_RING pieces of PUT_PIECE bytes, or smaller pieces where the stages are smaller
+    (never fewer than PUT_RING slots)."""
+    arena = cfg.stages * (cfg.a_stage_bytes + cfg.b_stage_bytes)
+    return arena, PUT_RING, min(PUT_PIECE, arena // PUT_RING // 1024 * 1024)
+
+
+def signal_allocs(block: Block, W: int, slots: int) -> tuple[SSAValue | None, SSAValue | None]:
+    """The symmetric signal pad (W x ``slots`` + W u32, zeroed once) and the rank's
+    ``[epoch, ctas_done]``, added to ``block``; none at W = 1."""
+    if W == 1:
+        return None, None
+    i32 = IntegerType(32)
+    pad = k.AllocOp(BufferType([W * slots + W], i32, SYMMETRIC), zero=True)
+    ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
+    block.add_op(pad)
+    block.add_op(ctl)
+    return pad.result, ctl.result
+
+
 def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
                            parts_cls: type = AgParts, blocks: int = 1) -> None:
     """Rewrite ``kop`` (pattern ``all_gather_mm``) into the scheduled kernel, or leave it
@@ -366,20 +399,9 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
     cfg = fused_config(FusedKind.AG, W * Mc, N, K, W, dt, layout, target, variant)
     cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
     plan = plan_of(kop)
-    # the put CTAs: sm-partition's plan (from the GEMM's predicted time), else the rule
-    side, why_side = 0, "W = 1: nothing to put"
-    if W > 1 or asked:
-        planned = plan.get("put_ctas")
-        if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0:
-            side, why_side = planned, f"{planned} put CTAs from sm-partition's plan"
-        else:
-            side, why_side = ag_put_ctas(W * Mc, N, K, W, target)
-    # the ring lies over the GEMM's stage memory: PUT_RING pieces of PUT_PIECE bytes, or
-    # smaller pieces where the stages are smaller (never fewer than PUT_RING slots)
-    arena = cfg.stages * (cfg.a_stage_bytes + cfg.b_stage_bytes)
-    ring, piece = PUT_RING, min(PUT_PIECE, arena // PUT_RING // 1024 * 1024)
+    side, why_side = put_ctas(plan, W, asked, W * Mc, N, K, target)
+    arena, ring, piece = put_ring(cfg)
     y = kop.outputs[0].type
-    i32 = IntegerType(32)
     scale_ins = [kop.inputs[1], kop.inputs[3]] if scaled else []
     block = Block(arg_types=[BufferType([Mc, K], a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
@@ -389,14 +411,7 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
                              BufferType([W * Mc, K], a.type.element_type, SYMMETRIC)])
     A, B, C, Gb = block.args[0], block.args[1], block.args[-2], block.args[-1]
     scales = Scales(block.args[2], block.args[3], rows=W * Mc) if scaled else None
-    pad = ctl = None
-    if W > 1:
-        slots = parts_cls.signal_slots(Mc, cfg, blocks)
-        pad = k.AllocOp(BufferType([W * slots + W], i32, SYMMETRIC), zero=True)
-        ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
-        block.add_op(pad)
-        block.add_op(ctl)
-        pad, ctl = pad.result, ctl.result
+    pad, ctl = signal_allocs(block, W, parts_cls.signal_slots(Mc, cfg, blocks))
     if scaled and W > 1 and len(kop.inputs[1].type.get_shape()) == 2:
         from pkc.passes.fused_fp8_ag import AgRowScaleParts as parts_cls  # A's row scales
     parts = parts_cls(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, piece, asked,

@@ -47,7 +47,7 @@ they are; the cost model's entry (``pkc.target.cost._gather_k``) follows this or
 from __future__ import annotations
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import IntegerType, TensorType
+from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -59,12 +59,13 @@ from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
-from pkc.passes.ag_gemm_schedule import MAX_BYTES, AgParts, _dtype, _when, operand_problem, row_blocks
+from pkc.passes.ag_gemm_schedule import (MAX_BYTES, AgParts, _dtype, _when, operand_problem, put_ctas,
+                                         put_ring, row_blocks, signal_allocs)
 from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
 from pkc.passes.gemm_schedule import GemmParts, _Ops
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle
-from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind, ag_put_ctas
+from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind
 
 
 # the shortest shard row (bytes) the puts write into G's own layout, one row per piece
@@ -199,15 +200,8 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
     (b_val, layout), dt = b_operand(b), _dtype(a.type)
     cfg = fused_config(FusedKind.AG, M, N, K, W, dt, layout, target, variant)
     plan = plan_of(kop)
-    side, why_side = 0, "W = 1: nothing to put"
-    if W > 1 or asked:
-        planned = plan.get("put_ctas")
-        if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0:
-            side, why_side = planned, f"{planned} put CTAs from sm-partition's plan"
-        else:
-            side, why_side = ag_put_ctas(M, N, K, W, target)
-    arena = cfg.stages * (cfg.a_stage_bytes + cfg.b_stage_bytes)
-    ring, piece = PUT_RING, min(PUT_PIECE, arena // PUT_RING // 1024 * 1024)
+    side, why_side = put_ctas(plan, W, asked, M, N, K, target)
+    arena, ring, piece = put_ring(cfg)
     # asked for, G is written in its own layout where a row of the shard is a large put
     # piece (measured: rows of 272 bytes made the put side ~4x slower than whole row
     # blocks into the slots, docs/PERF_NOTES.md 2026-12-02 (i)), with as many bytes in
@@ -224,14 +218,7 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
                              BufferType(y.get_shape(), y.element_type, LOCAL),
                              BufferType(gshape, el, SYMMETRIC)])
     A, B, C, Gb = block.args
-    pad = ctl = None
-    if W > 1:
-        i32 = IntegerType(32)
-        pad = k.AllocOp(BufferType([W * row_blocks(M, cfg) + W], i32, SYMMETRIC), zero=True)
-        ctl = k.AllocOp(BufferType([2], i32, LOCAL), zero=True)
-        block.add_op(pad)
-        block.add_op(ctl)
-        pad, ctl = pad.result, ctl.result
+    pad, ctl = signal_allocs(block, W, row_blocks(M, cfg))
     parts = AgKParts(W, M, N, Kc, cfg, A, Gb, pad, ctl, side, ring, piece, asked, true)
     build_fused_gemm(block, A, B, C, M, N, parts.k_steps(), cfg, parts)
     block.add_op(k.YieldOp())
