@@ -27,10 +27,9 @@ from __future__ import annotations
 
 from xdsl.ir import SSAValue
 
-from pkc.dialects import kernel as k
 from pkc.passes.kernel_builder import F32, Code, Ix, KernelBuilder, ceil_div, shape_of
 from pkc.passes.patterns_fusion import Fusion
-from pkc.passes.patterns_tiles import row_blocks
+from pkc.passes.patterns_tiles import gather_workers, row_blocks
 from pkc.target.cost import OverlapStyle
 
 
@@ -130,20 +129,5 @@ def build_all_gather_k_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> 
 
             row_blocks(c, M, bm, block)
 
-    def comm(c: Code) -> None:
-        c.rank()
-        if f.gathered:
-            copy_own(c)
-        c.loop(1, W, 1, comm_step)
-
-    def compute(c: Code) -> None:
-        c.rank()
-        if not inter:
-            if f.gathered:
-                copy_own(c)
-            c.loop(1, W, 1, push)
-        row_blocks(c, M, bm, row_block)
-
-    kb.worker(k.WorkerRole.COMPUTE, compute)
-    if inter:
-        kb.worker(k.WorkerRole.COMMUNICATE, comm)
+    gather_workers(kb, W, inter, f.gathered, copy_own, push, comm_step,
+                   lambda c: row_blocks(c, M, bm, row_block))

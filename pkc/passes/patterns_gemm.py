@@ -16,7 +16,7 @@ from pkc.dialects import kernel as k
 from pkc.passes.kernel_builder import F32, Code, Ix, KernelBuilder, ceil_div, shape_of
 from pkc.passes.patterns_fusion import Fusion
 from pkc.passes.patterns_scaled import ag_args, gathered_scale, mm_args, put_scale_rows, scale_tile
-from pkc.passes.patterns_tiles import copy_tiles, gemm_tile, row_blocks
+from pkc.passes.patterns_tiles import copy_tiles, gather_workers, gemm_tile, row_blocks
 from pkc.target.cost import OverlapStyle
 
 def build_mm_reduce_scatter(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> None:
@@ -384,21 +384,8 @@ def build_all_gather_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> No
 
             shard_blocks(c, block)
 
-    def comm(c: Code) -> None:
-        c.rank()
-        if f.gathered:
-            copy_own(c)
-        c.loop(1, W, 1, comm_step)
-
-    def compute(c: Code) -> None:
-        c.rank()
-        if not inter:
-            if f.gathered:
-                copy_own(c)
-            c.loop(1, W, 1, push)
+    def consume_all(c: Code) -> None:
         local(c)
         c.loop(1, W, 1, remote_step)
 
-    kb.worker(k.WorkerRole.COMPUTE, compute)
-    if inter:
-        kb.worker(k.WorkerRole.COMMUNICATE, comm)
+    gather_workers(kb, W, inter, f.gathered, copy_own, push, comm_step, consume_all)

@@ -1,7 +1,8 @@
 """The tiling loops that the fused-kernel builders of patterns_gemm.py and patterns_moe.py
 share: a GEMM tile over K (:func:`gemm_tile`), the row blocks of a chunk with their
 remainder block (:func:`row_blocks`), every tile of a buffer (:func:`all_tiles`) and a
-tile-by-tile copy (:func:`copy_tiles`). Written on the kernel builder
+tile-by-tile copy (:func:`copy_tiles`), and the workers of an all-gather kernel
+(:func:`gather_workers`). Written on the kernel builder
 (:mod:`pkc.passes.kernel_builder`), which knows nothing of tiles of a GEMM; separate from
 it so that the builder stays the one general emitter that lower-collectives uses too.
 """
@@ -12,7 +13,8 @@ from collections.abc import Callable
 
 from xdsl.ir import SSAValue
 
-from pkc.passes.kernel_builder import F32, Code, Ix, ceil_div
+from pkc.dialects import kernel as k
+from pkc.passes.kernel_builder import F32, Code, Ix, KernelBuilder, ceil_div
 
 
 def gemm_tile(c: Code, a: SSAValue, a_row: Ix, b: SSAValue, b_row: Ix, n0: Ix, rows: int,
@@ -74,3 +76,29 @@ def copy_tiles(c: Code, src: SSAValue, dst: SSAValue, rows: int, cols: int, bm: 
         c.store(c.load(src, [m0, n0], [bm, bn]), dst, [m0, n0])
 
     all_tiles(c, rows, cols, bm, bn, body)
+
+
+def gather_workers(kb: KernelBuilder, W: int, inter: bool, gathered: bool, copy_own: Callable,
+                   push: Callable, comm_step: Callable, consume: Callable) -> None:
+    """The workers of an all-gather + GEMM kernel. Inter-SM: a communicate worker copies the
+    own shard into G when G is asked for (``gathered``) and runs ``comm_step`` for the W - 1
+    peers while the compute worker runs ``consume``. Intra-SM: one compute worker does the
+    own copy and the W - 1 ``push`` steps first, then ``consume``."""
+
+    def comm(c: Code) -> None:
+        c.rank()
+        if gathered:
+            copy_own(c)
+        c.loop(1, W, 1, comm_step)
+
+    def compute(c: Code) -> None:
+        c.rank()
+        if not inter:
+            if gathered:
+                copy_own(c)
+            c.loop(1, W, 1, push)
+        consume(c)
+
+    kb.worker(k.WorkerRole.COMPUTE, compute)
+    if inter:
+        kb.worker(k.WorkerRole.COMMUNICATE, comm)
