@@ -30,6 +30,24 @@ from pkc.passes.remarks import plan_of, remarks_of
 from tests.unit.test_fp8_overlap import red_ir
 
 TOL = {torch.bfloat16: (2e-2, 0.5)}
+
+
+def check_levels(text: str, kernel_level, sched, W: int, seed: int, emulate: bool = True):
+    """On random inputs (``seed``): the interpreter's run of the scheduled module equals the
+    kernel-level module and the graph program ``text``; with ``emulate``, the emulator runs
+    the scheduled PTX equal to the interpreter (its result is returned)."""
+    graph = parse_module(text)
+    ins = random_inputs(graph, W, seed)
+    want = interpret(graph, [list(x) for x in ins], W)
+    ref = interpret(kernel_level, [list(x) for x in ins], W)
+    got = interpret(sched, [list(x) for x in ins], W)
+    compare_outputs(ref, got, tolerance=TOL, context="kernel level vs scheduled")
+    compare_outputs(want, got, tolerance=TOL, context="graph vs scheduled")
+    if not emulate:
+        return None
+    res = check_module(sched, ins, W, tolerance=TOL)
+    assert res.ok, res.difference
+    return res
 # (W, M = W x odd chunk rows, N, K, row-wise)
 CASES = [(1, 40, 48, 64, True), (2, 2 * 13, 32, 128, False), (3, 3 * 13, 48, 64, True),
          (4, 4 * 7, 32, 96, False)]
@@ -54,15 +72,7 @@ def test_scheduled_fp8_reduce_scatter_equals_references(W, M, N, K, row):
                f"reduce-scatter W={W}" in r for r in remarks_of(kop))
     names = [o.name for o in kop.walk()]
     assert "pks.acc_scale" in names and "pks.tma_store_or_add" in names
-    graph = parse_module(text)
-    ins = random_inputs(graph, W, 1)
-    want = interpret(graph, [list(x) for x in ins], W)
-    ref = interpret(kernel_level, [list(x) for x in ins], W)
-    got = interpret(sched, [list(x) for x in ins], W)
-    compare_outputs(ref, got, tolerance=TOL, context="kernel level vs scheduled")
-    compare_outputs(want, got, tolerance=TOL, context="graph vs scheduled")
-    res = check_module(sched, ins, W, tolerance=TOL)
-    assert res.ok, res.difference
+    res = check_levels(text, kernel_level, sched, W, seed=1)
     assert len(res.kernels) == 1
 
 
@@ -125,15 +135,7 @@ def test_scheduled_fp8_all_gather_matmul_equals_references(W, Ms, N, K, gathered
     assert kop.kernel_name.data == "all_gather_scaled_matmul" and kop.schedule() is not None
     assert any(f"scheduled all-gather + fp8 GEMM (e4m3 x e5m2 -> bf16, scales in the "
                f"epilogue) W={W}" in r for r in remarks_of(kop))
-    graph = parse_module(text)
-    ins = random_inputs(graph, W, 2)
-    want = interpret(graph, [list(x) for x in ins], W)
-    ref = interpret(kernel_level, [list(x) for x in ins], W)
-    got = interpret(sched, [list(x) for x in ins], W)
-    compare_outputs(ref, got, tolerance=TOL, context="kernel level vs scheduled")
-    compare_outputs(want, got, tolerance=TOL, context="graph vs scheduled")
-    res = check_module(sched, ins, W, tolerance=TOL)
-    assert res.ok, res.difference
+    check_levels(text, kernel_level, sched, W, seed=2)
 
 
 def test_fp8_all_gather_forms_and_fusion_decisions():

@@ -14,7 +14,6 @@ summed (the unfused sequence rounds each rank's _scaled_mm too, but sums in anot
 from __future__ import annotations
 
 import pytest
-import torch
 
 from pkc.codegen import compile_kernel
 from pkc.codegen.ptxas import find_ptxas
@@ -27,9 +26,9 @@ from pkc.passes.pipelines import schedule_for_target, unscheduled_fp8
 from pkc.passes.registry import run_pipeline
 from pkc.passes.remarks import plan_of, remarks_of
 from pkc.target.cost import Pattern
+from tests.unit.test_fp8_fused import TOL, check_levels
 from tests.unit.test_fp8_overlap import ag_ir, red_ir
 
-TOL = {torch.bfloat16: (2e-2, 0.5)}
 
 
 def _kernels(text: str, target: str = "h200"):
@@ -37,19 +36,6 @@ def _kernels(text: str, target: str = "h200"):
     run_pipeline("default{force=true}", kernel_level)
     sched, _ = schedule_for_target(kernel_level, target)
     return kernel_level, sched, [o for o in sched.walk() if o.name == "pk.kernel"]
-
-
-def _check(text: str, kernel_level, sched, W: int, emulate: bool, seed: int = 1) -> None:
-    graph = parse_module(text)
-    ins = random_inputs(graph, W, seed)
-    want = interpret(graph, [list(x) for x in ins], W)
-    ref = interpret(kernel_level, [list(x) for x in ins], W)
-    got = interpret(sched, [list(x) for x in ins], W)
-    compare_outputs(ref, got, tolerance=TOL, context="kernel level vs scheduled")
-    compare_outputs(want, got, tolerance=TOL, context="graph vs scheduled")
-    if emulate:
-        res = check_module(sched, ins, W, tolerance=TOL)
-        assert res.ok, res.difference
 
 
 # (W, M (odd chunks), N, K, row-wise, emulate)
@@ -78,7 +64,7 @@ def test_scheduled_fp8_all_reduce_equals_references(W, M, N, K, row, emulate):
         assert [kop.kernel_name.data for kop in kops] == ["scaled_matmul_reduce_scatter",
                                                           "all_gather_agp"]
         assert plan_of(kops[0])["pair"] == "mm_all_reduce"
-    _check(text, kernel_level, sched, W, emulate)
+    check_levels(text, kernel_level, sched, W, 1, emulate)
 
 
 # all_gather -> scaled matmul, A's row-wise scale: (W, shard rows (odd), N, K, G returned, emulate)
@@ -106,7 +92,7 @@ def test_scheduled_fp8_all_gather_row_scale_equals_references(W, Ms, N, K, gathe
         (sg,) = [o for o in kop.body.blocks[0].ops if o.name == "pk.alloc"
                  and tuple(o.result.type.get_shape()) == (W * line_rows(Ms), 1)]
         assert sg.result.type.symmetric
-    _check(text, kernel_level, sched, W, emulate, seed=2)
+    check_levels(text, kernel_level, sched, W, 2, emulate)
 
 
 def test_without_the_scale_rows_the_peers_tiles_read_nothing(monkeypatch):
@@ -119,7 +105,7 @@ def test_without_the_scale_rows_the_peers_tiles_read_nothing(monkeypatch):
     text = ag_ir(2, 40, 48, 64, True)
     kernel_level, sched, _ = _kernels(text)
     with pytest.raises(EquivalenceError, match="never written|NaN"):
-        _check(text, kernel_level, sched, 2, False)
+        check_levels(text, kernel_level, sched, 2, 1, emulate=False)
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
