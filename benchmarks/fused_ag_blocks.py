@@ -21,13 +21,13 @@ rotated), C checked again after them.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweep_common import case_cli, run_cases, virtual_peers  # noqa: E402  (the path above)
 
 # (name, W, B, Sc, N, H, gathered): odd shapes (Sc no multiple of the tile, N and H
 # multiples of 8, not 16) and one layer-sized case per W for the time
@@ -94,7 +94,7 @@ def compile_case(W: int, B: int, Sc: int, N: int, H: int, gathered: bool = False
 
 def run_case(name, W, B, Sc, N, H, gathered, rounds: int, peers) -> dict:
     import torch
-    from fused_ir import fused_vs_gemm, gemm_alone
+    from fused_ir import gemm_alone
     from pkc.passes.remarks import plan_of
     from pkc.runtime.scheduled_ag import ScheduledAgGemm
 
@@ -164,20 +164,10 @@ def run_case(name, W, B, Sc, N, H, gathered, rounds: int, peers) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="out/fused_ag_blocks")
-    ap.add_argument("--list", action="store_true")
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--cases", default="", help="comma-separated substrings of case names")
-    args = ap.parse_args()
-    picked = [c for c in CASES if not args.cases or any(x in c[0] for x in args.cases.split(","))]
-    if args.list:
-        for c in picked:
-            print(*c)
+    cli = case_cli(__doc__, CASES, "out/fused_ag_blocks")
+    if cli is None:
         return
-    from sweep_common import run_cases, virtual_peers
-
-    os.makedirs(args.out, exist_ok=True)
+    args, picked = cli
     rows = run_cases(picked, lambda c: run_case(*c, rounds=args.rounds,
                                                 peers=virtual_peers(c[1])),
                      os.path.join(args.out, f"fused_ag_blocks_r{args.rounds}.json"))

@@ -19,14 +19,13 @@ again after the timed launches.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweep_common import case_cli, run_cases, virtual_peers  # noqa: E402  (the path above)
 
 # (name, W, Mc, N, K, layout, gathered): odd shapes (Mc, N, K not multiples of 16 or of W;
 # N, K multiples of 8 for TMA) and larger ones (PK's AG + GEMM N x N/8 x N shapes per rank)
@@ -149,34 +148,12 @@ def run_case(name, W, Mc, N, K, layout, gathered, rounds: int, peers) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="out/fused_ag_ir")
-    ap.add_argument("--list", action="store_true")
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--cases", default="", help="comma-separated substrings of case names")
-    args = ap.parse_args()
-    picked = [c for c in CASES if not args.cases or any(x in c[0] for x in args.cases.split(","))]
-    if args.list:
-        for c in picked:
-            print(*c)
+    cli = case_cli(__doc__, CASES, "out/fused_ag_ir")
+    if cli is None:
         return
-    from pkc.runtime.peers import VirtualPeers
-
-    os.makedirs(args.out, exist_ok=True)
-    rows, worlds = [], {}
-    for c in picked:
-        try:
-            W = c[1]
-            peers = worlds.get(W) or worlds.setdefault(W, VirtualPeers(W))
-            row = run_case(*c, rounds=args.rounds, peers=peers)
-        except Exception as e:      # one failing case must not hide the others
-            import traceback
-            row = {"case": c[0], "error": f"{type(e).__name__}: {e}",
-                   "trace": traceback.format_exc()[-2000:]}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    with open(os.path.join(args.out, f"fused_ag_ir_r{args.rounds}.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+    args, picked = cli
+    rows = run_cases(picked, lambda c: run_case(*c, rounds=args.rounds, peers=virtual_peers(c[1])),
+                     os.path.join(args.out, f"fused_ag_ir_r{args.rounds}.json"), trace=True)
     print(f"\n{'case':14} {'W':>2} {'Mc x N x K':18} {'tile':10} {'put':>3} {'ok':5} "
           f"{'fused us':>8} {'GEMM us':>8} {'fused/GEMM':>10}")
     for r in rows:

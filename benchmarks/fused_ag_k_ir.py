@@ -17,7 +17,6 @@ medians and the paired ratio fused / GEMM (``fused_vs_gemm``); C checked again a
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -25,7 +24,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from sweep_common import run_cases, virtual_peers  # noqa: E402  (the path above)
+from sweep_common import case_cli, run_cases, virtual_peers  # noqa: E402  (the path above)
 
 # (name, W, M, N, Kc, B layout, gathered): odd shapes (M, N, Kc not multiples of 16 or W;
 # N, Kc multiples of 8 for TMA) and the timing shapes
@@ -143,18 +142,10 @@ def run_case(name, W, M, N, Kc, layout, gathered, rounds: int, peers) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="out/fused_ag_k_ir")
-    ap.add_argument("--list", action="store_true")
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--cases", default="", help="comma-separated substrings of case names")
-    args = ap.parse_args()
-    picked = [c for c in CASES if not args.cases or any(x in c[0] for x in args.cases.split(","))]
-    if args.list:
-        for c in picked:
-            print(*c)
+    cli = case_cli(__doc__, CASES, "out/fused_ag_k_ir")
+    if cli is None:
         return
-    os.makedirs(args.out, exist_ok=True)
+    args, picked = cli
     rows = run_cases(picked, lambda c: run_case(*c, rounds=args.rounds, peers=virtual_peers(c[1])),
                      os.path.join(args.out, f"fused_ag_k_ir_r{args.rounds}.json"))
     print(f"\n{'case':20} {'W':>2} {'M x N x K':18} {'tile':10} {'put':>3} {'ok':5} "

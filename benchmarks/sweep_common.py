@@ -6,6 +6,7 @@ imported)."""
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import math
@@ -208,17 +209,40 @@ def write_json(path: Path | str, obj) -> None:
     os.replace(tmp, path)
 
 
-def run_cases(cases, run_one, json_path, error_row=lambda c: {"case": c[0]}) -> list[dict]:
+def case_cli(doc: str, cases: list, default_out: str, rounds: int = 30):
+    """The command line of a benchmark of named cases: ``--out``, ``--rounds``, ``--cases``
+    (comma-separated substrings of case names) and ``--list`` (prints the picked cases and
+    returns None: no GPU needed). Else returns (args, the picked cases), ``--out`` made."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", default=default_out)
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--cases", default="", help="comma-separated substrings of case names")
+    args = ap.parse_args()
+    picked = [c for c in cases if not args.cases or any(x in c[0] for x in args.cases.split(","))]
+    if args.list:
+        for c in picked:
+            print(*c)
+        return None
+    os.makedirs(args.out, exist_ok=True)
+    return args, picked
+
+
+def run_cases(cases, run_one, json_path, error_row=lambda c: {"case": c[0]},
+              trace: bool = False) -> list[dict]:
     """Run ``run_one(case)`` for each case; a case that raises becomes ``error_row(case)``
-    plus its ``error`` (one failing case must not hide the others). Each row is printed as
-    a JSON line as it comes and the rows so far are written to ``json_path`` (a crash
-    later keeps them)."""
+    plus its ``error`` (and with ``trace`` the traceback's end) (one failing case must not
+    hide the others). Each row is printed as a JSON line as it comes and the rows so far
+    are written to ``json_path`` (a crash later keeps them)."""
     rows = []
     for c in cases:
         try:
             row = run_one(c)
         except Exception as e:
             row = {**error_row(c), "error": f"{type(e).__name__}: {e}"}
+            if trace:
+                import traceback
+                row["trace"] = traceback.format_exc()[-2000:]
         rows.append(row)
         print(json.dumps(row), flush=True)
         write_json(json_path, rows)
