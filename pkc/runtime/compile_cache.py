@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from pkc.sources import sources_digest
+
 __all__ = ["CacheEntry", "cache_enabled", "graph_key", "load", "store", "cache_root", "sources_digest"]
 
 def cache_enabled() -> bool:
@@ -41,20 +43,6 @@ def cache_root() -> Path:
         root = Path.home() / ".cache" / "pkc" / "graphs"
     root.mkdir(parents=True, exist_ok=True)
     return root
-
-
-def _sources_digest() -> str:
-    """pkc's Python sources (:func:`pkc.sources.sources_digest`; ``$PKC_COMPILE_CACHE_VERSION``
-    pins it)."""
-    from pkc.sources import sources_digest as digest
-
-    return digest()
-
-
-def sources_digest() -> str:
-    """The sources part of the key (also what a precompiled graph is valid for,
-    :mod:`pkc.runtime.precompile`)."""
-    return _sources_digest()
 
 
 def graph_key(gm: torch.fx.GraphModule, *, world: int, target: str, pipeline: str | None,
@@ -75,7 +63,7 @@ def graph_key(gm: torch.fx.GraphModule, *, world: int, target: str, pipeline: st
         h.update(attr.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     meta = {"world": world, "target": target, "pipeline": pipeline, "torch": torch.__version__,
             "groups": {k: list(v[:1]) for k, v in sorted((groups or {}).items())},
-            "names": names or [], "pkc": _sources_digest()}
+            "names": names or [], "pkc": sources_digest()}
     h.update(json.dumps(meta, sort_keys=True, default=str).encode())
     return h.hexdigest()[:40]
 

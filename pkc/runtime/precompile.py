@@ -83,7 +83,7 @@ def adopt(backend_id: str, *, cpu: bool) -> bool:
     try:
         from torch._dynamo.precompile_context import PrecompileContext
 
-        from pkc.runtime.compile_cache import sources_digest
+        from pkc.sources import sources_digest
 
         art = PrecompileContext.serialize_artifact_by_key(backend_id)
         if art is None or isinstance(art, PkcArtifact):
@@ -134,7 +134,7 @@ class PkcArtifact(_artifact_base()):  # type: ignore[misc]
 
 
 def _checked_artifact(key: str, content: dict) -> PkcArtifact:
-    from pkc.runtime.compile_cache import sources_digest
+    from pkc.sources import sources_digest
 
     if content.get("pkc") != sources_digest():
         raise RuntimeError("pkc: a precompiled graph of other pkc sources; compiling it again")
