@@ -397,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="print the cases and exit (no GPU needed)")
     ap.add_argument("--tp", type=int, default=8, help="per-rank sizes of this TP degree (default 8)")
     ap.add_argument("--modes", default="default", help="comma-separated: default, reduce-overhead")
-    ap.add_argument("--only", default="", help="run the cases whose label contains every word of this")
+    ap.add_argument("--only", default="", help="run the cases whose label contains every word of this; "
+                    "'|' separates alternatives ('8b T=8192 f32|decode f32')")
     ap.add_argument("--max-cases", type=int, default=0)
     ap.add_argument("--budget-s", type=float, default=0, help="start no case after this many seconds")
     ap.add_argument("--iters", type=int, default=24)
@@ -414,8 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cases = all_cases(args.tp, tuple(args.modes.split(",")))
     if args.only:
-        words = args.only.split()
-        cases = [c for c in cases if all(w in c.label for w in words)]
+        alternatives = [a.split() for a in args.only.split("|")]
+        cases = [c for c in cases if any(all(w in c.label for w in words) for words in alternatives)]
     if args.max_cases:
         cases = cases[: args.max_cases]
     if args.list:
