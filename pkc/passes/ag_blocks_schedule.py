@@ -28,8 +28,11 @@ block) with another geometry:
 At W = 1 the gather is the identity and the kernel is the plain one (B plays no part).
 The same parts drive the tensor-memory GEMM of an sm_100a target (they only change the
 tile loop's coordinates, the producer's map and row, the epilogue's store and the put
-side's byte ranges). fp8 (``pk.scaled_matmul``) is not matched in this layout (overlap's
-remark says why).
+side's byte ranges). fp8 (``pk.scaled_matmul``, sm_90a): the scheduled fp8 GEMM with the
+scales in the epilogue (a tensor-wise A scale as it is; a row-wise one is the shard's
+``[B*Sc, 1]`` scale, whose rows the put side gathers into SG in the shard's own layout:
+:class:`pkc.passes.fused_fp8_ag.BlockRowScaleParts`); a tile's scale row is ``b*Sc + i``
+of its shard.
 """
 
 from __future__ import annotations
@@ -90,7 +93,8 @@ class BlockAgParts(AgParts):
 
     def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
         t3 = s.TmapType(self.cfg.dtype, [*tc_t.box_dims, 1], tc_t.swizzle.data)
-        return top.add(ag.TmapViewOp(C, [self.B * self.W, self.sc, self.n], t3)).result
+        n = C.type.get_shape()[1]       # C's own columns (one weight's of several)
+        return top.add(ag.TmapViewOp(C, [self.B * self.W, self.sc, n], t3)).result
 
     def tile_loop(self, r: _Ops, M, N, inits, cfg):
         loop = r.add(f.ChunkTileLoopOp(M, N, self.rank, inits, cfg.bm, cfg.bn, cfg.group_m,
@@ -118,10 +122,22 @@ class BlockAgParts(AgParts):
     def epilogue_tile(self, t: _Ops, cfg: GemmConfig, e: Epi, coords, row0, ebuf, extra):
         _, n0, chunk, blk = coords
         outer = self._outer(t, chunk, blk)
+        # an fp8 kernel's pieces are scaled first; A's row scales at the tile's row of its
+        # shard (b*Sc + i: the shard's own layout, that of SX and of its rows in SG)
+        a_row0 = None
+        if e.scales is not None:
+            a_row0 = t.bin(arith.AddiOp, t.bin(arith.MuliOp, blk, self.sc), row0)
+            e = self.shard_scales(e, chunk)
         ebuf = _tma_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, n0, ebuf,
                              lambda slot, col, row: t.add(s.TmaStoreOp(e.epi, slot, e.tC,
-                                                                       [col, row, outer])))
+                                                                       [col, row, outer])),
+                             e, a_row0)
         return ebuf, extra
+
+    def shard_scales(self, e: Epi, chunk: SSAValue) -> Epi:
+        """The epilogue's scales of a tile of shard ``chunk`` (tensor-wise: ``e`` itself;
+        A's row-wise ones gathered by the put side: :mod:`pkc.passes.fused_fp8_ag`)."""
+        return e
 
     def block_span(self, o: _Ops, b: SSAValue, base: SSAValue, total: int, blk: int):
         """Row block b = (batch block bb, raster group g): ``rows`` rows from A's row
@@ -138,8 +154,17 @@ class BlockAgParts(AgParts):
                 o.bin(arith.MuliOp, rows, row_bytes))
 
 
+def _scaled(kop: k.KernelOp) -> bool:
+    fz = kop.attributes.get("pk.fusion")
+    v = fz.data.get("scaled") if fz is not None else None
+    return v is not None and bool(v.value.data)
+
+
 def why_not_blocks(kop: k.KernelOp) -> str | None:
-    """Why a gather of blocks of rows cannot be scheduled (None: it can)."""
+    """Why a gather of blocks of rows cannot be scheduled (None: it can); an fp8 kernel
+    was checked by schedule-fused (:func:`pkc.passes.fused_fp8.ag_problem`)."""
+    if _scaled(kop):
+        return None
     why = why_not_ag(kop)
     if why is not None:
         return why

@@ -413,7 +413,9 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
     scales = Scales(block.args[2], block.args[3], rows=W * Mc) if scaled else None
     pad, ctl = signal_allocs(block, W, parts_cls.signal_slots(Mc, cfg, blocks))
     if scaled and W > 1 and len(kop.inputs[1].type.get_shape()) == 2:
-        from pkc.passes.fused_fp8_ag import AgRowScaleParts as parts_cls  # A's row scales
+        from pkc.passes.fused_fp8_ag import row_scale_parts  # A's row scales
+
+        parts_cls = row_scale_parts(parts_cls)
     parts = parts_cls(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, piece, asked,
                       **({"blocks": blocks} if blocks > 1 else {}))
     build_fused_gemm(block, A, B, C, parts.tile_rows, N, K, cfg, parts, scales)

@@ -62,7 +62,7 @@ from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.ag_gemm_schedule import (MAX_BYTES, AgParts, _dtype, _when, operand_problem, put_ctas,
                                          put_ring, row_blocks, signal_allocs)
 from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
-from pkc.passes.gemm_schedule import GemmParts, _Ops
+from pkc.passes.gemm_schedule import GemmParts, Scales, _Ops
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle
 from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind
@@ -87,7 +87,7 @@ class AgKParts(AgParts):
         # G in the gathered tensor's own layout [M, W*Kc] (else the slots [W, M, Kc]): a
         # row of the shard is one put piece, landing in its row of G at column rank*Kc
         self.true = true_layout and world > 1
-        self.row_bytes = kc * 2
+        self.row_bytes = kc * (1 if cfg.fp8 else 2)
         if self.true and piece != self.row_bytes:
             raise ValueError(f"AgKParts: G's own layout puts one row per piece ({self.row_bytes} "
                              f"bytes), got pieces of {piece}")
@@ -187,18 +187,27 @@ def why_not_agk(kop: k.KernelOp) -> str | None:
 
 def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None:
     """Rewrite ``kop`` (pattern ``all_gather_k_mm``) into the scheduled kernel, or leave it
-    with a remark saying why not."""
-    reason = why_not_agk(kop)
+    with a remark saying why not. An fp8 kernel (inputs X, B, SA, SB; schedule-fused
+    checked it: :func:`pkc.passes.fused_fp8.agk_problem`) gets the fp8 GEMM whose plain
+    epilogue scales the tile summed over every shard (SA is the gathered row's scale)."""
+    scaled = len(kop.inputs) == 4
+    reason = None if scaled else why_not_agk(kop)
     if reason:
         add_remark(kop, f"fused kernel left unscheduled: {reason}")
         return
     W = kop.world_size
-    a, b = kop.inputs
+    a, b = kop.inputs[:2]
     M, Kc = a.type.get_shape()
     K, N = W * Kc, b.type.get_shape()[1]
     asked = len(kop.outputs) == 2
-    (b_val, layout), dt = b_operand(b), _dtype(a.type)
+    if scaled:
+        from pkc.passes.fused_fp8 import fp8_operands
+
+        b_val, layout, dt, types = fp8_operands(kop, a, b)
+    else:
+        (b_val, layout), dt, types = b_operand(b), _dtype(a.type), ("", "")
     cfg = fused_config(FusedKind.AG, M, N, K, W, dt, layout, target, variant)
+    cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
     plan = plan_of(kop)
     side, why_side = put_ctas(plan, W, asked, M, N, K, target)
     arena, ring, piece = put_ring(cfg)
@@ -206,26 +215,32 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
     # piece (measured: rows of 272 bytes made the put side ~4x slower than whole row
     # blocks into the slots, docs/PERF_NOTES.md 2026-12-02 (i)), with as many bytes in
     # flight as the slots' ring (more, smaller slots)
-    row = Kc * 2
+    row = Kc * (1 if scaled else 2)
     true = asked and W > 1 and ROW_PIECE_MIN <= row <= piece
     if true:
         piece, ring = row, min(arena // row, PUT_RING * PUT_PIECE // row)
     y = kop.outputs[0].type
     el = a.type.element_type
     gshape = [M, K] if true else [W * M, Kc]
+    scale_ins = list(kop.inputs[2:])
     block = Block(arg_types=[BufferType([M, Kc], el),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
+                             *[BufferType(v.type.get_shape(), v.type.element_type)
+                               for v in scale_ins],
                              BufferType(y.get_shape(), y.element_type, LOCAL),
                              BufferType(gshape, el, SYMMETRIC)])
-    A, B, C, Gb = block.args
+    A, B, C, Gb = block.args[0], block.args[1], block.args[-2], block.args[-1]
+    # fp8: the plain GEMM's epilogue scales the f32 tile summed over all W shards, A's
+    # row scales at the tile's rows (the gathered row's scale is the shard row's)
+    scales = Scales(block.args[2], block.args[3]) if scaled else None
     pad, ctl = signal_allocs(block, W, row_blocks(M, cfg))
     parts = AgKParts(W, M, N, Kc, cfg, A, Gb, pad, ctl, side, ring, piece, asked, true)
-    build_fused_gemm(block, A, B, C, M, N, parts.k_steps(), cfg, parts)
+    build_fused_gemm(block, A, B, C, M, N, parts.k_steps(), cfg, parts, scales)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
     slots = TensorType(el, gshape)
-    new = k.KernelOp("all_gather_k_matmul", W, [a, b_val], [y, slots], Region(block),
-                     attributes=attrs)
+    new = k.KernelOp("all_gather_k_scaled_matmul" if scaled else "all_gather_k_matmul", W,
+                     [a, b_val, *scale_ins], [y, slots], Region(block), attributes=attrs)
     tmem_plan, tmem_words = arrangement(cfg)
     set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=FusedKind.AG, bm=cfg.bm, bn=cfg.bn,
              stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
@@ -234,7 +249,10 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
              put_piece=piece, put_ring=ring, put_lag=parts.lag, gathered_output=asked,
              **({"gathered_layout": "rows" if true or W == 1 else "slots"} if asked else {}),
              **tmem_plan)
-    add_remark(new, f"scheduled all-gather along K + GEMM W={W} {M}x{N}x{K} {dt}: "
+    what = (f"fp8 GEMM ({types[0]} x {types[1]} -> {dt}, the sum over the shards scaled "
+            "in the epilogue)" if scaled else "GEMM")
+    add_remark(new, f"scheduled all-gather along K + {what} W={W} {M}x{N}x{K}"
+               f"{'' if scaled else ' ' + dt}: "
                f"{cfg.tag()}, K loop over {W} shards of {parts.nkc} k-steps (own shard "
                f"first, read in place; a peer's after its row block's signal, once per row "
                f"block of {cfg.bm * cfg.group_m} rows), {parts.G} row blocks per shard "
@@ -242,10 +260,10 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
                f"{piece // 1024} KiB ring, row block by row block to every peer"
                + ("; the gathered A stays in the kernel" if not asked else
                   "; the gathered A is returned in its [M, K] layout (the puts write each row "
-                  f"of the shard into its columns: pieces of one row, {Kc * 2} bytes)"
+                  f"of the shard into its columns: pieces of one row, {row} bytes)"
                   if true or W == 1 else
                   f"; the gathered A is returned ([W, M, Kc] slots, transposed to [M, K] "
-                  f"after the kernel: a row of the shard, {Kc * 2} bytes, is not a put piece "
+                  f"after the kernel: a row of the shard, {row} bytes, is not a put piece "
                   f"of {ROW_PIECE_MIN}-{piece} bytes)")
                + tmem_words)
     new.location = kop.location

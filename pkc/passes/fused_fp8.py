@@ -18,7 +18,11 @@ or summed into the fresh output at W = 2), above W = 2 the pair of
 :mod:`pkc.passes.fused_ar_pair` (this module's GEMM + reduce-scatter, then the pull
 all-gather of its bf16 chunks). All-gather + GEMM (:func:`ag_problem`): one weight,
 tensor-wise or, on sm_90a, A's row-wise scale gathered with A
-(:mod:`pkc.passes.fused_fp8_ag`: the put side moves each shard's scale rows too).
+(:mod:`pkc.passes.fused_fp8_ag`: the put side moves each shard's scale rows too); on
+sm_90a also of blocks of rows per shard (a gather along a middle dim, DTensor
+``Shard(1)``: :mod:`pkc.passes.ag_blocks_schedule`, the row scales in the same layout)
+and the all-gather along K (:func:`agk_problem`; :mod:`pkc.passes.ag_k_schedule` with the
+scaled epilogue of the plain GEMM: A's scale is that of the whole gathered row).
 """
 
 from __future__ import annotations
@@ -47,7 +51,14 @@ def why_not_scaled(kop: k.KernelOp, pattern: Pattern | None, target: str) -> str
         if len(kop.inputs) != 4:
             return (f"all_gather_mm with {(len(kop.inputs) - 2) // 2} matmuls: the scheduled "
                     "fp8 kernel drives one weight")
-        return ag_problem(kop.world_size, *[v.type for v in kop.inputs], outs, arch)
+        fz = kop.attributes["pk.fusion"].data
+        blocks = fz["batches"].value.data if "batches" in fz else 1
+        return ag_problem(kop.world_size, *[v.type for v in kop.inputs], outs, arch, blocks)
+    if pattern is Pattern.ALL_GATHER_K_MM:    # sm_90a: the wgmma GEMM's shard walk
+        if len(kop.inputs) != 4:
+            return f"{len(kop.inputs)} inputs (X, B, SA, SB)"
+        return agk_problem(kop.world_size, kop.inputs[0].type, kop.inputs[1].type,
+                           [o.type for o in kop.outputs], arch)
     if pattern is Pattern.MM_ALL_REDUCE:
         if len(kop.inputs) != 4 or len(kop.outputs) != 1:
             return f"{len(kop.inputs)} inputs and {len(kop.outputs)} outputs (A, B, SA, SB -> Y)"
@@ -132,13 +143,21 @@ def schedule_scaled_ar(kop: k.KernelOp, target: str, variant: str, build_rs,
         schedule_ar(kop, target, variant, dt, clc)
 
 
-def ag_problem(W: int, x, sx, b, sb, outs, arch: str = "sm_90a") -> str | None:
+def ag_problem(W: int, x, sx, b, sb, outs, arch: str = "sm_90a",
+               blocks: int = 1) -> str | None:
     """Why a W-rank fp8 all-gather of ``x`` [Mc, K] + scaled matmul with ``b`` [K, N]
     (scales ``sx``: tensor-wise, or A's row-wise [Mc, 1] shard scale gathered with A;
-    ``sb``) into ``outs`` (Y [W Mc, N], and G) has no scheduled kernel on ``arch``."""
+    ``sb``) into ``outs`` (Y [W Mc, N], and G) has no scheduled kernel on ``arch``;
+    ``blocks`` > 1: the shard is that many blocks of rows (a gather along a middle dim,
+    :mod:`pkc.passes.ag_blocks_schedule`; its row scales in the same layout)."""
     if len(sx.get_shape()) == 2 and arch != "sm_90a" and W > 1:
         return (f"A's row-wise scale (gathered with A): scheduled on sm_90a only, not {arch} "
                 "(the tensor-wise form is)")
+    if blocks > 1 and W > 1 and arch != "sm_90a":
+        return (f"a gather of {blocks} blocks of rows per shard: the fp8 kernel is scheduled "
+                f"on sm_90a only, not {arch}")
+    if blocks > 1 and x.get_shape()[0] % blocks:
+        return f"the shard's {x.get_shape()[0]} rows are not {blocks} blocks"
     if any(len(t.get_shape()) != 2 for t in (x, b, *outs)):
         return f"operands are not 2-D ({x}, {b})"
     if type(outs[0].element_type) not in _OUT:
@@ -151,6 +170,29 @@ def ag_problem(W: int, x, sx, b, sb, outs, arch: str = "sm_90a") -> str | None:
         return f"N = {N} and K = {K} must be multiples of 16 (fp8 TMA rows, wgmma k32)"
     if W * Mc * K >= 1 << 31:
         return f"the gathered A ({W * Mc * K} bytes) needs 64-bit offsets"
+    return None
+
+
+def agk_problem(W: int, x, b, outs, arch: str = "sm_90a") -> str | None:
+    """Why a W-rank fp8 all-gather along K of ``x`` [M, Kc] + scaled matmul with ``b``
+    [W Kc, N] into ``outs`` (Y [M, N], and G [M, W Kc]) has no scheduled kernel on
+    ``arch`` (the scales take any form torch's ``_scaled_mm`` does: the epilogue scales
+    the sum over every shard)."""
+    if arch != "sm_90a":
+        return f"the fp8 gather along K is scheduled on sm_90a only, not {arch}"
+    if any(len(t.get_shape()) != 2 for t in (x, b, *outs)):
+        return f"operands are not 2-D ({x}, {b})"
+    if type(outs[0].element_type) not in _OUT:
+        return (f"result {outs[0].element_type}: the scheduled fp8 GEMM stores bf16 or f16 (the "
+                "portable lowering runs an f32 result)")
+    (M, Kc), (K, N) = x.get_shape(), b.get_shape()
+    if K != W * Kc or tuple(outs[0].get_shape()) != (M, N):
+        return f"shard {x} x B {b} -> {outs[0]} is not a gather of {W} K shards"
+    if Kc % 16 or N % 16:
+        return (f"N = {N} and the shard's K = {Kc} must be multiples of 16 (fp8 TMA rows, "
+                "wgmma k32)")
+    if W * M * Kc >= 1 << 31:
+        return f"the gathered A ({W * M * Kc} bytes) needs 64-bit offsets"
     return None
 
 
@@ -173,5 +215,5 @@ def fp8_operands(kop: k.KernelOp, a=None, b=None):
     return b_val, layout, out, (_FP8[type(a.type.element_type)], _FP8[type(b.type.element_type)])
 
 
-__all__ = ["why_not_scaled", "fp8_operands", "shape_problem", "ag_problem", "ar_problem",
-           "schedule_scaled_ar"]
+__all__ = ["why_not_scaled", "fp8_operands", "shape_problem", "ag_problem", "agk_problem",
+           "ar_problem", "schedule_scaled_ar"]

@@ -43,6 +43,7 @@ from pkc.dialects import schedule as s
 from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_moe as m
 from pkc.dialects.types import SYMMETRIC, BufferType
+from pkc.passes.ag_blocks_schedule import BlockAgParts
 from pkc.passes.ag_gemm_schedule import AgParts, _when
 from pkc.passes.gemm_schedule import Epi, _for, _Ops
 
@@ -64,7 +65,7 @@ class AgRowScaleParts(AgParts):
                  blocks: int = 1, **kw):
         if blocks != 1:
             raise ValueError(f"fp8 all-gather + GEMM with A's row-wise scale: {blocks} row "
-                             "blocks per shard (one contiguous shard only)")
+                             "blocks per shard (BlockRowScaleParts gathers those)")
         super().__init__(world, mc, n, kdim, cfg, A, *rest, **kw)
         self.sx = A.block.args[2]
         t = self.sx.type
@@ -76,10 +77,13 @@ class AgRowScaleParts(AgParts):
                              "rows per shard in the gathered scale), ")
 
     def a_map(self, top: _Ops, A: SSAValue, ta_t) -> SSAValue:
-        # SG: a kernel-level allocation (top: the pk.kernel's block, before the schedule)
+        self.alloc_sg(top)
+        return super().a_map(top, A, ta_t)
+
+    def alloc_sg(self, top: _Ops) -> None:
+        """SG: a kernel-level allocation (top: the pk.kernel's block, before the schedule)."""
         self.sg = top.add(k.AllocOp(BufferType([self.W * self.mcp, 1], Float32Type(),
                                                SYMMETRIC))).result
-        return super().a_map(top, A, ta_t)
 
     def put_extra(self, o: _Ops, j: SSAValue, d: SSAValue) -> None:
         """Put CTA ``j``'s share of the shard's scale rows into every peer's SG, once: at
@@ -130,18 +134,51 @@ class AgRowScaleParts(AgParts):
                                      row0, ebuf, extra)
 
 
+class BlockRowScaleParts(BlockAgParts, AgRowScaleParts):
+    """The gather of ``blocks`` blocks of rows per shard (:class:`BlockAgParts`: DTensor
+    ``Shard(1)``) whose A has a row-wise scale: the put side moves the shard's ``[B*Sc, 1]``
+    scale rows as :class:`AgRowScaleParts` does (into SG at ``rank x Mcp``, in the shard's
+    own layout: block b's rows at ``b*Sc``), and a tile of block b, rows ``i..`` of a
+    shard, is scaled by rows ``b*Sc + i..`` of SX (own) or of the shard's SG rows (peer).
+    Padding rows of a block (past Sc, clipped at the store) read the next block's scales,
+    or nothing past the shard (the bound)."""
+
+    def __init__(self, *args, blocks: int):
+        super().__init__(*args, blocks)
+        self.layout_words = (f"{self.layout_words}A's row scales gathered with A by the put "
+                             f"side ({self.mcp} rows per shard in the gathered scale), ")
+
+    def a_map(self, top: _Ops, A: SSAValue, ta_t) -> SSAValue:
+        self.alloc_sg(top)
+        return BlockAgParts.a_map(self, top, A, ta_t)
+
+    def shard_scales(self, e: Epi, chunk: SSAValue) -> Epi:
+        return _ShardScaleEpi(e, self, chunk, in_shard=True)
+
+    def epilogue_tile(self, t: _Ops, cfg, e: Epi, coords, row0, ebuf, extra):
+        return BlockAgParts.epilogue_tile(self, t, cfg, e, coords, row0, ebuf, extra)
+
+
+def row_scale_parts(parts_cls: type) -> type:
+    """The parts of a W > 1 fp8 gather whose A has a row-wise scale, for the parts of
+    its layout (rows: :class:`AgRowScaleParts`; blocks of rows: :class:`BlockRowScaleParts`)."""
+    return BlockRowScaleParts if issubclass(parts_cls, BlockAgParts) else AgRowScaleParts
+
+
 class _ShardScaleEpi(Epi):
     """The epilogue's scale step for a tile of shard ``chunk``: SX for the own shard, the
-    shard's rows of SG for a peer's (``row0`` is the gathered A's row: chunk x Mc + ..)."""
+    shard's rows of SG for a peer's (``row0`` is the gathered A's row: chunk x Mc + ..;
+    ``in_shard``: the row in the shard, b x Sc + i for blocks of rows)."""
 
-    def __init__(self, e: Epi, parts: AgRowScaleParts, chunk: SSAValue):
+    def __init__(self, e: Epi, parts: AgRowScaleParts, chunk: SSAValue, in_shard: bool = False):
         super().__init__(e.acc, e.epi, e.C, e.tC, e.wg, e.M, e.N, e.scales)
-        self.parts, self.chunk = parts, chunk
+        self.parts, self.chunk, self.in_shard = parts, chunk, in_shard
 
     def scale(self, t: _Ops, row0: SSAValue, n0: SSAValue,
               piece: tuple[int, int, int] | None = None) -> None:
         p, sb = self.parts, self.scales.sb
-        local = t.bin(arith.SubiOp, row0, t.bin(arith.MuliOp, self.chunk, p.mc))
+        local = row0 if self.in_shard else t.bin(arith.SubiOp, row0,
+                                                 t.bin(arith.MuliOp, self.chunk, p.mc))
         own = _when(t, t.cmp("eq", self.chunk, p.rank))
         own.add(s.AccScaleOp(self.acc, p.sx, sb, None, local, n0, own.c(p.mc), self.N, piece))
         peer = _when(t, t.cmp("ne", self.chunk, p.rank))
@@ -150,4 +187,5 @@ class _ShardScaleEpi(Epi):
                               n0, peer.bin(arith.AddiOp, first, p.mc), self.N, piece))
 
 
-__all__ = ["AgRowScaleParts", "line_rows", "LINE_ROWS", "WORDS_IN_FLIGHT"]
+__all__ = ["AgRowScaleParts", "BlockRowScaleParts", "row_scale_parts", "line_rows", "LINE_ROWS",
+           "WORDS_IN_FLIGHT"]

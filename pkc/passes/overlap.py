@@ -53,7 +53,8 @@ does a reduction fed by a matmul through elementwise ops (a bias add) and an MoE
 after an activation. An fp8 ``pk.scaled_matmul`` is fused only under ``force`` where the
 target's architecture has no scheduled fp8 fused kernel of that kind and form
 (``pipelines.unscheduled_fp8``; sm_90a: GEMM + reduce-scatter of row chunks, GEMM +
-all-reduce, all-gather + GEMM of one weight with tensor- or row-wise scales): the plan
+all-reduce, all-gather + GEMM of one weight with tensor- or row-wise scales, of rows or
+of blocks of rows, and the all-gather along K): the plan
 assumes a fast kernel, the portable one is far slower than cuBLASLt.
 A fused kernel gets ``pk.plan`` (pattern, overlap, comm_sms, fused_time, unfused_time in
 seconds, forced, target, tiles) and the plan's remark. Options: ``target``; ``force``
@@ -76,6 +77,7 @@ from pkc.dialects import graph as g
 from pkc.dialects.types import is_fp8, shape_str
 from pkc.dialects.rank_groups import copy_groups, group_remark
 from pkc.passes.fused_fp8 import ag_problem as fp8_ag_problem
+from pkc.passes.fused_fp8 import agk_problem as fp8_agk_problem
 from pkc.passes.fused_fp8 import ar_problem as fp8_ar_problem
 from pkc.passes.fused_fp8 import shape_problem as fp8_shape_problem
 from pkc.passes.overlap_gather_blocks import blocks_near_miss, blocks_remark, match_gather_blocks
@@ -232,7 +234,10 @@ def _fp8_problem(m: Match, arch: str) -> str | None:
         if len(m.inputs) != 4:
             return "several matmuls of one gather"
         x, sx, b, sb = (v or i.type for v, i in zip(m.views[:4] + [None] * 4, m.inputs))
-        return fp8_ag_problem(m.world, x, sx, b, sb, m.result_types, arch)
+        return fp8_ag_problem(m.world, x, sx, b, sb, m.result_types, arch, m.batches)
+    if m.pattern is Pattern.ALL_GATHER_K_MM:
+        x, b = (v or i.type for v, i in zip(m.views[:2], m.inputs[:2]))
+        return fp8_agk_problem(m.world, x, b, m.result_types, arch)
     if m.pattern is Pattern.MM_ALL_REDUCE:
         a, b = (v or x.type for v, x in zip(m.views[:2], m.inputs[:2]))
         return "adds a bias" if m.bias else fp8_ar_problem(m.world, a, b, m.result_types[0],
@@ -253,9 +258,12 @@ def _scaled_remark(m: Match) -> str:
     """Names the fp8 fusion and where its scales go (inputs: see patterns_scaled.py)."""
     ag = m.pattern is Pattern.ALL_GATHER_MM
     sa, sb = (m.inputs[1], m.inputs[-1]) if ag else (m.inputs[2], m.inputs[3])
-    kinds = ["row-wise" if len(shape_of(s)) == 2 else "tensor-wise" for s in (sa, sb)]
+    kinds = ["row-wise" if len(shape_of(s)) >= 2 else "tensor-wise" for s in (sa, sb)]
     if ag and kinds[0] == "row-wise":
         how = "A's row-wise scale is gathered with A by the same kernel"
+    elif m.pattern is Pattern.ALL_GATHER_K_MM:
+        how = ("each f32 output tile, summed over every shard of K, is scaled once before "
+               "it is stored (A's scale is the gathered row's, not gathered)")
     else:
         how = "each f32 product tile is scaled before it " + ("is stored" if ag else "travels")
     a = m.inputs[0].type

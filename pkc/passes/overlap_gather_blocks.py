@@ -12,9 +12,13 @@ the gathered tensor has users besides these matmuls, G ``[B*S, H]`` in its own l
 (overlap reshapes it back to ``[B, S, H]``). See patterns_gemm.build_all_gather_mm for the
 kernel-level form and ag_blocks_schedule.py for the scheduled one.
 
-Matched: 16-bit / f32 ``pk.matmul`` consumers (not fp8 ``pk.scaled_matmul``: their
-row-wise scales would need the same block layout; left unfused with a remark) whose
-weight is defined before the first of them (the kernel is placed there; DTensor graphs
+Matched: 16-bit / f32 ``pk.matmul`` consumers, or fp8 ``pk.scaled_matmul`` ones (torch's
+``_scaled_mm`` on the rows view) that share A's scale: tensor-wise, or row-wise as the
+``[B*S, 1]`` rows view of the same gather of the shard's ``[B, Sc, 1]`` scale (torch's
+async-TP gathers ``A_scale`` along A's dim), whose rows the kernel gathers with A's into
+the same block layout (the kernel's SX is the shard's scale viewed ``[B*Sc, 1]``; the
+scale's gather and view go). Each consumer's weight (and scales) is defined before the
+first of them (the kernel is placed there; DTensor graphs
 transpose the weight between the gather's view and the matmul), or, where the gathered
 tensor has another user before that matmul, before the gathered tensor's first use (as
 :func:`pkc.passes.overlap_match._match_all_gather` does). B = 1 (``[1, S/W, H]``) is a row
@@ -31,6 +35,7 @@ from xdsl.ir import Operation, SSAValue
 
 from pkc.dialects import graph as g
 from pkc.dialects.graph_scaled import ScaledMatmulOp
+from pkc.dialects.rank_groups import same_groups
 from pkc.passes.overlap_match import Match, _operand_problem, shape_of
 from pkc.target.cost import BLOCK_TILE, Pattern, as_shapes, block_tile_rows
 
@@ -71,18 +76,26 @@ def match_gather_blocks(ag: Operation) -> Match | None:
     view_values = {v.result for v in views}
     candidates = list(dict.fromkeys(
         u.operation for v in views for u in v.result.uses
-        if isinstance(u.operation, g.MatmulOp) and u.operation.parent is block
+        if isinstance(u.operation, (g.MatmulOp, ScaledMatmulOp)) and u.operation.parent is block
         and u.operation.lhs in view_values and u.operation.rhs not in view_values))
-    if not candidates:
-        return None
     pos = block.get_operation_index
     candidates.sort(key=pos)
+    # fp8: the scaled matmuls whose A scale is the first one's (tensor-wise, or the rows
+    # view of the same gather of the shard's scale); unscaled ones stay as they are then
+    scaled = [mm for mm in candidates if isinstance(mm, ScaledMatmulOp)]
+    scale = _lhs_scale(ag, scaled[0], B, Sc) if scaled else None
+    if scaled:
+        mine = [(mm, _lhs_scale(ag, mm, B, Sc)) for mm in scaled] if scale else []
+        candidates = [mm for mm, sx in mine if sx is not None and sx[0] is scale[0]]
+    if not candidates:
+        return None
     # the kernel goes before the first matmul (a DTensor graph transposes the weight
     # between the gather's view and the matmul), or, where the gathered tensor has another
     # user before that matmul, before the gather's first user
     for first in (candidates[0], min(users, key=pos)):
         limit = pos(first)
-        consumers = [mm for mm in candidates if _before(mm.rhs, block, limit)]
+        consumers = [mm for mm in candidates if all(
+            _before(v, block, limit) for v in _late_operands(mm, scale))]
         dead_views = [v for v in views if all(u.operation in consumers for u in v.result.uses)]
         others = [u.operation for u in ag.result.uses if u.operation not in dead_views]
         if consumers and all(pos(o) >= limit for o in others):
@@ -97,13 +110,49 @@ def match_gather_blocks(ag: Operation) -> Match | None:
     types = [mm.result.type for mm in consumers] + \
         ([TensorType(dt, [rows, H])] if gathered else [])
     inputs = [ag.input, *[mm.rhs for mm in consumers]]
-    m = Match(Pattern.ALL_GATHER_MM, ag, W, inputs,
-              [TensorType(dt, [B * Sc, H])] + [None] * len(consumers), replaced, types,
+    views_ = [TensorType(dt, [B * Sc, H])] + [None] * len(consumers)
+    dead = [*consumers, *dead_views, ag]
+    if scaled:      # X, SX, B.., SB.. (patterns_scaled); SX: the shard's rows [B*Sc, 1]
+        src, chain = scale
+        inputs[1:1] = [src]
+        views_[1:1] = [None if chain is None else TensorType(src.type.element_type,
+                                                             [B * Sc, 1])]
+        inputs += [mm.scale_rhs for mm in consumers]
+        views_ += [None] * len(consumers)
+        for op in chain or ():      # the scale's view and gather, gathered by the kernel
+            if all(u.operation in consumers or u.operation in chain for u in op.result.uses):
+                dead.append(op)
+    m = Match(Pattern.ALL_GATHER_MM, ag, W, inputs, views_, replaced, types,
               (rows, tuple(shape_of(mm.rhs)[1] for mm in consumers), H, 1, B),
-              dead=[*consumers, *dead_views, ag], insert_before=first, gathered=gathered,
-              batches=B)
+              dead=dead, insert_before=first, gathered=gathered, batches=B,
+              scaled=bool(scaled))
     m.problem = _operand_problem(*consumers)
     return m
+
+
+def _lhs_scale(ag: g.AllGatherOp, mm: ScaledMatmulOp, B: int, Sc: int):
+    """(the kernel's SX, the ops from it to A's scale or None) of a scaled consumer: a
+    tensor-wise scale as it is; a row-wise one must be the rows view ``[B*S, 1]`` of the
+    gather (same dim, ranks and groups) of the shard's ``[.., Sc.., 1]`` scale, whose
+    rows the kernel gathers with A's (None: not so)."""
+    s = mm.scale_lhs
+    if len(shape_of(s)) == 1:
+        return s, None
+    view = s.owner
+    sg = view.input.owner if isinstance(view, g.ReshapeOp) else None
+    if not isinstance(sg, g.AllGatherOp) or sg.dim.value.data != ag.dim.value.data or \
+            sg.world_size != ag.world_size or not same_groups(sg, ag) or \
+            _layout(sg) != (B, Sc, 1):
+        return None
+    return sg.input, (view, sg)
+
+
+def _late_operands(mm, scale) -> list[SSAValue]:
+    """What the kernel needs of consumer ``mm`` where it runs: the weight, and a scaled
+    one's scales (A's gathered one: the shard's scale it is gathered from)."""
+    if not isinstance(mm, ScaledMatmulOp):
+        return [mm.rhs]
+    return [mm.rhs, mm.scale_rhs, scale[0]]
 
 
 def blocks_remark(m: Match) -> str:
@@ -142,11 +191,17 @@ def blocks_near_miss(ag: Operation) -> str | None:
             mm = w.operation
             if w.index != 0:
                 continue
-            if isinstance(mm, ScaledMatmulOp):
-                return (f"{what} into an fp8 scaled matmul: the fused fp8 kernel gathers "
-                        "contiguous shards only (row-wise scales in the block layout are "
-                        "not built)")
-            if isinstance(mm, g.MatmulOp):
+            if isinstance(mm, ScaledMatmulOp) and _lhs_scale(ag, mm, B, Sc) is None:
+                return (f"{what} into an fp8 scaled matmul whose row-wise A scale is not the "
+                        f"[{B * ag.world_size * Sc}, 1] rows view of the same gather of the "
+                        f"shard's [.., {Sc}, 1] scale (the fused kernel gathers each rank's "
+                        "scale rows with its rows of A)")
+            if isinstance(mm, ScaledMatmulOp) and shape_of(view.result) == (
+                    B * ag.world_size * Sc, H):
+                return (f"{what}: the scaled matmul's weight or scales are computed after "
+                        "the gathered tensor's first use (the fused kernel would run before "
+                        "them)")
+            if isinstance(mm, (g.MatmulOp, ScaledMatmulOp)):
                 if shape_of(view.result) != (B * ag.world_size * Sc, H):
                     return (f"{what}: the view {list(shape_of(view.result))} is not the "
                             f"[{B * ag.world_size * Sc}, {H}] rows of the gathered tensor")

@@ -258,23 +258,34 @@ def _match_gather_k(ag: g.AllGatherOp) -> Match | None:
     gathered = any(u not in (mm, view) for u in users) or mm.rhs in (ag.result, mm.lhs) or (
         view is not None and any(u.operation is not mm for u in view.result.uses))
     xt = ag.input.type
-    inputs = [ag.input, mm.rhs]
-    views_ = [None if len(shape) == 2 else TensorType(xt.element_type, [R, shape[-1]]), None]
+    # fp8: torch's scale_a [R, 1] scales the row of the whole gathered K (one [R, 1]
+    # tensor on every rank, not gathered) and the kernel sums every shard's product in
+    # f32 before its epilogue scales it once, as _scaled_mm does: A's and B's scales are
+    # operands as they are (patterns_scaled: X, B, SA, SB)
+    scaled = isinstance(mm, ScaledMatmulOp)
+    inputs = [ag.input, mm.rhs] + ([mm.scale_lhs, mm.scale_rhs] if scaled else [])
+    views_ = [None if len(shape) == 2 else TensorType(xt.element_type, [R, shape[-1]])]
+    views_ += [None] * (len(inputs) - 1)
     replaced = [mm.result] + ([ag.result] if gathered else [])
     types = [mm.result.type] + ([TensorType(xt.element_type, [R, K])] if gathered else [])
     dead = [mm] + ([view] if view is not None and view.result.has_one_use() else []) + [ag]
     N = shape_of(mm.rhs)[-1]
     m = Match(Pattern.ALL_GATHER_K_MM, ag, ag.world_size, inputs, views_, replaced, types,
-              (R, N, K), dead=dead, insert_before=first, gathered=gathered)
-    rhs = mm.rhs.owner
-    if isinstance(mm, ScaledMatmulOp):
-        m.problem = ("an fp8 scaled matmul (the gather along K has no fused fp8 kernel: "
-                     "each shard's product would need its own scales)")
-    elif len(shape_of(mm.rhs)) != 2 or len(shape_of(mm.result)) != 2:
+              (R, N, K), dead=dead, insert_before=first, gathered=gathered, scaled=scaled)
+
+    def late(v: SSAValue) -> bool:
+        owner = v.owner
+        return isinstance(owner, Operation) and (owner.parent is not block or
+                                                 block.get_operation_index(owner) >
+                                                 block.get_operation_index(first))
+
+    if len(shape_of(mm.rhs)) != 2 or len(shape_of(mm.result)) != 2:
         m.problem = f"a matmul with a {len(shape_of(mm.rhs))}-d weight (the kernel takes [K, N])"
-    elif isinstance(rhs, Operation) and (rhs.parent is not block or block.get_operation_index(
-            rhs) > block.get_operation_index(first)):
+    elif late(mm.rhs):
         m.problem = ("the weight is computed after the gathered tensor's first use (the "
+                     "fused kernel runs there)")
+    elif scaled and (late(mm.scale_lhs) or late(mm.scale_rhs)):
+        m.problem = ("the scales are computed after the gathered tensor's first use (the "
                      "fused kernel runs there)")
     else:
         m.problem = _operand_problem(mm)

@@ -9,7 +9,11 @@ needs one shard), so the consumers run a K loop over the shards, the own one fir
 from X, no wait), then shard ``(r + i) mod W`` once its row block arrived.
 
 Kernel arguments: ``X, B, Y`` and ``G [M, K]`` when the gathered tensor has other users
-(its true layout: shard p is columns ``[p*Kc, (p+1)*Kc)``). Conventions of patterns.py:
+(its true layout: shard p is columns ``[p*Kc, (p+1)*Kc)``); an fp8 ``pk.scaled_matmul``
+(``Fusion.scaled``) adds A's and B's scales after B: ``X, B, SA, SB, Y (, G)``. SA scales
+a row of the whole gathered K (torch's ``scale_a`` of the gathered A: not gathered, the
+same on every rank), so the f32 sum over all shards is scaled once, before the cast
+(patterns_scaled.scale_tile), exactly as ``_scaled_mm`` does. Conventions of patterns.py:
 
 * Puts: rank r pushes its shard row block by row block, column tile by column tile (full
   ``tile_k`` tiles, then one narrower tile: a tile overhanging ``Kc`` would overwrite the
@@ -29,6 +33,7 @@ from xdsl.ir import SSAValue
 
 from pkc.passes.kernel_builder import F32, Code, Ix, KernelBuilder, ceil_div, shape_of
 from pkc.passes.patterns_fusion import Fusion
+from pkc.passes.patterns_scaled import scale_tile
 from pkc.passes.patterns_tiles import gather_workers, row_blocks
 from pkc.target.cost import OverlapStyle
 
@@ -59,14 +64,16 @@ def _shard_product(c: Code, src: SSAValue, row: Ix, col: Ix, B: SSAValue, b_row:
 def build_all_gather_k_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> None:
     """The kernel of the module doc: staged (``elide=False``) or with the staging buffer
     elided (peers put straight into the symmetric G)."""
-    X, B, Y = kb.args[0], kb.args[1], kb.args[2]
+    X, B = kb.args[0], kb.args[1]
+    SA, SB = (kb.args[2], kb.args[3]) if f.scaled else (None, None)
+    Y = kb.args[4 if f.scaled else 2]
     M, Kc = shape_of(X)
     N = shape_of(B)[1]
     K, dt = W * Kc, X.type.element_type
     bm, bn, bk = min(f.tile_m, M), min(f.tile_n, N), min(f.tile_k, Kc)
     nrb = ceil_div(M, bm)
     inter = f.overlap is OverlapStyle.INTER
-    G = kb.args[3] if f.gathered else kb.alloc("gathered", [M, K], dt, symmetric=elide)
+    G = kb.args[-1] if f.gathered else kb.alloc("gathered", [M, K], dt, symmetric=elide)
     stage = None if elide else kb.alloc("stage", [M, K], dt, symmetric=True, staging=True)
     ready = kb.signals("ready", W * nrb)
     arrived = None if elide else kb.signals("arrived", W * nrb)
@@ -114,6 +121,7 @@ def build_all_gather_k_mm(kb: KernelBuilder, f: Fusion, W: int, elide: bool) -> 
                 return [_shard_product(c, G, m0, col, B, col, n0, rows, bn, Kc, bk, acc)]
 
             (acc,) = c.loop(1, W, 1, shard, [acc], "i")
+            acc = scale_tile(c, acc, SA, m0, SB, n0)
             c.store(c.cast(acc, Y.type.element_type), Y, [m0, n0])
 
         c.foreach([ceil_div(N, bn)], tile, ["ni"])

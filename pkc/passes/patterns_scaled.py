@@ -10,6 +10,9 @@ row-wise one a column of A's row scales ([rows, 1]) and a row of B's column scal
 Kernel arguments (names in ``pk.kernel``'s block, :func:`arg_names`):
 
 * matmul -> reduce_scatter / all_reduce: ``A, B, SA, SB`` then the output ``O``;
+* all_gather along K -> scaled matmul: ``X, B, SA, SB`` then ``Y`` (and ``G``). SA is
+  the scale of the whole gathered row (``[M, 1]`` or ``[1]``, the same on every rank): the
+  kernel sums every shard's product in f32 and scales the sum once, as ``_scaled_mm``;
 * all_gather -> scaled matmul(s): ``X, SX, B0.., SB0..`` then ``Y0..`` (and ``G``, the
   gathered fp8 tensor, when it has other users). A row-wise ``SX`` is the shard's scale
   [Ms, 1]: the kernel gathers it with X (each rank puts its scale rows next to its row
@@ -68,6 +71,8 @@ def arg_names(f: Fusion, n_in: int, n_out: int) -> list[str] | None:
     """The block argument names of a scaled kernel; None for an unscaled one."""
     if not f.scaled:
         return None
+    if f.pattern is Pattern.ALL_GATHER_K_MM:      # the gather along K: one weight
+        return ["X", "B", "SA", "SB", "Y"] + (["G"] if n_out > 1 else [])
     if f.pattern is not Pattern.ALL_GATHER_MM:
         return ["A", "B", "SA", "SB", "O"]
     n = (n_in - 2) // 2

@@ -54,7 +54,7 @@ FUSED_ARCHS = ("sm_90a", "sm_100a")
 # cuBLASLt), so overlap fuses it only under force (:func:`unscheduled_fp8`).
 SCALED_FUSED_ARCHS: tuple[str, ...] = ()
 SCALED_FUSED_PATTERNS: dict[str, tuple[str, ...]] = {
-    "sm_90a": ("mm_reduce_scatter", "all_gather_mm", "mm_all_reduce"),
+    "sm_90a": ("mm_reduce_scatter", "all_gather_mm", "mm_all_reduce", "all_gather_k_mm"),
     "sm_100a": ("mm_reduce_scatter", "all_gather_mm", "mm_all_reduce")}
 
 

@@ -167,8 +167,12 @@ class ScheduleFused(ModulePass):
                 reason = why_not_scaled(kop, pattern, self.target)
                 if reason:
                     add_remark(kop, f"fused kernel left unscheduled: fp8 scaled matmul: {reason}")
+                elif pattern is Pattern.ALL_GATHER_MM and batches_of(kop) > 1:
+                    schedule_ag_blocks(kop, self.target, self.variant)
                 elif pattern is Pattern.ALL_GATHER_MM:
                     schedule_all_gather_mm(kop, self.target, self.variant)
+                elif pattern is Pattern.ALL_GATHER_K_MM:
+                    schedule_all_gather_k_mm(kop, self.target, self.variant)
                 elif pattern is Pattern.MM_ALL_REDUCE:
                     schedule_scaled_ar(kop, self.target, self.variant,
                                        lambda kop, y: _schedule_rs(kop, self.target, self.variant,

@@ -135,19 +135,22 @@ def test_kernel_goes_after_a_weight_computed_between_the_view_and_the_matmul():
            "computed after the gathered tensor's first use" in rem, rem
 
 
-def test_fp8_consumer_stays_unfused_with_the_reason():
+def test_fp8_consumer_with_a_row_scale_not_gathered_stays_unfused_with_the_reason():
+    """(fp8 consumers whose A scale is tensor-wise or gathered like A are fused:
+    tests/unit/test_fp8_gather_kinds.py.) A row-wise A scale that is a plain input cannot
+    be the gathered shards' scale rows: left unfused, the remark says what it must be."""
     f8, g = "tensor<2x16x32xf8E4M3FN>", "tensor<2x32x32xf8E4M3FN>"
-    src = (f"func.func @main(%x: {f8}, %w: tensor<32x40xf8E4M3FN>, %s: tensor<1xf32>) -> "
-           "tensor<64x40xbf16> {\n"
+    src = (f"func.func @main(%x: {f8}, %w: tensor<32x40xf8E4M3FN>, %s: tensor<64x1xf32>, "
+           "%t: tensor<1xf32>) -> tensor<64x40xbf16> {\n"
            f"  %g = pk.all_gather %x {{dim = 1 : i64, world = 2 : i64}} : {f8} -> {g}\n"
            f"  %v = pk.reshape %g : {g} -> tensor<64x32xf8E4M3FN>\n"
-           "  %y = pk.scaled_matmul %v, %w scales(%s, %s) : (tensor<64x32xf8E4M3FN>, "
-           "tensor<32x40xf8E4M3FN>, tensor<1xf32>, tensor<1xf32>) -> tensor<64x40xbf16>\n"
+           "  %y = pk.scaled_matmul %v, %w scales(%s, %t) : (tensor<64x32xf8E4M3FN>, "
+           "tensor<32x40xf8E4M3FN>, tensor<64x1xf32>, tensor<1xf32>) -> tensor<64x40xbf16>\n"
            "  func.return %y : tensor<64x40xbf16>\n}\n")
     m = run(src, "overlap{force=true}")
     assert not fused_kernels(m)
-    assert "into an fp8 scaled matmul: the fused fp8 kernel gathers contiguous shards only" \
-        in "\n".join(format_remarks(m))
+    assert "into an fp8 scaled matmul whose row-wise A scale is not the [64, 1] rows view " \
+        "of the same gather of the shard's [.., 16, 1] scale" in "\n".join(format_remarks(m))
 
 
 # ----------------------------------------------------------------------------------------
@@ -184,10 +187,13 @@ def test_one_rank():
 
 
 def test_two_weights_gather_once_along_dim_1():
+    """Two weights: one scheduled kernel over both (pkc/passes/gather_many.py's parts over
+    the blocks' parts; on the emulator: tests/unit/test_gather_many.py)."""
     src = text(3, 3, 13, 24, (40, 24), gathered=True)
     m = run(src, "default{force=true},schedule-fused,dce")
-    gathers = [o for o in kernels_of(m) if o.kernel_name.data.startswith("all_gather")]
-    assert len(gathers) == 1 and not fused_kernels(m)
+    (kop,) = kernels_of(m)
+    assert kop.schedule() is not None
+    assert (plan_of(kop)["batches"], plan_of(kop)["weights"]) == (3, 2)
     check_transform(lambda w: parse_module(src), "default{force=true},schedule-fused,dce",
                     world_sizes=(3,), seeds=(3,), tolerance=BF16)
 
