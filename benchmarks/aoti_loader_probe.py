@@ -90,10 +90,21 @@ print("parse", lib.tiny_parse(b"cuda:0"), flush=True)
 BUILD = r"""
 import json, sys, time, torch
 import torch._inductor.cpp_builder as cb
+import os, shlex, shutil
 cmds = []
 orig = cb._run_compile_cmd
+keep = sys.argv[1] + ".objs"
 def rec(cmd_line, cwd):
-    cmds.append({"cmd": cmd_line, "cwd": cwd})
+    entry = {"cmd": cmd_line, "cwd": cwd}
+    parts = shlex.split(cmd_line)
+    if "-o" in parts and parts[parts.index("-o") + 1].endswith(".so"):
+        # the link step: its objects are deleted after the build; keep them for relinking
+        os.makedirs(keep, exist_ok=True)
+        for i, p in enumerate(parts):
+            if p.endswith(".o") and os.path.isfile(p):
+                parts[i] = shutil.copy(p, os.path.join(keep, os.path.basename(p)))
+        entry["relink"] = shlex.join(parts)
+    cmds.append(entry)
     t0 = time.perf_counter(); orig(cmd_line, cwd); cmds[-1]["s"] = round(time.perf_counter() - t0, 2)
 cb._run_compile_cmd = rec
 class Toy(torch.nn.Module):
@@ -102,8 +113,9 @@ class Toy(torch.nn.Module):
     def forward(self, x):
         return x + self.b(torch.nn.functional.silu(self.a(x)))
 torch.manual_seed(0)
-m = Toy().cuda().to(torch.bfloat16)
-x = torch.randn(32, 64, device="cuda", dtype=torch.bfloat16)
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+m = Toy().to(dev).to(torch.bfloat16)
+x = torch.randn(32, 64, device=dev, dtype=torch.bfloat16)
 t0 = time.perf_counter()
 ep = torch.export.export(m, (x,))
 path = torch._inductor.aoti_compile_and_package(ep, package_path=sys.argv[1])
@@ -117,18 +129,26 @@ LOAD_PKG = r"""
 import sys, torch
 ref = torch.load(sys.argv[1] + ".ref.pt")
 how = sys.argv[2]
-if how == "runner":
-    R = torch._C._aoti.AOTIModelContainerRunnerCuda
-    try:
-        r = R(sys.argv[3], 1, "cuda:0", sys.argv[4])
-    except TypeError:
-        r = R(sys.argv[3], 1)
+if how.startswith("runner"):
+    if how == "runner_deepbind":
+        # the wrapper opened first with its own dependencies ahead of the global scope; the
+        # runner's dlopen of the same path then gets this already relocated copy
+        import ctypes, os
+        ctypes.CDLL(sys.argv[3], mode=os.RTLD_NOW | os.RTLD_LOCAL | os.RTLD_DEEPBIND)
+    if not torch.cuda.is_available():
+        r = torch._C._aoti.AOTIModelContainerRunnerCpu(sys.argv[3], 1)
+    else:
+        R = torch._C._aoti.AOTIModelContainerRunnerCuda
+        try:
+            r = R(sys.argv[3], 1, "cuda:0", sys.argv[4])
+        except TypeError:
+            r = R(sys.argv[3], 1)
     print("runner ctor ok", flush=True)
     sys.exit(0)
-loader = torch._C._aoti.AOTIModelPackageLoader(sys.argv[1], "model", False, 1, 0)
+loader = torch._C._aoti.AOTIModelPackageLoader(sys.argv[1], "model", False, 1, 0 if torch.cuda.is_available() else -1)
 print("loader ok", flush=True)
 out = loader.boxed_run([ref["x"]])
-torch.cuda.synchronize()
+torch.cuda.is_available() and torch.cuda.synchronize()
 err = (out[0].float() - ref["y"].float()).abs().max().item()
 print(f"run ok max_abs_err={err:.4f}", flush=True)
 sys.exit(0 if err < 0.1 else 3)
@@ -271,13 +291,14 @@ def aoti(work: Path, env: dict, deadline: float) -> dict:
         return res
     info = json.loads(Path(pt2 + ".json").read_text())
     res["build"]["inner_s"] = info["s"]
-    res["cmds"] = [{"cmd": c["cmd"][:3000], "s": c.get("s")} for c in info["cmds"]]
-    link = next((c for c in reversed(info["cmds"]) if re.search(r"-o\s+\S+\.so\b", c["cmd"])), None)
+    res["cmds"] = [{"cmd": c["cmd"][:200], "s": c.get("s")} for c in info["cmds"]]
+    links = [c for c in info["cmds"] if "relink" in c]
+    link = next((c for c in reversed(links) if "wrapper" in c["relink"]), links[-1] if links else None)
     if link is None:
         res["note"] = "no .so link command recorded"
         return res
+    link = {"cmd": link["relink"], "cwd": str(work)}
     so = shlex.split(link["cmd"])[shlex.split(link["cmd"]).index("-o") + 1]
-    so = so if os.path.isabs(so) else os.path.join(link["cwd"], so)
     res["wrapper"] = so
     res["elf"] = {
         "dynamic": sh(f"readelf -d {shlex.quote(so)} | grep -E 'NEEDED|FLAGS|RUNPATH|RPATH|SONAME'")["out"],
@@ -286,6 +307,7 @@ def aoti(work: Path, env: dict, deadline: float) -> dict:
         "locale_code": sh(f"nm -C --defined-only {shlex.quote(so)} | grep -E 'codecvt<char16_t|locale::_Impl|"
                           f"locale::locale\\(\\)' | head -8")["out"],
         "ldd": sh(f"ldd {shlex.quote(so)} | grep -E 'stdc|torch|c10|gcc'")["out"],
+        "link_cmd": link["cmd"][:2500],
     }
     # which library each of the wrapper's locale-id references binds to, and libstdc++'s own
     def ld_debug() -> dict:
@@ -307,6 +329,12 @@ def aoti(work: Path, env: dict, deadline: float) -> dict:
     outs = {}
 
     def relink(name: str, spec: tuple) -> dict:
+        try:
+            return _relink(name, spec)
+        except Exception as err:  # noqa: BLE001 - reported, the others still run
+            return {"rc": f"error {type(err).__name__}: {err}"[:300]}
+
+    def _relink(name: str, spec: tuple) -> dict:
         vso = str(work / f"v_{name}" / os.path.basename(so))
         os.makedirs(os.path.dirname(vso), exist_ok=True)
         add, drop = spec
@@ -334,9 +362,15 @@ def aoti(work: Path, env: dict, deadline: float) -> dict:
                 continue
             futs[(n, "package")] = ex.submit(sh, [sys.executable, str(work / "load_pkg.py"), v["pt2"], "package"],
                                              max(5, deadline - time.time() - 5), env)
-            futs[(n, "runner")] = ex.submit(sh, [sys.executable, str(work / "load_pkg.py"), v["pt2"], "runner",
-                                                 v["so"], os.path.dirname(v["so"])], max(5, deadline - time.time() - 5),
-                                            env)
+            hows = ["runner", "runner_deepbind"] if n == "as_built" else ["runner"]
+            for how in hows:
+                futs[(n, how)] = ex.submit(sh, [sys.executable, str(work / "load_pkg.py"), v["pt2"], how, v["so"],
+                                                os.path.dirname(v["so"])], max(5, deadline - time.time() - 5), env)
+            if n == "as_built":
+                pre = {**env, "LD_PRELOAD": "/lib/x86_64-linux-gnu/libstdc++.so.6"}
+                futs[(n, "package_ld_preload")] = ex.submit(
+                    sh, [sys.executable, str(work / "load_pkg.py"), v["pt2"], "package"],
+                    max(5, deadline - time.time() - 5), pre)
         for k, f in futs.items():
             r = f.result()
             loads[f"{k[0]}/{k[1]}"] = {"rc": r["rc"], "out": r["out"][-400:]}
