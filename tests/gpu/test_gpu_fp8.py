@@ -2,6 +2,8 @@
 GPU, W ranks): all_gather -> scaled matmul (tensor-wise, or A's row-wise scale gathered
 with A by the same kernel), scaled matmul -> reduce_scatter and scaled matmul ->
 all_reduce (W <= 2 one kernel, W = 4 the GEMM + reduce-scatter / pull all-gather pair),
+the all-gather along K (``agk``) and of B blocks of rows per shard (``agb``, DTensor
+Shard(1), A's row scale gathered like A's rows),
 against torch._scaled_mm (cuBLASLt) + the collective's sum on the same data and against
 the interpreter run on the kernel module. The bf16-result kinds run on the scheduled fp8
 GEMM (wgmma k32 .e4m3, schedule-fused: SCHEDULED below says which); an f32 result on the
@@ -14,6 +16,7 @@ import pytest
 import torch
 
 from tests.gpu.helpers import TIMEOUT_S, check_outputs
+from tests.unit.test_fp8_gather_kinds import agk_ir, blocks_ir
 from tests.unit.test_fp8_overlap import ag_ir, red_ir
 
 # (name, W, graph IR); N and K multiples of 16 (cuBLASLt's fp8 rule), odd shard rows.
@@ -27,10 +30,19 @@ CASES = [
     ("ar-row-w1", 1, red_ir(1, 40, 48, 64, True, "bf16", "ar")),
     ("ar-row-w2", 2, red_ir(2, 78, 48, 64, True, "bf16", "ar")),
     ("ar-tensor-w4", 4, red_ir(4, 96, 32, 64, False, "bf16", "ar")),
+    # the all-gather along K (A's scale: the gathered rows' [M, 1]) and of B blocks of
+    # rows (DTensor Shard(1); A's row scale gathered the same way)
+    ("agk-row", 2, agk_ir(2, (40,), 48, 32, True)),
+    ("agk-tensor-w3", 3, agk_ir(3, (2, 13), 64, 48, False, gathered=True)),
+    ("agk-row-w4", 4, agk_ir(4, (67,), 144, 32, True)),
+    ("agb-row", 2, blocks_ir(2, 2, 13, 64, 48, True, gathered=True)),
+    ("agb-tensor-w4", 4, blocks_ir(4, 3, 7, 32, 32, False)),
+    ("agb-row-w3", 3, blocks_ir(3, 2, 67, 144, 48, True)),
 ]
 # the cases whose kernels are all scheduled (the others: the portable path)
 SCHEDULED = {"ag-row", "ag-tensor", "rs-row-bf16", "ag-row-w1", "ag-row-w4", "ar-row-w1",
-             "ar-row-w2", "ar-tensor-w4"}
+             "ar-row-w2", "ar-tensor-w4", "agk-row", "agk-tensor-w3", "agk-row-w4", "agb-row",
+             "agb-tensor-w4", "agb-row-w3"}
 
 
 def _col_major(b: torch.Tensor) -> torch.Tensor:
@@ -45,6 +57,18 @@ def _torch_reference(name: str, W: int, inputs: list[list[torch.Tensor]], out: t
     def scale(s):
         return s.reshape(()) if s.numel() == 1 else s
 
+    if name.startswith("agk"):        # rank r's columns of the gathered A; its own scales
+        a = torch.cat([r[0] for r in per], dim=-1)
+        a = a.reshape(-1, a.shape[-1])
+        return [[torch._scaled_mm(a, _col_major(r[1]), scale(r[2]), scale(r[3]),
+                                  out_dtype=out)] for r in per]
+    if name.startswith("agb"):        # [B, Sc, H] shards gathered along dim 1, rows view
+        a = torch.cat([r[0] for r in per], dim=1)
+        a = a.reshape(-1, a.shape[-1])
+        row = per[0][2].dim() == 3
+        sa = torch.cat([r[2] for r in per], dim=1).reshape(-1, 1) if row else None
+        return [[torch._scaled_mm(a, _col_major(r[1]), sa if row else scale(r[2]),
+                                  scale(r[3]), out_dtype=out)] for r in per]
     if name.startswith("ag"):
         a = torch.cat([r[0] for r in per])
         sa_full = torch.cat([r[2] for r in per]) if per[0][2].dim() == 2 else None
