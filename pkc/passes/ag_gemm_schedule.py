@@ -113,7 +113,8 @@ class AgParts(GemmParts):
         if self.W == 1:
             return super().c_map(top, C, tc_t)
         t3 = s.TmapType(self.cfg.dtype, [*tc_t.box_dims, 1], tc_t.swizzle.data)
-        return top.add(ag.TmapViewOp(C, [self.W, self.mc, self.n], t3)).result
+        n = C.type.get_shape()[1]       # C's own columns (one weight's of several)
+        return top.add(ag.TmapViewOp(C, [self.W, self.mc, n], t3)).result
 
     def prologue(self, o: _Ops) -> None:
         self.rank = o.add(c.LaunchParamOp(c.CommParam.RANK)).result
@@ -320,23 +321,32 @@ def operand_problem(name: str, a, b, outs) -> str | None:
 
 
 def why_not_ag(kop: k.KernelOp) -> str | None:
-    """Why an ``all_gather_mm`` kernel cannot be scheduled (None: it can)."""
-    if len(kop.inputs) != 2:
-        return (f"all_gather_mm with {len(kop.inputs) - 1} matmuls: this builder drives one "
-                "weight (pkc.passes.gather_many gathers once for several)")
-    a, b = kop.inputs[0].type, kop.inputs[1].type
+    """Why an ``all_gather_mm`` kernel (inputs ``[x, B0, B1, ...]``, results ``[Y0, Y1,
+    ..., (the gathered x)]``) cannot be scheduled (None: it can)."""
+    a, weights = kop.inputs[0].type, [w.type for w in kop.inputs[1:]]
     outs = [o.type for o in kop.outputs]
-    if (why := operand_problem("all_gather_mm", a, b, outs)) is not None:
-        return why
+    if not weights or len(outs) not in (len(weights), len(weights) + 1):
+        return (f"all_gather_mm with {len(weights)} weights and {len(outs)} results: not "
+                "one result per weight (and the gathered operand)")
+    for b in weights:
+        if (why := operand_problem("all_gather_mm", a, b, outs)) is not None:
+            return why
     W = kop.world_size
-    (Mc, K), (K2, N) = a.get_shape(), b.get_shape()
-    if K != K2 or tuple(outs[0].get_shape()) != (W * Mc, N) or (
-            len(outs) > 1 and tuple(outs[1].get_shape()) != (W * Mc, K)):
-        return f"all_gather_mm: shard {a} x B {b} -> {outs[0]} is not a gather of {W} shards"
-    if K % 8 or N % 8:
-        return f"all_gather_mm: N = {N} and K = {K} must be multiples of 8 (TMA row strides)"
-    if min(Mc, N, K) == 0:
-        return "all_gather_mm: empty product"
+    Mc, K = a.get_shape()
+    for b, y in zip(weights, outs):
+        K2, N = b.get_shape()
+        if K != K2 or tuple(y.get_shape()) != (W * Mc, N):
+            return f"all_gather_mm: shard {a} x B {b} -> {y} is not a gather of {W} shards"
+        if K % 8 or N % 8:
+            return (f"all_gather_mm: N = {N} and K = {K} must be multiples of 8 (TMA row "
+                    "strides)")
+        if min(Mc, N, K) == 0:
+            return "all_gather_mm: empty product"
+    if len({b_operand(w)[1] for w in kop.inputs[1:]}) > 1:
+        return ("all_gather_mm: weights in both layouts (B [K, N] and a transposed [N, K]): "
+                "the tiles' B maps are of one type")
+    if len(outs) > len(weights) and tuple(outs[-1].get_shape()) != (W * Mc, K):
+        return f"all_gather_mm: the gathered result {outs[-1]} is not [{W * Mc}, {K}]"
     if W * Mc * K * 2 >= MAX_BYTES:
         return f"all_gather_mm: the gathered A ({W * Mc * K * 2} bytes) needs 64-bit offsets"
     return None
@@ -375,41 +385,62 @@ def signal_allocs(block: Block, W: int, slots: int) -> tuple[SSAValue | None, SS
     return pad.result, ctl.result
 
 
+def is_scaled(kop: k.KernelOp) -> bool:
+    """Whether overlap fused fp8 scaled matmuls into ``kop`` (``pk.fusion.scaled``)."""
+    fz = kop.attributes.get("pk.fusion")
+    v = fz.data.get("scaled") if fz is not None else None
+    return v is not None and bool(v.value.data)
+
+
 def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
                            parts_cls: type = AgParts, blocks: int = 1) -> None:
     """Rewrite ``kop`` (pattern ``all_gather_mm``) into the scheduled kernel, or leave it
     with a remark saying why not. ``parts_cls`` / ``blocks``: another layout of the shard
-    (:mod:`pkc.passes.ag_blocks_schedule`: ``blocks`` blocks of rows per shard)."""
-    scaled = len(kop.inputs) == 4       # fp8: X, SX, B, SB (schedule-fused checked it)
+    (:mod:`pkc.passes.ag_blocks_schedule`: ``blocks`` blocks of rows per shard). Several
+    weights (inputs ``[x, B0, B1, ...]``): one tile space over every weight's tiles, each
+    weight's columns padded to whole tiles; ``parts_cls`` then takes ``weights = (B
+    buffers, C buffers, widths)`` (:func:`pkc.passes.gather_many.many_parts`)."""
+    scaled = is_scaled(kop)             # fp8: X, SX, B, SB (schedule-fused checked it)
     reason = None if scaled else why_not_ag(kop)
     if reason:
         add_remark(kop, f"fused kernel left unscheduled: {reason}")
         return
     W = kop.world_size
-    a, b = (kop.inputs[0], kop.inputs[2]) if scaled else kop.inputs
+    a, bs = (kop.inputs[0], [kop.inputs[2]]) if scaled else (kop.inputs[0], kop.inputs[1:])
     Mc, K = a.type.get_shape()
-    N = b.type.get_shape()[1]
-    asked = len(kop.outputs) == 2
+    ns = [b.type.get_shape()[1] for b in bs]
+    nw = len(bs)
+    asked = len(kop.outputs) == nw + 1
     if scaled:
         from pkc.passes.fused_fp8 import fp8_operands
 
-        b_val, layout, dt, types = fp8_operands(kop, a, b)
+        b_val, layout, dt, types = fp8_operands(kop, a, bs[0])
+        b_vals = [b_val]
+    else:       # why_not_ag checked that the weights share one layout
+        b_vals, layouts = zip(*[b_operand(b) for b in bs])
+        layout, dt, types = layouts[0], _dtype(a.type), ("", "")
+    if nw > 1:          # the tile that pads the weights least (gather_many.many_config)
+        from pkc.passes.gather_many import many_config, many_parts  # (they import this)
+
+        cfg = many_config(W, Mc, K, ns, dt, layout, target, variant)
+        parts_cls = many_parts(parts_cls)
     else:
-        (b_val, layout), dt, types = b_operand(b), _dtype(a.type), ("", "")
-    cfg = fused_config(FusedKind.AG, W * Mc, N, K, W, dt, layout, target, variant)
+        cfg = fused_config(FusedKind.AG, W * Mc, ns[0], K, W, dt, layout, target, variant)
     cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
+    # the tile space's columns: every weight's, each padded to whole tiles
+    N = ns[0] if nw == 1 else sum(-(-n // cfg.bn) * cfg.bn for n in ns)
     plan = plan_of(kop)
-    side, why_side = put_ctas(plan, W, asked, W * Mc, N, K, target)
+    side, why_side = put_ctas(plan, W, asked, W * Mc, sum(ns), K, target)
     arena, ring, piece = put_ring(cfg)
-    y = kop.outputs[0].type
+    ys = [o.type for o in kop.outputs[:nw]]
     scale_ins = [kop.inputs[1], kop.inputs[3]] if scaled else []
     block = Block(arg_types=[BufferType([Mc, K], a.type.element_type),
-                             BufferType(b_val.type.get_shape(), b_val.type.element_type),
                              *[BufferType(v.type.get_shape(), v.type.element_type)
-                               for v in scale_ins],
-                             BufferType(y.get_shape(), y.element_type, LOCAL),
+                               for v in [*b_vals, *scale_ins]],
+                             *[BufferType(y.get_shape(), y.element_type, LOCAL) for y in ys],
                              BufferType([W * Mc, K], a.type.element_type, SYMMETRIC)])
-    A, B, C, Gb = block.args[0], block.args[1], block.args[-2], block.args[-1]
+    A, Gb = block.args[0], block.args[-1]
+    Bs, Cs = list(block.args[1:1 + nw]), list(block.args[-1 - nw:-1])
     scales = Scales(block.args[2], block.args[3], rows=W * Mc) if scaled else None
     pad, ctl = signal_allocs(block, W, parts_cls.signal_slots(Mc, cfg, blocks))
     if scaled and W > 1 and len(kop.inputs[1].type.get_shape()) == 2:
@@ -417,13 +448,14 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
 
         parts_cls = row_scale_parts(parts_cls)
     parts = parts_cls(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, piece, asked,
-                      **({"blocks": blocks} if blocks > 1 else {}))
-    build_fused_gemm(block, A, B, C, parts.tile_rows, N, K, cfg, parts, scales)
+                      **({"blocks": blocks} if blocks > 1 else {}),
+                      **({"weights": (Bs, Cs, ns)} if nw > 1 else {}))
+    build_fused_gemm(block, A, Bs[0], Cs[0], parts.tile_rows, N, K, cfg, parts, scales)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
     gtype = TensorType(a.type.element_type, [W * Mc, K])
     new = k.KernelOp("all_gather_scaled_matmul" if scaled else "all_gather_matmul", W,
-                     [a, b_val, *scale_ins], [y, gtype], Region(block), attributes=attrs)
+                     [a, *b_vals, *scale_ins], [*ys, gtype], Region(block), attributes=attrs)
     comm_sms = plan.get("comm_sms", 0) or 0
     tmem_plan, tmem_words = arrangement(cfg)
     # sm_100a: never under cluster launch control (fused_clc says why)
@@ -433,15 +465,21 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
              chunk_rows=Mc, tiles_per_chunk=parts.tiles_per_chunk, row_blocks=parts.G,
              scheduled_overlap=OverlapStyle.INTER if side else OverlapStyle.NONE, comm_ctas=side,
              put_piece=piece, put_ring=ring, put_lag=parts.lag, gathered_output=asked,
-             **({"batches": blocks} if blocks > 1 else {}), **tmem_plan, **clc_plan)
+             **({"batches": blocks} if blocks > 1 else {}),
+             **({"weights": nw} if nw > 1 else {}), **tmem_plan, **clc_plan)
     followed = ""
     if comm_sms and comm_sms != side:
         followed = (f"; the kernel-level plan's {comm_sms} communicate SMs are for a "
                     "green-context split, the put CTAs here share the grid with the GEMM")
     what = (f"fp8 GEMM ({types[0]} x {types[1]} -> {dt}, scales in the epilogue)"
-            if scaled else "GEMM")
-    add_remark(new, f"scheduled all-gather + {what} W={W} {W * Mc}x{N}x{K}"
-               f"{'' if scaled else ' ' + dt}: {cfg.tag()}, "
+            if scaled else "GEMM" if nw == 1 else f"{nw} GEMMs")
+    shape = f"{W * Mc}x{N}x{K}" if nw == 1 else f"{W * Mc}x({'+'.join(map(str, ns))})x{K}"
+    many = ("" if nw == 1 else
+            f"one kernel over {nw} weights, gathering once (a tile is one weight's: "
+            f"{N // cfg.bn} column tiles, each weight's padded to whole tiles, B and C maps "
+            "selected per tile); ")
+    add_remark(new, f"scheduled all-gather + {what} W={W} {shape}"
+               f"{'' if scaled else ' ' + dt}: {cfg.tag()}, {many}"
                f"{W} shards of {parts.tiles_per_chunk} tiles (own shard first), "
                f"{parts.G} row blocks per shard signalled one by one; "
                f"{getattr(parts, 'layout_words', '')}{why_side}{followed}; "
@@ -452,4 +490,4 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
     Rewriter.replace_op(kop, new, new_results=list(new.results[:len(kop.outputs)]))
 
 
-__all__ = ["AgParts", "schedule_all_gather_mm", "why_not_ag", "row_blocks"]
+__all__ = ["AgParts", "schedule_all_gather_mm", "why_not_ag", "row_blocks", "is_scaled"]

@@ -1,42 +1,158 @@
-"""An all-gather feeding several matmuls, as ``schedule-fused`` schedules it: one gather
-kernel, then the matmuls. With ``pk.fusion.batches`` = B > 1 (a gather along a middle
-dim, overlap_gather_blocks.py) the gather is the ``[B, Sc, H]`` shard's along dim 1, between
-two free 2-D views, so the matmuls read the gathered tensor in its own layout.
+"""An all-gather feeding several matmuls: one scheduled kernel that gathers once and
+computes every product (:class:`ManyWeights`), or, where that kernel cannot be built, one
+gather kernel and then the matmuls (:func:`split_gather_many`).
 
 Matches a fused ``pk.kernel`` of pattern ``all_gather_mm`` with more than one matmul
 (``overlap`` fuses every matmul that reads the gathered tensor into one kernel: inputs
-``[x, B0, B1, ...]``, results ``[Y0, Y1, ..., (the gathered x)]``). The fused GEMM of the
-schedule level (:mod:`pkc.passes.ag_gemm_schedule`) drives one weight; for several, the
-kernel is replaced by a graph-level ``pk.all_gather`` lowered at once into a collective
-kernel (:class:`~pkc.passes.lower_collectives.LowerCollectives`' rewrite, so that
-``schedule-collectives`` schedules it next) and one graph-level ``pk.matmul`` per weight
-(cuBLAS at run time, or ``schedule-matmul`` when a pipeline asks for it).
+``[x, B0, B1, ...]``, results ``[Y0, Y1, ..., (the gathered x)]``).
 
-Why: gathering once and running each GEMM on the whole gathered operand was the fastest
-of the measured options for this pattern on H200s (the hand fast path did the same); a
-fused kernel over several weights, gathering once, is issue 20's.
+The fused kernel (built by :func:`pkc.passes.ag_gemm_schedule.schedule_all_gather_mm`
+with the parts of the shard's layout - rows, or blocks of rows: ag_blocks_schedule.py -
+wrapped by :func:`many_parts`): the gather is the one-weight kernel's (put CTAs, one
+signal per row block, the producer waiting once per remote row block), and the tile
+space spans every weight's tiles: weight i owns the column tiles ``[off_i, off_i +
+ceil(N_i / bn))`` of one ``ceil(M / bm) x sum_i ceil(N_i / bn)`` grid, so a tile is one
+weight's (its columns past N_i read zeros from B's map and are clipped by C's). Per tile,
+the producer and the epilogue find the weight with a compare / select chain over the
+offsets and pick its B map (producer) and C map (epilogue) with ``pks.tmap_select``;
+nothing else changes: rasterization walks a row block of A across every weight's
+columns, so a gathered row block is waited for once and read from L2 for all weights.
+The same parts drive the tensor-memory GEMM of an sm_100a target (its producer and
+epilogue are the wgmma GEMM's hooks).
+
+The split (the weights differ in dtype from x or from each other, are in both layouts,
+or any other reason :func:`pkc.passes.ag_gemm_schedule.why_not_ag` gives): the kernel is
+replaced by a graph-level ``pk.all_gather`` lowered at once into a collective kernel
+(:class:`~pkc.passes.lower_collectives.LowerCollectives`' rewrite, so that
+``schedule-collectives`` schedules it next) and one graph-level ``pk.matmul`` per weight,
+with a remark saying why. With ``pk.fusion.batches`` = B > 1 (a gather along a middle dim,
+overlap_gather_blocks.py) that gather is the ``[B, Sc, H]`` shard's along dim 1, between
+two free 2-D views, so the matmuls read the gathered tensor in its own layout.
+
+fp8 scaled matmuls sharing one gather are not fused by ``overlap`` (its remark says so),
+so they never reach this pass.
+
+Why one kernel: the unfused sequence reads the gathered x once per weight from HBM and
+launches 1 + n kernels; the fused one overlaps the gather with the first tiles of every
+weight and keeps each gathered row block hot in L2 across the weights
+(docs/PERF_NOTES.md 2026-12-02).
 """
 
 from __future__ import annotations
 
+from copy import copy
+from functools import cache
+from itertools import accumulate
+
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import TensorType
+from xdsl.ir import SSAValue
 from xdsl.pattern_rewriter import PatternRewriter
-from xdsl.rewriter import Rewriter
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from pkc.dialects import graph as g
 from pkc.dialects import kernel as k
+from pkc.dialects import schedule as s
+from pkc.dialects import schedule_fused as f
 from pkc.dialects.rank_groups import copy_groups
-from pkc.passes.ag_blocks_schedule import batches_of
+from pkc.passes.ag_blocks_schedule import batches_of, why_not_blocks
+from pkc.passes.ag_gemm_schedule import why_not_ag
+from pkc.passes.gemm_schedule import Epi, _Ops
 from pkc.passes.remarks import add_remark, remarks_of
 from pkc.target.cost import Pattern
+
+
+class ManyWeights:
+    """Mixin over an all-gather's parts (:class:`~pkc.passes.ag_gemm_schedule.AgParts` or
+    a subclass): the tile space's columns are every weight's (module doc). ``weights``:
+    (the B buffers, the C buffers, the weights' widths N_i); the parts' ``n`` is the
+    padded total."""
+
+    def __init__(self, *args, weights: tuple, **kw):
+        super().__init__(*args, **kw)
+        self.Bs, self.Cs, self.ns = weights
+        bn = self.cfg.bn
+        # the first column of weights 1, 2, ... in the tile space
+        self.offs = list(accumulate(-(-n // bn) * bn for n in self.ns))[:-1]
+
+    def weight_of(self, t: _Ops, n0: SSAValue) -> tuple[SSAValue, SSAValue]:
+        """(the weight, the column in it) of tile column ``n0``."""
+        idx, base = t.c(0), t.c(0)
+        for i, off in enumerate(self.offs, 1):
+            past = t.cmp("uge", n0, off)
+            idx = t.select(past, t.c(i), idx)
+            base = t.select(past, t.c(off), base)
+        return idx, t.bin(arith.SubiOp, n0, base)
+
+    def b_map(self, top: _Ops, B: SSAValue, tb_t) -> SSAValue:
+        self.tBs = [top.add(s.TmapOp(b, tb_t)).result for b in self.Bs]
+        return self.tBs[0]
+
+    def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
+        self.tCs = [super(ManyWeights, self).c_map(top, c, tc_t) for c in self.Cs]
+        return self.tCs[0]
+
+    def producer_setup(self, r: _Ops, cfg) -> list[SSAValue]:
+        for tb in self.tBs[1:]:         # (the first: the GEMM's own prefetch)
+            r.add(s.TmaPrefetchOp(tb))
+        return super().producer_setup(r, cfg)
+
+    def producer_b(self, t: _Ops, coords, tB: SSAValue) -> tuple[SSAValue, SSAValue]:
+        idx, n0 = self.weight_of(t, coords[1])
+        return t.add(f.TmapSelectOp(idx, self.tBs)).result, n0
+
+    def epilogue_tile(self, t: _Ops, cfg, e: Epi, coords, row0, ebuf, extra):
+        idx, n0 = self.weight_of(t, coords[1])
+        e = copy(e)             # the same epilogue, storing through the weight's C map
+        e.tC = t.add(f.TmapSelectOp(idx, self.tCs)).result
+        return super().epilogue_tile(t, cfg, e, [coords[0], n0, *coords[2:]], row0, ebuf,
+                                     extra)
+
+
+# a tile's fixed cost (prologue, epilogue drain) in columns of MMA work, for the choice of
+# the tile below: a guess, not measured
+TILE_OVERHEAD_COLS = 32
+
+
+def many_config(W: int, mc: int, K: int, ns, dt: str, layout, target: str, variant: str = ""):
+    """The tile of the kernel over weights of widths ``ns``: the fused table's for the
+    whole product, or for one weight's width, whichever leaves the fewest waves of tile
+    work (``waves x (bn + TILE_OVERHEAD_COLS)``) once each weight is padded to whole tiles
+    (the table's tile for the sum of the widths may pad [512, 128, 128] to 3 + 1 + 1
+    tiles of 192: 25% more work); ties keep the whole product's. A forced ``variant``
+    is taken as it is."""
+    from pkc.passes.fused_schedule import fused_config
+    from pkc.target.fused_tuning import FusedKind
+    from pkc.target.targets import get_target
+
+    sms = get_target(target).num_sms
+    cands = [fused_config(FusedKind.AG, W * mc, n, K, W, dt, layout, target, variant)
+             for n in ([sum(ns)] if variant else [sum(ns), *sorted(set(ns))])]
+
+    def score(cfg) -> int:
+        tiles = W * -(-mc // cfg.bm) * sum(-(-n // cfg.bn) for n in ns)
+        return -(-tiles // sms) * (cfg.bn + TILE_OVERHEAD_COLS)
+    return min(cands, key=score)        # (the first of equals: the whole product's)
+
+
+@cache
+def many_parts(parts_cls: type) -> type:
+    """``parts_cls`` over several weights (:class:`ManyWeights` first in its order)."""
+    return type(f"Many{parts_cls.__name__}", (ManyWeights, parts_cls), {})
 
 
 def is_gather_many(kop: k.KernelOp, pattern: Pattern | None) -> bool:
     return pattern is Pattern.ALL_GATHER_MM and len(kop.inputs) > 2
 
 
-def split_gather_many(kop: k.KernelOp, target: str) -> None:
-    """Replace ``kop`` by the gather kernel and one matmul per weight (see the module doc)."""
+def why_not_fused(kop: k.KernelOp) -> str | None:
+    """Why several weights' kernel ``kop`` cannot be one scheduled kernel (None: it can)."""
+    return why_not_blocks(kop) if batches_of(kop) > 1 else why_not_ag(kop)
+
+
+def split_gather_many(kop: k.KernelOp, target: str, why: str) -> None:
+    """Replace ``kop`` by the gather kernel and one matmul per weight (module doc);
+    ``why``: why the one kernel is not built (the remark's)."""
     from pkc.passes.lower_collectives import LowerCollectives, _LowerPattern
 
     W = kop.world_size
@@ -59,15 +175,15 @@ def split_gather_many(kop: k.KernelOp, target: str) -> None:
         mms.append(mm)
     for op in [gather, *views, *mms]:
         op.location = kop.location
-    Rewriter.insert_op([*views[:1], gather, *views[1:], *mms], _before(kop))
+    Rewriter.insert_op([*views[:1], gather, *views[1:], *mms], InsertPoint.before(kop))
     outs = [mm.result for mm in mms]
     if len(kop.outputs) > len(weights):         # the gathered tensor is asked for too
         outs.append(rows)
     for line in remarks_of(kop):
         add_remark(gather, line)
     add_remark(gather, f"all_gather + {len(weights)} matmuls over {W} ranks: one gather kernel, "
-                       "then one GEMM per weight on the gathered operand (the fused GEMM "
-                       "drives one weight)")
+                       "then one GEMM per weight on the gathered operand, not one kernel "
+                       f"over the weights: {why}")
     for old, new in zip(kop.outputs, outs):
         old.replace_all_uses_with(new)
     kop.detach()
@@ -80,10 +196,4 @@ def split_gather_many(kop: k.KernelOp, target: str) -> None:
         gather, PatternRewriter(gather))
 
 
-def _before(op):
-    from xdsl.rewriter import InsertPoint
-
-    return InsertPoint.before(op)
-
-
-__all__ = ["is_gather_many", "split_gather_many"]
+__all__ = ["ManyWeights", "is_gather_many", "many_config", "many_parts", "split_gather_many", "why_not_fused"]

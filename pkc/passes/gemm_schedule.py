@@ -145,6 +145,17 @@ class GemmParts:
         """A's tensor map (top level), the one the producer prefetches."""
         return top.add(s.TmapOp(A, ta_t)).result
 
+    def b_map(self, top: _Ops, B: SSAValue, tb_t) -> SSAValue:
+        """B's tensor map (top level), the one the producer prefetches (a kernel over
+        several weights makes one per weight: :mod:`pkc.passes.gather_many`)."""
+        return top.add(s.TmapOp(B, tb_t)).result
+
+    def producer_b(self, t: _Ops, coords: list[SSAValue], tB: SSAValue
+                   ) -> tuple[SSAValue, SSAValue]:
+        """(B's map, B's column ``n0``) of a tile's B loads: ``tB`` at the tile's column
+        (a kernel over several weights picks the tile's weight and its column in it)."""
+        return tB, coords[1]
+
     def role_block(self, o: _Ops, cfg: GemmConfig, a_st: SSAValue) -> _Ops:
         """Where the roles go (the schedule block; a fused kernel with a side role by CTA
         index puts them in its main region)."""
@@ -237,7 +248,7 @@ def build_gemm(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: in
     ta_t, tb_t, tc_t = tmap_types(cfg)
     top = _Ops(body)
     tA = parts.a_map(top, A, ta_t)
-    tB = top.add(s.TmapOp(B, tb_t)).result
+    tB = parts.b_map(top, B, tb_t)
     tC = parts.c_map(top, C, tc_t)
     sched = top.add(s.ScheduleOp(cfg.threads, cfg.cluster_m, cfg.timeout_ns))
     o = _Ops(sched.block)
@@ -271,7 +282,7 @@ def _producer(o: _Ops, cfg: GemmConfig, dims, tA, tB, a_st, b_st, full, empty,
     pinit = parts.producer_setup(r, cfg)
     loop, coords, (stage, phase, *pextra) = parts.tile_loop(r, M, N, [zero, zero, *pinit], cfg)
     t = _Ops(loop.block)
-    n0 = coords[1]
+    tB, n0 = parts.producer_b(t, coords, tB)
     tA_tile, m0, outer, pextra = parts.producer_tile(t, coords, tA, pextra)
     mc = cfg.cluster_m if cfg.cluster_m > 1 else 0
     # where this CTA's part of the B tile goes and comes from (loop-invariant over k)

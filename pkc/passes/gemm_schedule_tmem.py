@@ -97,7 +97,7 @@ def build_gemm_tmem(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, 
     ta_t, tb_t = tmem_tmap_types(cfg)
     top = _Ops(body)
     tA = parts.a_map(top, A, ta_t)
-    tB = top.add(s.TmapOp(B, tb_t)).result
+    tB = parts.b_map(top, B, tb_t)
     tc_t = None
     if cfg.epilogue is Epilogue.TMA:
         w = cfg.epi_width

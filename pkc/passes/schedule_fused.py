@@ -64,7 +64,7 @@ from pkc.passes.fused_fp8 import fp8_operands, schedule_scaled_ar, why_not_scale
 from pkc.passes.fused_schedule import (RsParts, arrangement, b_operand, build_fused_gemm,
                                        fused_config)
 from pkc.passes.gemm_schedule import Scales
-from pkc.passes.gather_many import is_gather_many, split_gather_many
+from pkc.passes.gather_many import is_gather_many, split_gather_many, why_not_fused
 from pkc.passes.pipelines import unlowered_arch
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
@@ -182,8 +182,9 @@ class ScheduleFused(ModulePass):
                     _schedule_rs(kop, self.target, self.variant, None, self.deterministic,
                                  self.clc)
                 continue
-            if is_gather_many(kop, pattern):    # gather, then the GEMMs
-                split_gather_many(kop, self.target)
+            # several weights: one kernel (below), or the gather then the GEMMs, saying why
+            if is_gather_many(kop, pattern) and (why := why_not_fused(kop)) is not None:
+                split_gather_many(kop, self.target, why)
                 continue
             if pattern is Pattern.ALL_GATHER_MM:     # its own builder
                 if batches_of(kop) > 1:             # blocks of rows per shard (Shard(1))

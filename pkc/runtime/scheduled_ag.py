@@ -36,12 +36,14 @@ class ScheduledAgGemm(ScheduledFused):
 
     def run(self, a, b, *rest, ranks=None, outs=None) -> dict:
         """Launch every driven rank on its shard ``a[r]``, weight ``b[r]`` and the kernel's
-        further inputs ``rest`` (an fp8 kernel's scales of A and B), each per rank: a dict by
-        rank or a list indexed by rank; ``outs[r]``: where C goes (else new)."""
+        further inputs ``rest`` (the further weights of a kernel over several, or an fp8
+        kernel's scales of A and B), each per rank: a dict by rank or a list indexed by
+        rank; ``outs[r]``: where C goes (else new; a list of the Cs for several weights).
+        Returns ``{rank: [C (or C0, C1, ...), gathered A]}``."""
         todo, fresh = self._launch((a, b, *rest), ranks, outs,
-                                   f" (shard, weight{', scales' if self.n_in > 2 else ''})")
+                                   f" (shard, weight{', more' if self.n_in > 2 else ''})")
         gath = self.sym_out[self.fz.peer_outputs[0]]
-        return {r: [fresh[r][0], gath.tensors[r]] for r in todo}
+        return {r: [*fresh[r], gath.tensors[r]] for r in todo}
 
     def check(self) -> None:
         for r in self.peers.ranks:
@@ -58,9 +60,10 @@ def ag_step(op, ck, peers, timeout_ns: int):
 
     ag = ScheduledAgGemm(ck.ptx, ck.meta, peers, owner=id(op), timeout_ns=timeout_ns)
 
-    n_in = len(op.inputs)     # shard and weight; an fp8 kernel adds the two scales
+    n_in = len(op.inputs)     # shard and weight(s); an fp8 kernel adds the two scales
 
     def run(vals):
         return ag.run(*[{r: v[i].contiguous() for r, v in vals.items()} for i in range(n_in)],
                       ranks=list(vals))
-    return ScheduledStep(run, [False, True], StepKind.FUSED)
+    # results: one C per weight (fresh), then the gathered A (persistent)
+    return ScheduledStep(run, [False] * (len(op.outputs) - 1) + [True], StepKind.FUSED)

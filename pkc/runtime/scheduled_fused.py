@@ -161,21 +161,23 @@ class ScheduledFused:
         return _TORCH[self.fz.dtypes[i]] if getattr(self.fz, "dtypes", None) else self.tdt
 
     def _fresh(self, rank: int, out) -> list[torch.Tensor]:
-        """The fresh outputs of one launch: the caller's ``out`` (checked), else new."""
+        """The fresh outputs of one launch: the caller's ``out`` (checked; a list or tuple
+        of them for a kernel with several: one per weight of an all-gather), else new."""
         if out is None:
             return [torch.empty(self.fz.shapes[i], dtype=self._dt(i), device=self.peers.device)
                     for i in self.fresh]
-        if len(self.fresh) != 1:
-            raise ValueError(f"{self.meta.name}: out= is given for a kernel with "
-                             f"{len(self.fresh)} fresh outputs (one is supported)")
-        want = tuple(self.fz.shapes[self.fresh[0]])
-        odt = self._dt(self.fresh[0])
-        if tuple(out.shape) != want or out.dtype != odt or not out.is_contiguous() \
-                or out.data_ptr() % 16 or out.device != self.peers.device:
-            raise ValueError(f"{self.meta.name}: rank {rank}'s out must be a contiguous, "
-                             f"16-byte aligned {odt} tensor {list(want)} on "
-                             f"{self.peers.device}, got {list(out.shape)} {out.dtype}")
-        return [out]
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        if len(outs) != len(self.fresh):
+            raise ValueError(f"{self.meta.name}: {len(outs)} outputs given for a kernel with "
+                             f"{len(self.fresh)} fresh outputs")
+        for i, o in zip(self.fresh, outs):
+            want, odt = tuple(self.fz.shapes[i]), self._dt(i)
+            if tuple(o.shape) != want or o.dtype != odt or not o.is_contiguous() \
+                    or o.data_ptr() % 16 or o.device != self.peers.device:
+                raise ValueError(f"{self.meta.name}: rank {rank}'s out must be a contiguous, "
+                                 f"16-byte aligned {odt} tensor {list(want)} on "
+                                 f"{self.peers.device}, got {list(o.shape)} {o.dtype}")
+        return outs
 
     def _launch(self, inputs, ranks, out, what: str = "") -> tuple[list[int], dict]:
         """Bind and launch every driven rank on ``inputs`` (each per rank); returns the ranks

@@ -397,7 +397,10 @@ class FusionPlan:
         how = ("intra-SM, communication warp in every SM" if self.overlap is OverlapStyle.INTRA
                else f"inter-SM, {self.comm_sms} comm SMs")
         if self.fuse:
-            return f"fused {name}: predicted {f} ms vs {u} ms unfused; {how}{self._runner_up()}"
+            many = (f"; one kernel over {len(self.shapes.N)} weights, gathering once"
+                    if len(self.shapes.N) > 1 else "")
+            return (f"fused {name}: predicted {f} ms vs {u} ms unfused; {how}"
+                    f"{self._runner_up()}{many}")
         if self.fused_time >= self.unfused_time:
             why = "too small for overlap to pay" if self.unfused_time < 1e-4 else "overlap does not pay"
             return f"left unfused: predicted fused {f} ms >= unfused {u} ms ({why}); best fused: {how}"
