@@ -35,6 +35,7 @@ from pkc.codegen.builder import Builder
 from pkc.codegen.errors import CodegenError
 from pkc.codegen.lower_schedule_mma import (lower_acc_scale, lower_acc_store_global,
                                              lower_acc_store_smem, lower_mma, thread_geometry)
+from pkc.codegen.lower_scale_loads import lower_scale_prefetch
 from pkc.dialects import schedule as s
 from pkc.dialects.schedule_clc import ClcTileLoopOp
 from pkc.dialects.schedule_structure import cluster_shape
@@ -369,7 +370,8 @@ def _thread_values(L: Lowering, scope: Operation) -> None:
     if L.target != "sm_90a":
         return              # wgmma's fragment geometry; tensor memory has its own
     widths = {o.width.data for o in scope.walk() if isinstance(o, s.AccStoreSmemOp)}
-    if widths or any(isinstance(o, (s.AccStoreGlobalOp, s.AccScaleOp)) for o in scope.walk()):
+    epi = (s.AccStoreGlobalOp, s.AccScaleOp, s.ScalePrefetchOp)
+    if widths or any(isinstance(o, epi) for o in scope.walk()):
         thread_geometry(L, widths)
 
 
@@ -598,6 +600,7 @@ _LOWERINGS = {
     s.AccStoreSmemOp: lambda L, op: lower_acc_store_smem(L, op),
     s.AccStoreGlobalOp: lambda L, op: lower_acc_store_global(L, op),
     s.AccScaleOp: lambda L, op: lower_acc_scale(L, op),
+    s.ScalePrefetchOp: lambda L, op: lower_scale_prefetch(L, op),
 }
 
 from pkc.codegen import lower_schedule_comm  # noqa: E402,F401  (registers its lowerings)

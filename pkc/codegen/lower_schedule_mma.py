@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pkc.codegen import ptx, ptx_sm90
-from pkc.codegen.lower_scale_loads import bias_at, f32_at
+from pkc.codegen.lower_scale_loads import bias_at, f32_at, prefetched_col
 
 if TYPE_CHECKING:
     from pkc.codegen.lower_schedule import Lowering
@@ -144,7 +144,9 @@ def lower_acc_scale(L: "Lowering", op) -> None:
     rows (2 per 64-row slice) and, 8-column block by block, of its columns (2 per block;
     all at once would not fit beside a 128-register accumulator), multiplies its
     accumulator registers with ``mul.rn`` (no contraction into an FMA: each product is
-    rounded as the op says) and adds the bias, in place."""
+    rounded as the op says) and adds the bias, in place. With ``prefetched`` the values
+    its ``pks.scale_prefetch`` holds come from registers (the columns' by shuffles:
+    :mod:`pkc.codegen.lower_scale_loads`) instead of loads."""
     b = L.b
     n = op.acc.type.cols.data
     frag = L.v(op.acc)
@@ -152,28 +154,37 @@ def lower_acc_scale(L: "Lowering", op) -> None:
     rows, cols = L.v(op.rows), L.v(op.cols)
     row_a, row_b = op.row_wise()
     slices, blocks = op.region()
+    pf = L.v(op.prefetched) if op.prefetched is not None else None
+    same_a = pf is not None and op.prefetch().scale_a == op.scale_a
     zero = b.u32(0)
-    alpha = None
-    if not row_a and not row_b:
-        alpha = b.bin("mul.rn", "f32", f32_at(L, op.scale_a, zero, None),
-                      f32_at(L, op.scale_b, zero, None))
-    sa = None if row_a else f32_at(L, op.scale_a, zero, None)
-    sb = None if row_b else f32_at(L, op.scale_b, zero, None)
+    sa = None if row_a else (pf.sa if same_a else f32_at(L, op.scale_a, zero, None))
+    sb = None if row_b else (pf.sb if pf else f32_at(L, op.scale_b, zero, None))
+    alpha = b.bin("mul.rn", "f32", sa, sb) if not row_a and not row_b else None
     col0 = b.add32(L.v(op.col), b.bin("shl", "b32", quad, 1))
     ras = {}
+    pf_rows = pf.rows if pf is not None and op.rows_prefetched() else None
     for mi in slices:
         for i in range(2):
             ras[mi, i] = sa
-            if row_a:
+            if row_a and pf_rows is not None:
+                ras[mi, i] = pf_rows[mi, i]
+            elif row_a:
                 row = b.add32(b.add32(L.v(op.row), r0), 64 * mi + 8 * i)
                 ras[mi, i] = f32_at(L, op.scale_a, row, rows)
     for j in blocks:
         cs, bs = {}, {}
         for c in range(2):
-            col = b.add32(col0, 8 * j + c) if 8 * j + c else col0
-            cs[c] = f32_at(L, op.scale_b, col, cols) if row_b else sb
+            col = None
+            if pf is None:
+                col = b.add32(col0, 8 * j + c) if 8 * j + c else col0
+            if row_b:
+                cs[c] = (prefetched_col(L, pf.cols, j, c) if pf is not None
+                         else f32_at(L, op.scale_b, col, cols))
+            else:
+                cs[c] = sb
             if op.bias is not None:
-                bs[c] = bias_at(L, op.bias, col, cols)
+                bs[c] = (prefetched_col(L, pf.bias, j, c) if pf is not None
+                         else bias_at(L, op.bias, col, cols))
         for mi in slices:
             for i in range(2):
                 for c in range(2):

@@ -69,6 +69,9 @@ def lower_acc_scale(L: "Lowering", op) -> None:
     acc = op.acc.type
     if acc.rows.data != 128 or L.role is None or L.role.warpgroups.data != 1:
         raise CodegenError(f"{op.name}: one warpgroup scales a 128-lane accumulator (sm_100a)")
+    if op.prefetched is not None:
+        raise CodegenError(f"{op.name}: prefetched scales (pks.scale_prefetch) are lowered on "
+                           "sm_90a only")
     slices, blocks = op.region()
     p = _Pending(op, slices, range(8 * blocks.start, 8 * blocks.stop))
     pend = L.geo.setdefault(_key(op.acc), [])

@@ -33,6 +33,7 @@ from pkc.codegen.ptx_arith import (
     PredOp,
     SelpOp,
     SetpOp,
+    ShflIdxOp,
     SmemBaseOp,
     SregOp,
     UnaryOp,
@@ -80,7 +81,7 @@ from pkc.codegen.ptx_memory import (
 # Re-exported names: other modules import them from here (PTX is built on first use, below).
 __all__ = [
     "BinaryOp", "CvtOp", "FmaOp", "ImmOp", "MovOp", "PackOp", "PredOp", "SelpOp", "SetpOp",
-    "SmemBaseOp", "SregOp", "UnaryOp", "AtomicAddCas16Op", "BulkGroupOp",
+    "ShflIdxOp", "SmemBaseOp", "SregOp", "UnaryOp", "AtomicAddCas16Op", "BulkGroupOp",
     "CpAsyncBulkLoadOp", "CpAsyncBulkStoreOp", "MbarrierOp", "MbarrierWaitOp", "MmaSyncOp",
     "SpinWaitOp", "CommentOp", "EntryOp", "ForOp", "IfOp", "YieldOp", "B16", "B32", "B64",
     "F32", "F64", "PRED", "REG_KINDS", "REG_PREFIX", "Inst", "Names", "RegType", "_dots",
@@ -90,8 +91,8 @@ __all__ = [
 
 PTX_OPS = [
     EntryOp, YieldOp, ForOp, IfOp, CommentOp, SregOp, SmemBaseOp, ImmOp, MovOp, PackOp,
-    BinaryOp, UnaryOp, FmaOp, SetpOp, PredOp, SelpOp, CvtOp, LdOp, StOp, RedOp, AtomOp,
-    FenceOp, BarSyncOp, ExitOp, MmaSyncOp, CpAsyncBulkStoreOp, CpAsyncBulkLoadOp,
+    BinaryOp, UnaryOp, FmaOp, SetpOp, PredOp, SelpOp, ShflIdxOp, CvtOp, LdOp, StOp, RedOp,
+    AtomOp, FenceOp, BarSyncOp, ExitOp, MmaSyncOp, CpAsyncBulkStoreOp, CpAsyncBulkLoadOp,
     BulkGroupOp, MbarrierOp, MbarrierWaitOp, SpinWaitOp, AtomicAddCas16Op,
 ]
 

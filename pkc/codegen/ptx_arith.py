@@ -263,3 +263,22 @@ class CvtOp(Inst):
     def render(self, n: Names) -> list[str]:
         return [f"cvt{_dots(_s(self.rnd))}.{self.dst_type.data}.{self.src_type.data} "
                 f"{n(self.result)}, {n(self.src)};"]
+
+
+@irdl_op_definition
+class ShflIdxOp(Inst):
+    """``shfl.sync.idx.b32 %d, %a, %lane, 31, -1``: every lane of the (whole, converged)
+    warp reads ``a`` of lane ``lane & 31`` (PTX ISA 9.7.8.6; clamp 31: one 32-lane
+    segment). Why: a scaled GEMM's epilogue takes its column scales from the registers of
+    the lane that loaded them before the main loop (:mod:`pkc.codegen.lower_scale_loads`)."""
+
+    name = "ptx.shfl_idx"
+    src = operand_def(RegType)
+    lane = operand_def(RegType)
+    result = result_def(RegType)
+
+    def __init__(self, src: SSAValue, lane: SSAValue):
+        super().__init__(operands=[src, lane], result_types=[src.type])
+
+    def render(self, n: Names) -> list[str]:
+        return [f"shfl.sync.idx.b32 {n(self.result)}, {n(self.src)}, {n(self.lane)}, 31, -1;"]

@@ -43,6 +43,7 @@ from pkc.dialects.schedule_mma import (
     MmaCommitArriveOp,
     MmaCommitOp,
     MmaWaitOp,
+    ScalePrefetchOp,
 )
 from pkc.dialects.schedule_structure import (
     ClusterRankOp,
@@ -78,6 +79,7 @@ from pkc.dialects.schedule_types import (
     BMajor,
     MbarriersType,
     RoleKind,
+    ScalesType,
     SmemType,
     TmapType,
     _fail,
@@ -88,9 +90,9 @@ SCHEDULE_OPS = [
     MbarrierAllocOp, MbarrierWaitOp, MbarrierArriveOp, WarpgroupBarrierOp, FenceAsyncSharedOp,
     ClusterSyncOp, TmaLoadOp, TmaPrefetchOp, TmaStoreOp, BulkCommitOp, BulkWaitOp, AccAllocOp, MmaAsyncOp,
     MmaCommitOp, MmaWaitOp, AccStoreSmemOp, AccStoreGlobalOp, AccSelectOp, MmaCommitArriveOp,
-    AccScaleOp,
+    AccScaleOp, ScalePrefetchOp,
 ]
-SCHEDULE_TYPES = [TmapType, SmemType, MbarriersType, AccType]
+SCHEDULE_TYPES = [TmapType, SmemType, MbarriersType, AccType, ScalesType]
 
 # the communication ops of the same dialect (peer pointers, epochs, signals, LL packets,
 # vector copies); that module imports nothing from this one

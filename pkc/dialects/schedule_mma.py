@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import DenseArrayBase, IntAttr, StringAttr, i1, i32, i64
+from xdsl.dialects.builtin import DenseArrayBase, IntAttr, StringAttr, UnitAttr, i1, i32, i64
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -26,7 +26,7 @@ from xdsl.utils.exceptions import VerifyException
 from pkc.dialects.schedule_structure import ScheduleOp
 from pkc.dialects.schedule_tma import check_pair_multicast
 from pkc.dialects.schedule_types import (ELEMENT_BYTES, FP8_ELEMENTS, MMA_ELEMENTS, AccType,
-                                        BMajor, MbarriersType, SmemType, _fail)
+                                        BMajor, MbarriersType, ScalesType, SmemType, _fail)
 from pkc.dialects.types import BufferType, is_float
 
 # ----------------------------------------------------------------------------------------
@@ -296,7 +296,11 @@ class AccScaleOp(IRDLOperation):
     ``[cols]`` buffer, added in f32. Elements outside ``rows`` x ``cols`` read no scale
     (they are never stored). ``piece`` = [slice, first column, width]: only that 64-row
     slice's columns (an epilogue that scales each piece just before it stores it, so that
-    the scales of one piece are live at a time); absent: the whole accumulator."""
+    the scales of one piece are live at a time); absent: the whole accumulator.
+    ``prefetched``: the tile's ``pks.scale_prefetch`` (same accumulator, B's scale, bias,
+    ``col`` and ``cols``): B's scales and the bias come from its registers, and A's scale
+    too where it is the same buffer (tensor-wise, or the rows it loaded for this op's
+    ``row`` and ``rows``); the rest is read from memory here."""
 
     name = "pks.acc_scale"
     acc = operand_def(AccType)
@@ -307,15 +311,30 @@ class AccScaleOp(IRDLOperation):
     col = operand_def(i32)
     rows = operand_def(i32)
     cols = operand_def(i32)
+    prefetched = opt_operand_def(ScalesType)
     piece = opt_attr_def(DenseArrayBase)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     def __init__(self, acc: SSAValue, scale_a: SSAValue, scale_b: SSAValue,
                  bias: SSAValue | None, row: SSAValue, col: SSAValue, rows: SSAValue,
-                 cols: SSAValue, piece: tuple[int, int, int] | None = None):
+                 cols: SSAValue, piece: tuple[int, int, int] | None = None,
+                 prefetched: SSAValue | None = None):
         attrs = {"piece": DenseArrayBase.from_list(i64, list(piece))} if piece else {}
         super().__init__(operands=[acc, scale_a, scale_b, [bias] if bias is not None else [],
-                                   row, col, rows, cols], attributes=attrs)
+                                   row, col, rows, cols,
+                                   [prefetched] if prefetched is not None else []],
+                         attributes=attrs)
+
+    def prefetch(self) -> "ScalePrefetchOp | None":
+        """The ``pks.scale_prefetch`` this op reads its registers from (None: none)."""
+        return self.prefetched.owner if self.prefetched is not None else None
+
+    def rows_prefetched(self) -> bool:
+        """Whether A's row scales of this op come from the prefetch's registers: it loaded
+        them, for the same ``row`` and ``rows`` values."""
+        pf = self.prefetch()
+        return (pf is not None and pf.with_rows is not None and pf.scale_a == self.scale_a
+                and pf.row == self.row and pf.rows == self.rows)
 
     def row_wise(self) -> tuple[bool, bool]:
         """(A's scale per row, B's per column)."""
@@ -331,21 +350,16 @@ class AccScaleOp(IRDLOperation):
         return range(sl, sl + 1), range(c // 8, (c + w) // 8)
 
     def verify_(self) -> None:
-        from xdsl.dialects.builtin import Float32Type
-
-        for what, v, row_shape in (("scale_a", self.scale_a, "[rows, 1]"),
-                                   ("scale_b", self.scale_b, "[1, cols]")):
-            t = v.type
-            shape = tuple(t.get_shape())
-            ok = shape == (1,) or (len(shape) == 2 and (shape[1] == 1 if what == "scale_a"
-                                                        else shape[0] == 1))
-            if not isinstance(t.element_type, Float32Type) or not ok:
-                _fail(self.name, f"{what} must be an f32 buffer of shape [1] (tensor-wise) or "
-                      f"{row_shape} (row-wise), got {t}")
-        if self.bias is not None:
-            t = self.bias.type
-            if len(t.get_shape()) != 1 or not is_float(t.element_type):
-                _fail(self.name, f"bias must be a 1-d float buffer [cols], got {t}")
+        _check_scales(self)
+        pf = self.prefetch()
+        if self.prefetched is not None:
+            if not isinstance(pf, ScalePrefetchOp):
+                _fail(self.name, "prefetched must be a pks.scale_prefetch result")
+            same = (pf.acc == self.acc and pf.scale_b == self.scale_b
+                    and pf.bias == self.bias and pf.col == self.col and pf.cols == self.cols)
+            if not same:
+                _fail(self.name, "prefetched: its pks.scale_prefetch must name the same "
+                      "accumulator, scale_b, bias, col and cols")
         if self.piece is not None:
             a = self.acc.type
             vals = self.piece.get_values()
@@ -356,3 +370,67 @@ class AccScaleOp(IRDLOperation):
                     and c + w <= a.cols.data):
                 _fail(self.name, f"piece [{sl}, {c}, {w}] outside !pks.acc<{a.rows.data}x"
                       f"{a.cols.data}> (64-row slices, 8-column blocks)")
+
+
+def _check_scales(op) -> None:
+    """The scale and bias operands of ``pks.acc_scale`` / ``pks.scale_prefetch``."""
+    from xdsl.dialects.builtin import Float32Type
+
+    for what, v, row_shape in (("scale_a", op.scale_a, "[rows, 1]"),
+                               ("scale_b", op.scale_b, "[1, cols]")):
+        t = v.type
+        shape = tuple(t.get_shape())
+        ok = shape == (1,) or (len(shape) == 2 and (shape[1] == 1 if what == "scale_a"
+                                                    else shape[0] == 1))
+        if not isinstance(t.element_type, Float32Type) or not ok:
+            _fail(op.name, f"{what} must be an f32 buffer of shape [1] (tensor-wise) or "
+                  f"{row_shape} (row-wise), got {t}")
+    if op.bias is not None:
+        t = op.bias.type
+        if len(t.get_shape()) != 1 or not is_float(t.element_type):
+            _fail(op.name, f"bias must be a 1-d float buffer [cols], got {t}")
+
+
+@irdl_op_definition
+class ScalePrefetchOp(IRDLOperation):
+    """Loads the epilogue scales of the accumulator tile whose element (i, j) is C's
+    (``row + i``, ``col + j``) into registers, ahead of the tile's main loop, so that their
+    latency hides behind the MMAs: B's column scales and the bias (f32) of the tile's
+    columns, the tensor-wise scales, and (``with_rows``) A's row scales of the thread's
+    rows; 0.0 past ``rows`` x ``cols``. The tile's ``pks.acc_scale`` ops name the result
+    (``prefetched``) and read these instead of memory. sm_90a (wgmma's register
+    fragments): a warp holds the tile's column values spread over its lanes (``cols / 32``
+    per lane), and each 8-column block's pair is fetched from its lane by a shuffle, so a
+    tile of 256 columns costs 8 registers, not the 64 of every column a thread needs.
+    Why: the row-wise epilogue's per-piece global loads were its cost (docs/PERF_NOTES.md
+    2026-12-02 (e), (n))."""
+
+    name = "pks.scale_prefetch"
+    acc = operand_def(AccType)
+    scale_a = operand_def(BufferType)
+    scale_b = operand_def(BufferType)
+    bias = opt_operand_def(BufferType)
+    row = operand_def(i32)
+    col = operand_def(i32)
+    rows = operand_def(i32)
+    cols = operand_def(i32)
+    with_rows = opt_attr_def(UnitAttr)
+    result = result_def(ScalesType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, acc: SSAValue, scale_a: SSAValue, scale_b: SSAValue,
+                 bias: SSAValue | None, row: SSAValue, col: SSAValue, rows: SSAValue,
+                 cols: SSAValue, with_rows: bool = True):
+        super().__init__(operands=[acc, scale_a, scale_b, [bias] if bias is not None else [],
+                                   row, col, rows, cols], result_types=[ScalesType()],
+                         attributes={"with_rows": UnitAttr()} if with_rows else {})
+
+    def row_wise(self) -> tuple[bool, bool]:
+        """(A's scale per row, B's per column)."""
+        return (len(self.scale_a.type.get_shape()) == 2,
+                len(self.scale_b.type.get_shape()) == 2)
+
+    def verify_(self) -> None:
+        _check_scales(self)
+        if self.with_rows is not None and not self.row_wise()[0]:
+            _fail(self.name, "with_rows: scale_a is tensor-wise (no row scales to load)")

@@ -1,6 +1,7 @@
 """The types of the schedule-level dialect ``pks`` (:mod:`pkc.dialects.schedule`):
-``!pks.tmap`` (a TMA tensor map), ``!pks.smem`` (shared-memory slots), ``!pks.mbarriers``
-and ``!pks.acc`` (a warpgroup's or CTA's f32 accumulator), with the enums of role kinds and
+``!pks.tmap`` (a TMA tensor map), ``!pks.smem`` (shared-memory slots), ``!pks.mbarriers``,
+``!pks.acc`` (a warpgroup's or CTA's f32 accumulator) and ``!pks.scales`` (a tile's
+epilogue scales loaded ahead into registers), with the enums of role kinds and
 B-operand layouts, the hardware limits the verifiers check, and ``_fail`` (a verifier error
 naming the op) that the op modules share.
 """
@@ -199,3 +200,12 @@ class AccType(ParametrizedAttribute, TypeAttribute):
         if r // 64 * c // 2 > 128:
             raise VerifyException(f"!pks.acc<{r}x{c}>: {r // 64 * c // 2} f32 registers per "
                                   "thread (at most 128)")
+
+
+@irdl_attr_definition
+class ScalesType(ParametrizedAttribute, TypeAttribute):
+    """The scales (and bias) of one accumulator tile's epilogue, loaded into registers by
+    ``pks.scale_prefetch`` before the tile's main loop and read by its ``pks.acc_scale``
+    ops (no memory access left in the epilogue for what it holds)."""
+
+    name = "pks.scales"

@@ -13,6 +13,9 @@ With ``groupID = laneid >> 2`` and ``tig = laneid % 4``, for f16/bf16 inputs:
 Arithmetic: products of f16/bf16 are exact; they are summed with C in f64 and rounded
 once to f32. The tensor core's internal summation order and precision are not specified;
 results can differ from the H200 in the last bits of f32 (docs/emulator.md).
+
+``shfl.sync.idx`` (the other warp-collective register instruction) is here too: it needs
+the same whole-warp grouping.
 """
 
 from __future__ import annotations
@@ -108,7 +111,32 @@ def _explain_partial(m, ins, g):
             "which went elsewhere or exited")
 
 
+@handles(ptx.ShflIdxOp)
+def _shfl_idx(m, ins, g):
+    """``shfl.sync.idx.b32 d, a, lane, 31, -1`` (PTX ISA 9.7.8.6): each lane gets ``a`` of
+    lane ``lane & 31`` of its warp; the whole warp takes part (membermask -1), so lanes
+    whose warp is not all here wait for the rest."""
+    ok, rows = full_warps(m, g)
+    if rows.size == 0:
+        return ok
+    src = m.regs[ins.args[0]]
+    if src is None:
+        src = m.regs[ins.args[0]] = m.new_reg(ins.args[0])
+    lane = m.regs[ins.args[1]]
+    if lane is None:
+        lane = m.regs[ins.args[1]] = m.new_reg(ins.args[1])
+    pick = lane[rows].astype(np.int64) & (WARP - 1)
+    vals = np.take_along_axis(src[rows], pick, axis=1)
+    out = m.regs[ins.res[0]]
+    if out is None:
+        out = m.regs[ins.res[0]] = m.new_reg(ins.res[0])
+    out[rows] = vals
+    return ok
+
+
 EXPLAIN[ptx.MmaSyncOp] = _explain_partial
 DEADLOCK_CLASS[ptx.MmaSyncOp] = EmuWarpError
+EXPLAIN[ptx.ShflIdxOp] = _explain_partial
+DEADLOCK_CLASS[ptx.ShflIdxOp] = EmuWarpError
 
 __all__ = ["full_warps", "EmuWarpError"]

@@ -464,6 +464,8 @@ SIMPLE = {
     s.BulkWaitOp: _bulk_wait,
     s.AccStoreGlobalOp: _acc_store_global,
     s.AccScaleOp: _acc_scale,
+    # registers of what acc_scale reads (it reads the buffers itself: same values)
+    s.ScalePrefetchOp: _set(lambda R, a: None),
     s.AccAllocOp: _acc_alloc,
     s.AccSelectOp: _acc_select,
     s.MmaCommitArriveOp: _mma_commit_arrive,

@@ -101,6 +101,8 @@ class ArParts(RsParts):
         None for a 16-bit one."""
         if e.scales is None:
             return None
+        if e.a_row0 is not None:        # the same value, computed for the scale prefetch
+            return e.a_row0
         return t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.mc), row0)
 
     def _signal(self, o: _Ops, chunk: SSAValue, count: SSAValue) -> None:

@@ -171,7 +171,7 @@ class _ShardScaleEpi(Epi):
     ``in_shard``: the row in the shard, b x Sc + i for blocks of rows)."""
 
     def __init__(self, e: Epi, parts: AgRowScaleParts, chunk: SSAValue, in_shard: bool = False):
-        super().__init__(e.acc, e.epi, e.C, e.tC, e.wg, e.M, e.N, e.scales)
+        super().__init__(e.acc, e.epi, e.C, e.tC, e.wg, e.M, e.N, e.scales, e.prefetch, e.rows)
         self.parts, self.chunk, self.in_shard = parts, chunk, in_shard
 
     def scale(self, t: _Ops, row0: SSAValue, n0: SSAValue,
@@ -180,11 +180,14 @@ class _ShardScaleEpi(Epi):
         local = row0 if self.in_shard else t.bin(arith.SubiOp, row0,
                                                  t.bin(arith.MuliOp, self.chunk, p.mc))
         own = _when(t, t.cmp("eq", self.chunk, p.rank))
-        own.add(s.AccScaleOp(self.acc, p.sx, sb, None, local, n0, own.c(p.mc), self.N, piece))
+        # B's column scales from the tile's prefetch (A's rows: the shard's, read here)
+        pf = self.prefetched(n0)
+        own.add(s.AccScaleOp(self.acc, p.sx, sb, None, local, n0, own.c(p.mc), self.N, piece,
+                             pf))
         peer = _when(t, t.cmp("ne", self.chunk, p.rank))
         first = peer.bin(arith.MuliOp, self.chunk, p.mcp)
         peer.add(s.AccScaleOp(self.acc, p.sg, sb, None, peer.bin(arith.AddiOp, first, local),
-                              n0, peer.bin(arith.AddiOp, first, p.mc), self.N, piece))
+                              n0, peer.bin(arith.AddiOp, first, p.mc), self.N, piece, pf))
 
 
 __all__ = ["AgRowScaleParts", "BlockRowScaleParts", "row_scale_parts", "line_rows", "LINE_ROWS",

@@ -241,7 +241,8 @@ class RsParts(GemmParts):
             w.add(f.FenceAsyncGlobalOp())
         tm = t.add(f.TmapSelectOp(chunk, self.maps)).result
         # an fp8 kernel scales each piece first (A's row scales: rows chunk x mc + row0 ..)
-        a_row0 = (t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.mc), row0)
+        # (the same value as the scale prefetch's e.a_row0, which then is used)
+        a_row0 = (e.a_row0 or t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.mc), row0)
                   if e.scales is not None else None)
         ebuf = _tma_epilogue(t, cfg, e.acc, e.epi, e.wg, row0, n0, ebuf,
                              lambda slot, col, row: t.add(f.TmaStoreOrAddOp(

@@ -209,9 +209,20 @@ class Epi:
     """What the consumer's epilogue works with: its accumulator, the epilogue buffers, C
     and its map, the warpgroup index, the shape's M and N (values of the role)."""
 
-    def __init__(self, acc, epi, C, tC, wg, M, N, scales: "Scales | None" = None):
+    def __init__(self, acc, epi, C, tC, wg, M, N, scales: "Scales | None" = None,
+                 prefetch: SSAValue | None = None, rows: SSAValue | None = None,
+                 a_row0: SSAValue | None = None):
         self.acc, self.epi, self.C, self.tC, self.wg, self.M, self.N = acc, epi, C, tC, wg, M, N
         self.scales = scales     # an fp8 GEMM's: every epilogue applies them (pks.acc_scale)
+        # the tile's pks.scale_prefetch result (the scales in registers), A's row bound and
+        # the warpgroup's first row of A it loaded: an epilogue that scales with these
+        # values reads A's row scales from its registers
+        self.prefetch, self.rows, self.a_row0 = prefetch, rows, a_row0
+
+    def prefetched(self, n0: SSAValue) -> SSAValue | None:
+        """The tile's prefetched scales, if they are those of column ``n0``."""
+        pf = self.prefetch
+        return pf if pf is not None and pf.owner.col == n0 else None
 
     def scale(self, t: "_Ops", row0: SSAValue, n0: SSAValue,
               piece: tuple[int, int, int] | None = None) -> None:
@@ -219,8 +230,9 @@ class Epi:
         ``row0``: the tile's first row of A (its row scales)."""
         sc = self.scales
         if sc is not None:
-            rows = t.c(sc.rows) if sc.rows else self.M
-            t.add(s.AccScaleOp(self.acc, sc.sa, sc.sb, sc.bias, row0, n0, rows, self.N, piece))
+            rows = self.rows or (t.c(sc.rows) if sc.rows else self.M)
+            t.add(s.AccScaleOp(self.acc, sc.sa, sc.sb, sc.bias, row0, n0, rows, self.N, piece,
+                               self.prefetched(n0)))
 
 
 class Scales:
@@ -324,12 +336,23 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
     zero, one = r.c(0), r.c(1)
     num_kb = r.c(-(-dims[2] // cfg.bk))
     all_ctas = cfg.cluster_m > 1
+    prefetch = scales is not None and cfg.scale_prefetch
+    rows = (r.c(scales.rows) if scales.rows else M) if prefetch else None
     extra = parts.epilogue_setup(r, cfg)
     loop, coords, (stage, phase, ebuf, *extra) = parts.tile_loop(
         r, M, N, [zero, zero, zero, *extra], cfg)
     t = _Ops(loop.block)
     m0 = coords[0]
     extra = parts.consumer_tile_start(t, cfg, coords, wg, epi, ebuf, extra)
+    pf = row0 = a_row0 = None
+    if prefetch:
+        # the tile's scales into registers now: their loads overlap the main loop; A's
+        # rows are the ones the producer loads (a fused kernel's chunk row, not C's)
+        row0 = t.bin(arith.AddiOp, m0, a_row)
+        prow = parts.producer_row(t, coords)
+        a_row0 = row0 if prow is m0 else t.bin(arith.AddiOp, prow, a_row)
+        pf = t.add(s.ScalePrefetchOp(acc, scales.sa, scales.sb, scales.bias, a_row0, coords[1],
+                                     rows, N, row_scales(scales)))
     kloop, k, kb, (ks, kph, _prev) = _for(t, zero, num_kb, one, [stage, phase, zero])
     k.add(s.MbarrierWaitOp(full, ks, kph))
     not_first = k.cmp("ne", kb, 0)
@@ -345,14 +368,34 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
     stage2, phase2, last = kloop.results
     t.add(s.MmaWaitOp(0))
     t.add(s.MbarrierArriveOp(empty, last, all_ctas=all_ctas))
-    row0 = t.bin(arith.AddiOp, m0, a_row)
-    e = Epi(acc, epi, C, tC, wg, M, N, scales)
+    if row0 is None:
+        row0 = t.bin(arith.AddiOp, m0, a_row)
+    e = Epi(acc, epi, C, tC, wg, M, N, scales, pf.result if pf else None, rows, a_row0)
     ebuf, extra = parts.epilogue_tile(t, cfg, e, coords, row0, ebuf, extra)
+    if pf is not None:
+        _trim_prefetch(pf)
     t.add(s.YieldOp([stage2, phase2, ebuf, *extra]))
     parts.epilogue_finish(r, cfg, list(loop.results)[3:])
     if cfg.epilogue is Epilogue.TMA:
         r.add(s.BulkWaitOp(0))
     r.add(s.YieldOp())
+
+
+def row_scales(scales: Scales) -> bool:
+    """Whether A's scale is row-wise ([M, 1]): the prefetch loads the thread's rows."""
+    return len(scales.sa.type.get_shape()) == 2
+
+
+def _trim_prefetch(pf: s.ScalePrefetchOp) -> None:
+    """After the epilogue is built: a prefetch no ``pks.acc_scale`` reads is erased, and
+    its row scales are not loaded where none reads them (a fused epilogue whose rows of
+    A are not the tile's, e.g. a gathered shard's)."""
+    users = [u.operation for u in pf.result.uses]
+    if not users:
+        pf.detach()
+        pf.erase()
+    elif pf.with_rows is not None and not any(u.rows_prefetched() for u in users):
+        del pf.attributes["with_rows"]
 
 
 def _tma_epilogue(t: _Ops, cfg: GemmConfig, acc, epi, wg, row0, n0, ebuf, store,

@@ -90,6 +90,9 @@ class ScheduleMatmul(ModulePass):
     name = "schedule-matmul"
     target: str = "h200"
     variant: str = ""           # force a named tile variant (pkc.target.gemm_tuning.VARIANTS)
+    # fp8 on sm_90a: load each tile's scales (and bias) into registers before its main loop
+    # (pks.scale_prefetch); false: per epilogue piece from global memory (the old form)
+    scale_prefetch: bool = True
 
     def __post_init__(self):
         get_target(self.target)
@@ -122,7 +125,7 @@ class ScheduleMatmul(ModulePass):
             if tmem:
                 schedule_scaled_tmem(op, num_sms, _dtype(op.result.type))
             else:
-                _schedule_scaled(op, num_sms, self.variant)
+                _schedule_scaled(op, num_sms, self.variant, self.scale_prefetch)
 
 
 def _schedule(op: g.MatmulOp, num_sms: int, variant: str) -> None:
@@ -223,7 +226,8 @@ def why_not_scaled(op: ScaledMatmulOp, arch: str = "sm_90a") -> str | None:
     return None
 
 
-def _schedule_scaled(op: ScaledMatmulOp, num_sms: int, variant: str) -> None:
+def _schedule_scaled(op: ScaledMatmulOp, num_sms: int, variant: str,
+                     prefetch: bool = True) -> None:
     """``op`` -> ``pk.kernel "scaled_matmul"``: the GEMM of 8-bit operands, B read [N, K]."""
     a, rhs = op.lhs, op.rhs
     M, K = a.type.get_shape()
@@ -243,6 +247,7 @@ def _schedule_scaled(op: ScaledMatmulOp, num_sms: int, variant: str) -> None:
                                       b_type=types[1])
     else:
         cfg = choose_config(M, N, K, out, BLayout.NK, num_sms, types)
+    cfg = cfg.with_(scale_prefetch=prefetch)
     cfg.validate()
     ins = [a, b_val, op.scale_lhs, op.scale_rhs] + ([op.bias] if op.bias is not None else [])
     block = Block(arg_types=[BufferType(v.type.get_shape(), v.type.element_type) for v in ins]
@@ -255,12 +260,15 @@ def _schedule_scaled(op: ScaledMatmulOp, num_sms: int, variant: str) -> None:
     row = op.row_wise()
     set_plan(kop, pattern="gemm", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, cluster=cfg.cluster_m, epilogue=cfg.epilogue,
-             b_layout=BLayout.NK, group_m=cfg.group_m)
+             b_layout=BLayout.NK, group_m=cfg.group_m,
+             scales="prefetched" if prefetch else "epilogue")
     tiles = -(-M // cfg.bm) * -(-N // cfg.bn)
     scales = "/".join("row-wise" if r else "tensor-wise" for r in row)
     add_remark(kop, f"scheduled fp8 GEMM {M}x{N}x{K} {types[0]} x {types[1]} -> {out}: "
                f"{cfg.tag()} ({tiles} tiles over {num_sms} SMs; {scales} scales"
-               f"{', bias' if op.bias is not None else ''} in the epilogue; B read as {how}"
+               f"{', bias' if op.bias is not None else ''} in the epilogue"
+               f"{', loaded into registers before each tile' if prefetch else ''}"
+               f"; B read as {how}"
                + ("" if op.fast_accum is not None else
                   "; sums stay in the wgmma accumulator (torch's use_fast_accum=True; "
                   "cuBLASLt's default promotes partial sums: more exact on long K)") + ")")

@@ -121,6 +121,9 @@ class GemmConfig(StageBytes):
     producer_regs: int = 40
     consumer_regs: int = 0         # 0: as many as fit
     name: str = ""
+    # fp8: each tile's epilogue scales loaded into registers before its main loop
+    # (pks.scale_prefetch) instead of from global memory per epilogue piece
+    scale_prefetch: bool = True
 
     # the first warpgroup of the epilogue's role (the consumers; warpgroup 0 produces)
     epilogue_wg = 1

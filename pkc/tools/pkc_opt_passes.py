@@ -44,6 +44,7 @@ _LINES: tuple[str, ...] = (
     '  schedule-matmul       Rewrite 2-D bf16/f16 pk.matmul and fp8 pk.scaled_matmul ops into scheduled GEMM kernels.',
     '                          option target: str = h200',
     '                          option variant: str = ',
+    '                          option scale-prefetch: bool = true',
     '  schedule-moe          Rewrite MoE dispatch + grouped GEMM + combine kernels into scheduled (pks) kernels.',
     '                          option target: str = h200',
     '                          option variant: str = ',

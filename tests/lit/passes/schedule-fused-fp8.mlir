@@ -28,12 +28,12 @@ func.func @ag(%x: tensor<13x64xf8E4M3FN>, %b: tensor<64x32xf8E5M2>, %s: tensor<1
 // CHECK-SAME:  scheduled fp8 GEMM (e4m3 x e4m3 -> bf16, scales in the epilogue) + all-reduce W=2 26x48x64
 // CHECK-SAME:  2 chunks of 1 tiles (rows 13/13), own chunk first, every tile to every rank
 // CHECK:       pk.alloc : !pk.buffer<26x48xbf16, symmetric>
+// CHECK:       %[[PF:.*]] = "pks.scale_prefetch"({{.*}} {with_rows} : (!pks.acc<64x128>, !pk.buffer<26x1xf32>, !pk.buffer<1x48xf32>
 // CHECK:       "pks.mma_async"{{.*}}dtype = "e4m3"
-// CHECK:       "pks.acc_scale"({{.*}} : (!pks.acc<64x128>, !pk.buffer<26x1xf32>, !pk.buffer<1x48xf32>
+// CHECK:       "pks.acc_scale"({{.*}}, %[[PF]]) {{.*}} : (!pks.acc<64x128>, !pk.buffer<26x1xf32>, !pk.buffer<1x48xf32>, i32, i32, i32, i32, !pks.scales)
 // CHECK-NEXT:  "pks.acc_store_smem"
 // CHECK:       "pks.mbarrier_wait"
-// CHECK-NEXT:  arith.constant 26 : i32
-// CHECK-NEXT:  "pks.acc_scale"({{.*}} : (!pks.acc<64x128>, !pk.buffer<26x1xf32>, !pk.buffer<1x48xf32>
+// CHECK-NEXT:  "pks.acc_scale"({{.*}}, %[[PF]]) {{.*}} : (!pks.acc<64x128>, !pk.buffer<26x1xf32>, !pk.buffer<1x48xf32>
 // CHECK-NEXT:  "pks.acc_add_smem"
 
 // CHECK-LABEL: func.func @ag
@@ -42,17 +42,23 @@ func.func @ag(%x: tensor<13x64xf8E4M3FN>, %b: tensor<64x32xf8E5M2>, %s: tensor<1
 // CHECK-SAME:  scheduled all-gather + fp8 GEMM (e4m3 x e5m2 -> bf16, scales in the epilogue) W=2 26x32x64
 // CHECK:       pk.alloc : !pk.buffer<64x1xf32, symmetric>
 // CHECK:       "pks.cta_partition"
-// CHECK:       "pks.acc_scale"({{.*}} : (!pks.acc<64x128>, !pk.buffer<13x1xf32>, !pk.buffer<1x32xf32>
-// CHECK:       "pks.acc_scale"({{.*}} : (!pks.acc<64x128>, !pk.buffer<64x1xf32, symmetric>, !pk.buffer<1x32xf32>
+// (B's column scales prefetched; A's row scales not: the shard's rows are read in the
+// epilogue, after the gathered scale rows have arrived)
+// CHECK:       %[[PF:.*]] = "pks.scale_prefetch"({{.*}}) <{{.*}}> : (!pks.acc<64x128>, !pk.buffer<13x1xf32>, !pk.buffer<1x32xf32>
+// CHECK:       "pks.acc_scale"({{.*}}, %[[PF]]) {{.*}} : (!pks.acc<64x128>, !pk.buffer<13x1xf32>, !pk.buffer<1x32xf32>
+// CHECK:       "pks.acc_scale"({{.*}}, %[[PF]]) {{.*}} : (!pks.acc<64x128>, !pk.buffer<64x1xf32, symmetric>, !pk.buffer<1x32xf32>
 // CHECK-COUNT-8: "pks.word_load"
 // CHECK-COUNT-8: arith.addi
 // CHECK-COUNT-8: "pks.word_store"
 
 // PTX:         .entry scaled_matmul_all_reduce
-// PTX:         wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3
 // PTX:         ld.global.nc.f32
+// PTX:         wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3
+// PTX:         shfl.sync.idx.b32
 // PTX:         .entry all_gather_scaled_matmul
 // PTX:         ld.relaxed.gpu.global.u32
 // PTX:         st.global.u32
+// PTX:         ld.global.nc.f32
 // PTX:         wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2
+// PTX:         shfl.sync.idx.b32
 // PTX:         ld.global.nc.f32
