@@ -227,6 +227,12 @@ def new_kinds() -> list[Case]:
                  {"Mc": B * Sc, "N": N, "K": K, "layout": "kn", "gathered": True,
                   "blocks": B})
             for W, B, Sc, N, K in ((2, 2, 37, 136, 72), (3, 3, 21, 200, 136))]
+    # one gather feeding several matmuls, one kernel (pkc/passes/gather_many.py; "ns": the
+    # weights' N, each [N_i, K] transposed): a C per weight, then G
+    out += [Case("new_agmany_w2_3w", Family.AG_GEMM, "ag+3 gemms", 2,
+                 {"Mc": 67, "ns": (136, 40, 72), "K": 72, "gathered": True}),
+            Case("new_agmany_w3_2w", Family.AG_GEMM, "ag+2 gemms", 3,
+                 {"Mc": 45, "ns": (200, 56), "K": 136, "gathered": False})]
     return out
 
 
@@ -341,6 +347,12 @@ def _fused_kops(c: Case) -> list:
 
         B = s["blocks"]
         m = blocks_module(c.W, B, s["Mc"] // B, s["N"], s["K"], s["gathered"])
+        return [k for k in kernels_of(m) if k.schedule() is not None]
+    if c.family is Family.AG_GEMM and s.get("ns"):       # several weights
+        from fused_ag_many import scheduled_module as many_module
+        from pkc.codegen.emit import kernels_of
+
+        m = many_module(c.W, s["Mc"], s["K"], s["ns"], s["gathered"])
         return [k for k in kernels_of(m) if k.schedule() is not None]
     if c.family is Family.AG_GEMM:
         from fused_ag_ir import scheduled_module
@@ -465,7 +477,8 @@ def valid_mask(c: Case, x, r: int, j: int, t: torch.Tensor):
     (block (e, s): rank s's tokens for expert e of rank r; the own block is read from the
     input, not copied; pkc/passes/moe_schedule.py); all-gather + GEMM without the gathered
     result: the gathered operand but the own shard (read from the input, not copied)."""
-    if c.family is Family.AG_GEMM and j == 1 and not c.shapes["gathered"]:
+    if c.family is Family.AG_GEMM and j == len(c.shapes.get("ns", (0,))) \
+            and not c.shapes["gathered"]:
         mask = torch.ones(t.shape, dtype=torch.bool)
         mask[r * c.shapes["Mc"]:(r + 1) * c.shapes["Mc"]] = False
         return mask
@@ -566,12 +579,12 @@ def launch_case(c: Case, kernels, x) -> list[list[torch.Tensor]]:
         from pkc.runtime.scheduled_fused import ScheduledFused as Runner
     f = Runner(ck.ptx, ck.meta, _peers(W), owner=owner, timeout_ns=TIMEOUT_NS)
     _KEEP.append(f)
-    if len(f.fresh) > 1:
+    if len(f.fresh) > 1 and c.family is not Family.AG_GEMM:
         raise RuntimeError(f"{c.name}: {len(f.fresh)} fresh outputs (one is supported)")
     fresh = {r: [_nan(f.fz.shapes[i], f._dt(i)) for i in f.fresh] for r in range(W)}
     ins = [[xs[r][i] for r in range(W)] for i in range(f.n_in)]
-    if c.family is Family.AG_GEMM:
-        f.run(*ins, outs={r: fresh[r][0] for r in range(W)})
+    if c.family is Family.AG_GEMM:      # (a C per weight where there are several)
+        f.run(*ins, outs={r: fresh[r] if len(f.fresh) > 1 else fresh[r][0] for r in range(W)})
     else:
         f.run(*ins, out={r: fresh[r][0] for r in range(W)} if f.fresh else None)
     torch.cuda.synchronize()

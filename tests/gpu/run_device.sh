@@ -33,6 +33,7 @@ for g in $GROUPS_; do
     moe) file=tests/gpu/test_gpu_moe.py; k=""; t=90;;
     agk) file=tests/gpu/test_scheduled_ag_k.py; k=""; t=150;;
     agblocks) file=tests/gpu/test_gpu_ag_blocks.py; k=""; t=150;;
+    agmany) file=tests/gpu/test_scheduled_ag_many.py; k=""; t=150;;
     fp8) file=tests/gpu/test_gpu_fp8.py; k=""; t=150;;
     subgroups) file=tests/gpu/test_gpu_subgroups.py; k=""; t=240;;
     world72) file=tests/gpu/test_world72.py; k=""; t=300;;
