@@ -37,7 +37,7 @@ from sweep_common import write_json  # noqa: E402  (the path above)
 GEMM_CASES = [
     ("16384x8192x4096", 16384, 8192, 4096,
      [("loads", "", False), ("prefetch", "", True), ("pf cl2", "128x256_s4_cl2", True),
-      ("pf 128x192", "128x192_s4_tma", True)]),
+      ("pf 128x192", "128x192_s4_tma", True), ("pf 256x128", "256x128_s4_tma", True)]),
     ("8192x1280x8192", 8192, 1280, 8192,
      [("loads", "", False), ("prefetch", "", True), ("pf 160 cl2", "128x160_s5_cl2", True),
       ("pf 128x128", "128x128_s6_tma", True), ("pf 128x256", "128x256_s4_tma", True)]),
@@ -45,7 +45,8 @@ GEMM_CASES = [
      [("loads", "", False), ("prefetch", "", True), ("pf cl2", "128x256_s4_cl2", True),
       ("pf 128x192", "128x192_s4_tma", True)]),
     ("4096x28672x8192", 4096, 28672, 8192,
-     [("loads", "", False), ("prefetch", "", True), ("pf cl2", "128x256_s4_cl2", True)]),
+     [("loads", "", False), ("prefetch", "", True), ("pf cl2", "128x256_s4_cl2", True),
+      ("pf 128x192", "128x192_s4_tma", True)]),
     ("4096^3", 4096, 4096, 4096, [("loads", "", False), ("prefetch", "", True)]),
     ("odd 1000x1040x2000", 1000, 1040, 2000, [("loads", "", False), ("prefetch", "", True)]),
 ]
