@@ -232,7 +232,9 @@ def _fp8_problem(m: Match, arch: str) -> str | None:
     all-gather, bf16 / f16, N and K multiples of 16)."""
     if m.pattern is Pattern.ALL_GATHER_MM:
         if len(m.inputs) != 4:
-            return "several matmuls of one gather"
+            return ("several fp8 matmuls of one gather: the kernel over several weights "
+                    "(gather_many.py) is bf16 / f16 only; each weight's B scale would be "
+                    "picked per tile")
         x, sx, b, sb = (v or i.type for v, i in zip(m.views[:4] + [None] * 4, m.inputs))
         return fp8_ag_problem(m.world, x, sx, b, sb, m.result_types, arch, m.batches)
     if m.pattern is Pattern.ALL_GATHER_K_MM:
