@@ -166,10 +166,12 @@ def test_scheduled_gather_k_equals_references(W, lead, Kc, N, row, gathered, emu
     check_levels(text, kernel_level, sched, W, 2, emulate)
 
 
-SB_CASES = [  # (W, B, Sc, H, N, row-wise, gathered, emulate)
+SB_CASES = [  # (W, B, Sc, H, N, row-wise, gathered, emulate); a shard's B*Sc scales are
+    # copied as 16-byte vectors where B*Sc % 4 == 0 (Sc = 16, 10), else as u32 words
     (1, 2, 13, 64, 48, True, False, True), (2, 2, 13, 64, 48, True, True, True),
-    (2, 3, 7, 32, 32, False, False, True), (3, 2, 9, 48, 32, True, False, False),
-    (4, 2, 5, 32, 48, False, True, False), (8, 2, 3, 32, 16, True, False, False)]
+    (2, 2, 16, 32, 32, True, False, True), (2, 3, 7, 32, 32, False, False, True),
+    (3, 2, 10, 48, 32, True, False, False), (4, 2, 5, 32, 48, False, True, False),
+    (8, 2, 3, 32, 16, True, False, False)]
 
 
 @pytest.mark.parametrize("W,B,Sc,H,N,row,gathered,emulate", SB_CASES,
@@ -184,6 +186,9 @@ def test_scheduled_blocks_equals_references(W, B, Sc, H, N, row, gathered, emula
         rem = "\n".join(remarks_of(kop))
         assert f"{B} blocks of {Sc} rows per shard" in rem
         assert ("A's row scales gathered with A by the put side" in rem) == row
+        names = [o.name for o in kop.walk()]
+        store = "pks.vec_store" if (B * Sc) % 4 == 0 else "pks.word_store"
+        assert names.count(store) == (8 * (W - 1) if row else 0)
     check_levels(text, kernel_level, sched, W, 3, emulate)
 
 
