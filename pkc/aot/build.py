@@ -17,8 +17,12 @@ writes ``failed.json``, which the next process reports instead of building again
 Before ``meta.json`` exists the package runs once on zero inputs in a fresh process that
 imports what a loading process imports (:mod:`pkc.aot.verify`): a package that would crash
 its loader (seen once on the H200 machine) becomes a failed build, not a crash of the
-user's next process. ``meta.json`` is written last and atomically: a reader sees a whole,
-checked package or none.
+user's next process. Where that check dies of a signal, the wrapper is linked again with
+each of :data:`pkc.aot.link.FIXES` until one passes it (the H200 machine's torch 2.11:
+every package crashed its loader as torch links it); what worked, or that nothing did, is
+kept per torch build (``loader.json`` in the cache root, :mod:`pkc.aot.link`): later
+builds link that way at once, or are skipped where nothing loads. ``meta.json`` is written
+last and atomically: a reader sees a whole, checked package or none.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from pkc.aot import link
 from pkc.aot.cache import (FAILED, FORMAT, LOCK, META, PACKAGE, PENDING, ArgSource, Build, _build_running, _no_grad_check,
                            tensor_meta)
 
@@ -115,9 +120,10 @@ def _with_outputs(job: dict, out: Any) -> str | None:
 
 
 def package(gm: torch.fx.GraphModule, args: Sequence[torch.Tensor], folder: Path,
-            options: dict | None = None) -> float:
+            options: dict | None = None, extra_link: Sequence[str] = ()) -> float:
     """AOTInductor's package of ``gm`` as ``folder/model.pt2`` (``options``: Inductor config
-    for the build); the seconds it took."""
+    for the build; ``extra_link``: flags appended to the wrapper's link command, which is
+    kept for :func:`pkc.aot.link.relink`); the seconds it took."""
     import torch._guards
     from torch._inductor import aot_compile
     from torch._inductor.package import package_aoti
@@ -125,7 +131,7 @@ def package(gm: torch.fx.GraphModule, args: Sequence[torch.Tensor], folder: Path
     t0 = time.perf_counter()
     folder.mkdir(parents=True, exist_ok=True)
     # a tracing context of its own: the build may run inside dynamo's backend call
-    with torch._guards.tracing(None):
+    with torch._guards.tracing(None), link.recording(folder, list(extra_link)):
         files = aot_compile(gm, tuple(args), options={**(options or {}), "aot_inductor.package": True})
     tmp = folder / f"model.tmp{os.getpid()}.pt2"
     package_aoti(str(tmp), files)
@@ -150,13 +156,74 @@ def check_package(folder: Path, meta: dict) -> float:
     if res.returncode != 0:
         what = f"signal {-res.returncode}" if res.returncode < 0 else f"exit {res.returncode}"
         tail = " | ".join((res.stderr or res.stdout).strip().splitlines()[-12:])
-        raise RuntimeError(f"the package failed its run in a fresh process ({what}): {tail}")
+        raise (link.LoaderCrash if res.returncode < 0 else RuntimeError)(
+            f"the package failed its run in a fresh process ({what}): {tail}")
     return round(time.perf_counter() - t0, 3)
 
 
-def write_meta(folder: Path, meta: dict, build_s: float, check_s: float | None = None) -> None:
+def _fix_forced() -> str | None:
+    name = os.environ.get("PKC_AOT_LINK_FIX") or None
+    if name is not None and name not in link.FIXES:
+        raise ValueError(f"PKC_AOT_LINK_FIX={name!r}: not one of {', '.join(link.FIXES)}")
+    return name
+
+
+def _machine_skip(folder: Path, versions: dict) -> str | None:
+    """Why no package is built for any layer here (this torch build's loader crashed every
+    package however linked: the build would cost its 45-65 s of CPU for nothing), or None."""
+    record = link.read_machine(folder.parent, versions.get("device", "cpu"))
+    if "broken" not in record or _fix_forced() is not None:
+        return None
+    return (f"pkc.aot: no package: AOTInductor packages crash torch {torch.__version__}'s loader on this "
+            f"machine however linked ({folder.parent / link.MACHINE}; remove it to try again); every "
+            "process compiles this layer")
+
+
+def build_checked(gm: torch.fx.GraphModule, args: Sequence[torch.Tensor], folder: Path, meta: dict,
+                  options: dict | None = None) -> tuple[float, float, str]:
+    """:func:`package` then :func:`check_package`, relinking the wrapper with each of
+    ``link.FIXES`` while the check dies of a signal (see the module docstring). The build's
+    seconds (relinks included), the check's, and how it was linked ("" as torch links it).
+    Raises where no package can be published (``link.LoaderCrash`` where none loads)."""
+    root, device = folder.parent, ("cuda" if any(d.startswith("cuda") for d in meta["devices"]) else "cpu")
+    record = link.read_machine(root, device)
+    forced = _fix_forced()
+    fix = forced or record.get("fix")
+    if forced is None and "broken" in record:
+        raise link.LoaderCrash(f"no AOTInductor package loads with this torch build here "
+                               f"({root / link.MACHINE}: {record['broken']})")
+    try:
+        secs = package(gm, args, folder, options, link.FIXES[fix] if fix else ())
+        try:
+            check = check_package(folder, meta)
+            if forced is None and not record:
+                link.write_machine(root, device, {"fix": fix})
+            return secs, check, (f"linked with {fix}" if fix else "")
+        except link.LoaderCrash as crash:
+            if fix is not None:         # the recorded (or forced) fix: nothing else to try
+                raise
+            tried = [f"as torch links it: {str(crash)[:200]}"]
+        for name in link.FIXES:
+            t0 = time.perf_counter()
+            try:
+                link.repackage(folder / PACKAGE, link.relink(folder, name))
+                secs += time.perf_counter() - t0
+                check = check_package(folder, meta)
+            except RuntimeError as err:     # LoaderCrash, a failed relink, no recorded link
+                tried.append(f"{name}: {str(err)[:200]}")
+                continue
+            link.write_machine(root, device, {"fix": name, "crashed_as_torch_links": tried[0]})
+            return round(secs, 3), check, f"torch's link crashed the loader; linked with {name}"
+        link.write_machine(root, device, {"broken": tried[0], "tried": tried[1:]})
+        raise link.LoaderCrash("the package crashed its loader in a fresh process however linked: "
+                               + " || ".join(tried))
+    finally:
+        link.drop(folder)
+
+
+def write_meta(folder: Path, meta: dict, build_s: float, check_s: float | None = None, how: str = "") -> None:
     """``meta.json``, last: from then on later processes load the package."""
-    _write_json(folder / META, {**meta, "build_s": build_s, "check_s": check_s, "built": time.time()})
+    _write_json(folder / META, {**meta, "build_s": build_s, "check_s": check_s, "linked": how, "built": time.time()})
     (folder / PENDING).unlink(missing_ok=True)
     (folder / FAILED).unlink(missing_ok=True)
 
@@ -204,6 +271,10 @@ def compile_layer(model: Any, example_inputs: Sequence[Any], *, folder: Path, ta
                 build = Build.NEVER
         except (OSError, ValueError):
             pass
+    skip = _machine_skip(folder, versions)
+    if build is not Build.NEVER and skip is not None:
+        remarks.append(skip)
+        build = Build.NEVER
     be = PkcBackend(target=target, pipeline=pipeline)
     module = model if isinstance(model, torch.nn.Module) else None
     be._capture_module, be._capture_inputs = module, list(example_inputs)
@@ -219,16 +290,19 @@ def compile_layer(model: Any, example_inputs: Sequence[Any], *, folder: Path, ta
         if isinstance(job, str):
             return None
         try:
-            job["build_s"] = package(job["gm"], job["tensors"], folder, options)
-            job["check_s"] = check_package(folder, job["meta"])    # before this process runs it
+            # checked in a fresh process before this process runs it
+            job["build_s"], job["check_s"], how = build_checked(job["gm"], job["tensors"], folder, job["meta"],
+                                                                options)
+            job["how"] = how
             loader = torch._C._aoti.AOTIModelPackageLoader(str(folder / PACKAGE), "model", False, 1,
                                                           _device_index(job["tensors"]))
         except Exception as err:  # noqa: BLE001 - Inductor compiles it instead; say why
             jobs[-1] = f"the package build failed: {type(err).__name__}: {err}"
             _write_json(folder / FAILED, {"error": jobs[-1], "versions": versions})
             return None
-        remarks.append(f"pkc.aot: package built in {job['build_s']:.2f} s and run in a fresh process in "
-                       f"{job['check_s']:.2f} s ({folder / PACKAGE}); this process runs it too")
+        remarks.append(f"pkc.aot: package built in {job['build_s']:.2f} s{' (' + how + ')' if how else ''} "
+                       f"and run in a fresh process in {job['check_s']:.2f} s ({folder / PACKAGE}); this "
+                       "process runs it too")
         return lambda *args: loader.boxed_run(list(args))
 
     be._program_hook = hook
@@ -255,7 +329,7 @@ def compile_layer(model: Any, example_inputs: Sequence[Any], *, folder: Path, ta
         remarks.append(f"pkc.aot: no package ({why}); every process compiles this layer")
         return run
     if build is Build.NOW:
-        write_meta(folder, job["meta"], job["build_s"], job.get("check_s"))
+        write_meta(folder, job["meta"], job["build_s"], job.get("check_s"), job.get("how", ""))
     else:
         job["options"] = options
         remarks.append(_spawn(job, folder))
@@ -282,11 +356,11 @@ def main(argv: list[str] | None = None) -> int:
         meta = job["meta"]
         args = [torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device=dev).zero_()
                 for (shape, stride, dtype, _), dev in zip(meta["arg_meta"], meta["devices"])]
-        secs = package(job["gm"], args, folder, job.get("options"))
+        secs, check, how = build_checked(job["gm"], args, folder, meta, job.get("options"))
         del args
-        check = check_package(folder, meta)
-        write_meta(folder, meta, secs, check)
-        print(f"pkc.aot: package built in {secs:.2f} s, ran in a fresh process in {check:.2f} s", flush=True)
+        write_meta(folder, meta, secs, check, how)
+        print(f"pkc.aot: package built in {secs:.2f} s{' (' + how + ')' if how else ''}, ran in a fresh "
+              f"process in {check:.2f} s", flush=True)
         return 0
     except BaseException as err:  # noqa: BLE001 - recorded for the next process, which compiles
         traceback.print_exc()

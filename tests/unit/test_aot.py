@@ -16,9 +16,11 @@ import ast
 import json
 import os
 import shutil
+import shlex
 import subprocess
 import sys
 import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -60,12 +62,13 @@ os._exit(0)
 """
 
 
-def _run(cache: Path, version: str = "aot-test") -> dict:
+def _run(cache: Path, version: str = "aot-test", **extra: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PKC_CACHE_DIR": str(cache / "pkc"),
            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "PKC_COMPILE_CACHE_VERSION": version,
            "OMP_NUM_THREADS": "1", "TORCH_CACHING_PRECOMPILE": "0"}
-    for k in ("PKC_AOT_CACHE_DIR", "PKC_AOT_CACHE", "PKC_COMPILE_CACHE_DIR"):
+    for k in ("PKC_AOT_CACHE_DIR", "PKC_AOT_CACHE", "PKC_COMPILE_CACHE_DIR", "PKC_AOT_LINK_FIX"):
         env.pop(k, None)
+    env.update(extra)
     res = subprocess.run([sys.executable, "-c", _CHILD, str(HERE), json.dumps(HEAVY)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -78,8 +81,14 @@ needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    # the cold build links the wrapper with the first of pkc's loader fixes (as it does on a
+    # machine whose loader.json says so): the flags must reach torch's link and the package
+    # so linked must load and run (the second process)
     cache = tmp_path_factory.mktemp("aot-cache")
-    return {"cold": _run(cache), "second": _run(cache)}
+    return {"cold": _run(cache, PKC_AOT_LINK_FIX=FIX), "second": _run(cache)}
+
+
+FIX = "bsymbolic"
 
 
 @needs_cxx
@@ -90,6 +99,16 @@ def test_first_process_compiles_and_packages(runs):
     assert cold["err"] < 1e-4 and cold["err2"] < 1e-4
     meta = json.loads((Path(cold["folder"]) / "meta.json").read_text())
     assert [a[0] for a in meta["args"]].count("input") == 1 and meta["versions"]["pkc"] == "pinned:aot-test"
+    assert meta["linked"] == f"linked with {FIX}" and f"linked with {FIX}" in " ".join(cold["remarks"])
+    assert not (Path(cold["folder"]) / "link").exists()       # the kept objects are dropped
+    # the flag reached torch's link command: the package's wrapper says so in its ELF header
+    if shutil.which("readelf"):
+        with zipfile.ZipFile(Path(cold["folder"]) / "model.pt2") as z:
+            name = next(n for n in z.namelist() if n.endswith(".so"))
+            so = Path(cold["folder"]).parent / "wrapper_check.so"
+            so.write_bytes(z.read(name))
+        dyn = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True).stdout
+        assert "SYMBOLIC" in dyn, dyn
 
 
 @needs_cxx
@@ -297,3 +316,72 @@ def test_a_package_that_fails_in_a_fresh_process_is_not_published(tmp_path):
     with pytest.raises(RuntimeError, match=r"failed its run in a fresh process \(exit 1\)"):
         build.check_package(tmp_path, meta)
     assert not (tmp_path / "meta.json").exists()
+
+
+@needs_cxx
+def test_loader_crash_relinks_with_each_fix_and_is_remembered(tmp_path, monkeypatch):
+    """The builder's answer to a package whose fresh-process check dies of a signal (every
+    AOTInductor package on the H200 machine's torch 2.11): the recorded link re-run with
+    each fix until the check passes, the package holding that library, the fix kept in
+    loader.json for the next build (linked that way at once); where none passes, no package
+    and no build for any layer after it. torch's build is faked by a real one-object link."""
+    import pkc.aot.build as build
+    import pkc.aot.link as link
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    obj = tmp_path / "w.o"
+    (tmp_path / "w.cpp").write_text("extern \"C\" int f() { return 1; }\n")
+    subprocess.run([cxx, "-c", "-fPIC", str(tmp_path / "w.cpp"), "-o", str(obj)], check=True)
+    # harmless flags that leave a mark in the library: which link the package holds
+    monkeypatch.setattr(link, "FIXES", {"a": ["-Wl,-soname,fix_a.so"], "b": ["-Wl,-soname,fix_b.so"]})
+    links = []
+
+    def fake_package(gm, args, folder, options=None, extra_link=()):
+        links.append(list(extra_link))
+        (folder / "link").mkdir(parents=True, exist_ok=True)
+        so = folder / "m.wrapper.so"
+        cmd = shlex.join([cxx, "-shared", str(obj), "-o", str(so), *extra_link])
+        subprocess.run(shlex.split(cmd), check=True)
+        (folder / "link" / "link.json").write_text(json.dumps({"cmd": cmd, "extra": list(extra_link)}))
+        with zipfile.ZipFile(folder / "model.pt2", "w") as z:
+            z.writestr("model/data/aotinductor/model/m.wrapper.so", so.read_bytes())
+        return 1.0
+
+    def wrapper(folder):
+        with zipfile.ZipFile(folder / "model.pt2") as z:
+            return z.read("model/data/aotinductor/model/m.wrapper.so")
+
+    passes = [b"fix_b.so"]
+
+    def fake_check(folder, meta):
+        if not any(mark in wrapper(folder) for mark in passes):
+            raise link.LoaderCrash("the package failed its run in a fresh process (signal 11)")
+        return 0.5
+
+    monkeypatch.setattr(build, "package", fake_package)
+    monkeypatch.setattr(build, "check_package", fake_check)
+    monkeypatch.delenv("PKC_AOT_LINK_FIX", raising=False)
+    meta = {"devices": ["cuda:0"]}
+    folder = tmp_path / "cache" / "key1"
+    folder.mkdir(parents=True)
+    secs, check, how = build.build_checked(None, [], folder, meta)
+    assert how == "torch's link crashed the loader; linked with b" and check == 0.5
+    assert b"fix_b.so" in wrapper(folder) and not (folder / "link").exists()
+    assert links == [[]]            # torch's link once; the fixes were relinks of its objects
+    assert link.read_machine(folder.parent, "cuda")["fix"] == "b"
+    # the next layer: linked with the recorded fix at once, checked once
+    folder2 = tmp_path / "cache" / "key2"
+    folder2.mkdir()
+    assert build.build_checked(None, [], folder2, meta)[2] == "linked with b"
+    assert links[-1] == ["-Wl,-soname,fix_b.so"]
+    # a machine where nothing loads: recorded, and later layers build no package
+    passes.clear()
+    (folder.parent / link.MACHINE).unlink()
+    with pytest.raises(link.LoaderCrash, match="however linked"):
+        build.build_checked(None, [], folder, meta)
+    assert "broken" in link.read_machine(folder.parent, "cuda")
+    assert link.read_machine(folder.parent, "cpu") == {}          # per device type
+    said = build._machine_skip(folder2, {"device": "cuda"})
+    assert said is not None and "crash torch" in said and build._machine_skip(folder2, {"device": "cpu"}) is None
+    with pytest.raises(link.LoaderCrash, match="no AOTInductor package loads"):
+        build.build_checked(None, [], folder2, meta)
