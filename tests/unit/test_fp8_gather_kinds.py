@@ -257,7 +257,7 @@ def _compile(fn, ins, W):
 @pytest.mark.parametrize("W", [2, 3])
 def test_torch_programs_get_the_fusions(W):
     """``_scaled_mm`` after a functional all-gather along the last dim (A's row scale an
-    input: the gathered row's), and after a dim-1 gather of [B, Sc, H] with A's row scale
+    input: the gathered row's; and of the fp8 bytes viewed uint8, tensor-wise), and after a dim-1 gather of [B, Sc, H] with A's row scale
     gathered the same way: each one fused scaled kernel, nothing left beside it, equal to
     eager torch on W simulated ranks."""
     import torch.distributed as dist
@@ -273,6 +273,10 @@ def test_torch_programs_get_the_fusions(W):
         ag = funcol.all_gather_tensor(a, 1, dist.group.WORLD)
         return torch._scaled_mm(ag, b.t(), sa, sb, out_dtype=torch.bfloat16)
 
+    def agk_bytes(a, b, sa, sb):     # DTensor + float8's idiom: the bytes gathered
+        ag = funcol.all_gather_tensor(a.view(torch.uint8), 1, dist.group.WORLD).view(e4)
+        return torch._scaled_mm(ag, b.t(), sa, sb, out_dtype=torch.bfloat16)
+
     def agb(a, b, sa, sb):
         ag = funcol.all_gather_tensor(a, 1, dist.group.WORLD)
         sg = funcol.all_gather_tensor(sa, 1, dist.group.WORLD)
@@ -284,6 +288,8 @@ def test_torch_programs_get_the_fusions(W):
     pos = lambda *s: torch.rand(*s, generator=gen) + 0.5  # noqa: E731
     cases = [(agk, Pattern.ALL_GATHER_K_MM, 1,
               [(f8(5, 16), f8(16, 16 * W), pos(5, 1), pos(1, 16)) for _ in range(W)]),
+             (agk_bytes, Pattern.ALL_GATHER_K_MM, 1,
+              [(f8(7, 16), f8(32, 16 * W), pos(()), pos(())) for _ in range(W)]),
              (agb, Pattern.ALL_GATHER_MM, 2,
               [(f8(2, 3, 32), f8(16, 32), pos(2, 3, 1), pos(1, 16)) for _ in range(W)])]
     for fn, pattern, batches, ins in cases:
