@@ -136,6 +136,22 @@ def ag_scaled_uint8_view(rank):  # torch's fp8 all-gather: bytes gathered, viewe
     return f
 
 
+def ag_scaled_k_rowwise(rank):  # the gather along K into an fp8 matmul: A's scale is the row's
+    def f(a, b, sa, sb):
+        ag = funcol.all_gather_tensor(a, 1, _world())
+        return torch._scaled_mm(ag, b.t(), sa, sb, out_dtype=torch.bfloat16)
+    return f
+
+
+def ag_scaled_dim1_rowwise(rank):  # Shard(1) blocks into an fp8 matmul, scales gathered alike
+    def f(a, b, sa, sb):
+        ag = funcol.all_gather_tensor(a, 1, _world())
+        sg = funcol.all_gather_tensor(sa, 1, _world())
+        return torch._scaled_mm(ag.reshape(-1, ag.shape[-1]), b.t(), sg.reshape(-1, 1), sb,
+                                out_dtype=torch.bfloat16)
+    return f
+
+
 # ---- matmul + reduce-scatter / all-reduce ---------------------------------------------
 
 def rs_2d(dim):
@@ -207,6 +223,14 @@ CASES: dict[str, Case] = {
     "ag-fp8-uint8-view": Case(ag_scaled_uint8_view,
                               lambda W, gn: _scaled_inputs(W, gn, 16, 32, 16, False),
                               (Expect(AG, scaled=True),), 2e-2),
+    "ag-fp8-k-rowwise": Case(ag_scaled_k_rowwise,
+                             lambda W, gn: (_f8(gn, 16, 32), _f8(gn, 16, 32 * W), _pos(gn, 16, 1),
+                                            _pos(gn, 1, 16)),
+                             (Expect(AGK, scaled=True),), 2e-2),
+    "ag-fp8-dim1-rowwise": Case(ag_scaled_dim1_rowwise,
+                                lambda W, gn: (_f8(gn, 2, 8, 32), _f8(gn, 16, 32), _pos(gn, 2, 8, 1),
+                                               _pos(gn, 1, 16)),
+                                (Expect(AG, scaled=True, batches=2),), 2e-2),
     "rs-2d-rows": Case(rs_2d(0), lambda W, gn: (_r(gn, 5 * W, 24), _r(gn, 24, 12)),
                        (Expect(RS, scatter_dim=0, batches=1),)),
     "rs-2d-cols": Case(rs_2d(1), lambda W, gn: (_r(gn, 5, 24), _r(gn, 24, 8 * W)),
@@ -281,7 +305,7 @@ def test_every_layout_fuses(name: str) -> None:
     fused_and_equal(name, 2)
 
 
-@pytest.mark.parametrize("name", ["ag-3d-dim1", "ag-3d-dim2-k", "ag-three-matmuls",
+@pytest.mark.parametrize("name", ["ag-3d-dim1", "ag-3d-dim2-k", "ag-three-matmuls", "ag-fp8-k-rowwise",
                                   "rs-3d-dim1", "rs-fp8-rowwise", "ag-fp8-rowwise"])
 def test_odd_world(name: str) -> None:
     fused_and_equal(name, 3)
