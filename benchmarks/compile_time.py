@@ -46,6 +46,7 @@ loaded machine wall time is inflated, CPU time much less).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -179,9 +180,14 @@ def child(case_words: str, device: str, backend: str, profile: str | None) -> di
             row["aot"]["package_ready"] = ready
             row["aot"]["package_wait_s"] = time.perf_counter() - t
             try:
-                row["aot"]["package_build_s"] = json.loads((cm.folder / "meta.json").read_text())["build_s"]
+                meta = json.loads((cm.folder / "meta.json").read_text())
+                row["aot"]["package_build_s"] = meta["build_s"]
+                row["aot"]["linked"] = meta.get("linked", "")      # "" as torch links it, else pkc's fix
             except (OSError, ValueError, KeyError):
                 pass
+            for name in ("failed.json", "build.log"):               # why no package, if none
+                with contextlib.suppress(OSError):
+                    row["aot"][name] = (cm.folder / name).read_text()[-1500:]
     if be is not None and be.compile_times:
         row["pkc"] = {k: (round(v, 4) if isinstance(v, float) else v)
                       for k, v in be.compile_times[-1].items()}
@@ -237,17 +243,18 @@ def run_process(case: str, device: str, backend: str, cache: Path, *, profile: s
 
 
 def measure(case: str, device: str, backends: list[str], repeat: int, cache_dir: str | None,
-            profile_dir: str | None = None, keep: bool = False) -> list[dict]:
+            profile_dir: str | None = None, keep: bool = False, second_only: bool = False) -> list[dict]:
     """``keep``: reuse ``cache_dir``'s folders as an earlier case left them (a "cold" row is
-    then a new layer on a machine that compiled another one before)."""
+    then a new layer on a machine that compiled another one before); ``second_only``: keep
+    them and run only the second processes (e.g. again in another environment)."""
     rows = []
     for backend in backends:
         cache = Path(cache_dir) / backend if cache_dir else Path(tempfile.mkdtemp(prefix="pkc-ct-"))
-        if cache.exists() and cache_dir and not keep:
+        if cache.exists() and cache_dir and not (keep or second_only):
             shutil.rmtree(cache)
         cache.mkdir(parents=True, exist_ok=True)
         try:
-            for k in range(1 + repeat):
+            for k in range(1 if second_only else 0, 1 + repeat):
                 prof = None
                 if profile_dir:
                     prof = str(Path(profile_dir) / f"{backend}-{k}.prof")
@@ -275,7 +282,8 @@ def _line(r: dict) -> str:
     if "aot" in r:
         a = r["aot"]
         parts.append(f"aot {'loaded' if a['loaded'] else 'compiled'}" + (
-            f", package ready after {a['package_wait_s']:.1f} s (build {a.get('package_build_s', float('nan')):.1f} s)"
+            f", package ready after {a['package_wait_s']:.1f} s (build {a.get('package_build_s', float('nan')):.1f} s"
+            f"{', ' + a['linked'] if a.get('linked') else ''})"
             if "package_wait_s" in a else ""))
     parts.append(f"imports {','.join(r.get('heavy_modules', [])) or 'no dynamo/inductor/xdsl'}"
                  f" | steady {r.get('steady_ms', float('nan')):.3f} ms")
@@ -327,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shared-cache", action="store_true",
                     help="with --cache-dir: later cases start from the caches the earlier ones left "
                     "(their cold row is a new layer on a machine that compiled another one)")
+    ap.add_argument("--second-only", action="store_true",
+                    help="with --cache-dir: keep its caches and run only the second processes (e.g. "
+                    "again in another environment, after a run that made them)")
     ap.add_argument("--json", default=None, help="also write the JSON to this file")
     ap.add_argument("--list", action="store_true", help="print the default cases and exit")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -350,8 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(args.profile_dir, exist_ok=True)
     rows = []
     for case in cases:
+        if args.second_only and not args.cache_dir:
+            ap.error("--second-only needs --cache-dir (the caches of an earlier run)")
         rows += measure(case, args.device, backends, args.repeat, args.cache_dir, args.profile_dir,
-                        keep=args.shared_cache and bool(rows))
+                        keep=args.shared_cache and bool(rows), second_only=args.second_only)
     print(table(rows))
     text = json.dumps({"device": args.device, "rows": rows})
     print(text)

@@ -194,16 +194,24 @@ def build_checked(gm: torch.fx.GraphModule, args: Sequence[torch.Tensor], folder
                                f"({root / link.MACHINE}: {record['broken']})")
     try:
         secs = package(gm, args, folder, options, link.FIXES[fix] if fix else ())
+        how = f"linked with {fix}" if fix else ""
+        so = link.linked_library(folder)
+        if fix is None and so is not None and link.exports_libstdcxx(so):
+            fix = link.FIX_EXPORTED_LIBSTDCXX       # the cause seen in the link: fixed before any check
+            t0 = time.perf_counter()
+            link.repackage(folder / PACKAGE, link.relink(folder, fix))
+            secs = round(secs + time.perf_counter() - t0, 3)
+            how = f"torch's link exported a copy of libstdc++ from the wrapper; linked with {fix}"
         try:
             check = check_package(folder, meta)
-            if forced is None and not record:
-                link.write_machine(root, device, {"fix": fix})
-            return secs, check, (f"linked with {fix}" if fix else "")
+            if forced is None and record.get("fix") != fix:
+                link.write_machine(root, device, {"fix": fix, "how": how})
+            return secs, check, how
         except link.LoaderCrash as crash:
-            if fix is not None:         # the recorded (or forced) fix: nothing else to try
-                raise
-            tried = [f"as torch links it: {str(crash)[:200]}"]
-        for name in link.FIXES:
+            if forced is not None or "fix" in record:   # linked as this machine's record says: this
+                raise                                   # layer's failure, not the machine's
+            tried = [f"{fix or 'as torch links it'}: {str(crash)[:200]}"]
+        for name in [f for f in link.FIXES if f != fix]:
             t0 = time.perf_counter()
             try:
                 link.repackage(folder / PACKAGE, link.relink(folder, name))
@@ -212,8 +220,8 @@ def build_checked(gm: torch.fx.GraphModule, args: Sequence[torch.Tensor], folder
             except RuntimeError as err:     # LoaderCrash, a failed relink, no recorded link
                 tried.append(f"{name}: {str(err)[:200]}")
                 continue
-            link.write_machine(root, device, {"fix": name, "crashed_as_torch_links": tried[0]})
-            return round(secs, 3), check, f"torch's link crashed the loader; linked with {name}"
+            link.write_machine(root, device, {"fix": name, "crashed": tried})
+            return round(secs, 3), check, f"the package crashed its loader as linked first; linked with {name}"
         link.write_machine(root, device, {"broken": tried[0], "tried": tried[1:]})
         raise link.LoaderCrash("the package crashed its loader in a fresh process however linked: "
                                + " || ".join(tried))

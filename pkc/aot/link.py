@@ -1,16 +1,26 @@
 """The link step of an AOTInductor package: recorded, re-run with other flags, remembered per machine.
 
-On the H200 machine (torch 2.11.0+cu130, g++ 13.3; docs/PERF_NOTES.md 2026-12-02 (k) and
-the entry after it) every AOTInductor package, torch's own toy included, crashes torch's
-loader: the wrapper library's ``std::regex`` (``parse_device_str``, run by the model's
-constructor) takes a locale facet by an id that names another facet. Torch's build of the
-wrapper is not wrong for torch's own CI machines, so pkc does not change it everywhere: it
-links the wrapper as torch does, runs the package once in a fresh process
-(:func:`pkc.aot.build.check_package`), and only if that process dies of a signal re-runs
-the link with each of :data:`FIXES` in turn (seconds: the objects are kept) until one
-passes the same check. What worked, or that nothing did, is written per torch build to
-``<cache root>/loader.json``; later builds on that machine link with the fix at once, or,
-where nothing loads, skip the package build (45-65 s of CPU on the H200 per layer) and say so.
+On the H200 machine (torch 2.11.0+cu130; docs/PERF_NOTES.md 2026-12-02 (k) and (n)) every
+AOTInductor package, torch's own toy included, crashed torch's loader. The cause: torch
+builds the wrapper there with ``/opt/gcc/bin/g++``, whose link puts a copy of libstdc++ into
+the wrapper (no ``libstdc++.so.6`` among its needed libraries) with every symbol exported.
+At load, some of the wrapper's references bind to its own copy (``std::locale::locale()``,
+the classic locale and its facet indices, ``locale::id::_S_refcount``) and others to the
+process's ``libstdc++.so.6`` (``std::collate<char>::id``), so ``std::regex`` in
+``parse_device_str`` (the model's constructor) takes the facet at an index that names
+another one (``codecvt<char16_t>``) and calls a wrong virtual: SIGSEGV. Linked with
+``private-libstdc++`` (the copy kept, its symbols hidden and bound inside the wrapper) the
+same objects load and run; so does a process started with ``LD_PRELOAD`` of the system
+libstdc++ (its copy then wins every binding).
+
+pkc links the wrapper as torch does unless its dynamic symbols show such an exported copy of
+libstdc++ (:func:`exports_libstdcxx`: then it relinks with the fix at once), runs the
+package once in a fresh process (:func:`pkc.aot.build.check_package`), and if that process
+dies of a signal re-runs the link with each of :data:`FIXES` in turn (seconds: the objects
+are kept) until one passes the same check. What worked, or that nothing did, is written per
+torch build to ``<cache root>/loader.json``; later builds on that machine link with the fix
+at once, or, where nothing loads, skip the package build (45-65 s of CPU per layer on the
+H200) and say so.
 
 :func:`recording` patches torch's compile-command runner
 (``torch._inductor.cpp_builder._run_compile_cmd``) for the build's duration: the link
@@ -41,15 +51,18 @@ LINK_JSON = "link.json"
 MACHINE = "loader.json"
 RECIPES = 1     # of FIXES and the record's meaning; bump on change (old records are ignored)
 
-# what each fix appends to the wrapper's link command, in the order they are tried
+# what each fix appends to the wrapper's link command, in the order they are tried.
+# "private-libstdc++": a copy of libstdc++ (locale, facets, their ids) inside the wrapper,
+# its symbols hidden and bound inside: nothing of it binds to, or is bound from, another
+# library of the process. (-Wl,-Bsymbolic alone did not load on the H200: the wrapper's
+# copy lacks some ids, e.g. collate<char>'s, which still bound to libstdc++.so.6.)
 FIXES: dict[str, list[str]] = {
-    # the wrapper's own definitions (its weak template instantiations: std::regex's compiler,
-    # scanner, matchers) bound inside it, not to a copy another loaded library exports
-    "bsymbolic": ["-Wl,-Bsymbolic"],
-    # a private libstdc++ (locale, facets, their ids) inside the wrapper, its symbols hidden:
-    # nothing of it can bind to, or be bound from, another library of the process
     "private-libstdc++": ["-static-libstdc++", "-static-libgcc", "-Wl,--exclude-libs,ALL", "-Wl,-Bsymbolic"],
 }
+# the fix applied without a failed check first, where the link shows the cause
+FIX_EXPORTED_LIBSTDCXX = "private-libstdc++"
+# libstdc++'s locale, defined by a library that is not libstdc++: an exported copy
+_LIBSTDCXX_MARKS = ("_ZNSt6localeC1Ev", "_ZNSt6locale7classicEv")
 
 
 class LoaderCrash(RuntimeError):
@@ -123,6 +136,27 @@ def recorded_link(folder: Path) -> dict | None:
         return json.loads((folder / LINK_DIR / LINK_JSON).read_text())
     except (OSError, ValueError):
         return None
+
+
+def linked_library(folder: Path) -> Path | None:
+    """The wrapper library torch's (recorded) link wrote."""
+    rec = recorded_link(folder)
+    if rec is None:
+        return None
+    parts = shlex.split(rec["cmd"])
+    return Path(parts[parts.index("-o") + 1])
+
+
+def exports_libstdcxx(so: Path) -> bool:
+    """Whether ``so`` exports libstdc++'s own locale code (a copy linked in, not hidden):
+    the binding mix that crashed the H200's loader (module docstring). False where
+    ``nm`` is missing."""
+    nm = shutil.which("nm")
+    if nm is None or not so.is_file():
+        return False
+    res = subprocess.run([nm, "-D", "--defined-only", str(so)], capture_output=True, text=True, timeout=120)
+    names = {ln.split()[-1].split("@")[0] for ln in res.stdout.splitlines() if ln.strip()}
+    return any(m in names for m in _LIBSTDCXX_MARKS)
 
 
 def relink(folder: Path, fix: str) -> Path:

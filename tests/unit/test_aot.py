@@ -28,6 +28,7 @@ import torch
 
 from pkc.aot import AotError, AotLayer, layer_key
 from pkc.aot import cache as aot_cache
+from pkc.aot import link
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -88,7 +89,7 @@ def runs(tmp_path_factory):
     return {"cold": _run(cache, PKC_AOT_LINK_FIX=FIX), "second": _run(cache)}
 
 
-FIX = "bsymbolic"
+FIX = "private-libstdc++"
 
 
 @needs_cxx
@@ -108,7 +109,9 @@ def test_first_process_compiles_and_packages(runs):
             so = Path(cold["folder"]).parent / "wrapper_check.so"
             so.write_bytes(z.read(name))
         dyn = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True).stdout
-        assert "SYMBOLIC" in dyn, dyn
+        # bound inside, libstdc++ linked in (not a needed library) and not exported
+        assert "SYMBOLIC" in dyn and "libstdc++" not in dyn, dyn
+        assert not link.exports_libstdcxx(so)
 
 
 @needs_cxx
@@ -326,7 +329,6 @@ def test_loader_crash_relinks_with_each_fix_and_is_remembered(tmp_path, monkeypa
     loader.json for the next build (linked that way at once); where none passes, no package
     and no build for any layer after it. torch's build is faked by a real one-object link."""
     import pkc.aot.build as build
-    import pkc.aot.link as link
 
     cxx = shutil.which("g++") or shutil.which("c++")
     obj = tmp_path / "w.o"
@@ -365,7 +367,7 @@ def test_loader_crash_relinks_with_each_fix_and_is_remembered(tmp_path, monkeypa
     folder = tmp_path / "cache" / "key1"
     folder.mkdir(parents=True)
     secs, check, how = build.build_checked(None, [], folder, meta)
-    assert how == "torch's link crashed the loader; linked with b" and check == 0.5
+    assert how == "the package crashed its loader as linked first; linked with b" and check == 0.5
     assert b"fix_b.so" in wrapper(folder) and not (folder / "link").exists()
     assert links == [[]]            # torch's link once; the fixes were relinks of its objects
     assert link.read_machine(folder.parent, "cuda")["fix"] == "b"
@@ -385,3 +387,32 @@ def test_loader_crash_relinks_with_each_fix_and_is_remembered(tmp_path, monkeypa
     assert said is not None and "crash torch" in said and build._machine_skip(folder2, {"device": "cpu"}) is None
     with pytest.raises(link.LoaderCrash, match="no AOTInductor package loads"):
         build.build_checked(None, [], folder2, meta)
+    # the cause seen in torch's link (an exported copy of libstdc++): the fix at once, one check
+    passes[:] = [b"fix_b.so"]
+    (folder.parent / link.MACHINE).unlink()
+    monkeypatch.setattr(link, "FIX_EXPORTED_LIBSTDCXX", "b")
+    monkeypatch.setattr(link, "exports_libstdcxx", lambda so: b"fix_" not in so.read_bytes())
+    n = len(links)
+    how = build.build_checked(None, [], folder2, meta)[2]
+    assert how.startswith("torch's link exported a copy of libstdc++") and b"fix_b.so" in wrapper(folder2)
+    assert len(links) == n + 1 and link.read_machine(folder.parent, "cuda")["fix"] == "b"
+
+
+@needs_cxx
+def test_an_exported_copy_of_libstdcxx_is_seen_in_the_link(tmp_path):
+    """The H200's cause, seen before any check: a wrapper linked with a copy of libstdc++
+    whose symbols it exports (what /opt/gcc/bin/g++ did there) is told apart from one
+    linked against libstdc++.so.6 and from one with the copy hidden (pkc's fix)."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if shutil.which("nm") is None:
+        pytest.skip("no nm")
+    src = tmp_path / "loc.cpp"
+    src.write_text("#include <locale>\nextern \"C\" int f() { std::locale l; "
+                   "return (int)std::has_facet<std::ctype<char>>(l); }\n")
+    got = {}
+    for name, flags in (("shared", []), ("exported_copy", ["-static-libstdc++", "-static-libgcc"]),
+                        ("private", link.FIXES[link.FIX_EXPORTED_LIBSTDCXX])):
+        so = tmp_path / f"{name}.so"
+        subprocess.run([cxx, "-shared", "-fPIC", str(src), "-o", str(so), *flags], check=True)
+        got[name] = link.exports_libstdcxx(so)
+    assert got == {"shared": False, "exported_copy": True, "private": False}
