@@ -215,6 +215,17 @@ def _steady_ms(fn, x, device: str, n: int = 20) -> float:
 # ---------------------------------------------------------------------- the driver
 
 
+def _pinned_version(cache: Path) -> str:
+    """pkc's pinned key for ``cache``: the one its first run wrote there (a ``--second-only``
+    run must see the packages and IR of that run as current), else this run's."""
+    path = cache / "pkc_version.txt"
+    try:
+        return path.read_text().strip() or _VERSION
+    except OSError:
+        path.write_text(_VERSION)
+        return _VERSION
+
+
 def run_process(case: str, device: str, backend: str, cache: Path, *, profile: str | None = None,
                 timeout: float = 900) -> dict:
     """One fresh process's first call with ``cache`` as its cache folder."""
@@ -223,7 +234,7 @@ def run_process(case: str, device: str, backend: str, cache: Path, *, profile: s
            "TRITON_CACHE_DIR": str(cache / "inductor" / "triton"),
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     env.pop("PKC_COMPILE_CACHE_DIR", None)
-    env.setdefault("PKC_COMPILE_CACHE_VERSION", _VERSION)
+    env.setdefault("PKC_COMPILE_CACHE_VERSION", _pinned_version(cache))
     env["TORCH_CACHING_PRECOMPILE"] = "1" if backend.endswith("+precompile") else "0"
     env.setdefault("PYTHONFAULTHANDLER", "1")    # a crashing process says where (its error row)
     cmd = [sys.executable, __file__, "--child", case, "--device", device, "--backend", backend]
