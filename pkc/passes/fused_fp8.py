@@ -20,9 +20,10 @@ all-gather of its bf16 chunks). All-gather + GEMM (:func:`ag_problem`): one weig
 tensor-wise or, on sm_90a, A's row-wise scale gathered with A
 (:mod:`pkc.passes.fused_fp8_ag`: the put side moves each shard's scale rows too); on
 sm_90a also of blocks of rows per shard (a gather along a middle dim, DTensor
-``Shard(1)``: :mod:`pkc.passes.ag_blocks_schedule`, the row scales in the same layout)
-and the all-gather along K (:func:`agk_problem`; :mod:`pkc.passes.ag_k_schedule` with the
-scaled epilogue of the plain GEMM: A's scale is that of the whole gathered row).
+``Shard(1)``: :mod:`pkc.passes.ag_blocks_schedule`, the row scales in the same layout;
+sm_100a: tensor-wise), and the all-gather along K on both (:func:`agk_problem`;
+:mod:`pkc.passes.ag_k_schedule` with the scaled epilogue of the plain GEMM: A's scale is
+that of the whole gathered row).
 """
 
 from __future__ import annotations
@@ -153,9 +154,6 @@ def ag_problem(W: int, x, sx, b, sb, outs, arch: str = "sm_90a",
     if len(sx.get_shape()) == 2 and arch != "sm_90a" and W > 1:
         return (f"A's row-wise scale (gathered with A): scheduled on sm_90a only, not {arch} "
                 "(the tensor-wise form is)")
-    if blocks > 1 and W > 1 and arch != "sm_90a":
-        return (f"a gather of {blocks} blocks of rows per shard: the fp8 kernel is scheduled "
-                f"on sm_90a only, not {arch}")
     if blocks > 1 and x.get_shape()[0] % blocks:
         return f"the shard's {x.get_shape()[0]} rows are not {blocks} blocks"
     if any(len(t.get_shape()) != 2 for t in (x, b, *outs)):
@@ -175,11 +173,9 @@ def ag_problem(W: int, x, sx, b, sb, outs, arch: str = "sm_90a",
 
 def agk_problem(W: int, x, b, outs, arch: str = "sm_90a") -> str | None:
     """Why a W-rank fp8 all-gather along K of ``x`` [M, Kc] + scaled matmul with ``b``
-    [W Kc, N] into ``outs`` (Y [M, N], and G [M, W Kc]) has no scheduled kernel on
-    ``arch`` (the scales take any form torch's ``_scaled_mm`` does: the epilogue scales
-    the sum over every shard)."""
-    if arch != "sm_90a":
-        return f"the fp8 gather along K is scheduled on sm_90a only, not {arch}"
+    [W Kc, N] into ``outs`` (Y [M, N], and G [M, W Kc]) has no scheduled kernel (the
+    scales take any form torch's ``_scaled_mm`` does: the plain epilogue scales the sum
+    over every shard once, so the tensor-memory GEMM of sm_100a takes it as well)."""
     if any(len(t.get_shape()) != 2 for t in (x, b, *outs)):
         return f"operands are not 2-D ({x}, {b})"
     if type(outs[0].element_type) not in _OUT:

@@ -55,7 +55,7 @@ FUSED_ARCHS = ("sm_90a", "sm_100a")
 SCALED_FUSED_ARCHS: tuple[str, ...] = ()
 SCALED_FUSED_PATTERNS: dict[str, tuple[str, ...]] = {
     "sm_90a": ("mm_reduce_scatter", "all_gather_mm", "mm_all_reduce", "all_gather_k_mm"),
-    "sm_100a": ("mm_reduce_scatter", "all_gather_mm", "mm_all_reduce")}
+    "sm_100a": ("mm_reduce_scatter", "all_gather_mm", "mm_all_reduce", "all_gather_k_mm")}
 
 
 def unscheduled_fp8(target: str, pattern=None, problem: str | None = None) -> str | None:

@@ -6,7 +6,9 @@ scheduled sm_90a kernels (pkc/passes/ag_k_schedule.py with the scaled epilogue;
 ag_blocks_schedule.BlockAgParts / fused_fp8_ag.BlockRowScaleParts) compute the kernel level
 and the graph on the interpreter for W in {1, 2, 3, 4, 8} and on the emulator at W = 1 / 2
 (the fp8 tolerance of test_fp8_fused), ptxas takes them without spills, the forms without
-a scheduled kernel stay unfused with the reason, and torch programs get the fusions.
+a scheduled kernel stay unfused with the reason, and torch programs get the fusions. On
+sm_100a (the tensor-memory GEMM) the gather along K and the tensor-wise block gather are
+scheduled too (interpreter and emulator; no B200 here).
 
 The K gather's A scale: torch's ``scale_a`` [M, 1] scales a row of the whole gathered K,
 so it is one [M, 1] tensor (not gathered) and the kernel scales the f32 sum over every
@@ -88,11 +90,11 @@ def _kernels(m) -> list[k.KernelOp]:
     return [o for o in m.walk() if isinstance(o, k.KernelOp)]
 
 
-def _scheduled(text: str, single: bool = False):
+def _scheduled(text: str, single: bool = False, target: str = "h200"):
     kernel_level = parse_module(text)
-    run_pipeline("default{force=true" + (" keep-single-rank=true" if single else "") + "}",
-                 kernel_level)
-    sched, _ = schedule_for_target(kernel_level, "h200")
+    run_pipeline("default{force=true" + (" keep-single-rank=true" if single else "") +
+                 f" target={target}}}", kernel_level)
+    sched, _ = schedule_for_target(kernel_level, target)
     return kernel_level, sched, _kernels(sched)
 
 
@@ -205,6 +207,35 @@ def test_blocks_without_the_scale_rows_read_nothing(monkeypatch):
         check_levels(text, kernel_level, sched, 2, 1, emulate=False)
 
 
+@pytest.mark.parametrize("kind,W,row", [("agk", 2, True), ("agk", 3, False),
+                                        ("blocks", 2, False)])
+def test_sm100_tensor_memory_kernels(kind, W, row):
+    """sm_100a: the tensor-memory GEMM shares the producer and the plain epilogue, so the
+    gather along K (any scales) and the tensor-wise block gather are scheduled there too;
+    interpreter-equal, and the emulator runs the tcgen05 kernel at W = 2 (no B200 here).
+    The row-wise block gather is not (its epilogue scales a piece in one of two branches,
+    which the tcgen05 scale lowering refuses): a remark says so."""
+    from pkc.emu.check import check_module
+    from pkc.interp import random_inputs
+    from tests.unit.test_fp8_fused import TOL
+
+    text = (agk_ir(W, (2, 13), 32, 48, row, gathered=True) if kind == "agk" else
+            blocks_ir(W, 2, 13, 64, 48, row))
+    kernel_level, sched, kops = _scheduled(text, target="b200")
+    (kop,) = [o for o in kops if "scaled" in o.kernel_name.data]
+    assert kop.schedule() is not None and "tcgen05" in "\n".join(remarks_of(kop))
+    check_levels(text, kernel_level, sched, W, 1, emulate=False)
+    if W == 2:
+        res = check_module(sched, random_inputs(parse_module(text), W, 1), W,
+                           target="sm_100a", tolerance=TOL)
+        assert res.ok, res.difference
+    _, sched, kops = _scheduled(blocks_ir(W, 2, 13, 64, 48, True), target="b200")
+    (kop,) = [o for o in kops if "matmul" in o.kernel_name.data]
+    assert kop.schedule() is None and any(
+        "A's row-wise scale (gathered with A): scheduled on sm_90a only" in r
+        for r in remarks_of(kop))
+
+
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("text", [agk_ir(2, (256,), 1024, 512, True),
                                   agk_ir(4, (199,), 512, 256, False, gathered=True),
@@ -220,6 +251,19 @@ def test_assembles_without_spills(text):
     assert ".e4m3.e5m2" in ck.ptx
     _, res = assemble_one(ck.ptx)
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+def test_sm100_assembles_without_spills():
+    from pkc.codegen.ptxas import assemble_one
+
+    for text in (agk_ir(2, (256,), 1024, 512, True), blocks_ir(3, 3, 100, 256, 512, False)):
+        _, _, kops = _scheduled(text, target="b200")
+        kop = next(o for o in kops if o.schedule() is not None)
+        ck = compile_kernel(kop, "sm_100a")
+        assert "kind::f8f6f4" in ck.ptx
+        _, res = assemble_one(ck.ptx, "sm_100a")
+        assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
 
 
 # ---- what stays unfused, and why ------------------------------------------------------
