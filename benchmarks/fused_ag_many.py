@@ -18,7 +18,10 @@ fused kernel (into NaN-poisoned outputs) against torch (f32: within a bf16 step 
 scale), and the split sequence's too; then the variants launched in alternation
 (benchmarks/timing.py ``alternate``: each launch sequence between its own CUDA events,
 the host queued ahead), medians and the ratios fused / split, fused / torch; C checked
-again after the timed launches.
+again after the timed launches. Probes timed beside them (not what the pass builds): at
+W = 1 the kernel with each other tile of ``ALT_TILES`` forced (is the pass's tile the
+fastest?), at W > 1 with 4 put CTAs (``p4``: a lane of the virtual world has 1/W of the
+SMs the put-CTA plan was made for).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from sweep_common import case_cli, run_cases, virtual_peers  # noqa: E402  (the 
 GATE_UP = (3584, 3584)              # Llama-3 70B TP-8: gate and up projections per rank
 QKV_8B = (512, 128, 128)            # Llama-3 8B TP-8: q, k, v per rank (K = 4096)
 QKV_70B = (1024, 128, 128)          # Llama-3 70B TP-8 (K = 8192)
+# the tiles forced at W = 1 beside the pass's choice (is the choice the fastest?)
+ALT_TILES = ("128x128_s6_tma", "128x160_s5_tma", "128x192_s4_tma", "128x256_s4_tma")
 
 # (name, W, Mc: rows per rank, K, the weights' N, gathered): odd shapes, then Llama's
 CASES = [
@@ -81,29 +86,40 @@ def module_text(W: int, Mc: int, K: int, ns, gathered: bool = False, dt: str = "
 
 
 def scheduled_module(W: int, Mc: int, K: int, ns, gathered: bool = False, dt: str = "bf16",
-                     target: str = "h200", layouts: str = ""):
+                     target: str = "h200", layouts: str = "", variant: str = "",
+                     put_ctas: int = 0):
     """The module after ``default{force=true}`` (W = 1: ``keep-single-rank``, so that a
-    kernel is made), ``schedule-fused``, ``dce``."""
+    kernel is made), ``schedule-fused`` (``variant``: a forced tile; ``put_ctas``: the
+    kernel-level plan's put CTAs replaced, for a probe), ``dce``."""
+    from pkc.dialects.kernel import KernelOp
     from pkc.ir import make_context, parse_module, verify_module
     from pkc.passes.registry import parse_pipeline
+    from pkc.passes.remarks import set_plan
 
     m = parse_module(module_text(W, Mc, K, ns, gathered, dt, layouts), "fused_ag_many.mlir")
     ctx = make_context()
     single = " keep-single-rank=true" if W == 1 else ""
-    for p in parse_pipeline(f"default{{force=true target={target}{single}}},"
-                            f"schedule-fused{{target={target}}},dce"):
+    for p in parse_pipeline(f"default{{force=true target={target}{single}}}"):
+        p.apply(ctx, m)
+    if put_ctas:
+        for kop in [o for o in m.walk() if isinstance(o, KernelOp)]:
+            set_plan(kop, put_ctas=put_ctas)
+    opts = f" variant={variant}" if variant else ""
+    for p in parse_pipeline(f"schedule-fused{{target={target}{opts}}},dce"):
         p.apply(ctx, m)
     verify_module(m)
     return m
 
 
 def compile_ir(W: int, Mc: int, K: int, ns, gathered: bool = False, dt: str = "bf16",
-               target: str = "h200", arch: str = "sm_90a"):
+               target: str = "h200", arch: str = "sm_90a", variant: str = "",
+               put_ctas: int = 0):
     """(compiled kernel, its pk.kernel) of the one kernel over the weights."""
     from pkc.codegen import compile_kernel
     from pkc.codegen.emit import kernels_of
 
-    (kop,) = [k for k in kernels_of(scheduled_module(W, Mc, K, ns, gathered, dt, target))
+    (kop,) = [k for k in kernels_of(scheduled_module(W, Mc, K, ns, gathered, dt, target,
+                                                     variant=variant, put_ctas=put_ctas))
               if k.schedule() is not None]
     return compile_kernel(kop, arch), kop
 
@@ -192,6 +208,21 @@ def run_case(name, W, Mc, K, ns, gathered, rounds: int, peers) -> dict:
     torch.cuda.synchronize()
     row["split_rel_err"] = rel_error(gout)
     impls = {"fused": [fused], "split": [split]}
+    # probes (not the pass's choice): at W = 1 the other tiles, forced; at W > 1 four put
+    # CTAs (a virtual-world lane has a quarter or half of the SMs the plan was made for)
+    probes = ([("p4", "", 4)] if W > 1 else
+              [(v, v, 0) for v in ALT_TILES if not v.startswith(row["tile"] + "_")])
+    for key, variant, side in probes:
+        pck, pkop = compile_ir(W, Mc, K, ns, gathered, variant=variant, put_ctas=side)
+        run = ScheduledAgGemm(pck.ptx, pck.meta, peers, owner=("bench-ag-many", name, key),
+                              timeout_ns=500_000_000)
+        out = run.run(a, *wargs, outs=cs)
+        torch.cuda.synchronize()
+        run.check()
+        if rel_error(out) > tol:
+            row[f"wrong_{key}"] = rel_error(out)
+            continue
+        impls[f"fused_{key}"] = [lambda run=run: run.run(a, *wargs, outs=cs)]
     if W == 1:
         tout = [torch.empty(M, n, device="cuda", dtype=torch.bfloat16) for n in ns]
         wts = [w.t() for w in ws]
@@ -203,6 +234,11 @@ def run_case(name, W, Mc, K, ns, gathered, rounds: int, peers) -> dict:
     times = alternate(impls, max(rounds, 10))
     for key, v in times.items():
         row[f"us_{key}"] = 1e3 * st.median(v)
+    alts = {k[len("us_fused_"):]: v for k, v in row.items()
+            if k.startswith("us_fused_") and k != "us_fused_p4"}
+    if alts:
+        row["best_alt"] = min(alts, key=alts.get)
+        row["best_alt_over_fused"] = alts[row["best_alt"]] / row["us_fused"]
     row["fused_over_split"] = row["us_fused"] / row["us_split"]
     if W == 1:
         row["fused_over_torch"] = row["us_fused"] / row["us_torch"]
@@ -219,17 +255,19 @@ def main() -> None:
     args, picked = cli
     rows = run_cases(picked, lambda c: run_case(*c, rounds=args.rounds, peers=virtual_peers(c[1])),
                      os.path.join(args.out, f"fused_ag_many_r{args.rounds}.json"), trace=True)
-    print(f"\n{'case':20} {'tile':12} {'ok':5} {'fused us':>8} {'split us':>8} {'torch us':>8} "
-          f"{'f/split':>7} {'f/torch':>7}")
+    print(f"\n{'case':19} {'tile':10} {'ok':5} {'fused':>7} {'split':>7} {'torch':>7} "
+          f"{'f/split':>7} {'f/torch':>7} {'probe':>14} {'/fused':>6}")
     for r in rows:
         if "error" in r:
             print(f"{r['case']:20} ERROR {r['error'][:100]}")
             continue
-        print(f"{r['case']:20} {r['tile']:12} "
+        probe = r.get("best_alt", "p4" if "us_fused_p4" in r else "")
+        ratio = r.get("best_alt_over_fused", r.get("us_fused_p4", 0) / r.get("us_fused", 1))
+        print(f"{r['case']:19} {r['tile'][:10]:10} "
               f"{str(r['correct'] and r.get('correct_after_timing', False)):5} "
-              f"{r.get('us_fused', 0):8.1f} {r.get('us_split', 0):8.1f} "
-              f"{r.get('us_torch', 0):8.1f} {r.get('fused_over_split', 0):7.3f} "
-              f"{r.get('fused_over_torch', 0):7.3f}")
+              f"{r.get('us_fused', 0):7.1f} {r.get('us_split', 0):7.1f} "
+              f"{r.get('us_torch', 0):7.1f} {r.get('fused_over_split', 0):7.3f} "
+              f"{r.get('fused_over_torch', 0):7.3f} {probe[:14]:>14} {ratio:6.3f}")
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle
 from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind, ag_put_ctas
 from pkc.target.gemm_tuning import GemmConfig
+from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
 MAX_BYTES = 1 << 31          # byte offsets of the put side are u32 (s32 loops)
@@ -419,18 +420,19 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
     else:       # why_not_ag checked that the weights share one layout
         b_vals, layouts = zip(*[b_operand(b) for b in bs])
         layout, dt, types = layouts[0], _dtype(a.type), ("", "")
+    plan = plan_of(kop)
+    side, why_side = put_ctas(plan, W, asked, W * Mc, sum(ns), K, target)
     if nw > 1:          # the tile that pads the weights least (gather_many.many_config)
         from pkc.passes.gather_many import many_config, many_parts  # (they import this)
 
-        cfg = many_config(W, Mc, K, ns, dt, layout, target, variant)
+        cfg = many_config(W, Mc, K, ns, dt, layout, target, variant,
+                          get_target(target).num_sms - side)
         parts_cls = many_parts(parts_cls)
     else:
         cfg = fused_config(FusedKind.AG, W * Mc, ns[0], K, W, dt, layout, target, variant)
     cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
     # the tile space's columns: every weight's, each padded to whole tiles
     N = ns[0] if nw == 1 else sum(-(-n // cfg.bn) * cfg.bn for n in ns)
-    plan = plan_of(kop)
-    side, why_side = put_ctas(plan, W, asked, W * Mc, sum(ns), K, target)
     arena, ring, piece = put_ring(cfg)
     ys = [o.type for o in kop.outputs[:nw]]
     scale_ins = [kop.inputs[1], kop.inputs[3]] if scaled else []

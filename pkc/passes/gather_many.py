@@ -109,30 +109,45 @@ class ManyWeights:
                                      extra)
 
 
-# a tile's fixed cost (prologue, epilogue drain) in columns of MMA work, for the choice of
-# the tile below: a guess, not measured
-TILE_OVERHEAD_COLS = 32
-
-
-def many_config(W: int, mc: int, K: int, ns, dt: str, layout, target: str, variant: str = ""):
-    """The tile of the kernel over weights of widths ``ns``: the fused table's for the
-    whole product, or for one weight's width, whichever leaves the fewest waves of tile
-    work (``waves x (bn + TILE_OVERHEAD_COLS)``) once each weight is padded to whole tiles
-    (the table's tile for the sum of the widths may pad [512, 128, 128] to 3 + 1 + 1
-    tiles of 192: 25% more work); ties keep the whole product's. A forced ``variant``
-    is taken as it is."""
+def many_config(W: int, mc: int, K: int, ns, dt: str, layout, target: str, variant: str = "",
+                sms: int = 0):
+    """The tile of the kernel over weights of widths ``ns`` on ``sms`` GEMM CTAs (0: the
+    target's SMs): the one whose tile space, each weight padded to whole tiles, takes the
+    least time by the plain GEMM's model (:func:`pkc.target.gemm_tuning.choose_config`:
+    waves x tile area / the tile's measured efficiency), among the fused table's tile for
+    the whole product (first: it wins ties within 2%) and the model's 128-row tiles. The
+    table's tile for the sum of the widths can pad badly: [1024, 128, 128] at 160 columns
+    is 7 + 1 + 1 tiles, two waves at T = 2048 where 192 columns make one. A forced
+    ``variant`` is taken as it is; sm_100a (no measured efficiencies) compares the
+    tensor-memory table's tiles for the sum and for each width, area only."""
     from pkc.passes.fused_schedule import fused_config
     from pkc.target.fused_tuning import FusedKind
+    from pkc.target.gemm_tuning import AUTO_CANDIDATES, BLayout
     from pkc.target.targets import get_target
 
-    sms = get_target(target).num_sms
-    cands = [fused_config(FusedKind.AG, W * mc, n, K, W, dt, layout, target, variant)
-             for n in ([sum(ns)] if variant else [sum(ns), *sorted(set(ns))])]
-
-    def score(cfg) -> int:
+    total = fused_config(FusedKind.AG, W * mc, sum(ns), K, W, dt, layout, target, variant)
+    if variant:
+        return total
+    sms = sms or get_target(target).num_sms
+    effs = {(c.bm, c.bn): eff for c, eff in AUTO_CANDIDATES}
+    if get_target(target).sm_arch == "sm_100a":
+        cands = [(fused_config(FusedKind.AG, W * mc, n, K, W, dt, layout, target), 1.0)
+                 for n in sorted(set(ns))]
+    else:   # the table's tile with the model's shapes (its stages, consumers, group)
+        cands = [(total.with_(bn=c.bn, stages=c.stages), eff) for c, eff in AUTO_CANDIDATES
+                 if (c.bm, c.consumers) == (total.bm, total.consumers)
+                 and not (layout is BLayout.KN and c.bn % 64)]
+    best, best_cost = total, None
+    for cfg, eff in [(total, effs.get((total.bm, total.bn), 1.0)), *cands]:
         tiles = W * -(-mc // cfg.bm) * sum(-(-n // cfg.bn) for n in ns)
-        return -(-tiles // sms) * (cfg.bn + TILE_OVERHEAD_COLS)
-    return min(cands, key=score)        # (the first of equals: the whole product's)
+        cost = -(-tiles // sms) * cfg.bm * cfg.bn / eff
+        if best_cost is None or cost < best_cost * 0.98:
+            try:
+                cfg.validate()      # (the table's stages / buffers with another width)
+            except ValueError:
+                continue
+            best, best_cost = cfg, cost
+    return best
 
 
 @cache

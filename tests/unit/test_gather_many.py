@@ -158,11 +158,20 @@ def test_assembles_without_spills(case, target, arch):
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
 
 
-def test_tile_that_pads_the_weights_least():
-    """q, k, v of Llama-3 8B at T = 4096: the table's tile for N = 768 (192 columns) pads
-    the weights to 3 + 1 + 1 tiles (25% more work, two waves); 128 columns pad nothing."""
-    (kop,) = _kernels(scheduled_module(1, 4096, 4096, (512, 128, 128)))
-    assert plan_of(kop)["bn"] == 128
+def test_tile_of_the_padded_tile_space():
+    """q, k, v of Llama-3 70B TP-8 at T = 2048: the fused table's tile for N = 1280 (160
+    columns) pads the weights to 7 + 1 + 1 tiles, 144 tiles: two waves on 132 SMs; 192
+    columns make 6 + 1 + 1, 128 tiles: one wave (gather_many.many_config). Gate + up
+    (3584 = 14 x 256) keeps the table's tile."""
+    from pkc.passes.fused_schedule import fused_config
+    from pkc.target.fused_tuning import FusedKind
+    from pkc.target.gemm_tuning import BLayout
+
+    assert fused_config(FusedKind.AG, 2048, 1280, 8192, 1, "bf16", BLayout.NK, "h200").bn == 160
+    (kop,) = _kernels(scheduled_module(1, 2048, 8192, (1024, 128, 128)))
+    assert (plan_of(kop)["bn"], plan_of(kop)["tiles_per_chunk"]) == (192, 128)
+    (kop,) = _kernels(scheduled_module(1, 4096, 8192, (3584, 3584)))
+    assert plan_of(kop)["bn"] == 256
 
 
 @pytest.mark.parametrize("W,arch", [(2, "sm_90a"), (3, "sm_90a"), (2, "sm_100a")])
