@@ -194,6 +194,38 @@ def test_scheduled_blocks_equals_references(W, B, Sc, H, N, row, gathered, emula
     check_levels(text, kernel_level, sched, W, 3, emulate)
 
 
+@pytest.mark.parametrize("kind", ["agk", "blocks"])
+def test_emulated_w2_against_torch_scaled_mm(kind):
+    """The emulator's run of the scheduled sm_90a kernel at W = 2 (its outputs forwarded,
+    not the interpreter's) against torch._scaled_mm of the gathered A on each rank, within
+    the fp8 tolerance of test_fp8_fused (TOL: bf16 (2e-2, 0.5))."""
+    from pkc.emu.check import check_module
+    from pkc.interp import random_inputs
+    from tests.unit.test_fp8_fused import TOL
+
+    W = 2
+    text = (agk_ir(W, (40,), 48, 32, True) if kind == "agk" else
+            blocks_ir(W, 2, 13, 64, 48, True))
+    _, sched, _ = _scheduled(text)
+    ins = random_inputs(parse_module(text), W, 5)
+    res = check_module(sched, ins, W, tolerance=TOL, forward_emulated=True)
+    assert res.ok, res.difference
+    xs = [r[0] for r in ins]
+    if kind == "agk":
+        a, sas = torch.cat(xs, dim=1), [r[2] for r in ins]
+    else:
+        a = torch.cat(xs, dim=1).reshape(-1, xs[0].shape[-1])
+        sa = torch.cat([r[2] for r in ins], dim=1).reshape(-1, 1)
+        sas = [sa] * W
+    for r in range(W):
+        b = ins[r][1].t().contiguous().t()          # the [K, N] values, column-major
+        want = torch._scaled_mm(a, b, sas[r], ins[r][3], out_dtype=torch.bfloat16).float()
+        got = res.outputs[r][0].float()
+        assert not torch.isnan(got).any()
+        rtol, atol = TOL[torch.bfloat16]
+        assert float((got - want).abs().max()) <= atol + rtol * float(want.abs().max())
+
+
 def test_blocks_without_the_scale_rows_read_nothing(monkeypatch):
     """The peers' scale rows travel only by the put side (BlockRowScaleParts.put_extra):
     without it the interpreter finds a peer's tiles scaled by memory nobody wrote."""
