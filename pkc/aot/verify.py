@@ -2,9 +2,10 @@
 process that imports what a loading process imports (torch and :mod:`pkc.aot.cache`), on
 zero inputs of the recorded shapes.
 
-A package that crashes its loader (seen once on the H200 machine: SIGSEGV in the process
-that loaded it) must never reach ``meta.json``: a crash here ends only this process, and
-the builder records a failed build instead (:func:`pkc.aot.build.write_meta`).
+A package that crashes its loader (every package as torch linked it on the H200 machine:
+SIGSEGV in the process that loaded it; :mod:`pkc.aot.link`) must never reach ``meta.json``:
+a crash here ends only this process, and the builder relinks the wrapper or records a
+failed build instead (:func:`pkc.aot.build.build_checked`).
 """
 
 from __future__ import annotations
