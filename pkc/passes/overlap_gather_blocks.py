@@ -119,8 +119,8 @@ def match_gather_blocks(ag: Operation) -> Match | None:
                                                              [B * Sc, 1])]
         inputs += [mm.scale_rhs for mm in consumers]
         views_ += [None] * len(consumers)
-        for op in chain or ():      # the scale's view and gather, gathered by the kernel
-            if all(u.operation in consumers or u.operation in chain for u in op.result.uses):
+        for op in chain or ():      # the scale's view, then its gather: gone where only
+            if all(u.operation in dead for u in op.result.uses):    # the kernel read them
                 dead.append(op)
     m = Match(Pattern.ALL_GATHER_MM, ag, W, inputs, views_, replaced, types,
               (rows, tuple(shape_of(mm.rhs)[1] for mm in consumers), H, 1, B),

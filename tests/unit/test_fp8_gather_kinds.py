@@ -136,6 +136,22 @@ def test_blocks_kernel_level_computes_the_graph(W, B, Sc, H, N, row, overlap, ga
                     run, world_sizes=(W,), seeds=(0,), tolerance=tolerance(H, W, False))
 
 
+def test_blocks_scale_gather_with_another_user_stays():
+    """A's gathered row scale also returned: the kernel gathers the shard's scale rows
+    itself, and the scale's gather and view stay for the other user."""
+    t = blocks_ir(2, 2, 5, 32, 16, True, "f32")
+    t = t.replace("func.return %y :", "func.return %y, %sa :").replace(
+        "-> (tensor<20x16xf32>)", "-> (tensor<20x16xf32>, tensor<20x1xf32>)").replace(
+        ": tensor<20x16xf32>\n}", ": tensor<20x16xf32>, tensor<20x1xf32>\n}")
+    m = parse_module(t)
+    run_pipeline("overlap{force=true}", m)
+    m.verify()
+    assert len(_kernels(m)) == 1
+    assert [o.name for o in m.walk() if isinstance(o, g.AllGatherOp)] == ["pk.all_gather"]
+    check_transform(lambda w: parse_module(t), "default{force=true}", world_sizes=(2,),
+                    seeds=(0,), tolerance=tolerance(32, 2, False))
+
+
 def test_default_pipeline_elides_and_stays_equivalent():
     for text, W in ((agk_ir(3, (2, 5), 24, 20, True, "f32", True), 3),
                     (blocks_ir(2, 3, 5, 40, 24, True, "f32", True), 2)):
