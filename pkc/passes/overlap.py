@@ -18,7 +18,8 @@ What it matches (graph-level ``func.func`` bodies, one block):
   dim 1, DTensor ``Shard(1)``: ``pk.fusion.batches = B`` blocks of rows per shard,
   overlap_gather_blocks.py);
 * ``pk.all_gather`` along the last dim (the matmul's contraction dim K) feeding a
-  ``pk.matmul`` as its lhs, 2-d or through the ``[rows, K]`` reshape of an n-d gathered
+  ``pk.matmul`` (or an fp8 ``pk.scaled_matmul``, whose A scale is the whole gathered
+  row's) as its lhs, 2-d or through the ``[rows, K]`` reshape of an n-d gathered
   tensor (a linear layer on ``[B, S, K]``): the first such matmul, its 2-d weight defined
   before the gather's first user, goes into an ``all_gather_k_matmul`` kernel (pattern
   ``all_gather_k_mm``, patterns_gather_k.py: a K loop over the shards); the gathered
