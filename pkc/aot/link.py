@@ -24,7 +24,7 @@ H200) and say so.
 
 :func:`recording` patches torch's compile-command runner
 (``torch._inductor.cpp_builder._run_compile_cmd``) for the build's duration: the link
-command of the wrapper (``-o <name>.so`` with object inputs) gets ``extra`` flags, its
+command of the wrapper (``-o <name>.so`` from object files) gets ``extra`` flags, its
 objects are copied to ``<folder>/link/`` and the command is kept in ``link.json`` there
 (objects rewritten to the copies), so :func:`relink` can re-run it; the folder is removed
 once the package is published. This module runs only in a building process (it imports
@@ -97,7 +97,10 @@ def write_machine(root: Path, device: str, record: dict) -> None:
 
 
 def _is_link(parts: list[str]) -> bool:
-    return "-o" in parts[:-1] and parts[parts.index("-o") + 1].endswith(".so")
+    """A link of objects into a shared library: the wrapper's (Inductor's other C++ builds
+    compile a source straight to a library and are left as they are)."""
+    return ("-o" in parts[:-1] and parts[parts.index("-o") + 1].endswith(".so")
+            and any(p.endswith(".o") for p in parts))
 
 
 @contextlib.contextmanager
