@@ -5,8 +5,8 @@ tensor-wise scales) into registers before the tile's main loop, and the epilogue
 schedule (where the prefetch sits, what reads it, the option that turns it off), the
 verifiers, the emulator running the kernel with and without it bitwise equal (the same
 values are multiplied in the same order) over tiles whose columns are not whole groups of
-64 (bn 128 / 144-column tails, 160), two row slices per warpgroup, one consumer and the
-register epilogue, and ``shfl.sync.idx`` on the emulator (a warp-collective: lanes of an
+64 (bn 128 / 144-column tails, 160), 256 columns in CTA pairs, two row slices per
+warpgroup, one consumer and the register epilogue, and ``shfl.sync.idx`` on the emulator (a warp-collective: lanes of an
 incomplete warp wait); the fused kinds reading it (A's rows of a gathered shard not);
 ptxas without spills."""
 
@@ -106,6 +106,7 @@ def _emulate(kop, ins):
     ((70, 256, 64), True, True, "64x256_c1_s5", ("e4m3", "e4m3")),       # one consumer
     ((64, 32, 64), True, True, "128x256_s3_global", ("e4m3", "e4m3")),   # register epilogue
     ((72, 48, 96), False, True, "128x128_s6_tma", ("e4m3", "e4m3")),     # tensor-wise, bias
+    ((260, 256, 128), True, True, "128x256_s4_cl2", ("e4m3", "e4m3")),   # CTA pairs, n256
 ])
 def test_emulated_kernel_with_the_prefetch_equals_the_one_without_bitwise(shape, row, bias,
                                                                          variant, types):
