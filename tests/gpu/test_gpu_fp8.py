@@ -121,6 +121,41 @@ def test_fused_fp8_against_scaled_mm(name, W, text):
         assert (g - e).abs().max().item() <= tol, f"{name}: rank {r}"
 
 
+EMU_CASES = [c for c in CASES if c[0] in ("agk-row", "agk-tensor-w3", "agb-row", "agb-tensor-w4")]
+
+
+@pytest.mark.parametrize("name,W,text", EMU_CASES, ids=[c[0] for c in EMU_CASES])
+def test_emulator_equals_the_gpu(name, W, text):
+    """The fp8 gathers' scheduled kernels on the H200 and on the emulator (pkc/emu, its
+    outputs forwarded) from the same inputs: within the fp8 tolerance of the emulator tests
+    (the emulator's k32 step is a model fitted to the H200); the share of bitwise-equal
+    outputs is printed (pytest -s) for the notes."""
+    from pkc.emu.check import check_module
+    from pkc.interp import random_inputs
+    from pkc.ir import parse_module
+    from pkc.passes.pipelines import schedule_for_target
+    from pkc.passes.registry import run_pipeline
+    from pkc.runtime.execute import run_kernel_module
+    from tests.unit.test_fp8_fused import TOL
+
+    module = parse_module(text, name)
+    inputs = random_inputs(module, W, 4)
+    run_pipeline("default{force=true}", module)
+    module, _ = schedule_for_target(module, "h200")
+    got = run_kernel_module(module, inputs, W, target="sm_90a", timeout_s=TIMEOUT_S)
+    res = check_module(module, inputs, W, tolerance=TOL, forward_emulated=True)
+    assert res.ok, res.difference
+    same = total = 0
+    rtol, atol = TOL[torch.bfloat16]
+    for r in range(W):
+        g, e = got[r][0].cpu(), res.outputs[r][0]
+        same += int((g.view(torch.int16) == e.view(torch.int16)).sum())
+        total += g.numel()
+        d = float((g.float() - e.float()).abs().max())
+        assert d <= atol + rtol * float(e.float().abs().max()), f"{name}: rank {r}: {d}"
+    print(f"EMU-VS-GPU {name} W={W}: {same}/{total} outputs bitwise equal")
+
+
 @pytest.mark.parametrize("row", [False, True], ids=["tensor-wise", "row-wise"])
 def test_torch_backend_scaled_matmul_is_cublaslt(row):
     """An unfused pk.scaled_matmul in the torch backend's program runs torch._scaled_mm on
