@@ -335,6 +335,26 @@ def test_cost_model_fuses_large_shapes_and_f32_results_stay_unfused():
         assert "no scheduled fp8 kernel for this" in rem and "stores bf16 or f16" in rem, rem
 
 
+def test_gather_k_scale_computed_late_stays_unfused_with_the_reason():
+    """A's scale made by a collective (which never moves) after the gathered tensor's
+    first use (a view returned): the kernel would run before it, so nothing is fused."""
+    t = (f"func.func @main(%x: tensor<13x32x{E4}>, %b: tensor<64x16x{E5}>, "
+         f"%sa: tensor<13x1xf32>, %sb: tensor<1x16xf32>) -> (tensor<13x16xbf16>, "
+         f"tensor<832x{E4}>) {{\n"
+         f"  %g = pk.all_gather %x {{dim = 1 : i64, world = 2 : i64}} : tensor<13x32x{E4}> -> "
+         f"tensor<13x64x{E4}>\n"
+         f"  %h = pk.reshape %g : tensor<13x64x{E4}> -> tensor<832x{E4}>\n"
+         '  %s2 = pk.all_reduce %sa {reduce = "sum", world = 2 : i64} : tensor<13x1xf32> -> '
+         "tensor<13x1xf32>\n"
+         f"  %y = pk.scaled_matmul %g, %b scales(%s2, %sb) : (tensor<13x64x{E4}>, "
+         f"tensor<64x16x{E5}>, tensor<13x1xf32>, tensor<1x16xf32>) -> tensor<13x16xbf16>\n"
+         f"  func.return %y, %h : tensor<13x16xbf16>, tensor<832x{E4}>\n}}\n")
+    m, rem = _overlap(t, force=True)
+    assert not _kernels(m)
+    assert ("fp8.mlir:2:3: remark: [pk.all_gather] left unfused: all_gather(K)+mm: the scales "
+            "are computed after the gathered tensor's first use") in rem, rem
+
+
 # ---- from torch programs ---------------------------------------------------------------
 
 def _compile(fn, ins, W):
