@@ -1,7 +1,9 @@
 """The fp8 GEMM with row-wise scales against cuBLASLt, variant by variant, in one run on one
 H200: schedule-matmul's kernel with the tile's scales prefetched into registers before its
 main loop (``pks.scale_prefetch``, the default) and without (``scale-prefetch=false``: the
-per-piece global loads of the epilogue), on its own tile and on other tiles, each against
+per-piece global loads of the epilogue), on its own tile and on other tiles, cooperative
+and ping-pong (``GemmConfig.pingpong``: the two consumer warpgroups on alternate tiles,
+one's epilogue under the other's MMAs), each against
 ``torch._scaled_mm(use_fast_accum=True)`` with row-wise scales (the target) and with
 tensor-wise ones (the speed the epilogue's scales cost cuBLASLt nothing); then the fused
 fp8 kinds (GEMM + AR / RS, AG + GEMM, row-wise) at W = 1 with the default against the
@@ -34,21 +36,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sweep_common import write_json  # noqa: E402  (the path above)
 
 # (case, M, N, K, [(label, tile variant ("": schedule-matmul's pick), prefetch)])
+_PP = [("pp 128x128", "128x128_pp_s6", True), ("pp 128x128 cl2", "128x128_pp_cl2", True),
+       ("pp 64x256", "64x256_pp_s4", True)]
 GEMM_CASES = [
     ("16384x8192x4096", 16384, 8192, 4096,
-     [("loads", "", False), ("prefetch", "", True), ("pf cl2", "128x256_s4_cl2", True),
-      ("pf 128x192", "128x192_s4_tma", True), ("pf 256x128", "256x128_s4_tma", True)]),
+     [("loads", "", False), ("prefetch", "", True), ("pf 256x128", "256x128_s4_tma", True),
+      *_PP]),
     ("8192x1280x8192", 8192, 1280, 8192,
-     [("loads", "", False), ("prefetch", "", True), ("pf 160 cl2", "128x160_s5_cl2", True),
-      ("pf 128x128", "128x128_s6_tma", True), ("pf 128x256", "128x256_s4_tma", True)]),
+     [("loads", "", False), ("prefetch", "", True), *_PP]),
     ("8192^3", 8192, 8192, 8192,
-     [("loads", "", False), ("prefetch", "", True), ("pf cl2", "128x256_s4_cl2", True),
-      ("pf 128x192", "128x192_s4_tma", True)]),
+     [("loads", "", False), ("prefetch", "", True), ("pf 128x192", "128x192_s4_tma", True),
+      *_PP]),
     ("4096x28672x8192", 4096, 28672, 8192,
-     [("loads", "", False), ("prefetch", "", True), ("pf cl2", "128x256_s4_cl2", True),
-      ("pf 128x192", "128x192_s4_tma", True)]),
-    ("4096^3", 4096, 4096, 4096, [("loads", "", False), ("prefetch", "", True)]),
-    ("odd 1000x1040x2000", 1000, 1040, 2000, [("loads", "", False), ("prefetch", "", True)]),
+     [("loads", "", False), ("prefetch", "", True), *_PP]),
+    ("4096^3", 4096, 4096, 4096, [("loads", "", False), ("prefetch", "", True), *_PP]),
+    ("odd 1000x1040x2000", 1000, 1040, 2000,
+     [("loads", "", False), ("prefetch", "", True), ("pp 128x128", "128x128_pp_s6", True)]),
 ]
 
 # the fused kinds at W = 1 (benchmarks/fp8_fused.py's cases): (name, W, M, N, K, row, kind)

@@ -115,17 +115,19 @@ def expected_pipeline(cfg: GemmConfig) -> dict:
     """What the SASS of the GEMM of ``cfg`` must show."""
     b_boxes = 1 if cfg.b_layout is BLayout.NK else cfg.bn // 64 // cfg.cluster_m
     stores = (cfg.m_slices * cfg.bn // cfg.epi_width) if cfg.epilogue is Epilogue.TMA else 0
+    # the ping-pong consumers' two order barriers follow the stages' (gemm_schedule_pingpong)
+    bars = 2 * cfg.stages + cfg.extra_bars + (2 if cfg.pingpong else 0)
     return {
         "hgmma_shape": (f"QGMMA.64x{cfg.bn}x32.F32.{cfg.in_types[0].upper()}."
                         f"{cfg.in_types[1].upper()}" if cfg.fp8 else
                         f"HGMMA.64x{cfg.bn}x16.F32{'.BF16' if cfg.dtype == 'bf16' else ''}"),
         "hgmma_per_stage": (BK // 16) * cfg.m_slices,
-        "mbarrier_inits": 2 * cfg.stages + cfg.extra_bars,
+        "mbarrier_inits": bars,
         "tma_loads": 1 + b_boxes,
         "tma_stores": stores,
         # the barriers sit right after the stages and the epilogue buffers
         "mbarrier_offsets": [cfg.bar_offset + 8 * i
-                             for i in range(2 * cfg.stages + cfg.extra_bars)],
+                             for i in range(bars)],
     }
 
 

@@ -5,7 +5,7 @@ arrivals, the warpgroup and cluster barriers, and the shared-memory fence before
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import IntAttr, i1, i32
+from xdsl.dialects.builtin import IntAttr, UnitAttr, i1, i32
 from xdsl.ir import SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
@@ -24,15 +24,22 @@ from pkc.dialects.schedule_types import MbarriersType, _fail
 
 @irdl_op_definition
 class MbarrierWaitOp(IRDLOperation):
-    """Wait until the phase of ``bars[index]`` with ``parity`` (0 or 1) has completed."""
+    """Wait until the phase of ``bars[index]`` with ``parity`` (0 or 1) has completed.
+    ``turns``: the barrier's phases are waited on in turns by several warpgroups (each
+    skips the others' phases; their order is kept by other barriers: the ping-pong GEMM's
+    consumers, pkc/passes/gemm_schedule_pingpong.py), so the wait means the phase of that
+    parity at the barrier's current one, as the hardware's parity wait does; without it
+    a warpgroup is expected to wait on every phase in turn (the interpreter checks)."""
 
     name = "pks.mbarrier_wait"
     bars = operand_def(MbarriersType)
     index = operand_def(i32)
     parity = operand_def(i32)
+    turns = opt_attr_def(UnitAttr)
 
-    def __init__(self, bars: SSAValue, index: SSAValue, parity: SSAValue):
-        super().__init__(operands=[bars, index, parity])
+    def __init__(self, bars: SSAValue, index: SSAValue, parity: SSAValue, turns: bool = False):
+        super().__init__(operands=[bars, index, parity],
+                         attributes={"turns": UnitAttr()} if turns else {})
 
 
 @irdl_op_definition

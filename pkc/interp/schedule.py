@@ -456,7 +456,10 @@ class ScheduleRun:
             raise InterpError(f"{a.at(op)}: parity {p} on {bar.name} (a parity is 0 or 1)")
         seen = a.seen.get(bar.key, 0)
         # the phase this wait means: the next one (from what this warpgroup has seen) whose
-        # completion leaves the barrier's current phase with parity != p
+        # completion leaves the barrier's current phase with parity != p; a wait in turns
+        # (pks.mbarrier_wait {turns}) from the barrier's own count, as the hardware's
+        if op.turns is not None:
+            seen = bar.completed
         target = seen if seen % 2 == 1 - p else seen + 1
         while bar.completed < target:
             a.blocked = (op, f"phase {target - 1} of {bar.name} to complete (parity {p}); "

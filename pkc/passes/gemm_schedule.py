@@ -271,12 +271,24 @@ def build_gemm(body: Block, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: in
     epi = (o.add(s.SmemAllocOp(cfg.consumers * cfg.epi_bufs, cfg.epi_buf_bytes)).result
            if cfg.epilogue is Epilogue.TMA else None)
     full = o.add(s.MbarrierAllocOp(S, 1)).result
-    empty = o.add(s.MbarrierAllocOp(S, cfg.consumers * cfg.cluster_m)).result
+    # a stage is released by every consumer warpgroup of every CTA sharing it (one of
+    # them when the warpgroups take alternate tiles: gemm_schedule_pingpong)
+    users = 1 if cfg.pingpong else cfg.consumers
+    empty = o.add(s.MbarrierAllocOp(S, users * cfg.cluster_m)).result
+    # the ping-pong pair's order (one arrival each: the other warpgroup's turn)
+    order = o.add(s.MbarrierAllocOp(2, 1)).result if cfg.pingpong else None
     dims = (M, N, K)
 
     roles = parts.role_block(o, cfg, a_st)
     _producer(roles, cfg, dims, tA, tB, a_st, b_st, full, empty, parts)
-    _consumer(roles, cfg, dims, C, tC, a_st, b_st, epi, full, empty, parts, scales)
+    if cfg.pingpong:
+        # (imported here: that module builds on this one's helpers)
+        from pkc.passes.gemm_schedule_pingpong import check_pingpong_parts, consumer_pingpong
+        check_pingpong_parts(parts)
+        consumer_pingpong(roles, cfg, dims, C, tC, a_st, b_st, epi, full, empty, order,
+                          parts, scales)
+    else:
+        _consumer(roles, cfg, dims, C, tC, a_st, b_st, epi, full, empty, parts, scales)
     parts.end(o)
     return sched
 

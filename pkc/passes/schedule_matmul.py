@@ -153,7 +153,7 @@ def _schedule(op: g.MatmulOp, num_sms: int, variant: str) -> None:
     kop = k.KernelOp("matmul", 1, [a, b_val], [op.result.type], Region(block))
     set_plan(kop, pattern="gemm", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, cluster=cfg.cluster_m, epilogue=cfg.epilogue,
-             b_layout=layout, group_m=cfg.group_m)
+             b_layout=layout, group_m=cfg.group_m, **({"pingpong": True} if cfg.pingpong else {}))
     tiles = -(-M // cfg.bm) * -(-N // cfg.bn)
     add_remark(kop, f"scheduled GEMM {M}x{N}x{K} {dt}: {cfg.tag()} "
                f"({tiles} tiles over {num_sms} SMs, B read as "
@@ -261,7 +261,8 @@ def _schedule_scaled(op: ScaledMatmulOp, num_sms: int, variant: str,
     set_plan(kop, pattern="gemm", bm=cfg.bm, bn=cfg.bn, stages=cfg.stages,
              consumers=cfg.consumers, cluster=cfg.cluster_m, epilogue=cfg.epilogue,
              b_layout=BLayout.NK, group_m=cfg.group_m,
-             scales="prefetched" if prefetch else "epilogue")
+             scales="prefetched" if prefetch else "epilogue",
+             **({"pingpong": True} if cfg.pingpong else {}))
     tiles = -(-M // cfg.bm) * -(-N // cfg.bn)
     scales = "/".join("row-wise" if r else "tensor-wise" for r in row)
     add_remark(kop, f"scheduled fp8 GEMM {M}x{N}x{K} {types[0]} x {types[1]} -> {out}: "

@@ -124,6 +124,9 @@ class GemmConfig(StageBytes):
     # fp8: each tile's epilogue scales loaded into registers before its main loop
     # (pks.scale_prefetch) instead of from global memory per epilogue piece
     scale_prefetch: bool = True
+    # the two consumer warpgroups take alternate tiles of bm x bn each (ping-pong: one's
+    # epilogue runs while the other's MMAs do) instead of sharing one tile's rows
+    pingpong: bool = False
 
     # the first warpgroup of the epilogue's role (the consumers; warpgroup 0 produces)
     epilogue_wg = 1
@@ -134,7 +137,7 @@ class GemmConfig(StageBytes):
     # ---- derived -------------------------------------------------------------------
     @property
     def wg_m(self) -> int:
-        return self.bm // self.consumers
+        return self.bm if self.pingpong else self.bm // self.consumers
 
     @property
     def m_slices(self) -> int:
@@ -170,7 +173,8 @@ class GemmConfig(StageBytes):
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory the launch must ask for (1024 of slack for alignment)."""
-        return self.bar_offset + (2 * self.stages + self.extra_bars) * 8 + 1024
+        order = 2 if self.pingpong else 0      # the ping-pong pair's order barriers
+        return self.bar_offset + (2 * self.stages + self.extra_bars + order) * 8 + 1024
 
     @property
     def entry_regs(self) -> int:
@@ -194,13 +198,14 @@ class GemmConfig(StageBytes):
         types = f"{self.a_type}{self.b_type}_" if self.fp8 else ""
         return (f"pkc_gemm_sm90a_{types}{self.dtype}_{self.bm}x{self.bn}x{self.bk}_s{self.stages}"
                 f"_c{self.consumers}_{self.b_layout}_{self.epilogue}_g{self.group_m}"
-                f"_cl{self.cluster_m}")
+                f"_cl{self.cluster_m}{'_pp' if self.pingpong else ''}")
 
     def tag(self) -> str:
         """Short human label."""
         return (f"{self.bm}x{self.bn} s{self.stages} {self.b_layout} {self.epilogue}"
                 f"{' ' + self.a_type + 'x' + self.b_type if self.fp8 else ''}"
-                f"{' cl2' if self.cluster_m == 2 else ''} g{self.group_m}")
+                f"{' cl2' if self.cluster_m == 2 else ''} g{self.group_m}"
+                f"{' pingpong' if self.pingpong else ''}")
 
     def with_(self, **kw) -> "GemmConfig":
         return replace(self, **kw)
@@ -232,6 +237,12 @@ class GemmConfig(StageBytes):
                  "tma epilogue needs bn a multiple of 16 and epi_w in 16/32/64")
             need(self.epi_bufs in (1, 2), "epi_bufs must be 1 or 2")
         need(self.group_m >= 1, "group_m >= 1")
+        if self.pingpong:
+            pieces = self.m_slices * (self.bn // max(self.epi_width, 1))
+            need(self.consumers == 2 and self.epilogue is Epilogue.TMA
+                 and (self.epi_bufs == 1 or pieces % 2 == 0),
+                 "pingpong needs 2 consumers and the TMA epilogue with an even number of "
+                 "pieces per tile (each warpgroup's staging buffers end a tile as they began)")
         need(self.smem_bytes <= SMEM_LIMIT,
              f"needs {self.smem_bytes} bytes of shared memory (> {SMEM_LIMIT})")
         if self.consumers == 2:
@@ -257,6 +268,10 @@ VARIANTS: dict[str, GemmConfig] = {
     "128x128_s6_cl2": GemmConfig(bm=128, bn=128, stages=6, epilogue=Epilogue.TMA, cluster_m=2),
     "128x160_s5_cl2": GemmConfig(bm=128, bn=160, stages=5, epilogue=Epilogue.TMA, cluster_m=2),
     "256x128_s4_cl2": GemmConfig(bm=256, bn=128, stages=4, epilogue=Epilogue.TMA, cluster_m=2),
+    # ping-pong: each consumer warpgroup a whole bm x bn tile, alternating
+    "128x128_pp_s6": GemmConfig(bm=128, bn=128, stages=6, pingpong=True),
+    "128x128_pp_cl2": GemmConfig(bm=128, bn=128, stages=6, pingpong=True, cluster_m=2),
+    "64x256_pp_s4": GemmConfig(bm=64, bn=256, stages=4, pingpong=True),
 }
 
 
