@@ -18,7 +18,8 @@ scale) and the variants' outputs against each other bitwise (the prefetch change
 the scales come from, not the arithmetic); then every launcher timed in alternation
 (benchmarks/timing.py ``rotated``: each round queued behind a sleep, the order rotated),
 medians, and ``speed`` = the median over rounds of torch row-wise time / variant time
-(>= 0.98 is the goal; > 1: pkc faster). JSON under DIR, a short table last.
+(>= 0.98 is the goal; > 1: pkc faster); bf16 cases against torch.matmul. JSON under DIR, a
+short table last.
 """
 
 from __future__ import annotations
@@ -145,6 +146,59 @@ def run_gemm_case(name, M, N, K, variants, rounds: int) -> list[dict]:
     return rows
 
 
+# bf16 for comparison (the ping-pong consumers are not fp8's alone): (case, M, N, K, variants)
+BF16_CASES = [
+    ("bf16 16384x8192x4096", 16384, 8192, 4096, ["", "128x128_pp_s6", "64x256_pp_s4"]),
+    ("bf16 8192^3", 8192, 8192, 8192, ["", "128x128_pp_s6", "64x256_pp_s4"]),
+]
+
+
+def run_bf16_case(name, M, N, K, variants, rounds: int) -> list[dict]:
+    """schedule-matmul's bf16 kernel (x @ w.T) per variant against torch.matmul."""
+    import torch
+    from timing import rotated
+
+    from pkc.codegen import compile_kernel
+    from pkc.codegen.emit import kernels_of
+    from pkc.ir import make_context, parse_module
+    from pkc.passes.schedule_matmul import ScheduleMatmul
+    from pkc.runtime.scheduled import ScheduledKernel
+
+    text = (f"func.func @mm(%x: tensor<{M}x{K}xbf16>, %w: tensor<{N}x{K}xbf16>) -> "
+            f"tensor<{M}x{N}xbf16> {{\n  %wt = pk.transpose %w {{perm = [1, 0]}} : "
+            f"tensor<{N}x{K}xbf16> -> tensor<{K}x{N}xbf16>\n  %y = pk.matmul %x, %wt : "
+            f"(tensor<{M}x{K}xbf16>, tensor<{K}x{N}xbf16>) -> tensor<{M}x{N}xbf16>\n"
+            f"  func.return %y : tensor<{M}x{N}xbf16>\n}}\n")
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(M, K, generator=g).to(torch.bfloat16).cuda()
+    w = torch.randn(N, K, generator=g).to(torch.bfloat16).cuda()
+    ref = a @ w.t()
+    rows, fns = [], []
+    for v in variants:
+        m = parse_module(text, "bf16.mlir")
+        ScheduleMatmul(variant=v).apply(make_context(), m)
+        (kop,) = kernels_of(m)
+        ck = compile_kernel(kop, "sm_90a")
+        k = ScheduledKernel(ck.ptx, ck.meta)
+        c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        k([a, w, c])
+        torch.cuda.synchronize()
+        err = float((c.float() - ref.float()).abs().max())
+        rows.append({"case": name, "variant": v or "auto", "tile": v or "auto",
+                     "correct": err <= 2 ** -6 * float(ref.float().abs().max())})
+        fns.append(lambda k=k, c=c: k([a, w, c]))
+    o = torch.empty_like(ref)
+    fns.append(lambda: torch.matmul(a, w.t(), out=o))
+    for _ in range(3):
+        for f in fns:
+            f()
+    t = rotated(fns, rounds)
+    for r, x in zip(rows, t):
+        r.update(us=statistics.median(x) * 1e6, us_torch_row=statistics.median(t[-1]) * 1e6,
+                 speed_vs_torch_row=statistics.median(b / q for b, q in zip(t[-1], x)))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="out/fp8_rowwise")
@@ -163,7 +217,8 @@ def main() -> None:
     path = os.path.join(args.out, "fp8_rowwise.json")
     rows: list[dict] = []
     todo = [("gemm", c) for c in GEMM_CASES[:3]] + [("fused", c) for c in FUSED_CASES[:2]] \
-        + [("gemm", c) for c in GEMM_CASES[3:]] + [("fused", c) for c in FUSED_CASES[2:]]
+        + [("gemm", c) for c in GEMM_CASES[3:]] + [("fused", c) for c in FUSED_CASES[2:]] \
+        + [("bf16", c) for c in BF16_CASES]
     for kind, c in todo:
         if time.time() - t0 > args.budget_s:
             rows.append({"case": c[0], "skipped": "budget"})
@@ -171,6 +226,8 @@ def main() -> None:
         try:
             if kind == "gemm":
                 rows += run_gemm_case(*c, rounds=args.rounds)
+            elif kind == "bf16":
+                rows += run_bf16_case(*c, rounds=args.rounds)
             else:
                 from fp8_fused import run_case
                 rows.append(run_case(*c, rounds=args.rounds))
@@ -187,7 +244,7 @@ def main() -> None:
               f"{str(r['correct']):5} {r.get('us', 0):7.1f} {r.get('us_torch_row', 0):9.1f} "
               f"{r.get('speed_vs_torch_row', 0):6.3f} {r.get('speed_vs_torch_tensor', 0):9.3f}")
     print("\nsummary (speed = torch row-wise fast-accum time / pkc time; fused: time ratios)")
-    for name, *_ in GEMM_CASES:
+    for name, *_ in GEMM_CASES + BF16_CASES:
         got = {r["variant"]: r for r in rows if r.get("case") == name and "us" in r
                and r["variant"] != "pkc tensor-wise"}
         if not got:
@@ -196,8 +253,8 @@ def main() -> None:
             continue
         best = max(got.values(), key=lambda r: r["speed_vs_torch_row"])
         sp = {k: f"{v['speed_vs_torch_row']:.3f}" for k, v in got.items()}
-        print(f"{name:24} loads {sp.get('loads', '-')} prefetch {sp.get('prefetch', '-')} "
-              f"best {best['variant']} {best['tile']} {best['speed_vs_torch_row']:.3f} "
+        print(f"{name:24} " + " ".join(f"{k} {v}" for k, v in sp.items()) + " "
+              f"best {best['variant']} {best['speed_vs_torch_row']:.3f} "
               f"bitwise {all(r.get('bitwise_equal_first') in (None, True) for r in got.values())}")
     for r in rows:
         if "kind" in r:
