@@ -2,7 +2,10 @@
 ``scale_a`` of shape ``[M, 1]`` on the gathered A): the parts of
 :class:`pkc.passes.ag_gemm_schedule.AgParts` that change (:class:`AgRowScaleParts`;
 ``schedule_all_gather_mm`` picks it at W > 1, at W = 1 the shard's scale is the whole one
-and the plain scaled epilogue reads it).
+and the plain scaled epilogue reads it); for a shard of B blocks of rows (DTensor
+``Shard(1)``: :class:`pkc.passes.ag_blocks_schedule.BlockAgParts`) the same put side with
+that layout's tiles (:class:`BlockRowScaleParts`: SX and each shard's SG rows in the
+shard's own order ``b*Sc + i``, the row a tile of block b reads).
 
     rank r: X_r [Mc, K] fp8, SX_r [Mc, 1] f32 (its rows' scales);
     C [W*Mc, N] = (G * SG) @ B_r * SB,  G = gather(X), SG = gather(SX)
