@@ -114,10 +114,11 @@ def many_config(W: int, mc: int, K: int, ns, dt: str, layout, target: str, varia
     """The tile of the kernel over weights of widths ``ns`` on ``sms`` GEMM CTAs (0: the
     target's SMs): the one whose tile space, each weight padded to whole tiles, takes the
     least time by the plain GEMM's model (:func:`pkc.target.gemm_tuning.choose_config`:
-    waves x tile area / the tile's measured efficiency), among the fused table's tile for
-    the whole product (first: it wins ties within 2%) and the model's 128-row tiles. The
-    table's tile for the sum of the widths can pad badly: [1024, 128, 128] at 160 columns
-    is 7 + 1 + 1 tiles, two waves at T = 2048 where 192 columns make one. A forced
+    waves x tile area / the tile's measured efficiency), times the padded columns over the
+    weights' (measured: docs/PERF_NOTES.md 2026-12-02 (n)), among the fused table's tile
+    for the whole product (first: it wins ties within 2%) and the model's 128-row tiles.
+    The table's tile for the sum of the widths can pad badly: [1024, 128, 128] at 160
+    columns is 7 + 1 + 1 tiles, two waves at T = 2048 where 192 columns make one. A forced
     ``variant`` is taken as it is; sm_100a (no measured efficiencies) compares the
     tensor-memory table's tiles for the sum and for each width, area only."""
     from pkc.passes.fused_schedule import fused_config
@@ -139,8 +140,11 @@ def many_config(W: int, mc: int, K: int, ns, dt: str, layout, target: str, varia
                  and not (layout is BLayout.KN and c.bn % 64)]
     best, best_cost = total, None
     for cfg, eff in [(total, effs.get((total.bm, total.bn), 1.0)), *cands]:
-        tiles = W * -(-mc // cfg.bm) * sum(-(-n // cfg.bn) for n in ns)
-        cost = -(-tiles // sms) * cfg.bm * cfg.bn / eff
+        cols = sum(-(-n // cfg.bn) for n in ns)
+        tiles = W * -(-mc // cfg.bm) * cols
+        # x the padded work's share: measured, waves alone under-predict padded tiles
+        # (q, k, v of 8B at T = 4096: 256 columns, one wave, 1.37x 128 columns' two waves)
+        cost = -(-tiles // sms) * cfg.bm * cfg.bn / eff * cols * cfg.bn / sum(ns)
         if best_cost is None or cost < best_cost * 0.98:
             try:
                 cfg.validate()      # (the table's stages / buffers with another width)
