@@ -35,8 +35,10 @@ Every case gets a fresh cache folder (``--cache-dir``: keep it) holding pkc's an
 Inductor's caches (``PKC_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR``, Triton's under it);
 the cold process starts with it empty, the second and later ones reuse it (pkc's key is
 pinned for the run, ``PKC_COMPILE_CACHE_VERSION``: edits others make to pkc's sources
-meanwhile must not turn a second process into a cold one). ``--repeat``
-runs the second process several times. Output: per process, a line and pkc's own
+meanwhile must not turn a second process into a cold one; the pinned key is kept in the
+cache folder). ``--repeat`` runs the second process several times; ``--second-only`` (with
+``--cache-dir``) runs only second processes on the caches an earlier run left, e.g. again in
+another environment (with and without a bytecode cache). Output: per process, a line and pkc's own
 first-call line (``pkc.backend``'s remark: dynamo, capture, passes, Inductor, cache hits),
 then a table, then one JSON line (``--json``: also to a file) with each process's
 breakdown (dynamo's timers, Inductor's / AOTAutograd's cache counters, CPU seconds: on a
