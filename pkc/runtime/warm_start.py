@@ -10,11 +10,14 @@ compile") on three checks whose answers do not change between processes:
   fingerprint of torch's files' names, sizes and modification times (a stat of each,
   about a tenth of the reading), and handed back to Inductor (its ``set``) in the next
   process. An edited torch file changes its size or time, hence the fingerprint.
-- the CPU vector-ISA probe: Inductor compiles a test program and starts a second Python
-  to load it, once per process, before it loads any CPU kernel. Where every ISA the CPU
-  reports passed that probe, that is recorded under a fingerprint of torch, the C++
-  compiler (path, size, time) and the CPU's flags, and the next process fills Inductor's
-  list of valid ISAs with that answer instead of probing again.
+- the CPU vector-ISA probes: Inductor compiles a test program per ISA and loads it in a
+  second Python, once per process, before it loads any CPU kernel; on CPUs with AVX-512
+  BF16 or VNNI it compiles one more per extension (whatever ``config.cpp.vec_isa_ok``
+  says). Each probe's answer (``VecISA.check_build`` of a program with an ISA's flags) is
+  recorded in the first process and stored under a fingerprint of torch, the C++
+  compiler (path, size, time) and the CPU's flags; the next process answers the probes
+  from that record while it fills Inductor's list of valid ISAs (a probe it has no answer
+  for still compiles).
 - not done: before it looks for a cached CPU kernel, Inductor runs the C++ preprocessor
   over its prelude header to key a precompiled header (about a second of g++ on this
   machine). Turning precompiled headers off changes Inductor's config, which is part of
@@ -116,19 +119,57 @@ def prime(*, cpu: bool) -> None:
                 except RuntimeError:
                     pass  # computed already in this process: the same value
         if cpu and config.cpp.vec_isa_ok is None and hasattr(cpu_vec_isa.valid_vec_isa_list, "cache_info"):
-            isa = _isa_fingerprint()
-            if (isa is not None and (_folder() / f"isa_ok-{isa}").is_file()
-                    and cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 0):
-                # Every ISA the CPU reports passed an earlier process's probe: fill the
-                # cached list as the probe would, with the probe's answer (vec_isa_ok is
-                # what Inductor's own setting for a known answer is), then put it back.
-                config.cpp.vec_isa_ok = True
-                try:
-                    cpu_vec_isa.valid_vec_isa_list()
-                finally:
-                    config.cpp.vec_isa_ok = None
+            _answer_isa_probes(cpu_vec_isa)
     except Exception:  # noqa: BLE001 - best effort: Inductor checks for itself
         return
+
+
+# This process's ISA probe answers, by probe (recorded while Inductor probes; stored by
+# remember() for the next process).
+_PROBES: dict[str, bool] = {}
+
+
+def _probe_key(isa, code: str) -> str:
+    text = f"{type(isa).__name__}|{getattr(isa, '_arch_flags', '')}|{code}"
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _probes_file() -> Path | None:
+    isa = _isa_fingerprint()
+    return None if isa is None else _folder() / f"isa_probes-{isa}.json"
+
+
+def _answer_isa_probes(cpu_vec_isa) -> None:
+    """Stored answers: fill Inductor's valid-ISA list with the probes answered from them.
+    None stored: record this process's probes (the wrapper stays; it only writes a dict)."""
+    import json
+
+    real = cpu_vec_isa.VecISA.check_build
+    if getattr(real, "_pkc_recording", False):
+        return  # primed before in this process
+    path = _probes_file()
+    if path is None:
+        return
+    stored = json.loads(path.read_text()) if path.is_file() else None
+    if stored and cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 0:
+        def answered(self, code):
+            key = _probe_key(self, code)
+            return stored[key] if key in stored else real(self, code)
+
+        cpu_vec_isa.VecISA.check_build = answered
+        try:
+            cpu_vec_isa.valid_vec_isa_list()  # cached for the process, as Inductor's own call
+        finally:
+            cpu_vec_isa.VecISA.check_build = real
+        return
+
+    def recording(self, code):
+        ok = real(self, code)
+        _PROBES[_probe_key(self, code)] = bool(ok)
+        return ok
+
+    recording._pkc_recording = True
+    cpu_vec_isa.VecISA.check_build = recording
 
 
 def remember(*, cpu: bool) -> None:
@@ -143,17 +184,10 @@ def remember(*, cpu: bool) -> None:
             _write(path, codecache.torch_key())  # computed by the compile that just ran
         from torch._inductor import config
 
-        isa = _isa_fingerprint() if cpu and config.cpp.vec_isa_ok is None else None
-        if isa is not None and not (_folder() / f"isa_ok-{isa}").is_file():
-            from torch._inductor.cpu_vec_isa import (
-                supported_vec_isa_list,
-                valid_vec_isa_list,
-                x86_isa_checker,
-            )
+        path = _probes_file() if cpu and config.cpp.vec_isa_ok is None and _PROBES else None
+        if path is not None and not path.is_file():
+            import json
 
-            flags = x86_isa_checker()
-            reported = [str(i) for i in supported_vec_isa_list if all(f in flags for f in str(i).split())]
-            if reported and [str(i) for i in valid_vec_isa_list()] == reported:
-                _write(_folder() / f"isa_ok-{isa}", " ".join(reported).encode())
+            _write(path, json.dumps(_PROBES, sort_keys=True).encode())
     except Exception:  # noqa: BLE001 - best effort: the next process checks for itself
         pass
