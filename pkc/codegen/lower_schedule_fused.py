@@ -183,6 +183,12 @@ def _tmap_select(L: Lowering, op: f.TmapSelectOp) -> None:
     L.vals[op.result] = b.add64(off, regs[0])
 
 
+def _scale_select(L: Lowering, op: f.ScaleSelectOp) -> None:
+    # the buffers' addresses (kernel arguments): a selp chain, as for a few maps
+    L.vals[op.result] = select_b64(L, [L.v(v) for v in op.scales], op.index,
+                                   "'pks.scale_select'")
+
+
 def _chunk_tile_loop(L: Lowering, op: f.ChunkTileLoopOp) -> None:
     lower_tile_loop(L, op, chunks=op.chunks.data)
 
@@ -211,7 +217,8 @@ def _signal_add(L: Lowering, op: f.SignalAddOp) -> None:
 TMAP_ARGS[f.PeerTmapOp] = _peer_tmap_arg
 EXTRA_LOWERINGS.update({
     f.PeerTmapOp: lambda L, op: None,      # a parameter (bound with the tensor maps)
-    f.TmapSelectOp: _tmap_select, f.ChunkTileLoopOp: _chunk_tile_loop,
+    f.TmapSelectOp: _tmap_select, f.ScaleSelectOp: _scale_select,
+    f.ChunkTileLoopOp: _chunk_tile_loop,
     f.TmaStoreOrAddOp: _tma_store_or_add, f.FenceAsyncGlobalOp: _fence_async_global,
     f.SignalAddOp: _signal_add,
 })

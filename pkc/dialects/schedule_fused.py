@@ -10,7 +10,9 @@ its chunk is whole. These are the ops that needs beyond the GEMM's and the colle
 
 * ``pks.peer_tmap``: a tensor map of rank ``peer``'s copy of a symmetric kernel buffer
   (encoded by the runtime from the peer's address, passed by value like ``pks.tmap``);
-  ``pks.tmap_select``: one of several maps by a run-time index (the chunk's owner).
+  ``pks.tmap_select``: one of several maps by a run-time index (the chunk's owner);
+  ``pks.scale_select``: one of several f32 scale buffers by a run-time index (an fp8
+  kernel over several weights: the tile's weight's B scale).
 * ``pks.chunk_tile_loop``: the persistent tile loop over ``chunks`` copies of an ``M x N``
   tile space, slot s visiting chunk ``(first + s) mod chunks``; the body gets the tile's
   row inside its chunk, its column and the chunk.
@@ -124,6 +126,40 @@ class TmapSelectOp(IRDLOperation):
         if not _is(t, "pks.tmap") or any(m.type != t for m in self.tmaps) or self.result.type != t:
             _fail(self.name, f"maps and result must be one !pks.tmap type, got "
                   f"{[str(m.type) for m in self.tmaps]} -> {self.result.type}")
+
+
+@irdl_op_definition
+class ScaleSelectOp(IRDLOperation):
+    """``scales[index]`` (an index outside the list is undefined): f32 scale buffers, all
+    tensor-wise ``[1]`` or all row-wise ``[1, N_i]`` (B's column scales); the result is
+    ``[1]`` or ``[1, max N_i]`` (a reader bounds its columns by the selected buffer's
+    width, which it is given: ``pks.acc_scale``'s ``cols``). An fp8 kernel over several
+    weights picks the tile's weight's B scale with it, as ``pks.tmap_select`` picks its
+    B and C maps (pkc/passes/gather_many.py)."""
+
+    name = "pks.scale_select"
+    index = operand_def(i32)
+    scales = var_operand_def(BufferType)
+    result = result_def(BufferType)
+
+    def __init__(self, index: SSAValue, scales: Sequence[SSAValue]):
+        shapes = [tuple(v.type.get_shape()) for v in scales]
+        shape = [1] if all(sh == (1,) for sh in shapes) else [1, max(sh[-1] for sh in shapes)]
+        super().__init__(operands=[index, list(scales)],
+                         result_types=[BufferType(shape, scales[0].type.element_type)])
+
+    def verify_(self) -> None:
+        if not self.scales:
+            _fail(self.name, "selects among no scales")
+        shapes = [tuple(v.type.get_shape()) for v in self.scales]
+        ets = {str(v.type.element_type) for v in self.scales}
+        tensor = all(sh == (1,) for sh in shapes)
+        if ets != {"f32"} or not (tensor or all(len(sh) == 2 and sh[0] == 1 for sh in shapes)):
+            _fail(self.name, "scales must be f32 buffers, all [1] (tensor-wise) or all "
+                  f"[1, cols] (row-wise), got {[str(v.type) for v in self.scales]}")
+        want = [1] if tensor else [1, max(sh[1] for sh in shapes)]
+        if list(self.result.type.get_shape()) != want:
+            _fail(self.name, f"result must be f32 {want}, got {self.result.type}")
 
 
 @irdl_op_definition
@@ -296,7 +332,7 @@ class AccAddSmemOp(AccPieceOp):
         self.check_slot()
 
 
-FUSED_OPS = [PeerTmapOp, TmapSelectOp, ChunkTileLoopOp, TmaStoreOrAddOp, FenceAsyncGlobalOp,
+FUSED_OPS = [PeerTmapOp, TmapSelectOp, ScaleSelectOp, ChunkTileLoopOp, TmaStoreOrAddOp, FenceAsyncGlobalOp,
              SignalAddOp, RowsTmapOp, AccAddSmemOp]
 
 __all__ = ["FUSED_OPS", "MAX_CHUNKS", *[c.__name__ for c in FUSED_OPS]]

@@ -73,6 +73,16 @@ def _tmap_select(R, a: Actor, op: f.TmapSelectOp, env) -> bool:
     return False
 
 
+@simple(f.ScaleSelectOp)
+def _scale_select(R, a: Actor, op: f.ScaleSelectOp, env) -> bool:
+    """The selected kernel buffer itself (its SSA value: readers look it up in R.data)."""
+    i = uniform(a, op, env[op.index], "the scale index")
+    if not 0 <= i < len(op.scales):
+        raise InterpError(f"{a.at(op)}: scale index {i} outside 0..{len(op.scales) - 1}")
+    env[op.result] = op.scales[i]
+    return False
+
+
 @blocking(f.ChunkTileLoopOp)
 def _chunk_tile_loop(R, a: Actor, op: f.ChunkTileLoopOp, env) -> Generator:
     """Tile t of this CTA (cta, cta + grid, ...): slot t / tiles, chunk (first + slot) mod

@@ -12,6 +12,7 @@ import torch
 
 from pkc.dialects import schedule as s
 from pkc.dialects.kernel import AllocOp
+from pkc.dialects.schedule_fused import ScaleSelectOp
 from pkc.dialects.types import BufferType
 from pkc.interp.schedule_state import Acc, Actor, Mma, Read, Smem, TmaLoad, Write
 from pkc.interp.values import InterpError, torch_dtype, where
@@ -389,13 +390,16 @@ def _acc_scale(R, a: Actor, op: s.AccScaleOp, env) -> bool:
         return torch.where(ok, v[idx.clamp(max=v.numel() - 1)], torch.zeros(()))
 
     row_a, row_b = op.row_wise()
-    sa = R.data[op.scale_a][a.rank].reshape(-1)[0].float()
-    sb = R.data[op.scale_b][a.rank].reshape(-1)[0].float()
+    # a pks.scale_select's result: the kernel buffer it picked for this tile
+    bufs = [env[v] if isinstance(v.owner, ScaleSelectOp) else v
+            for v in (op.scale_a, op.scale_b)]
+    sa = R.data[bufs[0]][a.rank].reshape(-1)[0].float()
+    sb = R.data[bufs[1]][a.rank].reshape(-1)[0].float()
     if not row_a and not row_b:
         out = val * (sa * sb)
     else:
-        out = val * (pick(op.scale_a, ri, ok_r)[:, None] if row_a else sa)
-        out = out * (pick(op.scale_b, ci, ok_c)[None, :] if row_b else sb)
+        out = val * (pick(bufs[0], ri, ok_r)[:, None] if row_a else sa)
+        out = out * (pick(bufs[1], ci, ok_c)[None, :] if row_b else sb)
     if op.bias is not None:
         out = out + pick(op.bias, ci, ok_c)[None, :]
     slices, blocks = op.region()            # a piece: only its rows and columns change

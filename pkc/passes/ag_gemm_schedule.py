@@ -401,13 +401,15 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
     weights (inputs ``[x, B0, B1, ...]``): one tile space over every weight's tiles, each
     weight's columns padded to whole tiles; ``parts_cls`` then takes ``weights = (B
     buffers, C buffers, widths)`` (:func:`pkc.passes.gather_many.many_parts`)."""
-    scaled = is_scaled(kop)             # fp8: X, SX, B, SB (schedule-fused checked it)
+    scaled = is_scaled(kop)     # fp8: X, SX, B0.., SB0.. (schedule-fused checked it)
     reason = None if scaled else why_not_ag(kop)
     if reason:
         add_remark(kop, f"fused kernel left unscheduled: {reason}")
         return
     W = kop.world_size
-    a, bs = (kop.inputs[0], [kop.inputs[2]]) if scaled else (kop.inputs[0], kop.inputs[1:])
+    nsc = (len(kop.inputs) - 2) // 2    # (scaled: the weights)
+    a, bs = ((kop.inputs[0], list(kop.inputs[2:2 + nsc])) if scaled
+             else (kop.inputs[0], kop.inputs[1:]))
     Mc, K = a.type.get_shape()
     ns = [b.type.get_shape()[1] for b in bs]
     nw = len(bs)
@@ -415,8 +417,8 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
     if scaled:
         from pkc.passes.fused_fp8 import fp8_operands
 
-        b_val, layout, dt, types = fp8_operands(kop, a, bs[0])
-        b_vals = [b_val]
+        b_vals, layouts, dts, types = zip(*[fp8_operands(kop, a, b) for b in bs])
+        layout, dt, types = layouts[0], dts[0], types[0]   # (why_not_scaled: one dtype)
     else:       # why_not_ag checked that the weights share one layout
         b_vals, layouts = zip(*[b_operand(b) for b in bs])
         layout, dt, types = layouts[0], _dtype(a.type), ("", "")
@@ -427,7 +429,6 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
 
         cfg = many_config(W, Mc, K, ns, dt, layout, target, variant,
                           get_target(target).num_sms - side)
-        parts_cls = many_parts(parts_cls)
     else:
         cfg = fused_config(FusedKind.AG, W * Mc, ns[0], K, W, dt, layout, target, variant)
     cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
@@ -435,7 +436,7 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
     N = ns[0] if nw == 1 else sum(-(-n // cfg.bn) * cfg.bn for n in ns)
     arena, ring, piece = put_ring(cfg)
     ys = [o.type for o in kop.outputs[:nw]]
-    scale_ins = [kop.inputs[1], kop.inputs[3]] if scaled else []
+    scale_ins = [kop.inputs[1], *kop.inputs[2 + nsc:]] if scaled else []
     block = Block(arg_types=[BufferType([Mc, K], a.type.element_type),
                              *[BufferType(v.type.get_shape(), v.type.element_type)
                                for v in [*b_vals, *scale_ins]],
@@ -443,15 +444,20 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
                              BufferType([W * Mc, K], a.type.element_type, SYMMETRIC)])
     A, Gb = block.args[0], block.args[-1]
     Bs, Cs = list(block.args[1:1 + nw]), list(block.args[-1 - nw:-1])
-    scales = Scales(block.args[2], block.args[3], rows=W * Mc) if scaled else None
+    scales = (Scales(block.args[1 + nw], block.args[2 + nw], rows=W * Mc) if scaled
+              else None)
+    sbs = list(block.args[2 + nw:2 + 2 * nw]) if scaled else []
     pad, ctl = signal_allocs(block, W, parts_cls.signal_slots(Mc, cfg, blocks))
     if scaled and W > 1 and len(kop.inputs[1].type.get_shape()) == 2:
         from pkc.passes.fused_fp8_ag import row_scale_parts  # A's row scales
 
         parts_cls = row_scale_parts(parts_cls)
+    if nw > 1:          # (over the layout's parts, fp8 row scales included)
+        parts_cls = many_parts(parts_cls)
     parts = parts_cls(W, Mc, N, K, cfg, A, Gb, pad, ctl, side, ring, piece, asked,
                       **({"blocks": blocks} if blocks > 1 else {}),
-                      **({"weights": (Bs, Cs, ns)} if nw > 1 else {}))
+                      **({"weights": (Bs, Cs, ns, *([sbs] if scaled else []))}
+                         if nw > 1 else {}))
     build_fused_gemm(block, A, Bs[0], Cs[0], parts.tile_rows, N, K, cfg, parts, scales)
     block.add_op(k.YieldOp())
     attrs = {key: v for key, v in kop.attributes.items() if key not in ("kernel_name", "world")}
@@ -473,13 +479,13 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
     if comm_sms and comm_sms != side:
         followed = (f"; the kernel-level plan's {comm_sms} communicate SMs are for a "
                     "green-context split, the put CTAs here share the grid with the GEMM")
-    what = (f"fp8 GEMM ({types[0]} x {types[1]} -> {dt}, scales in the epilogue)"
-            if scaled else "GEMM" if nw == 1 else f"{nw} GEMMs")
+    what = (f"fp8 GEMM{'' if nw == 1 else 's'} ({types[0]} x {types[1]} -> {dt}, scales in "
+            "the epilogue)" if scaled else "GEMM" if nw == 1 else f"{nw} GEMMs")
     shape = f"{W * Mc}x{N}x{K}" if nw == 1 else f"{W * Mc}x({'+'.join(map(str, ns))})x{K}"
     many = ("" if nw == 1 else
             f"one kernel over {nw} weights, gathering once (a tile is one weight's: "
             f"{N // cfg.bn} column tiles, each weight's padded to whole tiles, B and C maps "
-            "selected per tile); ")
+            + ("and B's scale " if scaled else "") + "selected per tile); ")
     add_remark(new, f"scheduled all-gather + {what} W={W} {shape}"
                f"{'' if scaled else ' ' + dt}: {cfg.tag()}, {many}"
                f"{W} shards of {parts.tiles_per_chunk} tiles (own shard first), "

@@ -49,12 +49,14 @@ def why_not_scaled(kop: k.KernelOp, pattern: Pattern | None, target: str) -> str
         return f"no fp8 fused GEMM schedule for {arch} yet (the portable lowering runs it)"
     if pattern is Pattern.ALL_GATHER_MM:      # sm_90a: wgmma; sm_100a: tcgen05 kind::f8f6f4
         outs = [o.type for o in kop.outputs]
-        if len(kop.inputs) != 4:
-            return (f"all_gather_mm with {(len(kop.inputs) - 2) // 2} matmuls: the scheduled "
-                    "fp8 kernel drives one weight")
         fz = kop.attributes["pk.fusion"].data
         blocks = fz["batches"].value.data if "batches" in fz else 1
-        return ag_problem(kop.world_size, *[v.type for v in kop.inputs], outs, arch, blocks)
+        n = (len(kop.inputs) - 2) // 2
+        if n == 1:
+            return ag_problem(kop.world_size, *[v.type for v in kop.inputs], outs, arch,
+                              blocks)
+        return ag_many_problem(kop.world_size, [v.type for v in kop.inputs], outs, arch,
+                               blocks)
     if pattern is Pattern.ALL_GATHER_K_MM:    # sm_90a: the wgmma GEMM's shard walk
         if len(kop.inputs) != 4:
             return f"{len(kop.inputs)} inputs (X, B, SA, SB)"
@@ -171,6 +173,29 @@ def ag_problem(W: int, x, sx, b, sb, outs, arch: str = "sm_90a",
     return None
 
 
+def ag_many_problem(W: int, ins, outs, arch: str = "sm_90a", blocks: int = 1) -> str | None:
+    """Why a W-rank fp8 all-gather + several scaled matmuls (``ins``: X, SX, B0.., SB0..;
+    ``outs``: Y0.. (and G)) has no scheduled kernel over every weight
+    (:class:`pkc.passes.gather_many.ManyWeights`: each tile's B and C maps and B scale
+    selected by its weight): each weight's as :func:`ag_problem` says, one fp8 type and
+    one scale kind (tensor-wise or row-wise) for every B, one result type; sm_90a (the
+    tensor-memory GEMM's epilogue has no per-tile scale prefetch to select for)."""
+    n = (len(ins) - 2) // 2
+    x, sx, bs, sbs = ins[0], ins[1], ins[2:2 + n], ins[2 + n:2 + 2 * n]
+    if arch != "sm_90a":
+        return (f"{n} fp8 weights of one gather on {arch}: the kernel over several weights "
+                "selects each tile's B scale on sm_90a only (one weight is scheduled)")
+    if len({str(b.element_type) for b in bs}) > 1 or len({len(s.get_shape()) for s in sbs}) > 1:
+        return (f"the {n} weights differ in fp8 type or in B's scale kind (tensor-wise / "
+                "row-wise): one kernel multiplies one pair of types, selects one kind")
+    if len({str(o.element_type) for o in outs[:n]}) > 1:
+        return f"the {n} results differ in type"
+    for b, sb, y in zip(bs, sbs, outs[:n]):
+        if (why := ag_problem(W, x, sx, b, sb, [y], arch, blocks)):
+            return why
+    return None
+
+
 def agk_problem(W: int, x, b, outs, arch: str = "sm_90a") -> str | None:
     """Why a W-rank fp8 all-gather along K of ``x`` [M, Kc] + scaled matmul with ``b``
     [W Kc, N] into ``outs`` (Y [M, N], and G [M, W Kc]) has no scheduled kernel (the
@@ -211,5 +236,6 @@ def fp8_operands(kop: k.KernelOp, a=None, b=None):
     return b_val, layout, out, (_FP8[type(a.type.element_type)], _FP8[type(b.type.element_type)])
 
 
-__all__ = ["why_not_scaled", "fp8_operands", "shape_problem", "ag_problem", "agk_problem",
+__all__ = ["why_not_scaled", "fp8_operands", "shape_problem", "ag_problem", "ag_many_problem",
+           "agk_problem",
            "ar_problem", "schedule_scaled_ar"]

@@ -70,11 +70,13 @@ class AgRowScaleParts(AgParts):
             raise ValueError(f"fp8 all-gather + GEMM with A's row-wise scale: {blocks} row "
                              "blocks per shard (BlockRowScaleParts gathers those)")
         super().__init__(world, mc, n, kdim, cfg, A, *rest, **kw)
-        self.sx = A.block.args[2]
+        # the first f32 argument (A, B or B0, B1.. of several weights, then SX)
+        self.sx = next((v for v in A.block.args if isinstance(v.type.element_type, Float32Type)),
+                       A.block.args[2])
         t = self.sx.type
         if tuple(t.get_shape()) != (mc, 1) or not isinstance(t.element_type, Float32Type):
             raise ValueError(f"fp8 all-gather + GEMM: A's row-wise scale is {t}, expected "
-                             f"an f32 [{mc}, 1] shard scale (kernel argument 2)")
+                             f"an f32 [{mc}, 1] shard scale (the argument after the weights)")
         self.mcp = line_rows(mc)
         self.layout_words = (f"A's row scales gathered with A by the put side ({self.mcp} "
                              "rows per shard in the gathered scale), ")

@@ -57,7 +57,7 @@ from pkc.dialects import schedule_fused as f
 from pkc.dialects.rank_groups import copy_groups
 from pkc.passes.ag_blocks_schedule import batches_of, why_not_blocks
 from pkc.passes.ag_gemm_schedule import why_not_ag
-from pkc.passes.gemm_schedule import Epi, _Ops
+from pkc.passes.gemm_schedule import Epi, Scales, _Ops
 from pkc.passes.remarks import add_remark, remarks_of
 from pkc.target.cost import Pattern
 
@@ -70,7 +70,11 @@ class ManyWeights:
 
     def __init__(self, *args, weights: tuple, **kw):
         super().__init__(*args, **kw)
-        self.Bs, self.Cs, self.ns = weights
+        self.Bs, self.Cs, self.ns, *sbs = weights
+        # fp8: each weight's B scale (tensor-wise [1] or row-wise [1, N_i]), per tile
+        # picked by pks.scale_select as the maps are by pks.tmap_select
+        self.SBs = sbs[0] if sbs else None
+        self._tile = None       # the consumer tile's (column, weight, column in it, scales)
         bn = self.cfg.bn
         # the first column of weights 1, 2, ... in the tile space
         self.offs = list(accumulate(-(-n // bn) * bn for n in self.ns))[:-1]
@@ -101,9 +105,28 @@ class ManyWeights:
         idx, n0 = self.weight_of(t, coords[1])
         return t.add(f.TmapSelectOp(idx, self.tBs)).result, n0
 
-    def epilogue_tile(self, t: _Ops, cfg, e: Epi, coords, row0, ebuf, extra):
+    def tile_scales(self, t: _Ops, scales: Scales, coords, N: SSAValue):
+        """The tile's weight's B scale, its column in that weight and the weight's width
+        (fp8; the epilogue reuses them, so that it reads the tile's prefetch)."""
+        if self.SBs is None:
+            return super().tile_scales(t, scales, coords, N)
+        self._tile = None
         idx, n0 = self.weight_of(t, coords[1])
+        sb = t.add(f.ScaleSelectOp(idx, self.SBs)).result
+        cols = t.c(self.ns[0])
+        for i, off in enumerate(self.offs, 1):
+            cols = t.select(t.cmp("uge", coords[1], off), t.c(self.ns[i]), cols)
+        self._tile = (coords[1], idx, n0, Scales(scales.sa, sb, scales.bias, scales.rows), cols)
+        return self._tile[3], n0, cols
+
+    def epilogue_tile(self, t: _Ops, cfg, e: Epi, coords, row0, ebuf, extra):
         e = copy(e)             # the same epilogue, storing through the weight's C map
+        if self.SBs is not None:
+            if self._tile is None or self._tile[0] is not coords[1]:
+                self.tile_scales(t, e.scales, coords, e.N)
+            _, idx, n0, e.scales, e.N = self._tile      # (scaled by the weight's B scale)
+        else:
+            idx, n0 = self.weight_of(t, coords[1])
         e.tC = t.add(f.TmapSelectOp(idx, self.tCs)).result
         return super().epilogue_tile(t, cfg, e, [coords[0], n0, *coords[2:]], row0, ebuf,
                                      extra)

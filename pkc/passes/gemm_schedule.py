@@ -204,6 +204,13 @@ class GemmParts:
         fused epilogue's first load); returns the carried values."""
         return extra
 
+    def tile_scales(self, t: _Ops, scales: "Scales", coords: list[SSAValue], N: SSAValue
+                    ) -> tuple["Scales", SSAValue, SSAValue]:
+        """(the tile's scales, its first column in B's scales, their width): what the
+        tile's ``pks.scale_prefetch`` reads (several weights: the tile's weight's B
+        scale, :class:`pkc.passes.gather_many.ManyWeights`)."""
+        return scales, coords[1], N
+
 
 class Epi:
     """What the consumer's epilogue works with: its accumulator, the epilogue buffers, C
@@ -363,8 +370,9 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
         row0 = t.bin(arith.AddiOp, m0, a_row)
         prow = parts.producer_row(t, coords)
         a_row0 = row0 if prow is m0 else t.bin(arith.AddiOp, prow, a_row)
-        pf = t.add(s.ScalePrefetchOp(acc, scales.sa, scales.sb, scales.bias, a_row0, coords[1],
-                                     rows, N, row_scales(scales)))
+        sc, col, cols = parts.tile_scales(t, scales, coords, N)
+        pf = t.add(s.ScalePrefetchOp(acc, sc.sa, sc.sb, sc.bias, a_row0, col, rows, cols,
+                                     row_scales(scales)))
     kloop, k, kb, (ks, kph, _prev) = _for(t, zero, num_kb, one, [stage, phase, zero])
     k.add(s.MbarrierWaitOp(full, ks, kph))
     not_first = k.cmp("ne", kb, 0)

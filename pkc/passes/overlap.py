@@ -77,6 +77,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from pkc.dialects import graph as g
 from pkc.dialects.types import is_fp8, shape_str
 from pkc.dialects.rank_groups import copy_groups, group_remark
+from pkc.passes.fused_fp8 import ag_many_problem as fp8_ag_many_problem
 from pkc.passes.fused_fp8 import ag_problem as fp8_ag_problem
 from pkc.passes.fused_fp8 import agk_problem as fp8_agk_problem
 from pkc.passes.fused_fp8 import ar_problem as fp8_ar_problem
@@ -232,12 +233,10 @@ def _fp8_problem(m: Match, arch: str) -> str | None:
     kind has one (pkc/passes/fused_fp8.py: row chunks, no bias, one weight for an
     all-gather, bf16 / f16, N and K multiples of 16)."""
     if m.pattern is Pattern.ALL_GATHER_MM:
-        if len(m.inputs) != 4:
-            return ("several fp8 matmuls of one gather: the kernel over several weights "
-                    "(gather_many.py) is bf16 / f16 only; each weight's B scale would be "
-                    "picked per tile")
-        x, sx, b, sb = (v or i.type for v, i in zip(m.views[:4] + [None] * 4, m.inputs))
-        return fp8_ag_problem(m.world, x, sx, b, sb, m.result_types, arch, m.batches)
+        ins = [v or i.type for v, i in zip(m.views + [None] * len(m.inputs), m.inputs)]
+        if len(ins) != 4:   # several weights: one kernel, each tile's B scale selected
+            return fp8_ag_many_problem(m.world, ins, m.result_types, arch, m.batches)
+        return fp8_ag_problem(m.world, *ins, m.result_types, arch, m.batches)
     if m.pattern is Pattern.ALL_GATHER_K_MM:
         x, b = (v or i.type for v, i in zip(m.views[:2], m.inputs[:2]))
         return fp8_agk_problem(m.world, x, b, m.result_types, arch)
