@@ -277,3 +277,45 @@ def test_scheduled_fp8_gemm_against_scaled_mm(M, N, K, row, bias, ta, tb, varian
     # bitwise equal on 81-89% of these outputs on the H200 (2026-12-02), 63% at 8192^3:
     # cuBLASLt sums in another order (and its fp8 accumulation differs from wgmma's k32)
     assert (d == 0).float().mean().item() > 0.5
+
+
+# several scaled matmuls of one gather (own B and B scale each, A and A's scale shared):
+# one scheduled kernel over every weight (pkc/passes/gather_many.py, pks.scale_select)
+MANY_CASES = [("ag-two-row-w1", 1, (13, (48, 32), 64, True)),
+              ("ag-two-row-w2", 2, (13, (32, 48), 64, True)),
+              ("ag-three-tensor-w2", 2, (27, (48, 16, 32), 128, False))]
+
+
+@pytest.mark.parametrize("name,W,shape", MANY_CASES, ids=[c[0] for c in MANY_CASES])
+def test_fused_fp8_several_weights_against_scaled_mm(name, W, shape):
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("torch._scaled_mm needs sm_89+")
+    from pkc.interp import interpret, random_inputs
+    from pkc.ir import parse_module
+    from pkc.passes.pipelines import schedule_for_target
+    from pkc.passes.registry import run_pipeline
+    from pkc.runtime.execute import run_kernel_module
+    from tests.unit.test_fp8_gather_many import many_ir
+
+    Ms, ns, K, row = shape
+    module = parse_module(many_ir(W, Ms, ns, K, row), name)
+    inputs = random_inputs(module, W, 3)
+    run_pipeline("default{force=true}", module)
+    module, _ = schedule_for_target(module, "h200")
+    (kop,) = [o for o in module.walk() if o.name == "pk.kernel"]
+    assert kop.schedule() is not None and kop.kernel_name.data == "all_gather_scaled_matmul"
+    got = run_kernel_module(module, inputs, W, target="sm_90a", timeout_s=TIMEOUT_S)
+    mine = interpret(module, inputs, W)
+    atol = max(2e-2, 2 ** -6 * max(float(o.float().abs().max()) for r in mine for o in r))
+    check_outputs(name, got, mine, 3e-2, atol)
+    dev, n = torch.device("cuda"), len(ns)
+    a = torch.cat([r[0] for r in inputs]).to(dev)
+    for r in range(W):
+        sa = (torch.cat([q[1] for q in inputs]) if row else inputs[r][1].reshape(())).to(dev)
+        for i in range(n):
+            sb = inputs[r][2 + n + i].to(dev)
+            want = torch._scaled_mm(a, _col_major(inputs[r][2 + i].to(dev)), sa,
+                                    sb if row else sb.reshape(()), out_dtype=torch.bfloat16)
+            g, e = got[r][i].float(), want.float()
+            tol = 2e-2 * e.abs().max().item() + 1e-3
+            assert (g - e).abs().max().item() <= tol, f"{name}: rank {r}, weight {i}"
