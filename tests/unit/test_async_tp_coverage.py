@@ -48,7 +48,7 @@ class Expect:
     scaled: bool = False
     batches: int | None = None
     scatter_dim: int | None = None
-    weights: int | None = None      # AG (16-bit): how many matmuls the one kernel feeds
+    weights: int | None = None      # AG: how many matmuls the one kernel feeds
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,15 @@ def ag_scaled_rowwise(rank):  # A's row-wise scale gathered with A
         ag = funcol.all_gather_tensor(a, 0, _world())
         sg = funcol.all_gather_tensor(sa, 0, _world())
         return torch._scaled_mm(ag, b.t(), sg, sb, out_dtype=torch.bfloat16)
+    return f
+
+
+def ag_scaled_two_matmuls(rank):  # one gathered fp8 A (and its row scale), two weights
+    def f(a, sa, b0, sb0, b1, sb1):
+        ag = funcol.all_gather_tensor(a, 0, _world())
+        sg = funcol.all_gather_tensor(sa, 0, _world())
+        return (torch._scaled_mm(ag, b0.t(), sg, sb0, out_dtype=torch.bfloat16),
+                torch._scaled_mm(ag, b1.t(), sg, sb1, out_dtype=torch.bfloat16))
     return f
 
 
@@ -220,6 +229,10 @@ CASES: dict[str, Case] = {
     "ag-fp8-rowwise": Case(ag_scaled_rowwise,
                            lambda W, gn: _scaled_inputs(W, gn, 16, 32, 16, True),
                            (Expect(AG, scaled=True),), 2e-2),
+    "ag-fp8-two-matmuls": Case(ag_scaled_two_matmuls,
+                               lambda W, gn: (_f8(gn, 16, 32), _pos(gn, 16, 1), _f8(gn, 32, 32),
+                                              _pos(gn, 1, 32), _f8(gn, 16, 32), _pos(gn, 1, 16)),
+                               (Expect(AG, scaled=True, weights=2),), 2e-2),
     "ag-fp8-uint8-view": Case(ag_scaled_uint8_view,
                               lambda W, gn: _scaled_inputs(W, gn, 16, 32, 16, False),
                               (Expect(AG, scaled=True),), 2e-2),
@@ -270,7 +283,8 @@ def _matches(kop: k.KernelOp, f: Fusion, e: Expect) -> bool:
     return (f.pattern is e.pattern and f.scaled == e.scaled
             and (e.batches is None or f.batches == e.batches)
             and (e.scatter_dim is None or f.scatter_dim == e.scatter_dim)
-            and (e.weights is None or len(kop.inputs) - 1 == e.weights))  # [x, B0, B1, ...]
+            and (e.weights is None or e.weights == (  # [x, B0, ..] / [x, sx, B0, .., SB0, ..]
+                (len(kop.inputs) - 2) // 2 if f.scaled else len(kop.inputs) - 1)))
 
 
 def fused_and_equal(name: str, W: int) -> None:
@@ -306,7 +320,8 @@ def test_every_layout_fuses(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["ag-3d-dim1", "ag-3d-dim2-k", "ag-three-matmuls", "ag-fp8-k-rowwise",
-                                  "rs-3d-dim1", "rs-fp8-rowwise", "ag-fp8-rowwise"])
+                                  "rs-3d-dim1", "rs-fp8-rowwise", "ag-fp8-rowwise",
+                                  "ag-fp8-two-matmuls"])
 def test_odd_world(name: str) -> None:
     fused_and_equal(name, 3)
 
