@@ -178,13 +178,13 @@ def ag_many_problem(W: int, ins, outs, arch: str = "sm_90a", blocks: int = 1) ->
     ``outs``: Y0.. (and G)) has no scheduled kernel over every weight
     (:class:`pkc.passes.gather_many.ManyWeights`: each tile's B and C maps and B scale
     selected by its weight): each weight's as :func:`ag_problem` says, one fp8 type and
-    one scale kind (tensor-wise or row-wise) for every B, one result type; sm_90a (the
-    tensor-memory GEMM's epilogue has no per-tile scale prefetch to select for)."""
+    one scale kind (tensor-wise or row-wise) for every B, one result type; sm_90a, and
+    sm_100a where one weight is (the tensor-memory GEMM's epilogue reads the selected
+    scale as the wgmma one does; A's row scales gathered with A are sm_90a only)."""
     n = (len(ins) - 2) // 2
     x, sx, bs, sbs = ins[0], ins[1], ins[2:2 + n], ins[2 + n:2 + 2 * n]
-    if arch != "sm_90a":
-        return (f"{n} fp8 weights of one gather on {arch}: the kernel over several weights "
-                "selects each tile's B scale on sm_90a only (one weight is scheduled)")
+    if arch not in ("sm_90a", "sm_100a"):
+        return f"{n} fp8 weights of one gather on {arch}: no fused fp8 GEMM schedule"
     if len({str(b.element_type) for b in bs}) > 1 or len({len(s.get_shape()) for s in sbs}) > 1:
         return (f"the {n} weights differ in fp8 type or in B's scale kind (tensor-wise / "
                 "row-wise): one kernel multiplies one pair of types, selects one kind")

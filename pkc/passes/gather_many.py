@@ -29,8 +29,14 @@ with a remark saying why. With ``pk.fusion.batches`` = B > 1 (a gather along a m
 overlap_gather_blocks.py) that gather is the ``[B, Sc, H]`` shard's along dim 1, between
 two free 2-D views, so the matmuls read the gathered tensor in its own layout.
 
-fp8 scaled matmuls sharing one gather are not fused by ``overlap`` (its remark says so),
-so they never reach this pass.
+fp8 scaled matmuls sharing one gather and A's scale (inputs ``[x, SX, B0.., SB0..]``):
+the same kernel on the fp8 GEMM (``schedule_all_gather_mm``), each weight's B scale
+(tensor-wise ``[1]`` or row-wise ``[1, N_i]``) picked per tile by ``pks.scale_select``
+on the weight index that picks the maps, and the weight's width bounding its scale
+columns; the tile's scale prefetch (sm_90a) and every epilogue piece read the selected
+scale (:meth:`ManyWeights.tile_scales`). A's scale is one for all weights (tensor-wise,
+or row-wise gathered with A by the put side: fused_fp8_ag.py). sm_90a and sm_100a (there
+tensor-wise, as for one weight).
 
 Why one kernel: the unfused sequence reads the gathered x once per weight from HBM and
 launches 1 + n kernels; the fused one overlaps the gather with the first tiles of every

@@ -55,7 +55,8 @@ after an activation. An fp8 ``pk.scaled_matmul`` is fused only under ``force`` w
 target's architecture has no scheduled fp8 fused kernel of that kind and form
 (``pipelines.unscheduled_fp8``; sm_90a: GEMM + reduce-scatter of row chunks, GEMM +
 all-reduce, all-gather + GEMM of one weight with tensor- or row-wise scales, of rows or
-of blocks of rows, and the all-gather along K): the plan
+of blocks of rows, of several weights sharing A and A's scale (one kernel, each tile's B
+scale selected by its weight: gather_many.py), and the all-gather along K): the plan
 assumes a fast kernel, the portable one is far slower than cuBLASLt.
 A fused kernel gets ``pk.plan`` (pattern, overlap, comm_sms, fused_time, unfused_time in
 seconds, forced, target, tiles) and the plan's remark. Options: ``target``; ``force``
@@ -174,6 +175,8 @@ class Overlap(ModulePass):
                         m.capacity, m.gathered, m.scatter_dim, m.batches, scaled=m.scaled,
                         bias=m.bias)
         kernel = _replace(m, fusion)
+        for op, why in m.left:
+            _remark_once(op, why)
         if m.hoisted:
             add_remark(kernel, f"moved {m.hoisted} op(s) computing a later matmul's operands "
                        "before the gathered tensor's first use, so that matmul fuses too")

@@ -45,6 +45,8 @@ class Match:
     bias: bool = False  # reduce-scatter: the last input is the bias added before the sum
     problem: str | None = None  # why it cannot be fused, if it cannot
     hoisted: int = 0  # ops overlap_hoist moved before the gathered tensor's first use
+    # ops of the pattern's kind left beside the kernel, each with why (remarked when fused)
+    left: list[tuple[Operation, str]] = field(default_factory=list)
 
 
 def match(op: Operation) -> Match | None:
@@ -199,6 +201,7 @@ def _match_all_gather(ag: g.AllGatherOp) -> Match | None:
         src, scale_gather, problem = _lhs_scale_source(ag, scaled[0])
         consumers = scaled if problem else [
             u for u in scaled if _lhs_scale_source(ag, u)[0] == src]
+        others = [u for u in scaled if u not in consumers]
         scales = [src if problem is None else scaled[0].scale_lhs]
         if problem is None and not all(defined_before_first(v) for v in
                                        [src, *[u.scale_rhs for u in consumers]]):
@@ -221,6 +224,11 @@ def _match_all_gather(ag: g.AllGatherOp) -> Match | None:
               (shape_of(ag.result)[0], tuple(shape_of(mm.rhs)[1] for mm in consumers), K),
               dead=dead, insert_before=first, gathered=gathered, scaled=bool(scales))
     m.problem = problem or _operand_problem(*consumers)
+    if scaled:      # one kernel scales every weight's tiles by one A scale
+        m.left = [(u, "left unfused: a scaled matmul of the gathered fp8 tensor whose A "
+                      "scale is not the fused matmuls' (the kernel over several weights "
+                      "scales every tile by one A scale); it reads the gathered tensor")
+                  for u in others]
     return m
 
 

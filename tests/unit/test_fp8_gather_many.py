@@ -5,7 +5,9 @@ tensor-wise, or row-wise gathered with A) are one kernel: overlap fuses them
 and schedule-fused builds the one sm_90a kernel over every weight's column tiles
 (gather_many.ManyWeights) whose tiles pick their B map, C map and B scale
 (``pks.scale_select``) by the tile's weight: scheduled vs kernel level in the interpreter,
-the emulator at W = 2 against torch._scaled_mm of the gathered A, ptxas."""
+the emulator at W = 2 against torch._scaled_mm of the gathered A, ptxas; the same on
+sm_100a (tensor-wise; the row scale's gather is sm_90a only, as for one weight); a scaled
+matmul with another A scale stays beside the kernel, with a remark."""
 
 from __future__ import annotations
 
@@ -80,6 +82,30 @@ def test_kernel_level_fuses_every_weight(W, Ms, ns, K, row):
     assert not [o for o in module.walk() if o.name == "pk.scaled_matmul"]
 
 
+MIXED = """func.func @main(%x: tensor<13x64xf8E4M3FN>, %sa: tensor<1xf32>, %sa2: tensor<1xf32>, %b0: tensor<64x32xf8E5M2>, %b1: tensor<64x48xf8E5M2>, %b2: tensor<64x16xf8E5M2>, %sb0: tensor<1xf32>, %sb1: tensor<1xf32>, %sb2: tensor<1xf32>) -> (tensor<26x32xbf16>, tensor<26x48xbf16>, tensor<26x16xbf16>) {
+  %g = pk.all_gather %x {dim = 0 : i64, world = 2 : i64} : tensor<13x64xf8E4M3FN> -> tensor<26x64xf8E4M3FN>
+  %y0 = pk.scaled_matmul %g, %b0 scales(%sa, %sb0) : (tensor<26x64xf8E4M3FN>, tensor<64x32xf8E5M2>, tensor<1xf32>, tensor<1xf32>) -> tensor<26x32xbf16>
+  %y1 = pk.scaled_matmul %g, %b1 scales(%sa2, %sb1) : (tensor<26x64xf8E4M3FN>, tensor<64x48xf8E5M2>, tensor<1xf32>, tensor<1xf32>) -> tensor<26x48xbf16>
+  %y2 = pk.scaled_matmul %g, %b2 scales(%sa, %sb2) : (tensor<26x64xf8E4M3FN>, tensor<64x16xf8E5M2>, tensor<1xf32>, tensor<1xf32>) -> tensor<26x16xbf16>
+  func.return %y0, %y1, %y2 : tensor<26x32xbf16>, tensor<26x48xbf16>, tensor<26x16xbf16>
+}"""
+
+
+def test_a_consumer_with_another_a_scale_stays_with_a_remark():
+    """Of three scaled matmuls, the two sharing A's scale are one kernel (which returns
+    the gathered tensor); the third reads it, with the remark saying why."""
+    check_transform(lambda w: parse_module(MIXED), "overlap{force=true}", world_sizes=(2,),
+                    tolerance=TOL)
+    kernel_level, sched, (kop,) = _kernels(MIXED)
+    assert plan_of(kop)["weights"] == 2 and kop.schedule() is not None
+    (left,) = [o for o in sched.walk() if o.name == "pk.scaled_matmul"]
+    assert any("whose A scale is not the fused matmuls'" in r for r in remarks_of(left))
+    ins = random_inputs(parse_module(MIXED), 2, seed=6)
+    compare_outputs(interpret(parse_module(MIXED), [list(x) for x in ins], 2),
+                    interpret(sched, [list(x) for x in ins], 2), tolerance=TOL,
+                    context="graph vs scheduled")
+
+
 # (W, shard rows (odd), widths, K, row-wise, gathered A returned, emulate)
 SCHED_CASES = [(1, 40, (48, 32), 64, True, False, True),
                (2, 13, (32, 48), 64, True, False, True),
@@ -151,11 +177,43 @@ def test_overlap_fuses_them_without_force():
     assert plan_of(kop)["weights"] == 3 and kop.schedule() is not None
 
 
-def test_sm100_leaves_several_weights_with_the_reason():
-    text = many_ir(8, 1024, (8192, 1024, 1024), 8192, False)
+# sm_100a (the tensor-memory GEMM, tcgen05 kind::f8f6f4): tensor-wise scales (A's row
+# scale gathered with A is sm_90a only; at W = 1 nothing is gathered)
+SM100_CASES = [(1, 40, (48, 32), 64, True, True), (2, 13, (32, 48), 64, False, True),
+               (3, 7, (48, 16, 32), 96, False, False)]
+
+
+@pytest.mark.parametrize("W,Ms,ns,K,row,emulate", SM100_CASES,
+                         ids=[f"W{c[0]}-{'row' if c[4] else 'tensor'}" for c in SM100_CASES])
+def test_sm100_kernel_over_every_weight(W, Ms, ns, K, row, emulate):
+    text = many_ir(W, Ms, ns, K, row)
+    kernel_level, sched, (kop,) = _kernels(text, "b200")
+    assert kop.schedule() is not None and plan_of(kop)["weights"] == len(ns)
+    assert [o for o in kop.walk() if o.name == "pks.scale_select"]
+    ins = random_inputs(parse_module(text), W, seed=4)
+    ref = interpret(kernel_level, [list(x) for x in ins], W)
+    got = interpret(sched, [list(x) for x in ins], W)
+    compare_outputs(ref, got, tolerance=TOL, context="kernel level vs scheduled (b200)")
+    if emulate:
+        res = check_module(sched, ins, W, tolerance=TOL, target="sm_100a")
+        assert res.ok, res.difference
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
+def test_sm100_assembles_without_spills():
+    from pkc.codegen.ptxas import assemble_one
+
+    _, _, (kop,) = _kernels(many_ir(4, 256, (1024, 128, 128), 512, False), "b200")
+    _, res = assemble_one(compile_kernel(kop, "sm_100a").ptx, "sm_100a")
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
+
+
+def test_sm100_leaves_the_row_scale_gather_with_the_reason():
+    text = many_ir(8, 1024, (8192, 1024, 1024), 8192, True)
     module = parse_module(text)
     run_pipeline("default{target=b200}", module)
     assert not [o for o in module.walk() if o.name == "pk.kernel"
                 and "all_gather_scaled" in o.kernel_name.data]
     lines = [r for o in module.walk() for r in remarks_of(o)]
-    assert any("selects each tile's B scale on sm_90a only" in r for r in lines), lines
+    assert any("row-wise scale (gathered with A): scheduled on sm_90a only" in r
+               for r in lines), lines
