@@ -106,6 +106,33 @@ def test_a_consumer_with_another_a_scale_stays_with_a_remark():
                     context="graph vs scheduled")
 
 
+BLOCKS = """func.func @main(%x: tensor<2x13x64xf8E4M3FN>, %w0: tensor<64x32xf8E5M2>, %w1: tensor<64x48xf8E5M2>, %s: tensor<2x13x1xf32>, %sb0: tensor<1x32xf32>, %sb1: tensor<1x48xf32>) -> (tensor<52x32xbf16>, tensor<52x48xbf16>) {
+  %g = pk.all_gather %x {dim = 1 : i64, world = 2 : i64} : tensor<2x13x64xf8E4M3FN> -> tensor<2x26x64xf8E4M3FN>
+  %gs = pk.all_gather %s {dim = 1 : i64, world = 2 : i64} : tensor<2x13x1xf32> -> tensor<2x26x1xf32>
+  %v = pk.reshape %g : tensor<2x26x64xf8E4M3FN> -> tensor<52x64xf8E4M3FN>
+  %sv = pk.reshape %gs : tensor<2x26x1xf32> -> tensor<52x1xf32>
+  %y0 = pk.scaled_matmul %v, %w0 scales(%sv, %sb0) : (tensor<52x64xf8E4M3FN>, tensor<64x32xf8E5M2>, tensor<52x1xf32>, tensor<1x32xf32>) -> tensor<52x32xbf16>
+  %y1 = pk.scaled_matmul %v, %w1 scales(%sv, %sb1) : (tensor<52x64xf8E4M3FN>, tensor<64x48xf8E5M2>, tensor<52x1xf32>, tensor<1x48xf32>) -> tensor<52x48xbf16>
+  func.return %y0, %y1 : tensor<52x32xbf16>, tensor<52x48xbf16>
+}"""
+
+
+def test_blocks_of_rows_over_every_weight():
+    """A gather along dim 1 of [2, 13, 64] (DTensor Shard(1): 2 blocks of rows per shard)
+    and of its row scale, two scaled matmuls of the rows view: one kernel over both
+    weights on the blocks' parts (BlockRowScaleParts), emulated at W = 2."""
+    kernel_level, sched, (kop,) = _kernels(BLOCKS)
+    p = plan_of(kop)
+    assert (p["weights"], p["batches"]) == (2, 2) and kop.schedule() is not None
+    assert [o for o in kop.walk() if o.name == "pks.scale_select"]
+    ins = random_inputs(parse_module(BLOCKS), 2, seed=7)
+    compare_outputs(interpret(parse_module(BLOCKS), [list(x) for x in ins], 2),
+                    interpret(sched, [list(x) for x in ins], 2), tolerance=TOL,
+                    context="graph vs scheduled")
+    res = check_module(sched, ins, 2, tolerance=TOL)
+    assert res.ok, res.difference
+
+
 # (W, shard rows (odd), widths, K, row-wise, gathered A returned, emulate)
 SCHED_CASES = [(1, 40, (48, 32), 64, True, False, True),
                (2, 13, (32, 48), 64, True, False, True),
