@@ -400,7 +400,8 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
     (:mod:`pkc.passes.ag_blocks_schedule`: ``blocks`` blocks of rows per shard). Several
     weights (inputs ``[x, B0, B1, ...]``): one tile space over every weight's tiles, each
     weight's columns padded to whole tiles; ``parts_cls`` then takes ``weights = (B
-    buffers, C buffers, widths)`` (:func:`pkc.passes.gather_many.many_parts`)."""
+    buffers, C buffers, widths)`` (:func:`pkc.passes.gather_many.many_parts`); fp8 (inputs
+    ``[x, SX, B0.., SB0..]``) also the B scales, one picked per tile."""
     scaled = is_scaled(kop)     # fp8: X, SX, B0.., SB0.. (schedule-fused checked it)
     reason = None if scaled else why_not_ag(kop)
     if reason:

@@ -71,8 +71,8 @@ from pkc.target.cost import Pattern
 class ManyWeights:
     """Mixin over an all-gather's parts (:class:`~pkc.passes.ag_gemm_schedule.AgParts` or
     a subclass): the tile space's columns are every weight's (module doc). ``weights``:
-    (the B buffers, the C buffers, the weights' widths N_i); the parts' ``n`` is the
-    padded total."""
+    (the B buffers, the C buffers, the weights' widths N_i, and for fp8 the B scales);
+    the parts' ``n`` is the padded total."""
 
     def __init__(self, *args, weights: tuple, **kw):
         super().__init__(*args, **kw)
