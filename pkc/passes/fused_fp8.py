@@ -16,7 +16,8 @@ epilogue, no new protocol - at W <= 2 the broadcast kernel of
 :mod:`pkc.passes.fused_ar_build` (every partial piece scaled before it is stored, reduce-added
 or summed into the fresh output at W = 2), above W = 2 the pair of
 :mod:`pkc.passes.fused_ar_pair` (this module's GEMM + reduce-scatter, then the pull
-all-gather of its bf16 chunks). All-gather + GEMM (:func:`ag_problem`): one weight,
+all-gather of its bf16 chunks). All-gather + GEMM (:func:`ag_problem`; several weights
+sharing A and A's scale: :func:`ag_many_problem`, one kernel, pkc/passes/gather_many.py),
 tensor-wise or, on sm_90a, A's row-wise scale gathered with A
 (:mod:`pkc.passes.fused_fp8_ag`: the put side moves each shard's scale rows too); on
 sm_90a also of blocks of rows per shard (a gather along a middle dim, DTensor
