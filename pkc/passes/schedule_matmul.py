@@ -93,6 +93,9 @@ class ScheduleMatmul(ModulePass):
     # fp8 on sm_90a: load each tile's scales (and bias) into registers before its main loop
     # (pks.scale_prefetch); false: per epilogue piece from global memory (the old form)
     scale_prefetch: bool = True
+    # fp8 on sm_90a without a variant: the ping-pong 128 x 128 tile where every CTA has
+    # enough work (gemm_tuning.PINGPONG_MIN_KBLOCKS); false: the cooperative table's pick
+    pingpong: bool = True
 
     def __post_init__(self):
         get_target(self.target)
@@ -125,7 +128,7 @@ class ScheduleMatmul(ModulePass):
             if tmem:
                 schedule_scaled_tmem(op, num_sms, _dtype(op.result.type))
             else:
-                _schedule_scaled(op, num_sms, self.variant, self.scale_prefetch)
+                _schedule_scaled(op, num_sms, self.variant, self.scale_prefetch, self.pingpong)
 
 
 def _schedule(op: g.MatmulOp, num_sms: int, variant: str) -> None:
@@ -227,7 +230,7 @@ def why_not_scaled(op: ScaledMatmulOp, arch: str = "sm_90a") -> str | None:
 
 
 def _schedule_scaled(op: ScaledMatmulOp, num_sms: int, variant: str,
-                     prefetch: bool = True) -> None:
+                     prefetch: bool = True, pingpong: bool = True) -> None:
     """``op`` -> ``pk.kernel "scaled_matmul"``: the GEMM of 8-bit operands, B read [N, K]."""
     a, rhs = op.lhs, op.rhs
     M, K = a.type.get_shape()
@@ -246,7 +249,7 @@ def _schedule_scaled(op: ScaledMatmulOp, num_sms: int, variant: str,
         cfg = VARIANTS[variant].with_(dtype=out, b_layout=BLayout.NK, a_type=types[0],
                                       b_type=types[1])
     else:
-        cfg = choose_config(M, N, K, out, BLayout.NK, num_sms, types)
+        cfg = choose_config(M, N, K, out, BLayout.NK, num_sms, types, pingpong)
     cfg = cfg.with_(scale_prefetch=prefetch)
     cfg.validate()
     ins = [a, b_val, op.scale_lhs, op.scale_rhs] + ([op.bias] if op.bias is not None else [])

@@ -287,9 +287,27 @@ AUTO_CANDIDATES: list[tuple[GemmConfig, float]] = [
 ]
 
 
+# fp8 (schedule-matmul's plain scaled GEMM; not the fused kinds, whose epilogues are the
+# cooperative consumers'): the ping-pong 128 x 128 tile, where every CTA has at least
+# PINGPONG_MIN_KBLOCKS k-blocks of work (its tiles x K / 128). Measured on the H200
+# (docs/PERF_NOTES.md 2026-12-02 (p), row-wise scales, against the cooperative pick): 1.032-1.038x
+# as fast at 8192^3, 16384x8192x4096, 4096x28672x8192 (31-62 tiles a CTA), 1.014x at
+# 8192x1280x8192 (5 tiles, K = 8192: 320 k-blocks); 0.987x at 4096^3 (8 tiles, K = 4096:
+# 256 k-blocks) and 0.98x at 1000x1040x2000 (one tile a CTA at most: nothing to overlap).
+PINGPONG_FP8 = GemmConfig(bm=128, bn=128, stages=6, pingpong=True)
+PINGPONG_MIN_KBLOCKS = 300
+
+
+def pingpong_kblocks(M: int, N: int, K: int, num_sms: int = 132) -> int:
+    """k-blocks of the ping-pong fp8 tile a CTA works through (the busiest CTA's)."""
+    c = PINGPONG_FP8
+    tiles = -(-M // c.bm) * -(-N // c.bn)
+    return -(-tiles // num_sms) * -(-K // 128)
+
+
 def choose_config(M: int, N: int, K: int, dtype: str = "bf16",
                   b_layout: BLayout | str = BLayout.NK, num_sms: int = 132,
-                  in_types: tuple[str, str] = ("", "")) -> GemmConfig:
+                  in_types: tuple[str, str] = ("", ""), pingpong: bool = False) -> GemmConfig:
     """A tile shape for (M, N, K) without measuring: the persistent kernel's time is about
     (waves of tiles) x (time of one tile), one tile's time about its area over the tile
     shape's efficiency; the biggest tile wins ties (within 2%). ``in_types``: fp8 operand
@@ -297,9 +315,14 @@ def choose_config(M: int, N: int, K: int, dtype: str = "bf16",
     bytes per row of A and B as a 16-bit one (twice the K), so the shared-memory and
     register budgets are the same; the efficiencies are the bf16 measurements (issue 6):
     on the H200 the fp8 pick at 8192^3 (128 x 256) was within 1.3% of the best of the five
-    tiles measured in fp8 (docs/PERF_NOTES.md 2026-12-02 (e))."""
-    best, best_cost = None, None
+    tiles measured in fp8 (docs/PERF_NOTES.md 2026-12-02 (e)). ``pingpong`` (fp8 only, the
+    plain GEMM's caller): :data:`PINGPONG_FP8` where a CTA has enough work that one
+    warpgroup's epilogue can hide under the other's MMAs (:data:`PINGPONG_MIN_KBLOCKS`)."""
     b_layout = BLayout.parse(b_layout, "choose_config's b_layout")
+    if (pingpong and in_types[0] in FP8_TYPES and b_layout is BLayout.NK
+            and pingpong_kblocks(M, N, K, num_sms) >= PINGPONG_MIN_KBLOCKS):
+        return PINGPONG_FP8.with_(dtype=dtype, a_type=in_types[0], b_type=in_types[1])
+    best, best_cost = None, None
     for c, eff in AUTO_CANDIDATES:
         if b_layout is BLayout.KN and c.bn % 64:
             continue

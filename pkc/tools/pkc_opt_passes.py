@@ -45,6 +45,7 @@ _LINES: tuple[str, ...] = (
     '                          option target: str = h200',
     '                          option variant: str = ',
     '                          option scale-prefetch: bool = true',
+    '                          option pingpong: bool = true',
     '  schedule-moe          Rewrite MoE dispatch + grouped GEMM + combine kernels into scheduled (pks) kernels.',
     '                          option target: str = h200',
     '                          option variant: str = ',
