@@ -55,6 +55,18 @@ GEMM_CASES = [
      [("loads", "", False), ("prefetch", "", True), ("pp 128x128", "128x128_pp_s6", True)]),
 ]
 
+# --confirm (a short run): schedule-matmul's default (auto: ping-pong where it pays) against
+# the cooperative tile it had before, and two fused kinds
+CONFIRM_GEMM = [
+    ("16384x8192x4096", 16384, 8192, 4096,
+     [("default", "", True), ("coop", "128x256_s4_tma", True)]),
+    ("8192x1280x8192", 8192, 1280, 8192, [("default", "", True), ("coop", "128x160_s5_tma", True)]),
+    ("8192^3", 8192, 8192, 8192, [("default", "", True), ("coop", "128x256_s4_tma", True)]),
+    ("4096x28672x8192", 4096, 28672, 8192,
+     [("default", "", True), ("coop", "128x256_s4_tma", True)]),
+    ("4096^3", 4096, 4096, 4096, [("default", "", True)]),
+]
+
 # the fused kinds at W = 1 (benchmarks/fp8_fused.py's cases): (name, W, M, N, K, row, kind)
 FUSED_CASES = [
     ("ar 8192x1280x8192 row", 1, 8192, 1280, 8192, True, "ar"),
@@ -206,7 +218,13 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=170.0,
                     help="start no case after this many seconds")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--confirm", action="store_true",
+                    help="the default against the old cooperative tile, two fused kinds")
     args = ap.parse_args()
+    if args.confirm:
+        GEMM_CASES[:] = CONFIRM_GEMM
+        FUSED_CASES[:] = FUSED_CASES[:2]
+        BF16_CASES.clear()
     if args.list:
         for c in GEMM_CASES:
             print(*c[:4], [v[0] for v in c[4]])
