@@ -242,6 +242,12 @@ GEMM_CASES = [
     (384, 512, 640, True, True, "e5m2", "e4m3", "128x256_s4_tma"),
     (2048, 2048, 2048, True, False, "e4m3", "e4m3", "128x256_s4_cl2"),
     (256, 512, 512, False, True, "e4m3", "e4m3", "64x256_c1_s5"),
+    # ping-pong consumers (alternate tiles per warpgroup): the auto pick at 8192x1280x8192
+    # (320 k-blocks a CTA), and forced on smaller shapes with tails, a bias, CTA pairs
+    (8192, 1280, 8192, True, False, "e4m3", "e5m2", ""),
+    (2000, 1040, 2000, True, True, "e4m3", "e4m3", "128x128_pp_s6"),
+    (2048, 2048, 1024, False, True, "e4m3", "e4m3", "128x128_pp_cl2"),
+    (1000, 1536, 640, True, False, "e5m2", "e4m3", "64x256_pp_s4"),
 ]
 
 
