@@ -41,7 +41,7 @@ tensor-wise, as for one weight).
 Why one kernel: the unfused sequence reads the gathered x once per weight from HBM and
 launches 1 + n kernels; the fused one overlaps the gather with the first tiles of every
 weight and keeps each gathered row block hot in L2 across the weights
-(docs/PERF_NOTES.md 2026-12-02).
+(docs/PERF_NOTES.md 2026-12-02 (q)).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def many_config(W: int, mc: int, K: int, ns, dt: str, layout, target: str, varia
     target's SMs): the one whose tile space, each weight padded to whole tiles, takes the
     least time by the plain GEMM's model (:func:`pkc.target.gemm_tuning.choose_config`:
     waves x tile area / the tile's measured efficiency), times the padded columns over the
-    weights' (measured: docs/PERF_NOTES.md 2026-12-02 (n)), among the fused table's tile
+    weights' (measured: docs/PERF_NOTES.md 2026-12-02 (q)), among the fused table's tile
     for the whole product (first: it wins ties within 2%) and the model's 128-row tiles.
     The table's tile for the sum of the widths can pad badly: [1024, 128, 128] at 160
     columns is 7 + 1 + 1 tiles, two waves at T = 2048 where 192 columns make one. A forced
