@@ -25,7 +25,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from sweep_common import run_cases  # noqa: E402  (the path above)
+from sweep_common import compile_scheduled, run_cases  # noqa: E402  (the path above)
 
 # (name, W, M, N, K, row-wise scales, kind: rs (GEMM + reduce-scatter), ar (+ all-reduce),
 # ag (all-gather + GEMM, A's row-wise scale gathered with A; M: the gathered rows))
@@ -79,18 +79,7 @@ func.func @main(%a: tensor<{M}x{K}x{e4}>, %w: tensor<{N}x{K}x{e4}>, %sa: tensor<
 
 def compile_fused(W, M, N, K, row, kind: str = "rs"):
     """(compiled kernel, its pk.kernel) of the fused fp8 kernel."""
-    from pkc.codegen import compile_kernel
-    from pkc.codegen.emit import kernels_of
-    from pkc.ir import make_context, parse_module, verify_module
-    from pkc.passes.registry import parse_pipeline
-
-    m = parse_module(module_text(W, M, N, K, row, kind), "fp8_fused.mlir")
-    ctx = make_context()
-    for p in parse_pipeline("default{force=true},schedule-fused,dce"):
-        p.apply(ctx, m)
-    verify_module(m)
-    (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
-    return compile_kernel(kop, "sm_90a"), kop
+    return compile_scheduled(module_text(W, M, N, K, row, kind), "fp8_fused.mlir")
 
 
 def run_case(name, W, M, N, K, row, kind, rounds: int) -> dict:

@@ -25,7 +25,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from sweep_common import case_cli, run_cases, virtual_peers  # noqa: E402  (the path above)
+from sweep_common import case_cli, compile_scheduled, run_cases, virtual_peers  # noqa: E402  (the path above)
 
 E4 = "f8E4M3FN"
 # (name, kind: agk (gather along K; M, N, K: the gathered product, Kc = K / W) or agb
@@ -79,18 +79,7 @@ def module_text(kind: str, W: int, M: int, N: int, K: int, B: int, row: bool) ->
 
 def compile_fused(kind, W, M, N, K, B, row):
     """(compiled kernel, its pk.kernel) of the fused kernel (default, schedule-fused)."""
-    from pkc.codegen import compile_kernel
-    from pkc.codegen.emit import kernels_of
-    from pkc.ir import make_context, parse_module, verify_module
-    from pkc.passes.registry import parse_pipeline
-
-    m = parse_module(module_text(kind, W, M, N, K, B, row), "fp8_gather_kinds.mlir")
-    ctx = make_context()
-    for p in parse_pipeline("default{force=true},schedule-fused,dce"):
-        p.apply(ctx, m)
-    verify_module(m)
-    (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
-    return compile_kernel(kop, "sm_90a"), kop
+    return compile_scheduled(module_text(kind, W, M, N, K, B, row), "fp8_gather_kinds.mlir")
 
 
 def gathered(kind: str, W: int, B: int, xs: list, ss: list):

@@ -26,7 +26,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from sweep_common import case_cli, run_cases, virtual_peers  # noqa: E402  (the path above)
+from sweep_common import case_cli, compile_scheduled, run_cases, virtual_peers  # noqa: E402  (the path above)
 
 E4 = "f8E4M3FN"
 QKV = (1024, 128, 128)      # q, k, v of a 70B-like layer per rank (K = 8192)
@@ -70,19 +70,9 @@ def module_text(W: int, M: int, K: int, ns, row: bool) -> str:
 def compile_fused(W, M, K, ns, row):
     """(compiled kernel, its pk.kernel): default (forced; W = 1 keeps the single rank's
     kernel), schedule-fused, dce."""
-    from pkc.codegen import compile_kernel
-    from pkc.codegen.emit import kernels_of
-    from pkc.ir import make_context, parse_module, verify_module
-    from pkc.passes.registry import parse_pipeline
-
-    m = parse_module(module_text(W, M, K, ns, row), "fp8_gather_many.mlir")
-    ctx = make_context()
     single = " keep-single-rank=true" if W == 1 else ""
-    for p in parse_pipeline(f"default{{force=true{single}}},schedule-fused,dce"):
-        p.apply(ctx, m)
-    verify_module(m)
-    (kop,) = [k for k in kernels_of(m) if k.schedule() is not None]
-    return compile_kernel(kop, "sm_90a"), kop
+    return compile_scheduled(module_text(W, M, K, ns, row), "fp8_gather_many.mlir",
+                             f"default{{force=true{single}}},schedule-fused,dce")
 
 
 def run_case(name, W, M, K, ns, row, rounds: int) -> dict:

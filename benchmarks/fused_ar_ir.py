@@ -27,6 +27,7 @@ import sys
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep_common  # noqa: E402
 from sweep_common import run_cases, virtual_peers  # noqa: E402  (the path above)
 
 # (name, kind, W, M, N, K, layout): M = the product's rows (rs: W x the chunk's). Odd
@@ -73,16 +74,7 @@ def module_text(kind: str, W: int, M: int, N: int, K: int, layout: str, dt: str 
 def scheduled_kernels(kind: str, W: int, M: int, N: int, K: int, layout: str, dt: str = "bf16"):
     """The scheduled pk.kernels after ``default{force=true},schedule-fused,dce`` (one fused
     kernel; at W > 2 an all-reduce is a pair: GEMM + reduce-scatter, then a pull gather)."""
-    from pkc.codegen.emit import kernels_of
-    from pkc.ir import make_context, parse_module, verify_module
-    from pkc.passes.registry import parse_pipeline
-
-    m = parse_module(module_text(kind, W, M, N, K, layout, dt), "fused_ar_ir.mlir")
-    ctx = make_context()
-    for p in parse_pipeline("default{force=true},schedule-fused,dce"):
-        p.apply(ctx, m)
-    verify_module(m)
-    return [k for k in kernels_of(m) if k.schedule() is not None]
+    return sweep_common.scheduled_kernels(module_text(kind, W, M, N, K, layout, dt), "fused_ar_ir.mlir")
 
 
 def compile_ir(kind: str, W: int, M: int, N: int, K: int, layout: str, dt: str = "bf16"):

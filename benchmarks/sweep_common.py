@@ -252,6 +252,30 @@ def run_cases(cases, run_one, json_path, error_row=lambda c: {"case": c[0]},
 _VIRTUAL_PEERS: dict = {}
 
 
+def scheduled_kernels(text: str, name: str, pipeline: str = "default{force=true},schedule-fused,dce"):
+    """The scheduled pk.kernels of a graph-level module (``text``, reported as file ``name``)
+    after ``pipeline``: the fused kernels the benchmarks time."""
+    from pkc.codegen.emit import kernels_of
+    from pkc.ir import make_context, parse_module, verify_module
+    from pkc.passes.registry import parse_pipeline
+
+    m = parse_module(text, name)
+    ctx = make_context()
+    for p in parse_pipeline(pipeline):
+        p.apply(ctx, m)
+    verify_module(m)
+    return [k for k in kernels_of(m) if k.schedule() is not None]
+
+
+def compile_scheduled(text: str, name: str, pipeline: str = "default{force=true},schedule-fused,dce",
+                      target: str = "sm_90a"):
+    """(compiled kernel, its pk.kernel) of the one scheduled kernel of ``text``."""
+    from pkc.codegen import compile_kernel
+
+    (kop,) = scheduled_kernels(text, name, pipeline)
+    return compile_kernel(kop, target), kop
+
+
 def virtual_peers(world: int):
     """One virtual world of ``world`` ranks on this GPU per process, shared by the cases
     (building one allocates its symmetric buffers and green contexts)."""
