@@ -373,18 +373,8 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
         sc, col, cols = parts.tile_scales(t, scales, coords, N)
         pf = t.add(s.ScalePrefetchOp(acc, sc.sa, sc.sb, sc.bias, a_row0, col, rows, cols,
                                      row_scales(scales)))
-    kloop, k, kb, (ks, kph, _prev) = _for(t, zero, num_kb, one, [stage, phase, zero])
-    k.add(s.MbarrierWaitOp(full, ks, kph))
-    not_first = k.cmp("ne", kb, 0)
-    ta, tb = cfg.in_types
-    k.add(s.MmaAsyncOp(acc, a_st, ks, a_row, b_st, ks, not_first, ta,
-                       s.BMajor.K if cfg.b_layout is BLayout.NK else s.BMajor.N, tb))
-    k.add(s.MmaCommitOp())
-    k.add(s.MmaWaitOp(1))
-    # the previous k-block's group is complete: release its stage
-    k.add(s.MbarrierArriveOp(empty, _prev, pred=not_first, all_ctas=all_ctas))
-    nstage, nphase = k.advance(ks, kph, cfg.stages)
-    k.add(scf.YieldOp(nstage, nphase, ks))
+    kloop = mma_k_loop(t, cfg, acc, a_st, a_row, b_st, full, empty, (zero, one, num_kb),
+                       stage, phase, all_ctas)
     stage2, phase2, last = kloop.results
     t.add(s.MmaWaitOp(0))
     t.add(s.MbarrierArriveOp(empty, last, all_ctas=all_ctas))
@@ -399,6 +389,27 @@ def _consumer(o: _Ops, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empt
     if cfg.epilogue is Epilogue.TMA:
         r.add(s.BulkWaitOp(0))
     r.add(s.YieldOp())
+
+
+def mma_k_loop(t: _Ops, cfg: GemmConfig, acc, a_st, a_row, b_st, full, empty, bounds,
+               stage, phase, all_ctas: bool, turns: bool = False) -> scf.ForOp:
+    """A consumer's K loop over one tile: per k-block, wait for its stage (``turns``: the
+    other warpgroup's phases skipped, ping-pong), one async MMA, and release the previous
+    k-block's stage once its group is complete. ``bounds`` = (zero, one, k-blocks);
+    results: the ring's (stage, phase) after the tile and the last stage used."""
+    zero, one, num_kb = bounds
+    kloop, k, kb, (ks, kph, _prev) = _for(t, zero, num_kb, one, [stage, phase, zero])
+    k.add(s.MbarrierWaitOp(full, ks, kph, turns=turns))
+    not_first = k.cmp("ne", kb, 0)
+    ta, tb = cfg.in_types
+    k.add(s.MmaAsyncOp(acc, a_st, ks, a_row, b_st, ks, not_first, ta,
+                       s.BMajor.K if cfg.b_layout is BLayout.NK else s.BMajor.N, tb))
+    k.add(s.MmaCommitOp())
+    k.add(s.MmaWaitOp(1))
+    k.add(s.MbarrierArriveOp(empty, _prev, pred=not_first, all_ctas=all_ctas))
+    nstage, nphase = k.advance(ks, kph, cfg.stages)
+    k.add(scf.YieldOp(nstage, nphase, ks))
+    return kloop
 
 
 def row_scales(scales: Scales) -> bool:

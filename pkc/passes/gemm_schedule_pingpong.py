@@ -28,8 +28,9 @@ from __future__ import annotations
 
 from xdsl.dialects import arith, scf
 from pkc.dialects import schedule as s
-from pkc.passes.gemm_schedule import Epi, GemmParts, _for, _Ops, _trim_prefetch, row_scales
-from pkc.target.gemm_tuning import BLayout, GemmConfig
+from pkc.passes.gemm_schedule import (Epi, GemmParts, _for, _Ops, _trim_prefetch, mma_k_loop,
+                                      row_scales)
+from pkc.target.gemm_tuning import GemmConfig
 
 
 def consumer_pingpong(o, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, empty, order,
@@ -68,16 +69,8 @@ def consumer_pingpong(o, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, em
     if prefetch:
         pf = w.add(s.ScalePrefetchOp(acc, scales.sa, scales.sb, scales.bias, m0, n0, rows, N,
                                      row_scales(scales)))
-    kloop, k, kbv, (ks, kph, _prev) = _for(w, zero, num_kb, one, [stage, phase, zero])
-    k.add(s.MbarrierWaitOp(full, ks, kph, turns=True))     # the other's phases skipped
-    not_first = k.cmp("ne", kbv, 0)
-    ta, tb = cfg.in_types
-    k.add(s.MmaAsyncOp(acc, a_st, ks, zero, b_st, ks, not_first, ta,
-                       s.BMajor.K if cfg.b_layout is BLayout.NK else s.BMajor.N, tb))
-    k.add(s.MmaCommitOp())
-    k.add(s.MmaWaitOp(1))
-    k.add(s.MbarrierArriveOp(empty, _prev, pred=not_first, all_ctas=all_ctas))
-    k.add(scf.YieldOp(*k.advance(ks, kph, cfg.stages), ks))
+    kloop = mma_k_loop(w, cfg, acc, a_st, zero, b_st, full, empty, (zero, one, num_kb),
+                       stage, phase, all_ctas, turns=True)   # the other's phases skipped
     last = kloop.results[2]
     # every wait of this tile passed: the other warpgroup may start its next tile
     w.add(s.MbarrierArriveOp(order, other))
