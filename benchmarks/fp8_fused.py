@@ -77,12 +77,20 @@ func.func @main(%a: tensor<{M}x{K}x{e4}>, %w: tensor<{N}x{K}x{e4}>, %sa: tensor<
 }}"""
 
 
-def compile_fused(W, M, N, K, row, kind: str = "rs"):
-    """(compiled kernel, its pk.kernel) of the fused fp8 kernel."""
-    return compile_scheduled(module_text(W, M, N, K, row, kind), "fp8_fused.mlir")
+def compile_fused(W, M, N, K, row, kind: str = "rs", variant: str = ""):
+    """(compiled kernel, its pk.kernel) of the fused fp8 kernel (``variant``: a forced
+    GEMM tile of schedule-fused)."""
+    pipe = ("default{force=true},schedule-fused" + (f"{{variant={variant}}}" if variant else "")
+            + ",dce")
+    return compile_scheduled(module_text(W, M, N, K, row, kind), "fp8_fused.mlir", pipe)
 
 
-def run_case(name, W, M, N, K, row, kind, rounds: int) -> dict:
+def run_case(name, W, M, N, K, row, kind, rounds: int, other: str = "",
+             sustained_s: float = 0.0) -> dict:
+    """One case; ``other``: a second fused kernel on that forced tile (``fused2``, e.g. the
+    cooperative tile beside the ping-pong default), timed in the same rounds;
+    ``sustained_s``: each launcher also back to back for that long (timing.sustained:
+    the board at its power limit) -> ``sustained`` rows."""
     import torch
     from collectives_ir import peers as make_peers
     from fp8_gemm import compile_fp8, fp8_inputs, torch_scaled_mm
@@ -118,12 +126,33 @@ def run_case(name, W, M, N, K, row, kind, rounds: int) -> dict:
     c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     fns = [lambda: fused.run([a], [w], [sa], [sb]), lambda: gemm([a, w, sa, sb, c]),
            lambda: torch_scaled_mm(a, w, sa, sb, fast=True)]
+    names = ["fused", "gemm", "torch"]
+    if other:
+        ck2, kop2 = compile_fused(W, M, N, K, row, kind, other)
+        p2 = plan_of(kop2)
+        fused2 = cls(ck2.ptx, ck2.meta, peers, owner=("fp8", name, other),
+                     timeout_ns=500_000_000)
+        got2 = fused2.run([a], [w], [sa], [sb])
+        torch.cuda.synchronize()
+        g2 = got2[0][0] if kind == "ag" else got2[0]
+        row_.update(tile2=f"{p2['bm']}x{p2['bn']}_s{p2['stages']}",
+                    correct2=float((g2.float() - ref.float()).abs().max()) <= tol)
+        fns.append(lambda: fused2.run([a], [w], [sa], [sb]))
+        names.append("fused2")
+    row_["pingpong"] = bool(p.get("pingpong"))
     for _ in range(3):
         for f in fns:
             f()
-    t = paired(rotated(fns, rounds), ["fused", "gemm", "torch"])
+    t = paired(rotated(fns, rounds), names, base=2)     # ratios over torch
     row_.update(t, fused_over_gemm=t["us_fused"] / t["us_gemm"],
                 fused_over_torch=t["us_fused"] / t["us_torch"])
+    if sustained_s:
+        from timing import sustained
+        row_["sustained"] = {n: sustained(f, sustained_s) for n, f in zip(names, fns)}
+        st = row_["sustained"]
+        row_["sustained_fused_over_torch"] = st["fused"]["us"] / st["torch"]["us"]
+        if other:
+            row_["sustained_fused2_over_torch"] = st["fused2"]["us"] / st["torch"]["us"]
     torch.cuda.synchronize()
     fused.check()
     return row_
@@ -188,6 +217,12 @@ def main() -> None:
     ap.add_argument("--kinds", default="rs,ar,ag", help="the kinds to run (comma-separated)")
     ap.add_argument("--ag-scales", action="store_true",
                     help="the W > 1 all-gather: row-wise vs tensor-wise scales (SCALE_CASES)")
+    ap.add_argument("--only", default="", help="case names to run, '|'-separated")
+    ap.add_argument("--other", default="",
+                    help="also the fused kernel on this forced tile (e.g. 128x256_s4_tma: the "
+                         "cooperative tile beside the ping-pong default), same rounds")
+    ap.add_argument("--sustained-s", type=float, default=0.0,
+                    help="also each launcher back to back for this long (power-limited clock)")
     args = ap.parse_args()
     if args.ag_scales:
         rows = run_cases(SCALE_CASES, lambda c: run_scales_case(*c, rounds=args.rounds),
@@ -199,12 +234,14 @@ def main() -> None:
                   f"{r.get('row_over_tensor', 0):10.3f}"
                   if "error" not in r else f"{r['case']:30} ERROR {r['error'][:100]}")
         return
-    cases = [c for c in CASES if c[-1] in args.kinds.split(",")]
+    cases = [c for c in CASES if c[-1] in args.kinds.split(",")
+             and (not args.only or c[0] in args.only.split("|"))]
     if args.list:
         for c in cases:
             print(*c)
         return
-    rows = run_cases(cases, lambda c: run_case(*c, rounds=args.rounds),
+    rows = run_cases(cases, lambda c: run_case(*c, rounds=args.rounds, other=args.other,
+                                               sustained_s=args.sustained_s),
                      os.path.join(args.out, "fp8_fused.json"))
     print(f"\n{'case':24} {'tile':12} {'ok':5} {'fused us':>9} {'gemm us':>9} {'torch us':>9} "
           f"{'fused/gemm':>10} {'fused/torch':>11}")
@@ -215,6 +252,20 @@ def main() -> None:
         print(f"{r['case']:24} {r['tile']:12} {str(r['correct']):5} {r.get('us_fused', 0):9.1f} "
               f"{r.get('us_gemm', 0):9.1f} {r.get('us_torch', 0):9.1f} "
               f"{r.get('fused_over_gemm', 0):10.3f} {r.get('fused_over_torch', 0):11.3f}")
+    if args.other or args.sustained_s:
+        print(f"\n{'case':24} {'tile':12} {'tile2':12} {'ok2':5} {'fused/torch':>11} "
+              f"{'fused2/torch':>12} {'sust f/t':>8} {'sust f2/t':>9}  MHz fused/fused2/torch")
+        for r in rows:
+            if "error" in r or "us_torch" not in r:
+                continue
+            st = r.get("sustained", {})
+            mhz = "/".join(f"{st[n]['sm_mhz']:.0f}" for n in ("fused", "fused2", "torch")
+                           if n in st)
+            print(f"{r['case']:24} {r['tile']:12} {r.get('tile2', '-'):12} "
+                  f"{str(r.get('correct2', '-')):5} {r['fused_over_torch']:11.3f} "
+                  f"{r.get('us_fused2', 0) / r['us_torch']:12.3f} "
+                  f"{r.get('sustained_fused_over_torch', 0):8.3f} "
+                  f"{r.get('sustained_fused2_over_torch', 0):9.3f}  {mhz}")
 
 
 if __name__ == "__main__":

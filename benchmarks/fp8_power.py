@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 
@@ -26,11 +25,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from sweep_common import write_json  # noqa: E402  (the path above)
 
-SHAPES = [("16384x8192x4096", 16384, 8192, 4096), ("8192^3", 8192, 8192, 8192)]
+SHAPES = [("16384x8192x4096", 16384, 8192, 4096), ("8192^3", 8192, 8192, 8192),
+          ("4096x28672x8192", 4096, 28672, 8192), ("8192x1280x8192", 8192, 1280, 8192)]
 VARIANTS = [("pkc default", ""), ("pkc coop 128x256", "128x256_s4_tma"),
             ("pkc coop 128x256 cl2", "128x256_s4_cl2"), ("pkc pp 128x128", "128x128_pp_s6"),
             ("pkc pp 128x128 cl2", "128x128_pp_cl2")]
-_QUERY = "clocks.sm,power.draw,clocks_throttle_reasons.active,temperature.gpu"
 
 
 def kernel_names(fn) -> list[dict]:
@@ -64,45 +63,6 @@ def kernel_names(fn) -> list[dict]:
     return out
 
 
-def sustained(fn, seconds: float) -> dict:
-    """``fn`` back to back for ``seconds``: us per call and the GPU's state meanwhile."""
-    import torch
-
-    t_end = time.time() + 0.3
-    while time.time() < t_end:
-        fn()
-    torch.cuda.synchronize()
-    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={_QUERY}", "--format=csv,noheader,nounits",
-                            "-lms", "50"], stdout=subprocess.PIPE, text=True)
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    calls = 0
-    start.record()
-    t_end = time.time() + seconds
-    while time.time() < t_end:
-        for _ in range(10):
-            fn()
-        calls += 10
-        torch.cuda.synchronize()
-    stop.record()
-    torch.cuda.synchronize()
-    smi.terminate()
-    text = smi.communicate(timeout=5)[0]
-    samples = []
-    for line in text.strip().splitlines():
-        p = [x.strip() for x in line.split(",")]
-        try:
-            samples.append((float(p[0]), float(p[1]), p[2], float(p[3])))
-        except (ValueError, IndexError):
-            pass
-    half = samples[len(samples) // 2:] or samples
-    us = start.elapsed_time(stop) * 1e3 / calls
-    return {"us": us, "samples": len(samples),
-            "sm_mhz": sum(s[0] for s in half) / max(1, len(half)),
-            "watts": sum(s[1] for s in half) / max(1, len(half)),
-            "throttle": sorted({s[2] for s in half}),
-            "temp_c": max((s[3] for s in half), default=0.0)}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -112,6 +72,7 @@ def main() -> None:
     import torch
     from fp8_gemm import fp8_inputs, torch_scaled_mm
     from fp8_rowwise import compile_variant
+    from timing import sustained
 
     from pkc.runtime.scheduled import ScheduledKernel
 

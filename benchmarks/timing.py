@@ -92,3 +92,56 @@ def paired(times: list[list[float]], names: list[str], base: int = 0) -> dict:
             out[f"{n}_over_{names[base]}"] = statistics.median(
                 o / b for b, o in zip(times[base], times[i]))
     return out
+
+
+_SMI_QUERY = "clocks.sm,power.draw,clocks_throttle_reasons.active"
+
+
+def sustained(fn, seconds: float, warmup_s: float = 0.3) -> dict:
+    """``fn`` back to back for ``seconds`` (after ``warmup_s`` of the same): us per call over
+    the whole burst (CUDA events around it) and the GPU's state meanwhile (nvidia-smi every
+    50 ms; the burst's second half averaged: SM MHz, board watts, the active clock-throttle
+    reasons). :func:`rotated` times each launch after an idle sleep, when the clock is
+    high; a GEMM that runs for long at the board's power limit runs at the clock that
+    power allows, which favours the kernel that spends less energy per FLOP (fewer bytes
+    moved): both regimes are real, and the two can order kernels differently."""
+    import subprocess
+    import time
+
+    import torch
+
+    t_end = time.time() + warmup_s
+    while time.time() < t_end:
+        fn()
+    torch.cuda.synchronize()
+    try:
+        smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={_SMI_QUERY}",
+                                "--format=csv,noheader,nounits", "-lms", "50"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    except OSError:
+        smi = None
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    calls = 0
+    start.record()
+    t_end = time.time() + seconds
+    while time.time() < t_end:
+        for _ in range(10):
+            fn()
+        calls += 10
+        torch.cuda.synchronize()
+    stop.record()
+    torch.cuda.synchronize()
+    samples = []
+    if smi is not None:
+        smi.terminate()
+        for line in smi.communicate(timeout=5)[0].strip().splitlines():
+            p = [x.strip() for x in line.split(",")]
+            try:
+                samples.append((float(p[0]), float(p[1]), p[2]))
+            except (ValueError, IndexError):
+                pass
+    half = samples[len(samples) // 2:] or samples
+    n = max(1, len(half))
+    return {"us": start.elapsed_time(stop) * 1e3 / calls, "calls": calls,
+            "sm_mhz": sum(s[0] for s in half) / n, "watts": sum(s[1] for s in half) / n,
+            "throttle": sorted({s[2] for s in half})}

@@ -75,6 +75,9 @@ class ArParts(RsParts):
     """GEMM + all-reduce by broadcast into the symmetric output (see the module doc).
     ``pad``: W x W u32 slots (symmetric, zeroed once), ``ctl``: the epoch control word."""
 
+    def pingpong_problem(self) -> str | None:
+        return "the all-reduce's broadcast epilogue is built for the cooperative consumers"
+
     def __init__(self, world: int, m: int, n: int, cfg: GemmConfig, pad: SSAValue,
                  ctl: SSAValue):
         mc, self.rows = chunk_rows(m, world)

@@ -24,7 +24,8 @@ output):
   groups, fences the async proxy and adds its tile count to slot ``rank`` of the chunk
   owner's pad (release: at GPU scope for the own chunk, whose stores and pad are this
   GPU's, at system scope for a peer's). The owner's chunk is whole once slot q reached
-  ``epoch x tiles per chunk x consumers`` for every q (epochs: pads are never reset);
+  ``epoch x tiles per chunk x consumers`` for every q (x 1 for ping-pong consumers, which
+  take a tile each) (epochs: pads are never reset);
   every consumer warpgroup of the owner waits for the peers' slots before the kernel ends.
 * Epoch: read from the rank's control word before a CTA barrier, published by the last
   CTA at the end (``pks.epoch`` / ``pks.epoch_publish``), so that launches and CUDA-graph
@@ -43,9 +44,11 @@ from pkc.dialects import schedule as s
 from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
 from pkc.passes.gemm_schedule import Epi, GemmParts, Scales, _Ops, _tma_epilogue, build_gemm
+from pkc.passes.gemm_schedule_pingpong import tile_users
 from pkc.passes.gemm_schedule_tmem import TmemView, build_gemm_tmem
 from pkc.target import fused_tuning as ft
-from pkc.target.gemm_tuning import VARIANTS, BLayout, Epilogue, GemmConfig
+from pkc.target.gemm_tuning import (PINGPONG_FP8, PINGPONG_MIN_KBLOCKS, VARIANTS, BLayout,
+                                     Epilogue, GemmConfig, pingpong_kblocks)
 from pkc.target.gemm_tuning_sm100 import choose_tmem_config, stages_for
 from pkc.target.targets import get_target
 
@@ -83,6 +86,22 @@ def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, la
         cfg = cfg.with_(epi_bufs=2)
     cfg.validate()
     return cfg
+
+
+def fp8_fused_config(cfg: GemmConfig | TmemView, types: tuple[str, str], M: int, N: int,
+                     K: int, target: str, variant: str = "") -> GemmConfig | TmemView:
+    """``cfg`` (of :func:`fused_config`) with fp8 operand ``types``; on sm_90a, unless a
+    ``variant`` is forced, the plain fp8 GEMM's ping-pong tile where it picks it (every
+    CTA with :data:`~pkc.target.gemm_tuning.PINGPONG_MIN_KBLOCKS` k-blocks of the whole
+    ``M x N x K`` product or more): one warpgroup's fused epilogue then runs while the
+    other's MMAs do (:mod:`pkc.passes.gemm_schedule_pingpong`)."""
+    cfg = cfg.with_(a_type=types[0], b_type=types[1])
+    if (variant or isinstance(cfg, TmemView) or cfg.b_layout is not BLayout.NK
+            or pingpong_kblocks(M, N, K, get_target(target).num_sms) < PINGPONG_MIN_KBLOCKS):
+        return cfg
+    pp = PINGPONG_FP8.with_(dtype=cfg.dtype, a_type=types[0], b_type=types[1])
+    pp.validate()
+    return pp
 
 
 def tmem_config(pass_name: str, M: int, N: int, K: int, dt: str, layout: BLayout, target: str,
@@ -189,8 +208,9 @@ class RsParts(GemmParts):
         w = self._when(r, self.lead)
         for m in self.maps:
             w.add(s.TmaPrefetchOp(m))
+        # every tile is counted by each warpgroup that handles it (tile_users)
         self.want = (None if self.epoch is None else
-                     r.bin(arith.MuliOp, self.epoch, self.tiles_per_chunk * cfg.consumers))
+                     r.bin(arith.MuliOp, self.epoch, self.tiles_per_chunk * tile_users(cfg)))
         return [self.rank, r.c(0)]
 
     def _when(self, o: _Ops, cond: SSAValue) -> _Ops:
@@ -265,4 +285,5 @@ class RsParts(GemmParts):
         w.add(f.FenceAsyncGlobalOp())
 
 
-__all__ = ["RsParts", "arrangement", "tmem_config", "build_fused_gemm", "fused_config", "b_operand"]
+__all__ = ["RsParts", "arrangement", "tmem_config", "build_fused_gemm", "fused_config", "b_operand",
+           "fp8_fused_config"]

@@ -211,6 +211,11 @@ class GemmParts:
         scale, :class:`pkc.passes.gather_many.ManyWeights`)."""
         return scales, coords[1], N
 
+    def pingpong_problem(self) -> str | None:
+        """Why these parts cannot be built with ping-pong consumers
+        (:mod:`pkc.passes.gemm_schedule_pingpong`), or None."""
+        return None
+
 
 class Epi:
     """What the consumer's epilogue works with: its accumulator, the epilogue buffers, C

@@ -22,6 +22,9 @@ class ClcParts(GemmParts):
     reads every response once); the ring's shared memory and mbarriers are placed before
     the first role that asks for a loop."""
 
+    def pingpong_problem(self) -> str | None:
+        return "tiles under cluster launch control come one response per role, not in a sequence"
+
     def __init__(self, roles: int = 3):
         self.roles = roles
         self.ring: tuple[SSAValue, SSAValue, SSAValue] | None = None

@@ -20,8 +20,17 @@ tile's waits only after the other has passed its waits of the tile before
 (``order[w]``: the other arrives once it has issued its tile's last MMA; warpgroup 1
 arrives on ``order[0]`` once at the start, for tile 0), so its wait for tile ``j`` is
 completion ``j / 2`` of ``order[w]``; the waiting warpgroup is then at most one phase
-ahead of every barrier. Only the plain GEMM (with
-fp8 scales or not) is built this way; the fused kernels keep the cooperative consumers.
+ahead of every barrier.
+
+A fused kernel's parts (:class:`~pkc.passes.gemm_schedule.GemmParts` hooks) work per
+warpgroup here as they do in the cooperative form: ``epilogue_setup``'s carried values
+are each warpgroup's own (a reduce-scatter's pending chunk and tile count: a warpgroup
+sees its own tiles, a contiguous run per chunk as the CTA's are), ``epilogue_tile`` runs
+on its tiles only, ``epilogue_finish`` after its loop. What differs is how many
+warpgroups handle a tile (one, not ``consumers``): :func:`tile_users` is what a count of
+tiles is multiplied by. Parts that start a tile's epilogue work before its main loop
+(``consumer_tile_start``: the fresh-output summed epilogues) or that name a reason
+(``GemmParts.pingpong_problem``) are refused (:func:`check_pingpong_parts`).
 """
 
 from __future__ import annotations
@@ -49,25 +58,31 @@ def consumer_pingpong(o, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, em
     prefetch = scales is not None and cfg.scale_prefetch
     rows = (r.c(scales.rows) if scales.rows else M) if prefetch else None
     other = r.bin(arith.XOrIOp, wg, 1)
+    extra = parts.epilogue_setup(r, cfg)
     # warpgroup 1 lets warpgroup 0 start its first tile: completion 0 of order[0]
     r.add(s.MbarrierArriveOp(order, zero, pred=r.cmp("eq", wg, 1)))
     # carried: ring (stage, phase) at the tile's first position, tile count j, the
-    # epilogue's staging buffer (unchanged over a tile: an even number of pieces)
-    loop, coords, (stage, phase, j, ebuf) = parts.tile_loop(r, M, N, [zero, zero, zero, zero],
-                                                            cfg)
+    # epilogue's staging buffer (unchanged over a tile: an even number of pieces), the
+    # parts' epilogue values (this warpgroup's)
+    loop, coords, (stage, phase, j, ebuf, *extra) = parts.tile_loop(
+        r, M, N, [zero, zero, zero, zero, *extra], cfg)
     t = _Ops(loop.block)
     m0, n0 = coords[0], coords[1]
     # the tile is this warpgroup's: a loop of one trip, else none (the schedule level's
     # plain GEMM has loops, not conditionals)
     mine = t.cmp("eq", t.bin(arith.AndIOp, j, 1), wg)
     trips = t.select(mine, one, zero)
-    own, w, _, _ = _for(t, zero, trips, one, [])
+    own, w, _, extra_in = _for(t, zero, trips, one, extra)
     # wait for the other warpgroup to have passed its waits of tile j - 1 (warpgroup 1's
     # arrival above for tile 0): completion j / 2 of order[wg]
     w.add(s.MbarrierWaitOp(order, wg, w.bin(arith.AndIOp, w.bin(arith.ShRUIOp, j, 1), 1)))
-    pf = None
+    pf = a_row0 = None
     if prefetch:
-        pf = w.add(s.ScalePrefetchOp(acc, scales.sa, scales.sb, scales.bias, m0, n0, rows, N,
+        # A's rows are the ones the producer loads (a fused kernel's chunk row, not C's)
+        prow = parts.producer_row(w, coords)
+        a_row0 = m0 if prow is m0 else prow
+        sc, col, cols = parts.tile_scales(w, scales, coords, N)
+        pf = w.add(s.ScalePrefetchOp(acc, sc.sa, sc.sb, sc.bias, a_row0, col, rows, cols,
                                      row_scales(scales)))
     kloop = mma_k_loop(w, cfg, acc, a_st, zero, b_st, full, empty, (zero, one, num_kb),
                        stage, phase, all_ctas, turns=True)   # the other's phases skipped
@@ -76,9 +91,9 @@ def consumer_pingpong(o, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, em
     w.add(s.MbarrierArriveOp(order, other))
     w.add(s.MmaWaitOp(0))
     w.add(s.MbarrierArriveOp(empty, last, all_ctas=all_ctas))
-    e = Epi(acc, epi, C, tC, wg, M, N, scales, pf.result if pf else None, rows, m0)
-    parts.epilogue_tile(w, cfg, e, coords, m0, ebuf, [])
-    w.add(scf.YieldOp())
+    e = Epi(acc, epi, C, tC, wg, M, N, scales, pf.result if pf else None, rows, a_row0)
+    _, extra_out = parts.epilogue_tile(w, cfg, e, coords, m0, ebuf, list(extra_in))
+    w.add(scf.YieldOp(*extra_out))
     if pf is not None:
         _trim_prefetch(pf)
     # every warpgroup: the ring position kb positions on (the tile's k-blocks)
@@ -86,15 +101,26 @@ def consumer_pingpong(o, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, em
     stage2 = t.bin(arith.RemUIOp, total, cfg.stages)
     flips = t.bin(arith.AndIOp, t.bin(arith.DivUIOp, total, cfg.stages), 1)
     phase2 = t.bin(arith.XOrIOp, phase, flips)
-    t.add(s.YieldOp([stage2, phase2, t.bin(arith.AddiOp, j, 1), ebuf]))
+    t.add(s.YieldOp([stage2, phase2, t.bin(arith.AddiOp, j, 1), ebuf, *own.results]))
+    parts.epilogue_finish(r, cfg, list(loop.results)[4:])
     r.add(s.BulkWaitOp(0))
     r.add(s.YieldOp())
 
 
+def tile_users(cfg) -> int:
+    """The consumer warpgroups that handle each tile (and count it, in a fused epilogue's
+    signals): one for the ping-pong pair, every one for the cooperative consumers."""
+    return 1 if getattr(cfg, "pingpong", False) else cfg.consumers
+
+
 def check_pingpong_parts(parts) -> None:
-    """Only the plain GEMM's parts are built as a ping-pong pair."""
-    if type(parts) is not GemmParts:
-        raise ValueError(f"pingpong consumers: the plain GEMM only, not {type(parts).__name__}")
+    """Parts whose epilogue starts before a tile's main loop (``consumer_tile_start``) or
+    that say they cannot (``pingpong_problem``) are not built as a ping-pong pair."""
+    why = parts.pingpong_problem()
+    if why is None and type(parts).consumer_tile_start is not GemmParts.consumer_tile_start:
+        why = "its epilogue starts before the tile's main loop (consumer_tile_start)"
+    if why:
+        raise ValueError(f"pingpong consumers: not for {type(parts).__name__}: {why}")
 
 
-__all__ = ["consumer_pingpong", "check_pingpong_parts"]
+__all__ = ["consumer_pingpong", "check_pingpong_parts", "tile_users"]

@@ -89,6 +89,9 @@ class MoeParts(GemmParts):
     u32: E*W data flags, W count flags, W done slots), ``cin`` (symmetric u32 [E*W]) and
     ``ctl`` (the epoch control word)."""
 
+    def pingpong_problem(self) -> str | None:
+        return "the MoE kernel's blocks of run-time rows are built for the cooperative consumers"
+
     def __init__(self, world: int, experts: int, capacity: int, n: int, k: int, cfg: GemmConfig,
                  X, counts, O, R, pad, cin, ctl):
         self.W, self.E, self.C, self.N, self.K, self.cfg = world, experts, capacity, n, k, cfg

@@ -62,10 +62,11 @@ from pkc.passes.fused_clc import ClcChoice, check_choice, decide
 from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
 from pkc.passes.fused_fp8 import fp8_operands, schedule_scaled_ar, why_not_scaled
 from pkc.passes.fused_schedule import (RsParts, arrangement, b_operand, build_fused_gemm,
-                                       fused_config)
+                                       fp8_fused_config, fused_config)
 from pkc.passes.gemm_schedule import Scales
 from pkc.passes.gather_many import is_gather_many, split_gather_many, why_not_fused
 from pkc.passes.pipelines import unlowered_arch
+from pkc.ir import diagnostic_at
 from pkc.passes.registry import register_pass
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle, Pattern
@@ -159,73 +160,84 @@ class ScheduleFused(ModulePass):
             pattern = fusion_pattern(kop)
             if pattern is None or kop.schedule() is not None:
                 continue
-            # an architecture with no lowering of these kernels (FUSED_ARCHS): say why
-            if (why := unlowered_arch(self.target)):
-                add_remark(kop, f"fused kernel left unscheduled: {why}")
-                continue
-            if _fusion(kop).get("scaled") is not None and _fusion(kop)["scaled"].value.data:
-                reason = why_not_scaled(kop, pattern, self.target)
-                if reason:
-                    add_remark(kop, f"fused kernel left unscheduled: fp8 scaled matmul: {reason}")
-                elif pattern is Pattern.ALL_GATHER_MM and batches_of(kop) > 1:
-                    schedule_ag_blocks(kop, self.target, self.variant)
-                elif pattern is Pattern.ALL_GATHER_MM:
-                    schedule_all_gather_mm(kop, self.target, self.variant)
-                elif pattern is Pattern.ALL_GATHER_K_MM:
-                    schedule_all_gather_k_mm(kop, self.target, self.variant)
-                elif pattern is Pattern.MM_ALL_REDUCE:
-                    schedule_scaled_ar(kop, self.target, self.variant,
-                                       lambda kop, y: _schedule_rs(kop, self.target, self.variant,
-                                                                   y, self.deterministic,
-                                                                   self.clc), self.clc)
-                else:
-                    _schedule_rs(kop, self.target, self.variant, None, self.deterministic,
-                                 self.clc)
-                continue
-            # several weights: one kernel (below), or the gather then the GEMMs, saying why
-            if is_gather_many(kop, pattern) and (why := why_not_fused(kop)) is not None:
-                split_gather_many(kop, self.target, why)
-                continue
-            if pattern is Pattern.ALL_GATHER_MM:     # its own builder
-                if batches_of(kop) > 1:             # blocks of rows per shard (Shard(1))
-                    schedule_ag_blocks(kop, self.target, self.variant)
-                else:
-                    schedule_all_gather_mm(kop, self.target, self.variant)
-                continue
-            if pattern is Pattern.ALL_GATHER_K_MM:   # gathered along K: ag_k_schedule
+            try:
+                self._schedule(kop, pattern)
+            except ValueError as exc:
+                if not self.variant:
+                    raise           # (a bug: the pass's own choices must build)
+                # a forced tile this kernel cannot take: the user's option, at the kernel
+                raise diagnostic_at(kop, f"schedule-fused: variant={self.variant}: {exc}") \
+                    from None
+
+    def _schedule(self, kop: k.KernelOp, pattern: Pattern) -> None:
+        """Schedules ``kop`` (a fused kernel of ``pattern``) or leaves it with a remark."""
+        # an architecture with no lowering of these kernels (FUSED_ARCHS): say why
+        if (why := unlowered_arch(self.target)):
+            add_remark(kop, f"fused kernel left unscheduled: {why}")
+            return
+        if _fusion(kop).get("scaled") is not None and _fusion(kop)["scaled"].value.data:
+            reason = why_not_scaled(kop, pattern, self.target)
+            if reason:
+                add_remark(kop, f"fused kernel left unscheduled: fp8 scaled matmul: {reason}")
+            elif pattern is Pattern.ALL_GATHER_MM and batches_of(kop) > 1:
+                schedule_ag_blocks(kop, self.target, self.variant)
+            elif pattern is Pattern.ALL_GATHER_MM:
+                schedule_all_gather_mm(kop, self.target, self.variant)
+            elif pattern is Pattern.ALL_GATHER_K_MM:
                 schedule_all_gather_k_mm(kop, self.target, self.variant)
-                continue
-            if fused_ar_pair.is_pair(kop, pattern):   # W > 2: two kernels
-                reason = fused_ar_pair.why_not(kop, _dtype)
-                if reason:
-                    add_remark(kop, f"fused kernel left unscheduled: {reason}")
-                else:
-                    fused_ar_pair.schedule_pair(kop, self.target, _dtype(kop.inputs[0].type),
-                                                lambda kop, y: _schedule_rs(kop, self.target,
-                                                                            self.variant, y,
-                                                                            self.deterministic,
-                                                                            self.clc))
-                continue
-            fz = _fusion(kop)   # columns / blocks of rows: fused_rs_layouts' kernels
-            if pattern is Pattern.MM_REDUCE_SCATTER and fused_rs_layouts.is_other_layout(fz):
-                reason = fused_rs_layouts.why_not(kop, fz, _dtype)
-                if reason:
-                    add_remark(kop, f"fused kernel left unscheduled: {reason}")
-                else:
-                    fused_rs_layouts.schedule_rs_layout(kop, fz, self.target, self.variant,
-                                                        self.deterministic, _dtype)
-                continue
-            reason = why_not(kop)
+            elif pattern is Pattern.MM_ALL_REDUCE:
+                schedule_scaled_ar(kop, self.target, self.variant,
+                                   lambda kop, y: _schedule_rs(kop, self.target, self.variant,
+                                                               y, self.deterministic,
+                                                               self.clc), self.clc)
+            else:
+                _schedule_rs(kop, self.target, self.variant, None, self.deterministic,
+                             self.clc)
+            return
+        # several weights: one kernel (below), or the gather then the GEMMs, saying why
+        if is_gather_many(kop, pattern) and (why := why_not_fused(kop)) is not None:
+            split_gather_many(kop, self.target, why)
+            return
+        if pattern is Pattern.ALL_GATHER_MM:     # its own builder
+            if batches_of(kop) > 1:             # blocks of rows per shard (Shard(1))
+                schedule_ag_blocks(kop, self.target, self.variant)
+            else:
+                schedule_all_gather_mm(kop, self.target, self.variant)
+            return
+        if pattern is Pattern.ALL_GATHER_K_MM:   # gathered along K: ag_k_schedule
+            schedule_all_gather_k_mm(kop, self.target, self.variant)
+            return
+        if fused_ar_pair.is_pair(kop, pattern):   # W > 2: two kernels
+            reason = fused_ar_pair.why_not(kop, _dtype)
             if reason:
                 add_remark(kop, f"fused kernel left unscheduled: {reason}")
-                continue
-            if pattern is Pattern.MM_ALL_REDUCE:
-                schedule_ar(kop, self.target, self.variant, _dtype(kop.inputs[0].type), self.clc)
-            elif rs_into_output(kop.world_size):
-                schedule_rs_out(kop, self.target, self.variant, _dtype(kop.inputs[0].type),
-                                self.clc)
             else:
-                _schedule_rs(kop, self.target, self.variant, None, self.deterministic, self.clc)
+                fused_ar_pair.schedule_pair(kop, self.target, _dtype(kop.inputs[0].type),
+                                            lambda kop, y: _schedule_rs(kop, self.target,
+                                                                        self.variant, y,
+                                                                        self.deterministic,
+                                                                        self.clc))
+            return
+        fz = _fusion(kop)   # columns / blocks of rows: fused_rs_layouts' kernels
+        if pattern is Pattern.MM_REDUCE_SCATTER and fused_rs_layouts.is_other_layout(fz):
+            reason = fused_rs_layouts.why_not(kop, fz, _dtype)
+            if reason:
+                add_remark(kop, f"fused kernel left unscheduled: {reason}")
+            else:
+                fused_rs_layouts.schedule_rs_layout(kop, fz, self.target, self.variant,
+                                                    self.deterministic, _dtype)
+            return
+        reason = why_not(kop)
+        if reason:
+            add_remark(kop, f"fused kernel left unscheduled: {reason}")
+            return
+        if pattern is Pattern.MM_ALL_REDUCE:
+            schedule_ar(kop, self.target, self.variant, _dtype(kop.inputs[0].type), self.clc)
+        elif rs_into_output(kop.world_size):
+            schedule_rs_out(kop, self.target, self.variant, _dtype(kop.inputs[0].type),
+                            self.clc)
+        else:
+            _schedule_rs(kop, self.target, self.variant, None, self.deterministic, self.clc)
 
 
 def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
@@ -246,7 +258,8 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
     else:
         (b_val, layout), dt, types = b_operand(b), _dtype(a.type), ("", "")
     cfg = fused_config(FusedKind.RS, M, N, K, W, dt, layout, target, variant)
-    cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
+    if scaled:      # (the ping-pong fp8 tile where the plain GEMM takes it)
+        cfg = fp8_fused_config(cfg, types, M, N, K, target, variant)
     extra = [BufferType(v.type.get_shape(), v.type.element_type) for v in kop.inputs[2:]]
     block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),
@@ -278,7 +291,8 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
              stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
              chunk_rows=Mc, tiles_per_chunk=parts.tiles_per_chunk,
              scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, fresh_output=False,
-             add_order=add_order(W, ordered), **tmem_plan, **clc_plan)
+             add_order=add_order(W, ordered), **tmem_plan, **clc_plan,
+             **({"pingpong": True} if getattr(cfg, "pingpong", False) else {}))
     why_intra = ("tiles move by TMA from the consumers' epilogue while the SM computes the "
                  "next tile (intra-SM, no communicate CTAs)")
     if planned is OverlapStyle.INTER and comm_sms:

@@ -112,10 +112,10 @@ def test_pingpong_config_checks():
         GemmConfig(bm=64, bn=256, stages=4, consumers=1, pingpong=True).validate()
     with pytest.raises(ValueError, match="even number of pieces"):
         GemmConfig(bm=64, bn=192, stages=4, pingpong=True).validate()     # 3 pieces
-    from pkc.passes.fused_schedule import RsParts
+    from pkc.passes.moe_schedule import MoeParts
     from pkc.passes.gemm_schedule_pingpong import check_pingpong_parts
-    with pytest.raises(ValueError, match="the plain GEMM only, not RsParts"):
-        check_pingpong_parts(RsParts.__new__(RsParts))
+    with pytest.raises(ValueError, match="not for MoeParts: the MoE kernel's blocks"):
+        check_pingpong_parts(MoeParts.__new__(MoeParts))    # (fused kinds: test_fused_pingpong)
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
