@@ -1,7 +1,8 @@
 """Why the fp8 GEMM's ratio to cuBLASLt moves between runs: what cuBLASLt runs (kernel
 names, grids, blocks, shared memory, registers, from torch.profiler) and each launcher's
 steady-state time with the SM clock, the board power and the active clock-throttle reasons
-sampled while it runs back to back (nvidia-smi every 50 ms), in one run on one H200.
+sampled while it runs back to back (nvidia-smi every 50 ms), beside its burst time
+(timing.rotated: each launch after an idle sleep), in one run on one H200.
 
     python benchmarks/fp8_power.py --out DIR [--seconds 1.5]   # on the GPU machine
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -67,12 +69,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seconds", type=float, default=1.5)
+    ap.add_argument("--rounds", type=int, default=20, help="rotated (burst) rounds per shape")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     import torch
     from fp8_gemm import fp8_inputs, torch_scaled_mm
     from fp8_rowwise import compile_variant
-    from timing import sustained
+    from timing import rotated, sustained
 
     from pkc.runtime.scheduled import ScheduledKernel
 
@@ -100,9 +103,14 @@ def main() -> None:
             launchers.append((label, lambda k=kern, c=c: k([a, w, sa, sb, c])))
             rows.append({"case": name, "launcher": label, "correct": ok,
                          "registers": kern.kernel.num_regs})
-        for label, fn in launchers:
+        # burst: every launcher once per round behind an idle sleep, order rotated
+        burst = rotated([fn for _, fn in launchers], args.rounds)
+        base = burst[0]                     # torch row-wise
+        for (label, fn), times in zip(launchers, burst):
             r = sustained(fn, args.seconds)
-            r.update(case=name, launcher=label, tflops=2 * M * N * K / r["us"] / 1e6)
+            r.update(case=name, launcher=label, tflops=2 * M * N * K / r["us"] / 1e6,
+                     burst_us=statistics.median(times) * 1e6,
+                     burst_speed=statistics.median(b / x for b, x in zip(base, times)))
             rows.append(r)
             print(r, flush=True)
         time.sleep(1.0)
@@ -115,11 +123,14 @@ def main() -> None:
         if "error" in r or r.get("correct") is False:
             print("  !", r)
     print(f"\n{'case':16s} {'launcher':22s} {'us':>8s} {'TFLOP/s':>8s} {'MHz':>6s} {'W':>6s} "
-          "throttle")
+          f"{'sust spd':>8s} {'burst us':>8s} {'burst spd':>9s} throttle   (speed: torch row / x)")
+    sust = {}
     for r in rows:
         if "us" in r:
+            base = sust.setdefault(r["case"], r["us"])      # torch row-wise comes first
             print(f"{r['case']:16s} {r['launcher']:22s} {r['us']:8.1f} {r['tflops']:8.0f} "
-                  f"{r['sm_mhz']:6.0f} {r['watts']:6.0f} {','.join(r['throttle'])}")
+                  f"{r['sm_mhz']:6.0f} {r['watts']:6.0f} {base / r['us']:8.3f} "
+                  f"{r['burst_us']:8.1f} {r['burst_speed']:9.3f} {','.join(r['throttle'])}")
 
 
 if __name__ == "__main__":

@@ -49,8 +49,7 @@ from pkc.dialects import schedule_fused as f
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_clc import ClcKind, static_words
-from pkc.passes.fused_schedule import (arrangement, b_operand, build_fused_gemm, fp8_fused_config,
-                                       fused_config)
+from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
 from pkc.passes.gemm_schedule import Epi, GemmParts, Scales, _for, _Ops, _tma_epilogue
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle
@@ -433,10 +432,7 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
                           get_target(target).num_sms - side)
     else:
         cfg = fused_config(FusedKind.AG, W * Mc, ns[0], K, W, dt, layout, target, variant)
-    if scaled and nw > 1:       # (many_config's tile: the one padding the weights least)
-        cfg = cfg.with_(a_type=types[0], b_type=types[1])
-    elif scaled:        # (the ping-pong fp8 tile where the plain GEMM takes it)
-        cfg = fp8_fused_config(cfg, types, W * Mc, ns[0], K, target, variant)
+    cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
     # the tile space's columns: every weight's, each padded to whole tiles
     N = ns[0] if nw == 1 else sum(-(-n // cfg.bn) * cfg.bn for n in ns)
     arena, ring, piece = put_ring(cfg)

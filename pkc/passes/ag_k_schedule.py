@@ -61,8 +61,7 @@ from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.ag_gemm_schedule import (MAX_BYTES, AgParts, _dtype, _when, operand_problem, put_ctas,
                                          put_ring, row_blocks, signal_allocs)
-from pkc.passes.fused_schedule import (arrangement, b_operand, build_fused_gemm, fp8_fused_config,
-                                       fused_config)
+from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
 from pkc.passes.gemm_schedule import GemmParts, Scales, _Ops
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle
@@ -208,8 +207,7 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
     else:
         (b_val, layout), dt, types = b_operand(b), _dtype(a.type), ("", "")
     cfg = fused_config(FusedKind.AG, M, N, K, W, dt, layout, target, variant)
-    if scaled:      # (the ping-pong fp8 tile where the plain GEMM takes it)
-        cfg = fp8_fused_config(cfg, types, M, N, K, target, variant)
+    cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
     plan = plan_of(kop)
     side, why_side = put_ctas(plan, W, asked, M, N, K, target)
     arena, ring, piece = put_ring(cfg)

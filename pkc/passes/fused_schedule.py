@@ -47,8 +47,7 @@ from pkc.passes.gemm_schedule import Epi, GemmParts, Scales, _Ops, _tma_epilogue
 from pkc.passes.gemm_schedule_pingpong import tile_users
 from pkc.passes.gemm_schedule_tmem import TmemView, build_gemm_tmem
 from pkc.target import fused_tuning as ft
-from pkc.target.gemm_tuning import (PINGPONG_FP8, PINGPONG_MIN_KBLOCKS, VARIANTS, BLayout,
-                                     Epilogue, GemmConfig, pingpong_kblocks)
+from pkc.target.gemm_tuning import VARIANTS, BLayout, Epilogue, GemmConfig
 from pkc.target.gemm_tuning_sm100 import choose_tmem_config, stages_for
 from pkc.target.targets import get_target
 
@@ -86,22 +85,6 @@ def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, la
         cfg = cfg.with_(epi_bufs=2)
     cfg.validate()
     return cfg
-
-
-def fp8_fused_config(cfg: GemmConfig | TmemView, types: tuple[str, str], M: int, N: int,
-                     K: int, target: str, variant: str = "") -> GemmConfig | TmemView:
-    """``cfg`` (of :func:`fused_config`) with fp8 operand ``types``; on sm_90a, unless a
-    ``variant`` is forced, the plain fp8 GEMM's ping-pong tile where it picks it (every
-    CTA with :data:`~pkc.target.gemm_tuning.PINGPONG_MIN_KBLOCKS` k-blocks of the whole
-    ``M x N x K`` product or more): one warpgroup's fused epilogue then runs while the
-    other's MMAs do (:mod:`pkc.passes.gemm_schedule_pingpong`)."""
-    cfg = cfg.with_(a_type=types[0], b_type=types[1])
-    if (variant or isinstance(cfg, TmemView) or cfg.b_layout is not BLayout.NK
-            or pingpong_kblocks(M, N, K, get_target(target).num_sms) < PINGPONG_MIN_KBLOCKS):
-        return cfg
-    pp = PINGPONG_FP8.with_(dtype=cfg.dtype, a_type=types[0], b_type=types[1])
-    pp.validate()
-    return pp
 
 
 def tmem_config(pass_name: str, M: int, N: int, K: int, dt: str, layout: BLayout, target: str,
@@ -285,5 +268,4 @@ class RsParts(GemmParts):
         w.add(f.FenceAsyncGlobalOp())
 
 
-__all__ = ["RsParts", "arrangement", "tmem_config", "build_fused_gemm", "fused_config", "b_operand",
-           "fp8_fused_config"]
+__all__ = ["RsParts", "arrangement", "tmem_config", "build_fused_gemm", "fused_config", "b_operand"]

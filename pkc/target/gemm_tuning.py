@@ -287,15 +287,31 @@ AUTO_CANDIDATES: list[tuple[GemmConfig, float]] = [
 ]
 
 
-# fp8 (schedule-matmul's plain scaled GEMM; not the fused kinds, whose epilogues are the
-# cooperative consumers'): the ping-pong 128 x 128 tile, where every CTA has at least
-# PINGPONG_MIN_KBLOCKS k-blocks of work (its tiles x K / 128). Measured on the H200
-# (docs/PERF_NOTES.md 2026-12-02 (p), row-wise scales, against the cooperative pick): 1.032-1.038x
-# as fast at 8192^3, 16384x8192x4096, 4096x28672x8192 (31-62 tiles a CTA), 1.014x at
-# 8192x1280x8192 (5 tiles, K = 8192: 320 k-blocks); 0.987x at 4096^3 (8 tiles, K = 4096:
-# 256 k-blocks) and 0.98x at 1000x1040x2000 (one tile a CTA at most: nothing to overlap).
+# fp8 (schedule-matmul's plain scaled GEMM), two rules before the table's pick:
+# * the cooperative 128 x 256 tile with CTA pairs sharing B by multicast where every CTA has
+#   MULTICAST_MIN_TILES of its tiles or more: of the tiles measured it moves the fewest
+#   operand bytes per FLOP (16 KB per 128^3 MMA step against 24 KB without the pair and
+#   32 KB for 128 x 128), which is what sets the speed when the board runs at its power
+#   limit, as it does under a long fp8 GEMM (docs/PERF_NOTES.md 2026-12-02 (r): 690 W,
+#   throttle reason "SW power cap"; 0.98-1.01x cuBLASLt's time back to back at 8192^3,
+#   16384x8192x4096, 4096x28672x8192 (15-31 tiles a CTA), where ping-pong 128 x 128 was
+#   1.04-1.07x);
+# * else the ping-pong 128 x 128 tile where every CTA has at least PINGPONG_MIN_KBLOCKS
+#   k-blocks of work (its tiles x K / 128): 8192x1280x8192 (2.4 tiles of 128 x 256 a CTA,
+#   320 k-blocks): 1.00x cuBLASLt back to back and in bursts (journal (p), (r)); 4096^3
+#   (256 k-blocks) and one-tile shapes stay with the table (journal (p)).
+# The fused kinds keep the table's cooperative tile (they take no CTA pairs; ping-pong,
+# which they can take when forced, measured 1.02-1.05x slower than it: journal (r)).
+MULTICAST_FP8 = GemmConfig(bm=128, bn=256, stages=4, cluster_m=2)
+MULTICAST_MIN_TILES = 8
 PINGPONG_FP8 = GemmConfig(bm=128, bn=128, stages=6, pingpong=True)
 PINGPONG_MIN_KBLOCKS = 300
+
+
+def multicast_tiles(M: int, N: int, num_sms: int = 132) -> int:
+    """Tiles of :data:`MULTICAST_FP8` the busiest CTA works through."""
+    c = MULTICAST_FP8
+    return -(-(-(-M // c.bm) * -(-N // c.bn)) // num_sms)
 
 
 def pingpong_kblocks(M: int, N: int, K: int, num_sms: int = 132) -> int:
@@ -316,12 +332,16 @@ def choose_config(M: int, N: int, K: int, dtype: str = "bf16",
     register budgets are the same; the efficiencies are the bf16 measurements (issue 6):
     on the H200 the fp8 pick at 8192^3 (128 x 256) was within 1.3% of the best of the five
     tiles measured in fp8 (docs/PERF_NOTES.md 2026-12-02 (e)). ``pingpong`` (fp8 only, the
-    plain GEMM's caller): :data:`PINGPONG_FP8` where a CTA has enough work that one
-    warpgroup's epilogue can hide under the other's MMAs (:data:`PINGPONG_MIN_KBLOCKS`)."""
+    plain GEMM's caller): the plain fp8 GEMM's own rules first (above
+    :data:`MULTICAST_FP8`): CTA pairs where every CTA has many tiles, else the ping-pong
+    tile where one warpgroup's epilogue can hide under the other's MMAs."""
     b_layout = BLayout.parse(b_layout, "choose_config's b_layout")
-    if (pingpong and in_types[0] in FP8_TYPES and b_layout is BLayout.NK
-            and pingpong_kblocks(M, N, K, num_sms) >= PINGPONG_MIN_KBLOCKS):
-        return PINGPONG_FP8.with_(dtype=dtype, a_type=in_types[0], b_type=in_types[1])
+    if pingpong and in_types[0] in FP8_TYPES and b_layout is BLayout.NK:
+        types = {"dtype": dtype, "a_type": in_types[0], "b_type": in_types[1]}
+        if multicast_tiles(M, N, num_sms) >= MULTICAST_MIN_TILES:
+            return MULTICAST_FP8.with_(**types)
+        if pingpong_kblocks(M, N, K, num_sms) >= PINGPONG_MIN_KBLOCKS:
+            return PINGPONG_FP8.with_(**types)
     best, best_cost = None, None
     for c, eff in AUTO_CANDIDATES:
         if b_layout is BLayout.KN and c.bn % 64:

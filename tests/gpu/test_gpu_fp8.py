@@ -248,6 +248,8 @@ GEMM_CASES = [
     (2000, 1040, 2000, True, True, "e4m3", "e4m3", "128x128_pp_s6"),
     (2048, 2048, 1024, False, True, "e4m3", "e4m3", "128x128_pp_cl2"),
     (1000, 1536, 640, True, False, "e5m2", "e4m3", "64x256_pp_s4"),
+    # the auto pick with >= 8 tiles of 128 x 256 a CTA: CTA pairs (multicast B), an odd count of row tiles
+    (3900, 8448, 384, True, False, "e4m3", "e4m3", ""),
 ]
 
 

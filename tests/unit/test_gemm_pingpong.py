@@ -136,11 +136,16 @@ def test_pingpong_kernels_assemble_without_spills(variant):
 def test_fp8_auto_tile_is_pingpong_where_a_cta_has_enough_work():
     from pkc.target.gemm_tuning import PINGPONG_MIN_KBLOCKS, choose_config, pingpong_kblocks
 
+    from pkc.target.gemm_tuning import MULTICAST_MIN_TILES, multicast_tiles
+
     fp8 = ("e4m3", "e4m3")
     for M, N, K in [(16384, 8192, 4096), (8192, 8192, 8192), (4096, 28672, 8192),
                     (8192, 1280, 8192)]:
         assert pingpong_kblocks(M, N, K) >= PINGPONG_MIN_KBLOCKS
-        assert choose_config(M, N, K, "bf16", "nk", 132, fp8, pingpong=True).pingpong
+        c = choose_config(M, N, K, "bf16", "nk", 132, fp8, pingpong=True)
+        # many tiles a CTA: CTA pairs (multicast B) come first (test_fused_pingpong)
+        assert c.pingpong == (multicast_tiles(M, N) < MULTICAST_MIN_TILES)
+        assert c.pingpong or c.cluster_m == 2
         # only where asked (the fused kinds' callers do not), and fp8 only
         assert not choose_config(M, N, K, "bf16", "nk", 132, fp8).pingpong
         assert not choose_config(M, N, K, "bf16", "nk", 132, pingpong=True).pingpong
