@@ -87,8 +87,8 @@ def compile_fused(W, M, N, K, row, kind: str = "rs", variant: str = ""):
 
 def run_case(name, W, M, N, K, row, kind, rounds: int, other: str = "",
              sustained_s: float = 0.0) -> dict:
-    """One case; ``other``: a second fused kernel on that forced tile (``fused2``, e.g. the
-    cooperative tile beside the ping-pong default), timed in the same rounds;
+    """One case; ``other``: further fused kernels on those forced tiles (comma-separated;
+    ``fused2``, ``fused3``, ...), timed in the same rounds;
     ``sustained_s``: each launcher also back to back for that long (timing.sustained:
     the board at its power limit) -> ``sustained`` rows."""
     import torch
@@ -127,18 +127,20 @@ def run_case(name, W, M, N, K, row, kind, rounds: int, other: str = "",
     fns = [lambda: fused.run([a], [w], [sa], [sb]), lambda: gemm([a, w, sa, sb, c]),
            lambda: torch_scaled_mm(a, w, sa, sb, fast=True)]
     names = ["fused", "gemm", "torch"]
-    if other:
-        ck2, kop2 = compile_fused(W, M, N, K, row, kind, other)
+    for i, variant in enumerate(v for v in other.split(",") if v):
+        ck2, kop2 = compile_fused(W, M, N, K, row, kind, variant)
         p2 = plan_of(kop2)
-        fused2 = cls(ck2.ptx, ck2.meta, peers, owner=("fp8", name, other),
-                     timeout_ns=500_000_000)
-        got2 = fused2.run([a], [w], [sa], [sb])
+        f2 = cls(ck2.ptx, ck2.meta, peers, owner=("fp8", name, variant), timeout_ns=500_000_000)
+        got2 = f2.run([a], [w], [sa], [sb])
         torch.cuda.synchronize()
         g2 = got2[0][0] if kind == "ag" else got2[0]
-        row_.update(tile2=f"{p2['bm']}x{p2['bn']}_s{p2['stages']}",
-                    correct2=float((g2.float() - ref.float()).abs().max()) <= tol)
-        fns.append(lambda: fused2.run([a], [w], [sa], [sb]))
-        names.append("fused2")
+        tag = f"fused{i + 2}"
+        row_[f"tile_{tag}"] = (f"{p2['bm']}x{p2['bn']}_s{p2['stages']}"
+                               + ("_pp" if p2.get("pingpong") else "")
+                               + ("_cl2" if ck2.meta.cluster == 2 else ""))
+        row_[f"correct_{tag}"] = float((g2.float() - ref.float()).abs().max()) <= tol
+        fns.append(lambda f2=f2: f2.run([a], [w], [sa], [sb]))
+        names.append(tag)
     row_["pingpong"] = bool(p.get("pingpong"))
     for _ in range(3):
         for f in fns:
@@ -150,9 +152,9 @@ def run_case(name, W, M, N, K, row, kind, rounds: int, other: str = "",
         from timing import sustained
         row_["sustained"] = {n: sustained(f, sustained_s) for n, f in zip(names, fns)}
         st = row_["sustained"]
-        row_["sustained_fused_over_torch"] = st["fused"]["us"] / st["torch"]["us"]
-        if other:
-            row_["sustained_fused2_over_torch"] = st["fused2"]["us"] / st["torch"]["us"]
+        for n in names:
+            if n.startswith("fused"):
+                row_[f"sustained_{n}_over_torch"] = st[n]["us"] / st["torch"]["us"]
     torch.cuda.synchronize()
     fused.check()
     return row_
@@ -219,8 +221,8 @@ def main() -> None:
                     help="the W > 1 all-gather: row-wise vs tensor-wise scales (SCALE_CASES)")
     ap.add_argument("--only", default="", help="case names to run, '|'-separated")
     ap.add_argument("--other", default="",
-                    help="also the fused kernel on this forced tile (e.g. 128x256_s4_tma: the "
-                         "cooperative tile beside the ping-pong default), same rounds")
+                    help="also the fused kernel on these forced tiles (comma-separated, e.g. "
+                         "128x256_s4_cl2,128x128_pp_cl2: CTA pairs), same rounds")
     ap.add_argument("--sustained-s", type=float, default=0.0,
                     help="also each launcher back to back for this long (power-limited clock)")
     args = ap.parse_args()
@@ -253,20 +255,20 @@ def main() -> None:
               f"{r.get('us_gemm', 0):9.1f} {r.get('us_torch', 0):9.1f} "
               f"{r.get('fused_over_gemm', 0):10.3f} {r.get('fused_over_torch', 0):11.3f}")
     if args.other or args.sustained_s:
-        print(f"\n{'case':24} {'tile':12} {'tile2':12} {'ok2':5} {'fused/torch':>11} "
-              f"{'fused2/torch':>12} {'sust f/t':>8} {'sust f2/t':>9}  MHz fused/fused2/torch")
+        print("\nfused kernels against torch._scaled_mm fast accum (time ratios; burst: rotated "
+              "rounds, sustained: back to back at the power limit)")
         for r in rows:
             if "error" in r or "us_torch" not in r:
                 continue
             st = r.get("sustained", {})
-            mhz = "/".join(f"{st[n]['sm_mhz']:.0f}" for n in ("fused", "fused2", "torch")
-                           if n in st)
-            print(f"{r['case']:24} {r['tile']:12} {r.get('tile2', '-'):12} "
-                  f"{str(r.get('correct2', '-')):5} {r['fused_over_torch']:11.3f} "
-                  f"{r.get('us_fused2', 0) / r['us_torch']:12.3f} "
-                  f"{r.get('sustained_fused_over_torch', 0):8.3f} "
-                  f"{r.get('sustained_fused2_over_torch', 0):9.3f}  {mhz}")
-
+            for n in ["fused"] + [k[len("tile_"):] for k in r if k.startswith("tile_fused")]:
+                tile = r["tile"] if n == "fused" else r[f"tile_{n}"]
+                ok = r["correct"] if n == "fused" else r[f"correct_{n}"]
+                sus = r.get(f"sustained_{n}_over_torch", 0)
+                mhz = st.get(n, {}).get("sm_mhz", 0)
+                print(f"{r['case']:24} {n:7} {tile:18} ok {str(ok):5} burst "
+                      f"{r[f'us_{n}'] / r['us_torch']:6.3f} sustained {sus:6.3f} ({mhz:.0f} MHz; "
+                      f"torch {st.get('torch', {}).get('sm_mhz', 0):.0f})")
 
 if __name__ == "__main__":
     main()

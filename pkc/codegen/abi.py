@@ -330,7 +330,9 @@ class ScheduledKernelMeta:
     def grid(self, num_sms: int) -> int:
         side = self.fused.side_ctas if self.fused is not None else 0
         if side:        # the GEMM's CTAs on the SMs the side CTAs leave, then the side's
-            return max(1, min(num_sms - side, self.tiles)) + side
+            # (whole clusters: the side CTAs are a whole number of them)
+            main = min(num_sms - side, self.tiles) // self.cluster * self.cluster
+            return max(self.cluster, main) + side
         if self.clc:    # every tile's cluster; those beyond the SMs are cancelled or wait
             return -(-self.tiles // self.cluster) * self.cluster
         ctas = min(num_sms, -(-self.tiles // self.cluster) * self.cluster)

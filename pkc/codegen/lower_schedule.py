@@ -405,12 +405,15 @@ def lower_tile_loop(L: Lowering, op, chunks: int = 1) -> None:
         num_n = b.bin("div", "u32", b.add32(num_n, cn - 1), cn)
     num_tiles = b.mul32(num_mc, num_n)
     group_sz = b.mul32(num_n, gm)
+    main = getattr(L, "tile_ctas", None)    # a pks.cta_partition's main CTAs (else all)
     if cl > 1:
-        tile0, stride = b.sreg("%clusterid.x"), b.sreg("%nclusterid.x")
+        # the side CTAs are the grid's last whole clusters: the main ones come first
+        tile0 = b.sreg("%clusterid.x")
+        stride = (b.bin("div", "u32", main, cl) if main is not None
+                  else b.sreg("%nclusterid.x"))
         rank = b.sreg("%cluster_ctarank")
     else:
         # inside a pks.cta_partition's main region: the CTAs its side role leaves
-        main = getattr(L, "tile_ctas", None)
         tile0, rank = b.sreg("%ctaid.x"), None
         stride = main if main is not None else b.sreg("%nctaid.x")
     total = b.mul32(num_tiles, chunks) if chunks > 1 else num_tiles

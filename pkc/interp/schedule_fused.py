@@ -85,18 +85,19 @@ def _scale_select(R, a: Actor, op: f.ScaleSelectOp, env) -> bool:
 
 @blocking(f.ChunkTileLoopOp)
 def _chunk_tile_loop(R, a: Actor, op: f.ChunkTileLoopOp, env) -> Generator:
-    """Tile t of this CTA (cta, cta + grid, ...): slot t / tiles, chunk (first + slot) mod
-    chunks, grouped order inside the chunk (ChunkTileLoopOp's doc)."""
+    """Tile t of this CTA (cluster: cta / cluster, += clusters): slot t / tiles, chunk
+    (first + slot) mod chunks, grouped order inside the chunk, a cluster's CTAs on
+    vertically adjacent tiles (ChunkTileLoopOp's doc, pks.tile_loop's clusters)."""
     bm, bn, gm, chunks = op.bm.data, op.bn.data, op.group_m.data, op.chunks.data
-    if R.cluster != 1:
-        raise InterpError(f"{a.at(op)}: a chunked tile loop in clusters of {R.cluster}")
-    num_m, num_n = -(-env[op.m] // bm), -(-env[op.n] // bn)
-    tiles = num_m * num_n
+    cl = R.cluster
+    num_mc, num_n = -(-(-(-env[op.m] // bm)) // cl), -(-env[op.n] // bn)
+    tiles = num_mc * num_n
     first = uniform(a, op, env[op.first], "the first chunk")
     carried = [env[v] for v in op.inits]
-    for t in range(a.cta, chunks * tiles, a.loop_ctas or R.ctas):
+    for t in range(a.cta // cl, chunks * tiles, (a.loop_ctas or R.ctas) // cl):
         chunk = (first + t // tiles) % chunks
-        mb, nb = grouped_tile(t % tiles, num_m, num_n, gm)
+        mc, nb = grouped_tile(t % tiles, num_mc, num_n, gm)
+        mb = mc * cl + a.cta % cl
         R._count()
         carried = yield from R.run_block(a, op.block, env, [mb * bm, nb * bn, chunk, *carried])
     for res, v in zip(op.res, carried):

@@ -66,6 +66,8 @@ class BlockAgParts(AgParts):
     """:class:`AgParts` over a shard of ``blocks`` blocks of ``mc / blocks`` rows (module
     doc)."""
 
+    cluster_pairs = False   # CTA pairs (not built for them)
+
     def __init__(self, world, mc, n, kdim, cfg, A, gath, pad, ctl, side, ring, piece,
                  self_copy, blocks: int):
         super().__init__(world, mc, n, kdim, cfg, A, gath, pad, ctl, side, ring, piece,

@@ -49,12 +49,13 @@ from pkc.dialects import schedule_fused as f
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_clc import ClcKind, static_words
-from pkc.passes.fused_schedule import arrangement, b_operand, build_fused_gemm, fused_config
+from pkc.passes.fused_schedule import (arrangement, b_operand, build_fused_gemm, chunk_m_tiles,
+                                       fused_config)
 from pkc.passes.gemm_schedule import Epi, GemmParts, Scales, _for, _Ops, _tma_epilogue
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle
 from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind, ag_put_ctas
-from pkc.target.gemm_tuning import GemmConfig
+from pkc.target.gemm_tuning import VARIANTS, GemmConfig
 from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
@@ -80,7 +81,7 @@ class AgParts(GemmParts):
         self.side, self.ring, self.piece, self.self_copy = side, ring, piece, self_copy
         self.lag = max(1, ring // 2)
         self.G = row_blocks(mc, cfg)
-        self.tiles_per_chunk = -(-mc // cfg.bm) * -(-n // cfg.bn)
+        self.tiles_per_chunk = chunk_m_tiles(mc, cfg) * -(-n // cfg.bn)
         self.tile_rows = mc         # rows of one shard's tile space (the GEMM's M)
 
     @staticmethod
@@ -148,8 +149,10 @@ class AgParts(GemmParts):
         m0, _, chunk = coords
         (last,) = extra
         own = t.cmp("eq", chunk, self.rank)
-        key = t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.G),
-                    t.bin(arith.DivUIOp, m0, self.cfg.bm * self.cfg.group_m))
+        # (a CTA pair's second tile may lie wholly past the shard: its block is the last)
+        block = t.bin(arith.MinUIOp, t.bin(arith.DivUIOp, m0, self.cfg.bm * self.cfg.group_m),
+                      self.G - 1)
+        key = t.bin(arith.AddiOp, t.bin(arith.MuliOp, chunk, self.G), block)
         tm, last = self.wait_row_block(t, own, chunk, key, last)
         return tm, m0, [t.select(own, t.c(0), chunk)], [last]
 
@@ -425,6 +428,10 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
         layout, dt, types = layouts[0], _dtype(a.type), ("", "")
     plan = plan_of(kop)
     side, why_side = put_ctas(plan, W, asked, W * Mc, sum(ns), K, target)
+    pairs = 2 if variant and VARIANTS[variant].cluster_m == 2 else 1
+    if side % pairs:        # CTA pairs: the put CTAs a whole number of clusters
+        side += pairs - side % pairs
+        why_side += f", rounded up to {side} (whole CTA pairs)"
     if nw > 1:          # the tile that pads the weights least (gather_many.many_config)
         from pkc.passes.gather_many import many_config, many_parts  # (they import this)
 

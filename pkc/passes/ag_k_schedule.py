@@ -77,6 +77,8 @@ class AgKParts(AgParts):
     all M rows) and ``k`` = Kc, the plain GEMM's tile loop and epilogue, and a producer
     whose K loop walks the shards; the put side serves row block by row block."""
 
+    cluster_pairs = False   # CTA pairs (not built for them)
+
     rows_first = True
 
     def __init__(self, world: int, m: int, n: int, kc: int, cfg, A: SSAValue, gath: SSAValue,

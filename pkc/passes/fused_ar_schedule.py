@@ -75,6 +75,8 @@ class ArParts(RsParts):
     """GEMM + all-reduce by broadcast into the symmetric output (see the module doc).
     ``pad``: W x W u32 slots (symmetric, zeroed once), ``ctl``: the epoch control word."""
 
+    cluster_pairs = False   # CTA pairs (not built for them)
+
     def pingpong_problem(self) -> str | None:
         return "the all-reduce's broadcast epilogue is built for the cooperative consumers"
 
@@ -365,6 +367,8 @@ class RsOutParts(_Summed, RsParts):
     """GEMM + reduce-scatter at W = 2 into a fresh output; ``stage``: the peer's partial
     of this rank's chunk (a symmetric ``[2*Mc, N]`` ``pk.alloc``, a half per epoch
     parity). See the module doc."""
+
+    cluster_pairs = False   # CTA pairs (not built for them)
 
     def __init__(self, world: int, mc: int, n: int, cfg: GemmConfig, pad: SSAValue,
                  ctl: SSAValue, stage: SSAValue):

@@ -124,6 +124,8 @@ class ClcChunkMixin:
     indices. Needs ``rank``, ``epoch``, ``ctl`` and ``W`` (the RsParts fields); the first
     chunk is :meth:`clc_first` (the rank: own chunk first)."""
 
+    cluster_pairs = False   # CTA pairs (sm_100a: not built for them)
+
     READERS = 2                 # the tensor-memory arrangement: mma and epilogue roles
 
     ring: tuple[SSAValue, ...] | None = None

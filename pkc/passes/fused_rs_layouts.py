@@ -150,6 +150,8 @@ class ColumnRsParts(RsParts):
     """:class:`RsParts` whose chunks are column blocks of ``nc`` columns (module doc):
     the tile loop runs over ``[rows, nc]`` per chunk, B's column is ``chunk*nc + n0``."""
 
+    cluster_pairs = False   # CTA pairs (its own tile space, not built for them)
+
     def __init__(self, world, rows, nc, cfg, pad, ctl):
         super().__init__(world, rows, nc, cfg, pad, ctl)
         self.nc = nc
@@ -174,6 +176,8 @@ class BlockRsParts(RsParts):
     """:class:`RsParts` whose chunk p is rows ``p*sc .. + sc`` of each block of ``W*sc``
     product rows (module doc); tiles never cross a block (``sc`` a multiple of bm)."""
 
+    cluster_pairs = False   # CTA pairs (its own tile space, not built for them)
+
     def __init__(self, world, blocks, sc, n, cfg, pad, ctl):
         super().__init__(world, blocks * sc, n, cfg, pad, ctl)
         self.sc = sc
@@ -193,6 +197,8 @@ class BlockViewRsParts(RsParts):
     owner's ``[B*sc, N]`` as ``[B, sc, N]`` (``pks.peer_tmap`` dims) so a tile's rows past
     ``sc`` are clipped instead of spilling into the next block; the producer's rows past
     ``sc`` are another chunk's (their products are never stored)."""
+
+    cluster_pairs = False   # CTA pairs (its own tile space, not built for them)
 
     def __init__(self, world, blocks, sc, n, cfg, pad, ctl):
         self.scp = -(-sc // cfg.bm) * cfg.bm

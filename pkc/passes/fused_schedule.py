@@ -65,7 +65,8 @@ def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, la
                  target: str, variant: str = "", fresh: bool = False) -> GemmConfig | TmemView:
     """The GEMM tile of a fused kernel: the forced ``variant``, else the tuning table's
     (:func:`pkc.target.fused_tuning.fused_gemm_config`), with what the fused epilogue needs
-    (no cluster, TMA stores; 128-column tiles for B [K, N]; two epilogue buffers where the
+    (TMA stores; no CTA pairs but a forced variant's; 128-column tiles for B [K, N]; two
+    epilogue buffers where the
     summed epilogue loads ahead: ``fresh``). A target whose MMA accumulates in tensor
     memory (sm_100a) gets the tensor-memory GEMM's tile (``choose_tmem_config`` for the
     whole product, unmeasured; TMA epilogue, two epilogue buffers) as a :class:`TmemView`,
@@ -80,7 +81,9 @@ def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, la
         cfg = ft.fused_gemm_config(kind, M, N, K, W, dt, layout, sms, target)
     if layout is BLayout.KN and cfg.bn % 64:
         cfg = cfg.with_(bn=128)         # B [K, N] is loaded in 64-column boxes
-    cfg = cfg.with_(cluster_m=1, epilogue=Epilogue.TMA)
+    # CTA pairs (multicast B) only where forced: the parts that take them say so
+    # (GemmParts.cluster_pairs), the table's tile has none
+    cfg = cfg.with_(cluster_m=cfg.cluster_m if variant else 1, epilogue=Epilogue.TMA)
     if fresh:
         cfg = cfg.with_(epi_bufs=2)
     cfg.validate()
@@ -127,7 +130,19 @@ def build_fused_gemm(body, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int
     of :func:`fused_config` for sm_100a, else the wgmma one (producer and consumers)."""
     if isinstance(cfg, TmemView):      # fp8 (scales): tcgen05 kind::f8f6f4, scaled pieces
         return build_gemm_tmem(body, A, B, C, M, N, K, cfg, parts, scales)
+    if cfg.cluster_m > 1 and not parts.cluster_pairs:
+        raise ValueError(f"{cfg.tag()}: CTA pairs (cluster_m = {cfg.cluster_m}) are not built "
+                         f"for {type(parts).__name__}")
     return build_gemm(body, A, B, C, M, N, K, cfg, parts, scales=scales)
+
+
+def chunk_m_tiles(mc: int, cfg) -> int:
+    """A chunk's row tiles as the chunk tile loop visits them: whole clusters of
+    ``cluster_m`` row tiles (a pair's second tile may lie wholly past the chunk's rows:
+    its loads read zeros or the next chunk's rows, its stores are clipped by the maps,
+    and it is counted like any tile)."""
+    cm = getattr(cfg, "cluster_m", 1)
+    return -(-(-(-mc // cfg.bm)) // cm) * cm
 
 
 class RsParts(GemmParts):
@@ -138,11 +153,13 @@ class RsParts(GemmParts):
     def __init__(self, world: int, mc: int, n: int, cfg: GemmConfig, pad: SSAValue,
                  ctl: SSAValue):
         self.W, self.mc, self.cfg, self.pad, self.ctl = world, mc, cfg, pad, ctl
-        self.tiles_per_chunk = -(-mc // cfg.bm) * -(-n // cfg.bn)
+        self.tiles_per_chunk = chunk_m_tiles(mc, cfg) * -(-n // cfg.bn)
 
     def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
         self.maps = [top.add(f.PeerTmapOp(C, p, tc_t)).result for p in range(self.W)]
         return None
+
+    cluster_pairs = True
 
     # whether the subclass's own tile loop reads the launch epoch (cluster launch
     # control's tickets, the fresh-output kernel's staging halves)
@@ -268,4 +285,5 @@ class RsParts(GemmParts):
         w.add(f.FenceAsyncGlobalOp())
 
 
-__all__ = ["RsParts", "arrangement", "tmem_config", "build_fused_gemm", "fused_config", "b_operand"]
+__all__ = ["RsParts", "arrangement", "tmem_config", "build_fused_gemm", "fused_config", "b_operand",
+           "chunk_m_tiles"]

@@ -74,6 +74,8 @@ class ManyWeights:
     (the B buffers, the C buffers, the weights' widths N_i, and for fp8 the B scales);
     the parts' ``n`` is the padded total."""
 
+    cluster_pairs = False   # CTA pairs (not built for them)
+
     def __init__(self, *args, weights: tuple, **kw):
         super().__init__(*args, **kw)
         self.Bs, self.Cs, self.ns, *sbs = weights

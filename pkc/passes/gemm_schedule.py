@@ -211,6 +211,10 @@ class GemmParts:
         scale, :class:`pkc.passes.gather_many.ManyWeights`)."""
         return scales, coords[1], N
 
+    # whether these parts are built for CTA pairs sharing B (cluster_m = 2): the plain
+    # GEMM's and the row-chunked fused kinds' (pkc.passes.fused_schedule.chunk_m_tiles)
+    cluster_pairs = True
+
     def pingpong_problem(self) -> str | None:
         """Why these parts cannot be built with ping-pong consumers
         (:mod:`pkc.passes.gemm_schedule_pingpong`), or None."""

@@ -22,6 +22,8 @@ class ClcParts(GemmParts):
     reads every response once); the ring's shared memory and mbarriers are placed before
     the first role that asks for a loop."""
 
+    cluster_pairs = False   # CTA pairs (sm_100a: CTA pairs are its own arrangement)
+
     def pingpong_problem(self) -> str | None:
         return "tiles under cluster launch control come one response per role, not in a sequence"
 

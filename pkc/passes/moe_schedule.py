@@ -89,6 +89,8 @@ class MoeParts(GemmParts):
     u32: E*W data flags, W count flags, W done slots), ``cin`` (symmetric u32 [E*W]) and
     ``ctl`` (the epoch control word)."""
 
+    cluster_pairs = False   # CTA pairs (not built for them)
+
     def pingpong_problem(self) -> str | None:
         return "the MoE kernel's blocks of run-time rows are built for the cooperative consumers"
 

@@ -166,8 +166,10 @@ class ScheduleFused(ModulePass):
                 if not self.variant:
                     raise           # (a bug: the pass's own choices must build)
                 # a forced tile this kernel cannot take: the user's option, at the kernel
-                raise diagnostic_at(kop, f"schedule-fused: variant={self.variant}: {exc}") \
-                    from None
+                why = str(exc)
+                if not why.startswith("schedule-fused"):
+                    why = f"schedule-fused: variant={self.variant}: {why}"
+                raise diagnostic_at(kop, why) from None
 
     def _schedule(self, kop: k.KernelOp, pattern: Pattern) -> None:
         """Schedules ``kop`` (a fused kernel of ``pattern``) or leaves it with a remark."""

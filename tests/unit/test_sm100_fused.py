@@ -172,7 +172,10 @@ def test_schedule_stage_builds_the_sm100_fused_kernel_and_no_cta_pair():
 
 
 def test_a_wgmma_variant_is_refused_for_a_tensor_memory_target():
-    with pytest.raises(ValueError, match="variant=128x256_s4_tma is a wgmma"):
+    from pkc.ir import PkcDiagnostic       # an error at the kernel (the user's option)
+
+    with pytest.raises(PkcDiagnostic, match="'pk.kernel' op schedule-fused: "
+                                            "variant=128x256_s4_tma is a wgmma"):
         for p in parse_pipeline("schedule-fused{target=b200 variant=128x256_s4_tma}"):
             p.apply(make_context(), fused_module(2, *FUSED[2]))
 
