@@ -211,6 +211,14 @@ def new_kinds() -> list[Case]:
            {"fused_kind": "rs", "bias": True}),
         rs("new_rs_bias_cols3d_w1", "gemm+bias+rs columns 3-d", 1, ("bias", 1, (3, 7), 2, 32, 24),
            {"fused_kind": "rs", "bias": True}),
+        # forced tiles: ping-pong consumers; CTA pairs (one row tile a chunk: a pair's
+        # second tile lies past it)
+        rs("new_fp8_rs_w2_pingpong", "fp8 gemm+rs ping-pong", 2,
+           ("fp8_rs", 2, 2 * 136, 272, 128, True), {"fused_kind": "rs", "pingpong": True},
+           "{variant=128x128_pp_s6}"),
+        rs("new_fp8_rs_w3_pairs", "fp8 gemm+rs CTA pairs", 3,
+           ("fp8_rs", 3, 3 * 72, 528, 128, False), {"fused_kind": "rs"},
+           "{variant=128x256_s4_cl2}"),
     ]
     # the all-gather along K (pkc/passes/ag_k_schedule.py; Mc: the shard's rows M, K: its
     # Kc): every tile's K loop walks the shards in one order (the own one first), so
