@@ -169,8 +169,11 @@ class ChunkTileLoopOp(IRDLOperation):
     chunk ``(first + s) mod chunks``; inside a chunk the grouped rasterization of
     ``pks.tile_loop``. Slot order is the same on every CTA, so a CTA finishes its tiles
     of one chunk before it starts the next (every rank starts with its own chunk when
-    ``first`` is the rank). The body gets the tile's first row inside its chunk, its first
-    column, the chunk, and the loop-carried values."""
+    ``first`` is the rank). In a schedule of CTA pairs (``cluster`` 2) the unit is a
+    cluster's tile, as in ``pks.tile_loop``: the pair takes two vertically adjacent tiles
+    of one chunk (the second may lie wholly past the chunk's rows). The body gets the
+    tile's first row inside its chunk, its first column, the chunk, and the loop-carried
+    values."""
 
     name = "pks.chunk_tile_loop"
     m = operand_def(i32)
