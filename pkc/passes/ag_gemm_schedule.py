@@ -50,12 +50,12 @@ from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_clc import ClcKind, static_words
 from pkc.passes.fused_schedule import (arrangement, b_operand, build_fused_gemm, chunk_m_tiles,
-                                       fused_config)
+                                       fp8_fused_config, fused_config)
 from pkc.passes.gemm_schedule import Epi, GemmParts, Scales, _for, _Ops, _tma_epilogue
 from pkc.passes.remarks import add_remark, plan_of, set_plan
 from pkc.target.cost import OverlapStyle
 from pkc.target.fused_tuning import PUT_PIECE, PUT_RING, FusedKind, ag_put_ctas
-from pkc.target.gemm_tuning import VARIANTS, GemmConfig
+from pkc.target.gemm_tuning import GemmConfig
 from pkc.target.targets import get_target
 
 _DTYPE = {BFloat16Type: "bf16", Float16Type: "f16"}
@@ -428,10 +428,6 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
         layout, dt, types = layouts[0], _dtype(a.type), ("", "")
     plan = plan_of(kop)
     side, why_side = put_ctas(plan, W, asked, W * Mc, sum(ns), K, target)
-    pairs = 2 if variant and VARIANTS[variant].cluster_m == 2 else 1
-    if side % pairs:        # CTA pairs: the put CTAs a whole number of clusters
-        side += pairs - side % pairs
-        why_side += f", rounded up to {side} (whole CTA pairs)"
     if nw > 1:          # the tile that pads the weights least (gather_many.many_config)
         from pkc.passes.gather_many import many_config, many_parts  # (they import this)
 
@@ -439,7 +435,14 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
                           get_target(target).num_sms - side)
     else:
         cfg = fused_config(FusedKind.AG, W * Mc, ns[0], K, W, dt, layout, target, variant)
-    cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
+    if scaled and nw == 1:      # (CTA pairs where the plain fp8 GEMM takes them)
+        cfg = fp8_fused_config(cfg, types, W * Mc, ns[0], K, target, variant, parts_cls)
+    elif scaled:
+        cfg = cfg.with_(a_type=types[0], b_type=types[1])
+    pairs = getattr(cfg, "cluster_m", 1)    # (a tensor-memory view has none here)
+    if side % pairs:            # CTA pairs: the put CTAs a whole number of clusters
+        side += pairs - side % pairs
+        why_side += f", rounded up to {side} (whole CTA pairs)"
     # the tile space's columns: every weight's, each padded to whole tiles
     N = ns[0] if nw == 1 else sum(-(-n // cfg.bn) * cfg.bn for n in ns)
     arena, ring, piece = put_ring(cfg)

@@ -62,7 +62,7 @@ from pkc.passes.fused_clc import ClcChoice, check_choice, decide
 from pkc.passes.fused_rs_ordered import RsOrderedParts, add_order
 from pkc.passes.fused_fp8 import fp8_operands, schedule_scaled_ar, why_not_scaled
 from pkc.passes.fused_schedule import (RsParts, arrangement, b_operand, build_fused_gemm,
-                                       fused_config)
+                                       fp8_fused_config, fused_config)
 from pkc.passes.gemm_schedule import Scales
 from pkc.passes.gather_many import is_gather_many, split_gather_many, why_not_fused
 from pkc.passes.pipelines import unlowered_arch
@@ -260,7 +260,8 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
     else:
         (b_val, layout), dt, types = b_operand(b), _dtype(a.type), ("", "")
     cfg = fused_config(FusedKind.RS, M, N, K, W, dt, layout, target, variant)
-    cfg = cfg.with_(a_type=types[0], b_type=types[1]) if scaled else cfg
+    if scaled:      # (CTA pairs where the plain fp8 GEMM takes them)
+        cfg = fp8_fused_config(cfg, types, M, N, K, target, variant, RsParts)
     extra = [BufferType(v.type.get_shape(), v.type.element_type) for v in kop.inputs[2:]]
     block = Block(arg_types=[BufferType(a.type.get_shape(), a.type.element_type),
                              BufferType(b_val.type.get_shape(), b_val.type.element_type),

@@ -8,7 +8,8 @@ cooperative form counts them, would wait for signals that never come: a protocol
 the emulator runs the PTX equal to the interpreter, ptxas has no spills; parts built for the
 cooperative consumers are refused with their reason. The fused kinds take the ping-pong tile
 only when forced (``variant``): on the H200 it measured slower than their cooperative tile
-(docs/PERF_NOTES.md 2026-12-02 (r))."""
+(docs/PERF_NOTES.md 2026-12-02 (r)); the fp8 ones take CTA pairs where the plain fp8 GEMM
+does (test_fused_cluster_pairs.py for their kernels)."""
 
 from __future__ import annotations
 
@@ -96,9 +97,11 @@ def test_fp8_gather_along_k_pingpong_equals_references():
 
 def test_fp8_tiles_chosen_without_a_variant():
     """The plain fp8 GEMM: CTA pairs with multicast B where every CTA has many tiles, the
-    ping-pong tile where it has many k-blocks, else the table; the fused kinds keep the
-    table's cooperative tile (journal 2026-12-02 (r))."""
-    from pkc.passes.fused_schedule import fused_config
+    ping-pong tile where it has many k-blocks, else the table; the fused fp8 kinds built
+    for pairs take the same pairs, the others and bf16 the table's tile (journal
+    2026-12-02 (r), (s))."""
+    from pkc.passes.ag_k_schedule import AgKParts
+    from pkc.passes.fused_schedule import RsParts, fp8_fused_config, fused_config
     from pkc.target.fused_tuning import FusedKind
     from pkc.target.gemm_tuning import BLayout, choose_config
 
@@ -111,8 +114,17 @@ def test_fp8_tiles_chosen_without_a_variant():
     c = plain(8192, 1280, 8192)
     assert c.pingpong and (c.bm, c.bn, c.cluster_m) == (128, 128, 1)
     assert not plain(4096, 4096, 4096).pingpong and plain(4096, 4096, 4096).cluster_m == 1
-    f = fused_config(FusedKind.RS, 16384, 8192, 4096, 2, "bf16", BLayout.NK, "h200")
-    assert (f.bm, f.bn, f.cluster_m, f.pingpong) == (128, 256, 1, False)
+
+    def fused(M, N, K, parts=RsParts, variant=""):
+        f = fused_config(FusedKind.RS, M, N, K, 2, "bf16", BLayout.NK, "h200", variant)
+        return f, fp8_fused_config(f, ("e4m3", "e4m3"), M, N, K, "h200", variant, parts)
+
+    bf16, fp8 = fused(16384, 8192, 4096)
+    assert (bf16.cluster_m, fp8.cluster_m, fp8.bn, fp8.pingpong) == (1, 2, 256, False)
+    assert fp8.a_type == "e4m3"
+    assert fused(16384, 8192, 4096, AgKParts)[1].cluster_m == 1       # not built for pairs
+    assert fused(4096, 4096, 4096)[1].cluster_m == 1                   # < 8 tiles a CTA
+    assert fused(16384, 8192, 4096, variant="128x256_s4_tma")[1].cluster_m == 1   # forced
 
 
 def test_parts_built_for_the_cooperative_consumers_are_refused():
