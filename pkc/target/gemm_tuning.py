@@ -300,8 +300,10 @@ AUTO_CANDIDATES: list[tuple[GemmConfig, float]] = [
 #   k-blocks of work (its tiles x K / 128): 8192x1280x8192 (2.4 tiles of 128 x 256 a CTA,
 #   320 k-blocks): 1.00x cuBLASLt back to back and in bursts (journal (p), (r)); 4096^3
 #   (256 k-blocks) and one-tile shapes stay with the table (journal (p)).
-# The fused kinds keep the table's cooperative tile (they take no CTA pairs; ping-pong,
-# which they can take when forced, measured 1.02-1.05x slower than it: journal (r)).
+# The fused fp8 GEMM + reduce-scatter and all-gather + GEMM along rows take the same CTA
+# pairs (pkc.passes.fused_schedule.fp8_fused_config, journal (s)); the other fused kinds
+# keep the table's cooperative tile; ping-pong, which the row-chunked ones can take when
+# forced, measured 1.02-1.05x slower than the cooperative tile there (journal (r)).
 MULTICAST_FP8 = GemmConfig(bm=128, bn=256, stages=4, cluster_m=2)
 MULTICAST_MIN_TILES = 8
 PINGPONG_FP8 = GemmConfig(bm=128, bn=128, stages=6, pingpong=True)
