@@ -219,6 +219,10 @@ def new_kinds() -> list[Case]:
         rs("new_fp8_rs_w3_pairs", "fp8 gemm+rs CTA pairs", 3,
            ("fp8_rs", 3, 3 * 72, 528, 128, False), {"fused_kind": "rs"},
            "{variant=128x256_s4_cl2}"),
+        # the same in a fixed add order (rank-ring): no arrival-order rounding between them
+        rs("new_fp8_rs_w3_ordered_pairs", "fp8 gemm+rs CTA pairs rank-ring", 3,
+           ("fp8_rs", 3, 3 * 72, 528, 128, False), {"fused_kind": "rs", "add_order": "rank-ring"},
+           "{variant=128x256_s4_cl2 deterministic=true}"),
     ]
     # the all-gather along K (pkc/passes/ag_k_schedule.py; Mc: the shard's rows M, K: its
     # Kc): every tile's K loop walks the shards in one order (the own one first), so
