@@ -55,15 +55,16 @@ GEMM_CASES = [
      [("loads", "", False), ("prefetch", "", True), ("pp 128x128", "128x128_pp_s6", True)]),
 ]
 
-# --confirm (a short run): schedule-matmul's default (auto: ping-pong where it pays) against
-# the cooperative tile it had before, and two fused kinds
+# --confirm (a short run): schedule-matmul's default (CTA pairs / ping-pong / the table:
+# gemm_tuning's fp8 rules) against the single-CTA cooperative tile and the ping-pong tiles,
+# and two fused kinds
+_CONFIRM = [("coop", "128x256_s4_tma", True), ("pp", "128x128_pp_s6", True),
+            ("pp cl2", "128x128_pp_cl2", True)]
 CONFIRM_GEMM = [
-    ("16384x8192x4096", 16384, 8192, 4096,
-     [("default", "", True), ("coop", "128x256_s4_tma", True)]),
-    ("8192x1280x8192", 8192, 1280, 8192, [("default", "", True), ("coop", "128x160_s5_tma", True)]),
-    ("8192^3", 8192, 8192, 8192, [("default", "", True), ("coop", "128x256_s4_tma", True)]),
-    ("4096x28672x8192", 4096, 28672, 8192,
-     [("default", "", True), ("coop", "128x256_s4_tma", True)]),
+    ("16384x8192x4096", 16384, 8192, 4096, [("default", "", True), *_CONFIRM]),
+    ("8192x1280x8192", 8192, 1280, 8192, [("default", "", True), *_CONFIRM]),
+    ("8192^3", 8192, 8192, 8192, [("default", "", True), *_CONFIRM]),
+    ("4096x28672x8192", 4096, 28672, 8192, [("default", "", True), *_CONFIRM]),
     ("4096^3", 4096, 4096, 4096, [("default", "", True)]),
 ]
 
@@ -219,7 +220,7 @@ def main() -> None:
                     help="start no case after this many seconds")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--confirm", action="store_true",
-                    help="the default against the old cooperative tile, two fused kinds")
+                    help="the default against the single-CTA and ping-pong tiles, two fused kinds")
     args = ap.parse_args()
     if args.confirm:
         GEMM_CASES[:] = CONFIRM_GEMM
