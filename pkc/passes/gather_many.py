@@ -72,9 +72,8 @@ class ManyWeights:
     """Mixin over an all-gather's parts (:class:`~pkc.passes.ag_gemm_schedule.AgParts` or
     a subclass): the tile space's columns are every weight's (module doc). ``weights``:
     (the B buffers, the C buffers, the weights' widths N_i, and for fp8 the B scales);
-    the parts' ``n`` is the padded total."""
-
-    cluster_pairs = False   # CTA pairs (not built for them)
+    the parts' ``n`` is the padded total. CTA pairs (a forced variant) share a tile column,
+    so one weight's B, as the single-weight kernel's pairs do."""
 
     def __init__(self, *args, weights: tuple, **kw):
         super().__init__(*args, **kw)

@@ -1,7 +1,8 @@
 """The row-chunked fused kinds on CTA pairs that share B by TMA multicast (a forced
 ``cluster_m = 2`` variant of schedule-fused: the cooperative 128 x 256 and the ping-pong
 128 x 128 tiles): GEMM + reduce-scatter (fp8, bf16 with rank-ordered adds) and all-gather +
-fp8 GEMM (tensor- and row-wise scales, the put CTAs a whole number of pairs), W in
+fp8 GEMM (tensor- and row-wise scales, the put CTAs a whole number of pairs; one
+gather feeding several matmuls too, on pairs and on ping-pong consumers), W in
 {1, 2, 3, 4, 8}, chunks with an odd number of row tiles so that a pair's second tile lies
 wholly past its chunk (counted, its stores clipped). The interpreter's run equals the
 kernel-level kernel and the graph program, the emulator runs the PTX equal to the
@@ -62,6 +63,27 @@ def test_fp8_all_gather_on_cta_pairs(W, Ms, N, K, row, gathered, variant, emulat
     kernel_level, sched, kop = _scheduled(text, variant)
     assert _cluster(kop) == 2 and plan_of(kop)["comm_ctas"] % 2 == 0
     check_levels(text, kernel_level, sched, W, seed=10, emulate=emulate)
+
+
+# one gather feeding several fp8 matmuls (pkc/passes/gather_many.py) on forced tiles: a
+# tile column is one weight's, so a pair shares that weight's B: (W, shard rows, widths,
+# K, row-wise, variant, emulate)
+MANY_CASES = [(2, 72, (272, 144), 128, True, COOP, True),
+              (3, 136, (144, 272, 144), 128, False, PP, True),
+              (4, 40, (272, 144), 128, True, "128x128_pp_s6", False)]
+
+
+@pytest.mark.parametrize("W,Ms,ns,K,row,variant,emulate", MANY_CASES,
+                         ids=[f"W{c[0]}-{c[5]}" for c in MANY_CASES])
+def test_fp8_several_weights_on_forced_tiles(W, Ms, ns, K, row, variant, emulate):
+    from tests.unit.test_fp8_gather_many import many_ir
+
+    text = many_ir(W, Ms, ns, K, row, "bf16", True)
+    kernel_level, sched, kop = _scheduled(text, variant)
+    assert plan_of(kop)["weights"] == len(ns)
+    assert _cluster(kop) == (2 if variant.endswith("cl2") else 1)
+    assert bool(plan_of(kop).get("pingpong")) == ("_pp_" in variant)
+    check_levels(text, kernel_level, sched, W, seed=11, emulate=emulate)
 
 
 def test_parts_not_built_for_pairs_refuse_at_the_kernel():
