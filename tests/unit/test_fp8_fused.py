@@ -32,10 +32,12 @@ from tests.unit.test_fp8_overlap import red_ir
 TOL = {torch.bfloat16: (2e-2, 0.5)}
 
 
-def check_levels(text: str, kernel_level, sched, W: int, seed: int, emulate: bool = True):
-    """On random inputs (``seed``): the interpreter's run of the scheduled module equals the
-    kernel-level module and the graph program ``text``; with ``emulate``, the emulator runs
-    the scheduled PTX equal to the interpreter (its result is returned)."""
+def check_levels(text: str, kernel_level, sched, W: int, seed: int, emulate: bool = True,
+                 forward_emulated: bool = False):
+    """On random inputs (``seed``: ``random_inputs(graph, W, seed)``): the interpreter's run
+    of the scheduled module equals the kernel-level module and the graph program ``text``;
+    with ``emulate``, the emulator runs the scheduled PTX equal to the interpreter (its
+    result is returned; ``forward_emulated``: its outputs are the emulator's own)."""
     graph = parse_module(text)
     ins = random_inputs(graph, W, seed)
     want = interpret(graph, [list(x) for x in ins], W)
@@ -45,7 +47,7 @@ def check_levels(text: str, kernel_level, sched, W: int, seed: int, emulate: boo
     compare_outputs(want, got, tolerance=TOL, context="graph vs scheduled")
     if not emulate:
         return None
-    res = check_module(sched, ins, W, tolerance=TOL)
+    res = check_module(sched, ins, W, tolerance=TOL, forward_emulated=forward_emulated)
     assert res.ok, res.difference
     return res
 # (W, M = W x odd chunk rows, N, K, row-wise)

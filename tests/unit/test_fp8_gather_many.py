@@ -24,7 +24,7 @@ from pkc.passes.pipelines import schedule_for_target
 from pkc.passes.registry import run_pipeline
 from pkc.passes.remarks import plan_of, remarks_of
 from pkc.testing import check_transform
-from tests.unit.test_fp8_fused import TOL
+from tests.unit.test_fp8_fused import TOL, check_levels
 from tests.unit.test_fp8_overlap import E4, E5
 
 __all__ = ["many_ir"]
@@ -154,20 +154,13 @@ def test_scheduled_kernel_over_every_weight(W, Ms, ns, K, row, gathered, emulate
                for r in remarks_of(kop)), remarks_of(kop)
     sel = [o for o in kop.walk() if o.name == "pks.scale_select"]
     assert sel and all(len(o.scales) == len(ns) for o in sel)
-    graph = parse_module(text)
-    ins = random_inputs(graph, W, seed=3)
-    want = interpret(graph, [list(x) for x in ins], W)
-    ref = interpret(kernel_level, [list(x) for x in ins], W)
-    got = interpret(sched, [list(x) for x in ins], W)
-    compare_outputs(ref, got, tolerance=TOL, context="kernel level vs scheduled")
-    compare_outputs(want, got, tolerance=TOL, context="graph vs scheduled")
-    if not emulate:
+    res = check_levels(text, kernel_level, sched, W, seed=3, emulate=emulate,
+                       forward_emulated=W == 2)
+    if not emulate or W != 2:
         return
-    res = check_module(sched, ins, W, tolerance=TOL, forward_emulated=W == 2)
-    assert res.ok, res.difference
-    if W != 2:
-        return
-    # the emulator's outputs (forwarded) against torch._scaled_mm of the gathered A
+    # the emulator's outputs (forwarded) against torch._scaled_mm of the gathered A (the
+    # inputs check_levels ran on: the same seed)
+    ins = random_inputs(parse_module(text), W, seed=3)
     a = torch.cat([r[0] for r in ins])
     n = len(ns)
     for r in range(W):
