@@ -84,9 +84,9 @@ class FusedExtend:
         if m is None or n is None:
             raise CodegenError(f"kernel @{self.kop.kernel_name.data}: the chunk tile loop's "
                                "M and N must be constants (the grid rule counts its tiles)")
-        cl = self.kop.schedule().cluster.data      # whole clusters of row tiles per chunk
-        return (self.loop.chunks.data * -(-(-(-m // self.loop.bm.data)) // cl) * cl
-                * -(-n // self.loop.bn.data))
+        rows, cols = f.chunk_tiles(m, n, self.loop.bm.data, self.loop.bn.data,
+                                   self.kop.schedule().cluster.data)
+        return self.loop.chunks.data * rows * cols
 
     def meta(self, meta: ScheduledKernelMeta) -> None:
         bufs = [CommBufferArg(f"alloc{i}", _elements(a.result.type), str(a.result.type.element_type),

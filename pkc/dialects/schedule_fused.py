@@ -162,6 +162,14 @@ class ScaleSelectOp(IRDLOperation):
             _fail(self.name, f"result must be f32 {want}, got {self.result.type}")
 
 
+def chunk_tiles(m: int, n: int, bm: int, bn: int, cluster: int = 1) -> tuple[int, int]:
+    """(row tiles, column tiles) of one chunk of ``pks.chunk_tile_loop`` over ``m x n``: row
+    tiles in whole clusters of ``cluster`` (a pair's second tile may lie past the chunk's
+    rows and is a tile like any other). The one count the loop's interpreter, its grid and
+    the fused kernels' signal counts share."""
+    return -(-(-(-m // bm)) // cluster) * cluster, -(-n // bn)
+
+
 @irdl_op_definition
 class ChunkTileLoopOp(IRDLOperation):
     """The persistent tile loop over ``chunks`` chunks of ``ceil(M / bm) x ceil(N / bn)``

@@ -90,7 +90,8 @@ def _chunk_tile_loop(R, a: Actor, op: f.ChunkTileLoopOp, env) -> Generator:
     vertically adjacent tiles (ChunkTileLoopOp's doc, pks.tile_loop's clusters)."""
     bm, bn, gm, chunks = op.bm.data, op.bn.data, op.group_m.data, op.chunks.data
     cl = R.cluster
-    num_mc, num_n = -(-(-(-env[op.m] // bm)) // cl), -(-env[op.n] // bn)
+    num_m, num_n = f.chunk_tiles(env[op.m], env[op.n], bm, bn, cl)
+    num_mc = num_m // cl            # the grouped order is over the clusters' rows
     tiles = num_mc * num_n
     first = uniform(a, op, env[op.first], "the first chunk")
     carried = [env[v] for v in op.inits]

@@ -49,7 +49,7 @@ from pkc.dialects import schedule_fused as f
 from pkc.dialects.plan import ScheduleKind
 from pkc.dialects.types import LOCAL, SYMMETRIC, BufferType
 from pkc.passes.fused_clc import ClcKind, static_words
-from pkc.passes.fused_schedule import (arrangement, b_operand, build_fused_gemm, chunk_m_tiles,
+from pkc.passes.fused_schedule import (arrangement, b_operand, build_fused_gemm, chunk_tile_count,
                                        fp8_fused_config, fused_config)
 from pkc.passes.gemm_schedule import Epi, GemmParts, Scales, _for, _Ops, _tma_epilogue
 from pkc.passes.remarks import add_remark, plan_of, set_plan
@@ -81,7 +81,7 @@ class AgParts(GemmParts):
         self.side, self.ring, self.piece, self.self_copy = side, ring, piece, self_copy
         self.lag = max(1, ring // 2)
         self.G = row_blocks(mc, cfg)
-        self.tiles_per_chunk = chunk_m_tiles(mc, cfg) * -(-n // cfg.bn)
+        self.tiles_per_chunk = chunk_tile_count(mc, n, cfg)
         self.tile_rows = mc         # rows of one shard's tile space (the GEMM's M)
 
     @staticmethod

@@ -155,13 +155,13 @@ def build_fused_gemm(body, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int
     return build_gemm(body, A, B, C, M, N, K, cfg, parts, scales=scales)
 
 
-def chunk_m_tiles(mc: int, cfg) -> int:
-    """A chunk's row tiles as the chunk tile loop visits them: whole clusters of
-    ``cluster_m`` row tiles (a pair's second tile may lie wholly past the chunk's rows:
-    its loads read zeros or the next chunk's rows, its stores are clipped by the maps,
-    and it is counted like any tile)."""
-    cm = getattr(cfg, "cluster_m", 1)
-    return -(-(-(-mc // cfg.bm)) // cm) * cm
+def chunk_tile_count(mc: int, n: int, cfg) -> int:
+    """The tiles of one chunk as the chunk tile loop visits them (``f.chunk_tiles``: row
+    tiles in whole CTA pairs, a pair's second tile may lie wholly past the chunk's rows:
+    its loads read zeros or the next chunk's rows, its stores are clipped by the maps, and
+    it is counted like any tile)."""
+    rows, cols = f.chunk_tiles(mc, n, cfg.bm, cfg.bn, getattr(cfg, "cluster_m", 1))
+    return rows * cols
 
 
 class RsParts(GemmParts):
@@ -172,7 +172,7 @@ class RsParts(GemmParts):
     def __init__(self, world: int, mc: int, n: int, cfg: GemmConfig, pad: SSAValue,
                  ctl: SSAValue):
         self.W, self.mc, self.cfg, self.pad, self.ctl = world, mc, cfg, pad, ctl
-        self.tiles_per_chunk = chunk_m_tiles(mc, cfg) * -(-n // cfg.bn)
+        self.tiles_per_chunk = chunk_tile_count(mc, n, cfg)
 
     def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
         self.maps = [top.add(f.PeerTmapOp(C, p, tc_t)).result for p in range(self.W)]
@@ -305,4 +305,4 @@ class RsParts(GemmParts):
 
 
 __all__ = ["RsParts", "arrangement", "tmem_config", "build_fused_gemm", "fused_config", "b_operand",
-           "chunk_m_tiles", "fp8_fused_config"]
+           "chunk_tile_count", "fp8_fused_config"]

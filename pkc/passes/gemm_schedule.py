@@ -212,7 +212,7 @@ class GemmParts:
         return scales, coords[1], N
 
     # whether these parts are built for CTA pairs sharing B (cluster_m = 2): the plain
-    # GEMM's and the row-chunked fused kinds' (pkc.passes.fused_schedule.chunk_m_tiles)
+    # GEMM's and the row-chunked fused kinds' (pkc.dialects.schedule_fused.chunk_tiles)
     cluster_pairs = True
 
     def pingpong_problem(self) -> str | None:
