@@ -66,7 +66,7 @@ class BlockAgParts(AgParts):
     """:class:`AgParts` over a shard of ``blocks`` blocks of ``mc / blocks`` rows (module
     doc)."""
 
-    cluster_pairs = False   # CTA pairs (not built for them)
+    cluster_pairs_problem = "the blocks' tiles are not counted in pairs"
 
     def __init__(self, world, mc, n, kdim, cfg, A, gath, pad, ctl, side, ring, piece,
                  self_copy, blocks: int):

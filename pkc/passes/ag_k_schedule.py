@@ -77,7 +77,7 @@ class AgKParts(AgParts):
     all M rows) and ``k`` = Kc, the plain GEMM's tile loop and epilogue, and a producer
     whose K loop walks the shards; the put side serves row block by row block."""
 
-    cluster_pairs = False   # CTA pairs (not built for them)
+    cluster_pairs_problem = "the K gather's tiles are not counted in pairs"
 
     rows_first = True
 

@@ -75,10 +75,9 @@ class ArParts(RsParts):
     """GEMM + all-reduce by broadcast into the symmetric output (see the module doc).
     ``pad``: W x W u32 slots (symmetric, zeroed once), ``ctl``: the epoch control word."""
 
-    cluster_pairs = False   # CTA pairs (not built for them)
+    cluster_pairs_problem = "the all-reduce's epilogues are not counted in pairs"
 
-    def pingpong_problem(self) -> str | None:
-        return "the all-reduce's broadcast epilogue is built for the cooperative consumers"
+    pingpong_problem = "the all-reduce's broadcast epilogue is built for the cooperative consumers"
 
     def __init__(self, world: int, m: int, n: int, cfg: GemmConfig, pad: SSAValue,
                  ctl: SSAValue):
@@ -368,7 +367,7 @@ class RsOutParts(_Summed, RsParts):
     of this rank's chunk (a symmetric ``[2*Mc, N]`` ``pk.alloc``, a half per epoch
     parity). See the module doc."""
 
-    cluster_pairs = False   # CTA pairs (not built for them)
+    cluster_pairs_problem = "the all-reduce's epilogues are not counted in pairs"
 
     def __init__(self, world: int, mc: int, n: int, cfg: GemmConfig, pad: SSAValue,
                  ctl: SSAValue, stage: SSAValue):

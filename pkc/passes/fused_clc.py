@@ -124,7 +124,7 @@ class ClcChunkMixin:
     indices. Needs ``rank``, ``epoch``, ``ctl`` and ``W`` (the RsParts fields); the first
     chunk is :meth:`clc_first` (the rank: own chunk first)."""
 
-    cluster_pairs = False   # CTA pairs (sm_100a: not built for them)
+    cluster_pairs_problem = "sm_100a's chunked loop under cluster launch control"
 
     READERS = 2                 # the tensor-memory arrangement: mma and epilogue roles
 

@@ -150,7 +150,7 @@ class ColumnRsParts(RsParts):
     """:class:`RsParts` whose chunks are column blocks of ``nc`` columns (module doc):
     the tile loop runs over ``[rows, nc]`` per chunk, B's column is ``chunk*nc + n0``."""
 
-    cluster_pairs = False   # CTA pairs (its own tile space, not built for them)
+    cluster_pairs_problem = "its own tile space is not counted in pairs"
 
     def __init__(self, world, rows, nc, cfg, pad, ctl):
         super().__init__(world, rows, nc, cfg, pad, ctl)
@@ -176,7 +176,7 @@ class BlockRsParts(RsParts):
     """:class:`RsParts` whose chunk p is rows ``p*sc .. + sc`` of each block of ``W*sc``
     product rows (module doc); tiles never cross a block (``sc`` a multiple of bm)."""
 
-    cluster_pairs = False   # CTA pairs (its own tile space, not built for them)
+    cluster_pairs_problem = "its own tile space is not counted in pairs"
 
     def __init__(self, world, blocks, sc, n, cfg, pad, ctl):
         super().__init__(world, blocks * sc, n, cfg, pad, ctl)
@@ -198,7 +198,7 @@ class BlockViewRsParts(RsParts):
     ``sc`` are clipped instead of spilling into the next block; the producer's rows past
     ``sc`` are another chunk's (their products are never stored)."""
 
-    cluster_pairs = False   # CTA pairs (its own tile space, not built for them)
+    cluster_pairs_problem = "its own tile space is not counted in pairs"
 
     def __init__(self, world, blocks, sc, n, cfg, pad, ctl):
         self.scp = -(-sc // cfg.bm) * cfg.bm

@@ -83,7 +83,7 @@ def fused_config(kind: ft.FusedKind, M: int, N: int, K: int, W: int, dt: str, la
     if layout is BLayout.KN and cfg.bn % 64:
         cfg = cfg.with_(bn=128)         # B [K, N] is loaded in 64-column boxes
     # CTA pairs (multicast B) only where forced: the parts that take them say so
-    # (GemmParts.cluster_pairs), the table's tile has none
+    # (GemmParts.cluster_pairs_problem), the table's tile has none
     cfg = cfg.with_(cluster_m=cfg.cluster_m if variant else 1, epilogue=Epilogue.TMA)
     if fresh:
         cfg = cfg.with_(epi_bufs=2)
@@ -103,7 +103,7 @@ def fp8_fused_config(cfg: GemmConfig | TmemView, types: tuple[str, str], M: int,
     tile, within 1% in rotated rounds."""
     cfg = cfg.with_(a_type=types[0], b_type=types[1])
     if (variant or isinstance(cfg, TmemView) or cfg.b_layout is not BLayout.NK
-            or not parts_cls.cluster_pairs
+            or parts_cls.cluster_pairs_problem is not None
             or multicast_tiles(M, N, get_target(target).num_sms) < MULTICAST_MIN_TILES):
         return cfg
     return MULTICAST_FP8.with_(dtype=cfg.dtype, a_type=types[0], b_type=types[1])
@@ -149,9 +149,9 @@ def build_fused_gemm(body, A: SSAValue, B: SSAValue, C: SSAValue, M: int, N: int
     of :func:`fused_config` for sm_100a, else the wgmma one (producer and consumers)."""
     if isinstance(cfg, TmemView):      # fp8 (scales): tcgen05 kind::f8f6f4, scaled pieces
         return build_gemm_tmem(body, A, B, C, M, N, K, cfg, parts, scales)
-    if cfg.cluster_m > 1 and not parts.cluster_pairs:
+    if cfg.cluster_m > 1 and parts.cluster_pairs_problem is not None:
         raise ValueError(f"{cfg.tag()}: CTA pairs (cluster_m = {cfg.cluster_m}) are not built "
-                         f"for {type(parts).__name__}")
+                         f"for {type(parts).__name__}: {parts.cluster_pairs_problem}")
     return build_gemm(body, A, B, C, M, N, K, cfg, parts, scales=scales)
 
 
@@ -177,8 +177,6 @@ class RsParts(GemmParts):
     def c_map(self, top: _Ops, C: SSAValue, tc_t) -> SSAValue | None:
         self.maps = [top.add(f.PeerTmapOp(C, p, tc_t)).result for p in range(self.W)]
         return None
-
-    cluster_pairs = True
 
     # whether the subclass's own tile loop reads the launch epoch (cluster launch
     # control's tickets, the fresh-output kernel's staging halves)

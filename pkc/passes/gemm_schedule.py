@@ -211,14 +211,12 @@ class GemmParts:
         scale, :class:`pkc.passes.gather_many.ManyWeights`)."""
         return scales, coords[1], N
 
-    # whether these parts are built for CTA pairs sharing B (cluster_m = 2): the plain
-    # GEMM's and the row-chunked fused kinds' (pkc.dialects.schedule_fused.chunk_tiles)
-    cluster_pairs = True
-
-    def pingpong_problem(self) -> str | None:
-        """Why these parts cannot be built with ping-pong consumers
-        (:mod:`pkc.passes.gemm_schedule_pingpong`), or None."""
-        return None
+    # why these parts cannot be built with ping-pong consumers
+    # (pkc.passes.gemm_schedule_pingpong), or on CTA pairs sharing B (cluster_m = 2: the
+    # row-chunked fused kinds count whole pairs, pkc.dialects.schedule_fused.chunk_tiles);
+    # None: they can
+    pingpong_problem: str | None = None
+    cluster_pairs_problem: str | None = None
 
 
 class Epi:

@@ -22,10 +22,10 @@ class ClcParts(GemmParts):
     reads every response once); the ring's shared memory and mbarriers are placed before
     the first role that asks for a loop."""
 
-    cluster_pairs = False   # CTA pairs (sm_100a: CTA pairs are its own arrangement)
+    cluster_pairs_problem = "sm_100a's CTA pairs are its own arrangement"
 
-    def pingpong_problem(self) -> str | None:
-        return "tiles under cluster launch control come one response per role, not in a sequence"
+    pingpong_problem = (
+        "tiles under cluster launch control come one response per role, not in a sequence")
 
     def __init__(self, roles: int = 3):
         self.roles = roles

@@ -116,7 +116,7 @@ def tile_users(cfg) -> int:
 def check_pingpong_parts(parts) -> None:
     """Parts whose epilogue starts before a tile's main loop (``consumer_tile_start``) or
     that say they cannot (``pingpong_problem``) are not built as a ping-pong pair."""
-    why = parts.pingpong_problem()
+    why = parts.pingpong_problem
     if why is None and type(parts).consumer_tile_start is not GemmParts.consumer_tile_start:
         why = "its epilogue starts before the tile's main loop (consumer_tile_start)"
     if why:

@@ -89,10 +89,10 @@ class MoeParts(GemmParts):
     u32: E*W data flags, W count flags, W done slots), ``cin`` (symmetric u32 [E*W]) and
     ``ctl`` (the epoch control word)."""
 
-    cluster_pairs = False   # CTA pairs (not built for them)
+    cluster_pairs_problem = "its blocks of run-time rows are not counted in pairs"
 
-    def pingpong_problem(self) -> str | None:
-        return "the MoE kernel's blocks of run-time rows are built for the cooperative consumers"
+    pingpong_problem = (
+        "the MoE kernel's blocks of run-time rows are built for the cooperative consumers")
 
     def __init__(self, world: int, experts: int, capacity: int, n: int, k: int, cfg: GemmConfig,
                  X, counts, O, R, pad, cin, ctl):
