@@ -296,23 +296,39 @@ MANY_CASES = [("ag-two-row-w1", 1, (13, (48, 32), 64, True)),
 
 @pytest.mark.parametrize("name,W,shape", MANY_CASES, ids=[c[0] for c in MANY_CASES])
 def test_fused_fp8_several_weights_against_scaled_mm(name, W, shape):
-    if torch.cuda.get_device_capability() < (8, 9):
-        pytest.skip("torch._scaled_mm needs sm_89+")
+    check_several_weights(name, W, shape)
+
+
+def check_several_weights(name, W, shape, variant: str = "", seed: int = 3):
+    """One gather feeding ``len(ns)`` scaled matmuls, scheduled as one kernel (on the tile
+    ``variant`` of schedule-fused where given), on the GPU against the interpreter and
+    against torch._scaled_mm per weight."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the scheduled fp8 kernels need sm_90a")
     from pkc.interp import interpret, random_inputs
-    from pkc.ir import parse_module
+    from pkc.ir import make_context, parse_module
     from pkc.passes.pipelines import schedule_for_target
-    from pkc.passes.registry import run_pipeline
+    from pkc.passes.registry import parse_pipeline, run_pipeline
+    from pkc.passes.remarks import plan_of
     from pkc.runtime.execute import run_kernel_module
     from tests.unit.test_fp8_gather_many import many_ir
 
     Ms, ns, K, row = shape
     module = parse_module(many_ir(W, Ms, ns, K, row), name)
-    inputs = random_inputs(module, W, 3)
+    inputs = random_inputs(module, W, seed)
     run_pipeline("default{force=true}", module)
-    module, _ = schedule_for_target(module, "h200")
-    (kop,) = [o for o in module.walk() if o.name == "pk.kernel"]
+    if variant:         # module stays kernel-level: the interpreter's reference
+        scheduled = module.clone()
+        for p in parse_pipeline(f"schedule-fused{{variant={variant}}},schedule-collectives"):
+            p.apply(make_context(), scheduled)
+    else:
+        scheduled, _ = schedule_for_target(module, "h200")
+    (kop,) = [o for o in scheduled.walk() if o.name == "pk.kernel"]
     assert kop.schedule() is not None and kop.kernel_name.data == "all_gather_scaled_matmul"
-    got = run_kernel_module(module, inputs, W, target="sm_90a", timeout_s=TIMEOUT_S)
+    if variant:
+        assert (kop.schedule().cluster.data == 2) == variant.endswith("cl2"), name
+        assert bool(plan_of(kop).get("pingpong")) == ("_pp_" in variant), name
+    got = run_kernel_module(scheduled, inputs, W, target="sm_90a", timeout_s=TIMEOUT_S)
     mine = interpret(module, inputs, W)
     atol = max(2e-2, 2 ** -6 * max(float(o.float().abs().max()) for r in mine for o in r))
     check_outputs(name, got, mine, 3e-2, atol)

@@ -3,7 +3,8 @@ virtual world, against torch._scaled_mm (cuBLASLt) + the collective's sum on the
 ping-pong consumers (the two consumer warpgroups on alternate tiles, each its own fused
 epilogue) and CTA pairs sharing B by TMA multicast (cooperative 128 x 256 and ping-pong
 128 x 128; odd row-tile counts per chunk, so a pair's second tile can lie past its chunk),
-and schedule-fused's own pick where that is CTA pairs (fp8, >= 8 tiles of 128 x 256 a CTA).
+and schedule-fused's own pick where that is CTA pairs (fp8, >= 8 tiles of 128 x 256 a CTA);
+one gather feeding several matmuls on the same forced tiles.
 The shapes give every CTA several tiles (more tiles per rank than SMs), so both warpgroups
 work, their per-warpgroup chunk counts and signals included; the interpreter equality of
 these kernels is tests/unit/test_fused_pingpong.py's and test_fused_cluster_pairs.py's."""
@@ -72,3 +73,18 @@ def test_forced_tile_fused_fp8_against_scaled_mm(name, W, text, variant):
         # cuBLASLt sums in another order; a reduce-scatter rounds each partial to bf16
         tol = 2e-2 * e.abs().max().item() + 1e-3
         assert (g - e).abs().max().item() <= tol, f"{name}: rank {r}"
+
+
+# one gather feeding several fp8 matmuls (pkc/passes/gather_many.py) on forced tiles: a
+# tile column is one weight's, so a pair shares that weight's B; 88-184 row tiles of the
+# gathered A, odd shard rows: (name, W, (shard rows, widths, K, row-wise), variant)
+MANY_CASES = [("many-row-w2-pairs", 2, (1100, (2304, 1152), 256, True), COOP2),
+              ("many-tensor-w3-pp-pairs", 3, (1031, (1152, 1152, 640), 128, False), PP2),
+              ("many-row-w2-pp", 2, (1031, (1152, 2304), 128, True), PP)]
+
+
+@pytest.mark.parametrize("name,W,shape,variant", MANY_CASES, ids=[c[0] for c in MANY_CASES])
+def test_several_weights_on_forced_tiles_against_scaled_mm(name, W, shape, variant):
+    from tests.gpu.test_gpu_fp8 import check_several_weights
+
+    check_several_weights(name, W, shape, variant)
