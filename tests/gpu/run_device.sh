@@ -35,7 +35,7 @@ for g in $GROUPS_; do
     agblocks) file=tests/gpu/test_gpu_ag_blocks.py; k=""; t=150;;
     agmany) file=tests/gpu/test_scheduled_ag_many.py; k=""; t=150;;
     fp8) file=tests/gpu/test_gpu_fp8.py; k=""; t=150;;
-    fusedpp) file=tests/gpu/test_gpu_fused_pingpong.py; k=""; t=120;;
+    fusedpp) file=tests/gpu/test_gpu_fused_pingpong.py; k=""; t=170;;
     subgroups) file=tests/gpu/test_gpu_subgroups.py; k=""; t=240;;
     world72) file=tests/gpu/test_world72.py; k=""; t=300;;
     *) echo "unknown group $g"; continue;;
