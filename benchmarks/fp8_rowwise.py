@@ -166,32 +166,42 @@ BF16_CASES = [
 ]
 
 
+def bf16_module_text(M: int, N: int, K: int) -> str:
+    """``x @ w.T`` in bf16 (w as [N, K], the layout of the fp8 cases)."""
+    return (f"func.func @mm(%x: tensor<{M}x{K}xbf16>, %w: tensor<{N}x{K}xbf16>) -> "
+            f"tensor<{M}x{N}xbf16> {{\n  %wt = pk.transpose %w {{perm = [1, 0]}} : "
+            f"tensor<{N}x{K}xbf16> -> tensor<{K}x{N}xbf16>\n  %y = pk.matmul %x, %wt : "
+            f"(tensor<{M}x{K}xbf16>, tensor<{K}x{N}xbf16>) -> tensor<{M}x{N}xbf16>\n"
+            f"  func.return %y : tensor<{M}x{N}xbf16>\n}}\n")
+
+
+def compile_bf16_variant(M, N, K, variant):
+    """(compiled kernel, its pk.kernel) of schedule-matmul on the bf16 ``x @ w.T``."""
+    from pkc.codegen import compile_kernel
+    from pkc.codegen.emit import kernels_of
+    from pkc.ir import make_context, parse_module
+    from pkc.passes.schedule_matmul import ScheduleMatmul
+
+    m = parse_module(bf16_module_text(M, N, K), "bf16.mlir")
+    ScheduleMatmul(variant=variant).apply(make_context(), m)
+    (kop,) = kernels_of(m)
+    return compile_kernel(kop, "sm_90a"), kop
+
+
 def run_bf16_case(name, M, N, K, variants, rounds: int) -> list[dict]:
     """schedule-matmul's bf16 kernel (x @ w.T) per variant against torch.matmul."""
     import torch
     from timing import rotated
 
-    from pkc.codegen import compile_kernel
-    from pkc.codegen.emit import kernels_of
-    from pkc.ir import make_context, parse_module
-    from pkc.passes.schedule_matmul import ScheduleMatmul
     from pkc.runtime.scheduled import ScheduledKernel
 
-    text = (f"func.func @mm(%x: tensor<{M}x{K}xbf16>, %w: tensor<{N}x{K}xbf16>) -> "
-            f"tensor<{M}x{N}xbf16> {{\n  %wt = pk.transpose %w {{perm = [1, 0]}} : "
-            f"tensor<{N}x{K}xbf16> -> tensor<{K}x{N}xbf16>\n  %y = pk.matmul %x, %wt : "
-            f"(tensor<{M}x{K}xbf16>, tensor<{K}x{N}xbf16>) -> tensor<{M}x{N}xbf16>\n"
-            f"  func.return %y : tensor<{M}x{N}xbf16>\n}}\n")
     g = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(M, K, generator=g).to(torch.bfloat16).cuda()
     w = torch.randn(N, K, generator=g).to(torch.bfloat16).cuda()
     ref = a @ w.t()
     rows, fns = [], []
     for v in variants:
-        m = parse_module(text, "bf16.mlir")
-        ScheduleMatmul(variant=v).apply(make_context(), m)
-        (kop,) = kernels_of(m)
-        ck = compile_kernel(kop, "sm_90a")
+        ck, _ = compile_bf16_variant(M, N, K, v)
         k = ScheduledKernel(ck.ptx, ck.meta)
         c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
         k([a, w, c])

@@ -254,7 +254,12 @@ def _setup(L: Lowering) -> int:
         L.smem_base[v] = b.add32(L.sbase, o)
     for v, o in L.bar_offset.items():
         L.bar_base[v] = b.add32(L.sbase, o)
-    L.geo["warpgroup"] = b.bin("shr", "u32", L.tid, 7)
+    # broadcast from lane 0: ptxas then knows the warpgroup index (and all that derives
+    # from it: a role's branch, a ping-pong consumer's tiles and ring position, a
+    # warpgroup's rows of A) is the same across the warp and keeps it in uniform registers
+    # (tid >> 7 alone put the k-loop's descriptor arithmetic in per-thread registers, moved
+    # to uniform ones before every wgmma)
+    L.geo["warpgroup"] = b.r(ptx.ShflIdxOp(b.bin("shr", "u32", L.tid, 7), b.u32(0)))
     _thread_values(L, sched)
     if sched.timeout_ns.data:
         now = b.sreg("%globaltimer")

@@ -40,11 +40,24 @@ DESC_HI_NMAJOR = desc_hi(8192, 1024)
 _SWIZZLE_MASK = {128: 7, 64: 3, 32: 1}    # 16-byte chunks that the swizzle permutes - 1
 
 
-def _desc(L: "Lowering", addr, hi: int):
+def _desc_lo(L: "Lowering", addr, hi: int):
+    """The descriptor's low word: start address >> 4 (bits 0-13) with the fixed bits of
+    ``hi`` below bit 32 (LBO). Shared-memory addresses stay below 2^18, so an offset added
+    to this word never carries out of the start-address field."""
     b = L.b
-    d = b.cvt("u64", "u32", addr)
-    d = b.bin("shr", "u64", d, b.imm(4, "u32"))    # shift counts are u32
-    return b.bin("or", "b64", d, b.imm(hi, "b64"))
+    lo = b.bin("shr", "u32", addr, 4)
+    fixed = hi & 0xFFFFFFFF
+    return b.bin("or", "b32", lo, b.imm(fixed, "u32")) if fixed else lo
+
+
+def _desc(L: "Lowering", lo, hi: int, off: int):
+    """The 64-bit descriptor at ``off`` bytes (a multiple of 16) past ``lo``'s address: one
+    32-bit add and a pack with the constant high word, which ptxas keeps in a uniform
+    register (a 64-bit add here cost a carry chain and two moves to uniform registers per
+    wgmma)."""
+    b = L.b
+    word = b.add32(lo, off >> 4) if off else lo
+    return b.r(ptx.PackOp(word, b.imm(hi >> 32, "u32"), wide=True))
 
 
 def lower_mma(L: "Lowering", op) -> None:
@@ -57,17 +70,15 @@ def lower_mma(L: "Lowering", op) -> None:
     a_addr = L.slot_addr(op.a, op.a_slot, b.mul32(L.v(op.a_row), ROW_BYTES))
     b_addr = L.slot_addr(op.b, op.b_slot)
     n_major = op.b_major.data == "n"
-    da = _desc(L, a_addr, DESC_HI_KMAJOR)
-    db = _desc(L, b_addr, DESC_HI_NMAJOR if n_major else DESC_HI_KMAJOR)
+    hi_b = DESC_HI_NMAJOR if n_major else DESC_HI_KMAJOR
+    la, lb = _desc_lo(L, a_addr, DESC_HI_KMAJOR), _desc_lo(L, b_addr, hi_b)
     scale = L.v(op.accumulate)
     ta, tb = op.types
     b.add(ptx_sm90.WgmmaSyncOp("fence"))
     for k in range(BK // 16):
-        boff = k * 16 * ROW_BYTES if n_major else k * 32
-        dbk = b.bin("add", "s64", db, boff >> 4) if boff else db
+        dbk = _desc(L, lb, hi_b, k * 16 * ROW_BYTES if n_major else k * 32)
         for mi in range(slices):
-            aoff = mi * 64 * ROW_BYTES + k * 32
-            dak = b.bin("add", "s64", da, aoff >> 4) if aoff else da
+            dak = _desc(L, la, DESC_HI_KMAJOR, mi * 64 * ROW_BYTES + k * 32)
             b.add(ptx_sm90.WgmmaOp(frag, dak, dbk, n, ta, int(n_major),
                                    scale if k == 0 else None, first=mi * n // 2, b_dtype=tb))
 

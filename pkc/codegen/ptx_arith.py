@@ -105,18 +105,23 @@ class MovOp(Inst):
 @irdl_op_definition
 class PackOp(Inst):
     """``mov.b32 %r, {%lo, %hi}``: two 16-bit halves into one 32-bit register (the lower
-    index in the low half, as mma.sync fragments want)."""
+    index in the low half, as mma.sync fragments want); ``wide``: ``mov.b64 %rd, {%lo,
+    %hi}``, two 32-bit halves into one 64-bit register (a wgmma descriptor from its start
+    address word and its fixed high word, so that a per-use offset is one 32-bit add)."""
 
     name = "ptx.pack"
     lo = operand_def(RegType)
     hi = operand_def(RegType)
+    wide = opt_attr_def(StringAttr)
     result = result_def(RegType)
 
-    def __init__(self, lo: SSAValue, hi: SSAValue):
-        super().__init__(operands=[lo, hi], result_types=[B32])
+    def __init__(self, lo: SSAValue, hi: SSAValue, wide: bool = False):
+        super().__init__(operands=[lo, hi], result_types=[RegType("b64") if wide else B32],
+                         attributes={"wide": StringAttr("b64")} if wide else {})
 
     def render(self, n: Names) -> list[str]:
-        return [f"mov.b32 {n(self.result)}, {{{n(self.lo)}, {n(self.hi)}}};"]
+        w = "b64" if self.wide is not None else "b32"
+        return [f"mov.{w} {n(self.result)}, {{{n(self.lo)}, {n(self.hi)}}};"]
 
 
 # ----------------------------------------------------------------------------------------

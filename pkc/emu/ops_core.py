@@ -124,7 +124,13 @@ def _mov(m, ins, g):
 
 @handles(ptx.PackOp)
 def _pack(m, ins, g):
-    """``mov.b32 %r, {%lo, %hi}`` (PTX ISA 9.7.9.10, mov with vector source)."""
+    """``mov.b32 %r, {%lo, %hi}`` / ``mov.b64 %rd, {%lo, %hi}`` (PTX ISA 9.7.9.10, mov with
+    vector source)."""
+    if ins.op.wide is not None:
+        lo = g.get(ins.args[0]).astype(np.uint64) & np.uint64(0xFFFFFFFF)
+        hi = g.get(ins.args[1]).astype(np.uint64) & np.uint64(0xFFFFFFFF)
+        g.set(ins.res[0], lo | (hi << np.uint64(32)))
+        return
     lo = g.get(ins.args[0]).astype(np.uint32)
     hi = g.get(ins.args[1]).astype(np.uint32)
     g.set(ins.res[0], (lo & np.uint32(0xFFFF)) | (hi << np.uint32(16)))
