@@ -125,6 +125,8 @@ def run(args) -> None:
         order = []
         for shape in shapes:
             ls = _launchers(recs, shape)
+            # what ncu also saw, in order: torch's reference and each kernel's checked call
+            order += [f"{shape} torch ref"] + [f"{shape} {x[0]} {x[1]}-check" for x in ls[1:]]
             for lab, var, fn, _, _ in ls:
                 fn()
                 order.append(f"{shape} {lab} {var}")
@@ -200,6 +202,8 @@ def ncu_rows(args) -> list[dict]:
     for i, key in enumerate(order):
         v = vals.get(i, {})
         shape, lab, var = key.split(" ")          # no spaces in any of the three
+        if lab == "torch" and var == "ref" or var.endswith("-check"):
+            continue
         out.append({"ncu": True, "shape": shape, "label": lab, "variant": var,
                     "cycles": v.get("sm__cycles_elapsed.max", "").replace(",", ""),
                     "tensor": v.get(NCU_METRICS[2], ""),
