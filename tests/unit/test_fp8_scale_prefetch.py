@@ -70,7 +70,8 @@ def test_the_prefetch_sits_before_the_main_loop_and_the_epilogue_reads_it():
     assert all(o.prefetched is None for o in kop.walk() if isinstance(o, s.AccScaleOp))
     assert plan_of(kop)["scales"] == "epilogue"
     ptx = compile_kernel(kop, "sm_90a").ptx
-    assert "shfl.sync" not in ptx
+    # no scale shuffles: the one shfl is the warpgroup index's broadcast at the start
+    assert ptx.count("shfl.sync") == 1
 
 
 def test_prefetch_verifiers_name_the_op_and_the_mismatch():
