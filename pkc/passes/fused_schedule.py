@@ -44,11 +44,12 @@ from pkc.dialects import schedule as s
 from pkc.dialects import schedule_comm as c
 from pkc.dialects import schedule_fused as f
 from pkc.passes.gemm_schedule import Epi, GemmParts, Scales, _Ops, _tma_epilogue, build_gemm
-from pkc.passes.gemm_schedule_pingpong import tile_users
+from pkc.passes.gemm_schedule_pingpong import pingpong_refusal, tile_users
 from pkc.passes.gemm_schedule_tmem import TmemView, build_gemm_tmem
 from pkc.target import fused_tuning as ft
-from pkc.target.gemm_tuning import (MULTICAST_FP8, MULTICAST_MIN_TILES, VARIANTS, BLayout,
-                                     Epilogue, GemmConfig, multicast_tiles)
+from pkc.target.gemm_tuning import (MULTICAST_FP8, MULTICAST_MIN_TILES,
+                                    PAIRS_PINGPONG_MAX_KBLOCKS, PINGPONG_PAIRS_FP8, VARIANTS,
+                                    BLayout, Epilogue, GemmConfig, multicast_tiles)
 from pkc.target.gemm_tuning_sm100 import choose_tmem_config, stages_for
 from pkc.target.targets import get_target
 
@@ -100,13 +101,19 @@ def fp8_fused_config(cfg: GemmConfig | TmemView, types: tuple[str, str], M: int,
     :data:`~pkc.target.gemm_tuning.MULTICAST_MIN_TILES` tiles of the whole ``M x N``
     product or more) and ``parts_cls`` is built for pairs: measured at W = 1 on the H200
     (docs/PERF_NOTES.md 2026-12-02 (s)), 1.5-1.9% faster back to back than the single-CTA
-    tile, within 1% in rotated rounds."""
+    tile, within 1% in rotated rounds. On those pairs, ping-pong consumers
+    (:data:`~pkc.target.gemm_tuning.PINGPONG_PAIRS_FP8`) where a tile's main loop has at
+    most :data:`~pkc.target.gemm_tuning.PAIRS_PINGPONG_MAX_KBLOCKS` k-blocks and the parts
+    can work as a ping-pong pair (journal (t))."""
     cfg = cfg.with_(a_type=types[0], b_type=types[1])
     if (variant or isinstance(cfg, TmemView) or cfg.b_layout is not BLayout.NK
             or parts_cls.cluster_pairs_problem is not None
             or multicast_tiles(M, N, get_target(target).num_sms) < MULTICAST_MIN_TILES):
         return cfg
-    return MULTICAST_FP8.with_(dtype=cfg.dtype, a_type=types[0], b_type=types[1])
+    pairs = MULTICAST_FP8       # (cfg.bk: the fp8 k-block, 128)
+    if -(-K // cfg.bk) <= PAIRS_PINGPONG_MAX_KBLOCKS and pingpong_refusal(parts_cls) is None:
+        pairs = PINGPONG_PAIRS_FP8
+    return pairs.with_(dtype=cfg.dtype, a_type=types[0], b_type=types[1])
 
 
 def tmem_config(pass_name: str, M: int, N: int, K: int, dt: str, layout: BLayout, target: str,

@@ -113,14 +113,21 @@ def tile_users(cfg) -> int:
     return 1 if getattr(cfg, "pingpong", False) else cfg.consumers
 
 
-def check_pingpong_parts(parts) -> None:
-    """Parts whose epilogue starts before a tile's main loop (``consumer_tile_start``) or
-    that say they cannot (``pingpong_problem``) are not built as a ping-pong pair."""
-    why = parts.pingpong_problem
-    if why is None and type(parts).consumer_tile_start is not GemmParts.consumer_tile_start:
+def pingpong_refusal(parts_cls: type) -> str | None:
+    """Why parts of class ``parts_cls`` cannot work as a ping-pong pair, or None: their
+    epilogue starts before a tile's main loop (``consumer_tile_start``) or they say so
+    (``pingpong_problem``)."""
+    why = parts_cls.pingpong_problem
+    if why is None and parts_cls.consumer_tile_start is not GemmParts.consumer_tile_start:
         why = "its epilogue starts before the tile's main loop (consumer_tile_start)"
+    return why
+
+
+def check_pingpong_parts(parts) -> None:
+    """Parts that :func:`pingpong_refusal` refuses are not built as a ping-pong pair."""
+    why = pingpong_refusal(type(parts))
     if why:
         raise ValueError(f"pingpong consumers: not for {type(parts).__name__}: {why}")
 
 
-__all__ = ["consumer_pingpong", "check_pingpong_parts", "tile_users"]
+__all__ = ["consumer_pingpong", "check_pingpong_parts", "pingpong_refusal", "tile_users"]

@@ -98,8 +98,8 @@ def test_fp8_gather_along_k_pingpong_equals_references():
 def test_fp8_tiles_chosen_without_a_variant():
     """The plain fp8 GEMM: CTA pairs with multicast B where every CTA has many tiles, the
     ping-pong tile where it has many k-blocks, else the table; the fused fp8 kinds built
-    for pairs take the same pairs, the others and bf16 the table's tile (journal
-    2026-12-02 (r), (s))."""
+    for pairs take the same pairs (with ping-pong consumers where K is short), the others
+    and bf16 the table's tile (journal 2026-12-02 (r), (s), (t))."""
     from pkc.passes.ag_k_schedule import AgKParts
     from pkc.passes.fused_schedule import RsParts, fp8_fused_config, fused_config
     from pkc.target.fused_tuning import FusedKind
@@ -119,9 +119,20 @@ def test_fp8_tiles_chosen_without_a_variant():
         f = fused_config(FusedKind.RS, M, N, K, 2, "bf16", BLayout.NK, "h200", variant)
         return f, fp8_fused_config(f, ("e4m3", "e4m3"), M, N, K, "h200", variant, parts)
 
+    # pairs: ping-pong consumers on them where a tile's main loop is <= 32 k-blocks
+    # (K <= 4096) and the parts can work as a ping-pong pair, else the cooperative tile
     bf16, fp8 = fused(16384, 8192, 4096)
-    assert (bf16.cluster_m, fp8.cluster_m, fp8.bn, fp8.pingpong) == (1, 2, 256, False)
-    assert fp8.a_type == "e4m3"
+    assert (bf16.cluster_m, fp8.cluster_m, fp8.bm, fp8.bn, fp8.pingpong) == (1, 2, 128, 128,
+                                                                             True)
+    assert fp8.a_type == "e4m3" and fp8.stages == 6
+    long_k = fused(8192, 8192, 8192)[1]                                   # 64 k-blocks
+    assert (long_k.cluster_m, long_k.bn, long_k.pingpong) == (2, 256, False)
+    assert fused(16384, 8192, 4096 + 128)[1].pingpong is False           # 33 k-blocks
+
+    class NoPingpong(RsParts):
+        pingpong_problem = "built for the cooperative consumers"
+    cooperative = fused(16384, 8192, 4096, NoPingpong)[1]
+    assert (cooperative.cluster_m, cooperative.bn, cooperative.pingpong) == (2, 256, False)
     assert fused(16384, 8192, 4096, AgKParts)[1].cluster_m == 1       # not built for pairs
     assert fused(4096, 4096, 4096)[1].cluster_m == 1                   # < 8 tiles a CTA
     assert fused(16384, 8192, 4096, variant="128x256_s4_tma")[1].cluster_m == 1   # forced
