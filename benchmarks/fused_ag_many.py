@@ -144,7 +144,7 @@ def gather_kernel(W: int, Mc: int, K: int, peers):
                                timeout_ns=500_000_000)
 
 
-def run_case(name, W, Mc, K, ns, gathered, rounds: int, peers) -> dict:
+def run_case(name, W, Mc, K, ns, gathered, rounds: int, peers, alt=ALT_TILES) -> dict:
     import statistics as st
 
     import torch
@@ -211,7 +211,7 @@ def run_case(name, W, Mc, K, ns, gathered, rounds: int, peers) -> dict:
     # probes (not the pass's choice): at W = 1 the other tiles, forced; at W > 1 four put
     # CTAs (a virtual-world lane has a quarter or half of the SMs the plan was made for)
     probes = ([("p4", "", 4)] if W > 1 else
-              [(v, v, 0) for v in ALT_TILES if not v.startswith(row["tile"] + "_")])
+              [(v, v, 0) for v in alt if not v.startswith(row["tile"] + "_")])
     for key, variant, side in probes:
         pck, pkop = compile_ir(W, Mc, K, ns, gathered, variant=variant, put_ctas=side)
         run = ScheduledAgGemm(pck.ptx, pck.meta, peers, owner=("bench-ag-many", name, key),
@@ -249,11 +249,14 @@ def run_case(name, W, Mc, K, ns, gathered, rounds: int, peers) -> dict:
 
 
 def main() -> None:
-    cli = case_cli(__doc__, CASES, "out/fused_ag_many")
+    cli = case_cli(__doc__, CASES, "out/fused_ag_many", extra=lambda ap: ap.add_argument(
+        "--alt", default=",".join(ALT_TILES), help="the tiles forced at W = 1 (variants)"))
     if cli is None:
         return
     args, picked = cli
-    rows = run_cases(picked, lambda c: run_case(*c, rounds=args.rounds, peers=virtual_peers(c[1])),
+    alt = tuple(v for v in args.alt.split(",") if v)
+    rows = run_cases(picked, lambda c: run_case(*c, rounds=args.rounds, peers=virtual_peers(c[1]),
+                                                 alt=alt),
                      os.path.join(args.out, f"fused_ag_many_r{args.rounds}.json"), trace=True)
     print(f"\n{'case':19} {'tile':10} {'ok':5} {'fused':>7} {'split':>7} {'torch':>7} "
           f"{'f/split':>7} {'f/torch':>7} {'probe':>14} {'/fused':>6}")

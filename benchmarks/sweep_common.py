@@ -209,11 +209,14 @@ def write_json(path: Path | str, obj) -> None:
     os.replace(tmp, path)
 
 
-def case_cli(doc: str, cases: list, default_out: str, rounds: int = 30):
+def case_cli(doc: str, cases: list, default_out: str, rounds: int = 30, extra=None):
     """The command line of a benchmark of named cases: ``--out``, ``--rounds``, ``--cases``
     (comma-separated substrings of case names) and ``--list`` (prints the picked cases and
-    returns None: no GPU needed). Else returns (args, the picked cases), ``--out`` made."""
+    returns None: no GPU needed), and what ``extra(parser)`` adds. Else returns (args, the
+    picked cases), ``--out`` made."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    if extra is not None:
+        extra(ap)
     ap.add_argument("--out", default=default_out)
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--rounds", type=int, default=rounds)
