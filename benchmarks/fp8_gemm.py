@@ -103,6 +103,21 @@ def fp8_inputs(M, N, K, row, ta="e4m3", tb="e4m3", bias=False, device="cuda", se
     return a, w, sa, sb, bv
 
 
+def torch_fp8_launchers(M, N, K):
+    """Row-wise fp8 inputs ``(a, w, sa, sb)``, torch's row-wise result (fast accumulation)
+    and torch's row- and tensor-wise launchers (``out=`` buffers: no allocation per call),
+    the baselines of the fp8 GEMM benchmarks."""
+    import torch
+
+    a, w, sa, sb, _ = fp8_inputs(M, N, K, True)
+    _, _, ta, tb, _ = fp8_inputs(M, N, K, False)
+    ref = torch_scaled_mm(a, w, sa, sb, fast=True)
+    o1, o2 = torch.empty_like(ref), torch.empty_like(ref)
+    launchers = [("torch row", lambda: torch_scaled_mm(a, w, sa, sb, out=o1, fast=True)),
+                 ("torch tensor", lambda: torch_scaled_mm(a, w, ta, tb, out=o2, fast=True))]
+    return (a, w, sa, sb), ref, launchers, o1
+
+
 def torch_scaled_mm(a, w, sa, sb, bias=None, out=None, fast=False):
     """torch._scaled_mm(a, w.t(), ...) -> bf16; ``fast``: use_fast_accum=True (no promotion
     of partial sums: what the wgmma kernel does)."""

@@ -47,19 +47,14 @@ WANTED = ["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_activ
 def child(shapes: list[str]) -> None:
     """Compile and check every variant, then launch each (and torch) once: what ncu sees."""
     import torch
-    from fp8_gemm import fp8_inputs, torch_scaled_mm
+    from fp8_gemm import torch_fp8_launchers
     from fp8_rowwise import compile_variant
 
     from pkc.runtime.scheduled import ScheduledKernel
 
     for shape in shapes:
         M, N, K = SHAPES[shape]
-        a, w, sa, sb, _ = fp8_inputs(M, N, K, True)
-        _, _, ta, tb, _ = fp8_inputs(M, N, K, False)
-        ref = torch_scaled_mm(a, w, sa, sb, fast=True)
-        o1, o2 = torch.empty_like(ref), torch.empty_like(ref)
-        launches = [("torch row", lambda: torch_scaled_mm(a, w, sa, sb, out=o1, fast=True)),
-                    ("torch tensor", lambda: torch_scaled_mm(a, w, ta, tb, out=o2, fast=True))]
+        (a, w, sa, sb), ref, launches, o1 = torch_fp8_launchers(M, N, K)
         outs = [("torch row", o1)]
         for label, variant in VARIANTS:
             ck, _ = compile_variant(M, N, K, True, variant, True)

@@ -73,7 +73,7 @@ def main() -> None:
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     import torch
-    from fp8_gemm import fp8_inputs, torch_scaled_mm
+    from fp8_gemm import torch_fp8_launchers
     from fp8_rowwise import compile_variant
     from timing import rotated, sustained
 
@@ -81,12 +81,7 @@ def main() -> None:
 
     rows = []
     for name, M, N, K in SHAPES:
-        a, w, sa, sb, _ = fp8_inputs(M, N, K, True)
-        _, _, ta, tb, _ = fp8_inputs(M, N, K, False)
-        ref = torch_scaled_mm(a, w, sa, sb, fast=True)
-        o1, o2 = torch.empty_like(ref), torch.empty_like(ref)
-        launchers = [("torch row", lambda: torch_scaled_mm(a, w, sa, sb, out=o1, fast=True)),
-                     ("torch tensor", lambda: torch_scaled_mm(a, w, ta, tb, out=o2, fast=True))]
+        (a, w, sa, sb), ref, launchers, _ = torch_fp8_launchers(M, N, K)
         for label, fn in launchers:
             rows.append({"case": name, "launcher": label, "kernels": kernel_names(fn)})
         for label, variant in VARIANTS:
