@@ -260,6 +260,9 @@ VARIANTS: dict[str, GemmConfig] = {
     "256x128_s4_tma": GemmConfig(bm=256, bn=128, stages=4, epilogue=Epilogue.TMA),
     "128x192_s4_tma": GemmConfig(bm=128, bn=192, stages=4, epilogue=Epilogue.TMA),
     "128x160_s5_tma": GemmConfig(bm=128, bn=160, stages=5, epilogue=Epilogue.TMA),
+    # 224 columns: a whole number of tiles in 3584 (Llama-3 70B's gate / up per rank at
+    # TP = 8), where 128 x 160 leaves a partial last wave (docs/PERF_NOTES.md (t)); unmeasured
+    "128x224_s4_tma": GemmConfig(bm=128, bn=224, stages=4, epilogue=Epilogue.TMA),
     "128x256_s4_kn": GemmConfig(bm=128, bn=256, stages=4, epilogue=Epilogue.TMA,
                                 b_layout=BLayout.KN),
     "64x256_c1_s5": GemmConfig(bm=64, bn=256, stages=5, consumers=1, epilogue=Epilogue.TMA),

@@ -40,6 +40,7 @@ def _gemm(M, N, K, variant="", layout="nk"):
     ((200, 136, 72), "128x128_s6_tma", "nk", False),  # tails: TMA zero fill, clipped stores
     ((256, 256, 128), "128x256_s4_kn", "kn", False),  # N-major B (transposed descriptor)
     ((256, 256, 128), "128x128_s6_cl2", "nk", False),  # cluster of 2, multicast loads
+    ((136, 456, 136), "128x224_s4_tma", "nk", False),  # 224 columns: 7 epilogue pieces
 ])
 def test_ir_built_gemm_matches_the_interpreter(shape, variant, layout, exact):
     m = _gemm(*shape, variant, layout)

@@ -80,7 +80,8 @@ def check_gemm(M, N, K, cfg, world=1, **kw) -> None:
 
 
 VARIANT_NAMES = ["128x256_s4_tma", "128x256_s3_global", "128x256_s4_kn", "64x256_c1_s5",
-                 "128x256_s4_cl2", "128x128_s6_cl2", "256x128_s4_tma", "128x160_s5_tma"]
+                 "128x256_s4_cl2", "128x128_s6_cl2", "256x128_s4_tma", "128x160_s5_tma",
+                 "128x224_s4_tma"]
 
 
 @pytest.mark.parametrize("name", VARIANT_NAMES)
