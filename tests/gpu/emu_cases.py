@@ -165,13 +165,10 @@ def cases() -> list[Case]:
 # epilogue). W = 1 and 2: every element's adds have one order (W = 2: the own partial is
 # stored before the one peer's is added, behind a wait), so bitwise is expected; the W = 3
 # column kernel is the fixed-order (deterministic=true, rank-ring) variant: one order too.
-# The fp8 kernels carry a tolerance all the same (the table still says whether they were
-# bitwise): the emulator's fp8 wgmma k32 step is a model fitted to the H200 (FP8_WHY).
-FP8_WHY = ("the emulator's fp8 wgmma k32 step (terms aligned 13 bits below the step's "
-           "largest, pkc/emu/ops_sm90.py ALIGN_FRACTION_BITS_FP8) is fitted to the H200, "
-           "not proven: on the fp8 probe 99.94% of bf16 outputs matched, the rest one bf16 "
-           "step apart; "
-           "accepted: one bf16 step (2^-7) of the largest |result| per rank's partial")
+# The fp8 kernels are expected bitwise too: the emulator's fp8 wgmma k32 step (terms
+# aligned 13 bits below the step's largest, the sum kept to 13 fraction bits: pkc/emu/
+# ops_sm90.py) equalled the H200 on every fp8 case of the 2026-12-02 (t) run. Only the
+# W = 3 CTA-pair case whose partials meet by TMA reduce-add keeps REDUCE_ADD_WHY.
 NEW_FP8_GEMMS = [  # name, (M, N, K), row-wise, bias, A type, B type, variant
     ("new_fp8_gemm_e4m3_tensor", (136, 144, 160), False, False, "e4m3", "e4m3", "128x128_s6_tma"),
     ("new_fp8_gemm_e4m3_e5m2_row_bias", (72, 48, 96), True, True, "e4m3", "e5m2", ""),
@@ -182,14 +179,15 @@ NEW_FP8_GEMMS = [  # name, (M, N, K), row-wise, bias, A type, B type, variant
 def new_kinds() -> list[Case]:
     out = [Case(n, Family.GEMM, f"fp8 gemm {ta}x{tb} {'row' if row else 'tensor'}"
                 + (" +bias" if bias else ""), 1, dict(zip("MNK", s), row=row, bias=bias),
-                extra={"fp8": (s, row, bias, ta, tb), "variant": v},
-                tolerance=2 ** -7, reason=FP8_WHY)
+                extra={"fp8": (s, row, bias, ta, tb), "variant": v})
            for n, s, row, bias, ta, tb, v in NEW_FP8_GEMMS]
 
     def rs(name, kind, W, ir, plan, opts=""):
-        fp8 = {"tolerance": W * 2 ** -7, "reason": FP8_WHY} if ir[0] == "fp8_rs" else {}
+        # W > 2 reduce-adds in arrival order, unless the adds go round the rank ring
+        open_order = W > 2 and plan.get("add_order") != "rank-ring"
+        tol = {"tolerance": W * 2 ** -7, "reason": REDUCE_ADD_WHY} if open_order else {}
         return Case(name, Family.FUSED, kind, W, {"ir": ir[0], "args": list(ir[1:])},
-                    extra={"op": "rs", "ir": ir, "opts": opts, "plan": plan}, **fp8)
+                    extra={"op": "rs", "ir": ir, "opts": opts, "plan": plan}, **tol)
     out += [
         rs("new_fp8_rs_w1_row", "fp8 gemm+rs row", 1, ("fp8_rs", 1, 40, 48, 64, True),
            {"fused_kind": "rs"}),
