@@ -67,7 +67,7 @@ def consumer_pingpong(o, cfg: GemmConfig, dims, C, tC, a_st, b_st, epi, full, em
     loop, coords, (stage, phase, j, ebuf, *extra) = parts.tile_loop(
         r, M, N, [zero, zero, zero, zero, *extra], cfg)
     t = _Ops(loop.block)
-    m0, n0 = coords[0], coords[1]
+    m0 = coords[0]
     # the tile is this warpgroup's: a loop of one trip, else none (the schedule level's
     # plain GEMM has loops, not conditionals)
     mine = t.cmp("eq", t.bin(arith.AndIOp, j, 1), wg)
