@@ -178,8 +178,8 @@ def _read_operand(m, ins, g, i, cta: int, addrs: np.ndarray, dtype: str) -> np.n
 def accumulate_exact(A: np.ndarray, B: np.ndarray, C: np.ndarray | None,
                      bits: int | None = None, sum_bits: int | None = None) -> np.ndarray:
     """One k16 step, IEEE style: exact products summed with C, rounded once to nearest
-    f32 (``bits``, ``sum_bits`` ignored). Not what the H200 does (22 of 305,408 bf16 outputs differed
-    in five GEMMs)."""
+    f32 (``bits``, ``sum_bits`` ignored). Not what the H200 does (22 of 305,408 bf16
+    outputs differed in five GEMMs)."""
     D = A @ B
     return (D if C is None else D + C).astype(np.float32)
 
