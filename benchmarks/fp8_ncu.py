@@ -105,16 +105,16 @@ def table(details: str, order: list[str]) -> str:
             "Issue Slots Busy", "Registers Per Thread", "Dynamic Shared Memory Per Block",
             "Warp Cycles Per Issued Instruction", "Achieved Occupancy"]
     rows: dict[str, dict] = {}
-    order = []
+    seen = []
     for r in csv.DictReader(io.StringIO(details)):
         key = f'{r.get("ID")} {r.get("Kernel Name", "")[:60]}'
         if key not in rows:
             rows[key] = {}
-            order.append(key)
+            seen.append(key)
         if r.get("Metric Name") in want:
             rows[key][r["Metric Name"]] = f'{r.get("Metric Value")} {r.get("Metric Unit", "")}'
     out = []
-    for k in order:
+    for k in seen:
         out.append(f"{k}  [{label_of(k, order)}]")
         out += [f"    {m:36s} {rows[k].get(m, '-')}" for m in want if m in rows[k]]
     return "\n".join(out)

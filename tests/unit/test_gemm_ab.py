@@ -1,4 +1,4 @@
-"""benchmarks/gemm_ab.py on the CPU: ``prepare`` pickles each tree's kernels (PTX and its
+"""benchmarks/gemm_ab.py and fp8_ncu.py's readers on the CPU: ``prepare`` pickles each tree's kernels (PTX and its
 launch description) under its label, ``run`` loads them grouped by shape and variant in
 label order, and the ncu reader maps Nsight Compute's kernel IDs to the launches it saw,
 skipping torch's reference and each kernel's checked call (a shifted mapping put one
@@ -48,3 +48,23 @@ def test_ncu_rows_skip_the_reference_and_the_checked_calls(tmp_path, monkeypatch
     got = {(r["label"], r["variant"]): r["cycles"] for r in rows}
     assert got == {("torch", "row"): "1003", ("a_old", "default"): "1004",
                    ("b_new", "default"): "1005"}
+
+
+def test_fp8_ncu_tables_label_the_kernels_and_rank_the_stalls():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fp8_ncu
+    sys.path.pop(0)
+    order = ["s torch ref", "s pkc default"]
+    details = ('"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n'
+               '"0","nvjet_x","Duration","us","720.5"\n'
+               '"1","scaled_matmul","Duration","us","760.1"\n'
+               '"1","scaled_matmul","Elapsed Cycles","cycle","1,170,507"\n')
+    t = fp8_ncu.table(details, order)
+    assert "[s torch ref]" in t and "[s pkc default]" in t and "1,170,507 cycle" in t
+    raw = ('"ID","Kernel Name","smsp__pcsamp_warps_issue_stalled_barrier",'
+           '"smsp__pcsamp_warps_issue_stalled_wait",'
+           '"smsp__pcsamp_warps_issue_stalled_barrier_not_issued"\n'
+           '"","","warp","warp","warp"\n'
+           '"1","scaled_matmul","300","100","999"\n')
+    st = fp8_ncu.stalls(raw, order)
+    assert "[s pkc default]" in st and "barrier 75.0%, wait 25.0%" in st
