@@ -1,8 +1,8 @@
-"""benchmarks/gemm_ab.py and fp8_ncu.py's readers on the CPU: ``prepare`` pickles each tree's kernels (PTX and its
-launch description) under its label, ``run`` loads them grouped by shape and variant in
-label order, and the ncu reader maps Nsight Compute's kernel IDs to the launches it saw,
-skipping torch's reference and each kernel's checked call (a shifted mapping put one
-kernel's cycles beside another's: docs/PERF_NOTES.md 2026-12-02 (t))."""
+"""The readers of benchmarks/gemm_ab.py and fp8_ncu.py on the CPU: ``prepare`` pickles each
+tree's kernels (PTX and its launch description) under its label, ``run`` loads them grouped
+by shape and variant in label order, and the ncu readers map Nsight Compute's kernel IDs to
+the launches it saw, skipping torch's reference and each kernel's checked call (a shifted
+mapping put one kernel's cycles beside another's: docs/PERF_NOTES.md 2026-12-02 (t))."""
 
 from __future__ import annotations
 
