@@ -75,7 +75,8 @@ def child(shapes: list[str]) -> None:
                           "max_abs_vs_torch": errs}), flush=True)
 
 
-def _ncu() -> str:
+def find_ncu() -> str:
+    """Nsight Compute's command line (PATH, then CUDA's usual place)."""
     for p in (shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
         if p and os.path.exists(p):
             return p
@@ -158,7 +159,7 @@ def main() -> None:
         child(shapes)
         return
     os.makedirs(args.out, exist_ok=True)
-    ncu = _ncu()
+    ncu = find_ncu()
     extra = known_metrics(ncu)
     rep = os.path.join(args.out, "fp8")
     cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "-k", KERNELS,

@@ -78,19 +78,26 @@ FUSED_CASES = [
 ]
 
 
-def compile_variant(M, N, K, row, variant, prefetch):
-    """(compiled kernel, its pk.kernel) of schedule-matmul on ``_scaled_mm(x, w.t())``."""
-    from fp8_gemm import module_text
-
+def compile_matmul(text: str, name: str, **options):
+    """(compiled kernel, its pk.kernel) of schedule-matmul (``options``: the pass's) on the
+    one matmul of ``text``."""
     from pkc.codegen import compile_kernel
     from pkc.codegen.emit import kernels_of
     from pkc.ir import make_context, parse_module
     from pkc.passes.schedule_matmul import ScheduleMatmul
 
-    m = parse_module(module_text(M, N, K, row), "fp8_rowwise.mlir")
-    ScheduleMatmul(variant=variant, scale_prefetch=prefetch).apply(make_context(), m)
+    m = parse_module(text, name)
+    ScheduleMatmul(**options).apply(make_context(), m)
     (kop,) = kernels_of(m)
     return compile_kernel(kop, "sm_90a"), kop
+
+
+def compile_variant(M, N, K, row, variant, prefetch):
+    """(compiled kernel, its pk.kernel) of schedule-matmul on ``_scaled_mm(x, w.t())``."""
+    from fp8_gemm import module_text
+
+    return compile_matmul(module_text(M, N, K, row), "fp8_rowwise.mlir", variant=variant,
+                          scale_prefetch=prefetch)
 
 
 def run_gemm_case(name, M, N, K, variants, rounds: int) -> list[dict]:
@@ -177,15 +184,7 @@ def bf16_module_text(M: int, N: int, K: int) -> str:
 
 def compile_bf16_variant(M, N, K, variant):
     """(compiled kernel, its pk.kernel) of schedule-matmul on the bf16 ``x @ w.T``."""
-    from pkc.codegen import compile_kernel
-    from pkc.codegen.emit import kernels_of
-    from pkc.ir import make_context, parse_module
-    from pkc.passes.schedule_matmul import ScheduleMatmul
-
-    m = parse_module(bf16_module_text(M, N, K), "bf16.mlir")
-    ScheduleMatmul(variant=variant).apply(make_context(), m)
-    (kop,) = kernels_of(m)
-    return compile_kernel(kop, "sm_90a"), kop
+    return compile_matmul(bf16_module_text(M, N, K), "bf16.mlir", variant=variant)
 
 
 def run_bf16_case(name, M, N, K, variants, rounds: int) -> list[dict]:

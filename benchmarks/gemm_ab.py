@@ -30,7 +30,6 @@ import glob
 import json
 import os
 import pickle
-import shutil
 import statistics
 import subprocess
 import sys
@@ -180,7 +179,9 @@ def run(args) -> None:
 
 def ncu_rows(args) -> list[dict]:
     """Cycles and tensor-pipe activity of each kernel, one launch each under ncu."""
-    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    from fp8_ncu import find_ncu
+
+    ncu = find_ncu()
     cmd = [ncu, "--clock-control", "none", "-k", "regex:scaled_matmul|nvjet|sm90_|cutlass",
            "--metrics", ",".join(NCU_METRICS), "--csv", sys.executable,
            os.path.abspath(__file__), "run", args.dir, "--child"]

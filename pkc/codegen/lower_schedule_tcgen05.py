@@ -225,8 +225,8 @@ def _acc_select(L: "Lowering", op: s.AccSelectOp) -> None:
 
 def _desc(L: "Lowering", addr, hi: int):
     # 64-bit here, unlike sm_90a's 32-bit word + pack (lower_schedule_mma): sm_100a adds
-    # 64-bit uniform registers in one instruction (UIADD3.64); the word form cost two
-    # UMOV per MMA in its SASS (ptxas 13, 4096^3 bf16 k-loop 53 -> 59 instructions)
+    # 64-bit uniform registers in one instruction (UIADD3.64), where the word form costs
+    # two UMOV per MMA (docs/PERF_NOTES.md 2026-12-02 (t))
     b = L.b
     d = b.cvt("u64", "u32", addr)
     d = b.bin("shr", "u64", d, b.imm(4, "u32"))

@@ -190,9 +190,8 @@ ALIGN_FRACTION_BITS = 25
 # 99.94% bitwise equal; 25 bits gives 80%: docs/emulator.md, tests/unit/test_fp8_gemm.py)
 ALIGN_FRACTION_BITS_FP8 = 13
 # ... and its sum keeps 13 fraction bits below its own leading bit (truncated toward zero)
-# where the 16-bit types' keeps f32's 23: with it the emulator equals the H200 on all of the
-# saved probe's 9,216 outputs (6 differed without) and on the fp8 GEMM / fused cases of
-# tests/gpu/emu_vs_gpu.py (docs/emulator.md)
+# where the 16-bit types' keeps f32's 23: what makes the fp8 cases bitwise equal to the
+# H200 (docs/emulator.md, tests/unit/test_fp8_gemm.py's probe test)
 SUM_FRACTION_BITS_FP8 = 13
 
 

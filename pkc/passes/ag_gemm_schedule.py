@@ -485,8 +485,7 @@ def schedule_all_gather_mm(kop: k.KernelOp, target: str, variant: str,
              scheduled_overlap=OverlapStyle.INTER if side else OverlapStyle.NONE, comm_ctas=side,
              put_piece=piece, put_ring=ring, put_lag=parts.lag, gathered_output=asked,
              **({"batches": blocks} if blocks > 1 else {}),
-             **({"weights": nw} if nw > 1 else {}), **tmem_plan, **clc_plan,
-             **({"pingpong": True} if getattr(cfg, "pingpong", False) else {}))
+             **({"weights": nw} if nw > 1 else {}), **tmem_plan, **clc_plan)
     followed = ""
     if comm_sms and comm_sms != side:
         followed = (f"; the kernel-level plan's {comm_sms} communicate SMs are for a "

@@ -247,7 +247,6 @@ def schedule_all_gather_k_mm(kop: k.KernelOp, target: str, variant: str) -> None
     set_plan(new, schedule=ScheduleKind.FUSED, fused_kind=FusedKind.AG, bm=cfg.bm, bn=cfg.bn,
              stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
              gather_dim="K", shard_k=Kc, row_blocks=parts.G,
-             **({"pingpong": True} if getattr(cfg, "pingpong", False) else {}),
              scheduled_overlap=OverlapStyle.INTER if side else OverlapStyle.NONE, comm_ctas=side,
              put_piece=piece, put_ring=ring, put_lag=parts.lag, gathered_output=asked,
              **({"gathered_layout": "rows" if true or W == 1 else "slots"} if asked else {}),

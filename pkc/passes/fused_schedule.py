@@ -138,11 +138,12 @@ def tmem_config(pass_name: str, M: int, N: int, K: int, dt: str, layout: BLayout
 
 
 def arrangement(cfg: GemmConfig | TmemView) -> tuple[dict, str]:
-    """(plan entries, remark words) naming the GEMM arrangement a fused kernel became:
-    nothing for the wgmma one (its remark says the tile), the tensor-memory one spelled
-    out (the same communication epilogue, another MMA path)."""
+    """(plan entries, remark words) naming the GEMM arrangement a fused kernel became: for
+    the wgmma one ``pingpong`` where its consumers are a ping-pong pair (its remark says
+    the tile), the tensor-memory one spelled out (the same communication epilogue, another
+    MMA path)."""
     if not isinstance(cfg, TmemView):
-        return {}, ""
+        return ({"pingpong": True} if cfg.pingpong else {}), ""
     return ({"acc": "tmem", "acc_bufs": cfg.acc_bufs},
             f"; sm_100a kernel: tcgen05 MMAs from one thread into {cfg.acc_bufs} tensor-memory "
             "accumulators, one epilogue warpgroup reads them (tcgen05.ld) and moves the tiles "

@@ -293,8 +293,7 @@ def _schedule_rs(kop: k.KernelOp, target: str, variant: str, chunk=None,
              stages=cfg.stages, consumers=cfg.consumers, group_m=cfg.group_m, b_layout=layout,
              chunk_rows=Mc, tiles_per_chunk=parts.tiles_per_chunk,
              scheduled_overlap=OverlapStyle.INTRA, comm_ctas=0, fresh_output=False,
-             add_order=add_order(W, ordered), **tmem_plan, **clc_plan,
-             **({"pingpong": True} if getattr(cfg, "pingpong", False) else {}))
+             add_order=add_order(W, ordered), **tmem_plan, **clc_plan)
     why_intra = ("tiles move by TMA from the consumers' epilogue while the SM computes the "
                  "next tile (intra-SM, no communicate CTAs)")
     if planned is OverlapStyle.INTER and comm_sms:

@@ -307,11 +307,9 @@ AUTO_CANDIDATES: list[tuple[GemmConfig, float]] = [
 # pairs (pkc.passes.fused_schedule.fp8_fused_config, journal (s)), with ping-pong consumers
 # on them (PINGPONG_PAIRS_FP8) where a tile's main loop is at most
 # PAIRS_PINGPONG_MAX_KBLOCKS k-blocks: there the cooperative tile's exposed epilogue, with
-# the collective's stores in it, is the largest share, and one warpgroup's epilogue under
-# the other's MMAs was 1.014-1.026x torch._scaled_mm in both timing regimes in two runs
-# against 1.017-1.055x for the cooperative pairs (16384x8192x4096, K = 4096: 32 k-blocks;
-# journal 2026-12-02 (t)); at K = 8192 the two were within 1% (8192^3, same runs). The
-# other fused kinds keep the table's cooperative tile.
+# the collective's stores in it, is the largest share of a tile's time, and ping-pong
+# hides it under the other warpgroup's MMAs (faster and steadier at K = 4096, level at
+# K = 8192: journal 2026-12-02 (t)). The other fused kinds keep the table's tile.
 MULTICAST_FP8 = GemmConfig(bm=128, bn=256, stages=4, cluster_m=2)
 MULTICAST_MIN_TILES = 8
 PINGPONG_FP8 = GemmConfig(bm=128, bn=128, stages=6, pingpong=True)

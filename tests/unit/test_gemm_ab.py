@@ -44,6 +44,10 @@ def test_ncu_rows_skip_the_reference_and_the_checked_calls(tmp_path, monkeypatch
     out = "ORDER " + __import__("json").dumps(order) + "\n" + "\n".join(lines)
     monkeypatch.setattr(subprocess, "run",
                         lambda *a, **k: SimpleNamespace(stdout=out, stderr="", returncode=0))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fp8_ncu
+    sys.path.pop(0)
+    monkeypatch.setattr(fp8_ncu, "find_ncu", lambda: "ncu")     # (none on this machine)
     rows = gemm_ab.ncu_rows(SimpleNamespace(dir=str(tmp_path), out=str(tmp_path)))
     got = {(r["label"], r["variant"]): r["cycles"] for r in rows}
     assert got == {("torch", "row"): "1003", ("a_old", "default"): "1004",
