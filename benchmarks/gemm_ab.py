@@ -37,8 +37,17 @@ import sys
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-SHAPES = {"16384x8192x4096": (16384, 8192, 4096), "8192^3": (8192, 8192, 8192),
-          "4096x28672x8192": (4096, 28672, 8192), "8192x1280x8192": (8192, 1280, 8192)}
+def shape_dims(shape: str) -> tuple[int, int, int]:
+    """(M, N, K) of a shape's name: ``MxNxK`` or ``N^3``."""
+    if shape.endswith("^3"):
+        return (int(shape[:-2]),) * 3
+    try:
+        M, N, K = (int(x) for x in shape.split("x"))
+    except ValueError:
+        raise SystemExit(f"gemm_ab: shape {shape!r} is not MxNxK or N^3") from None
+    return M, N, K
+
+
 VARIANTS = {"fp8": ["", "128x256_s4_tma", "128x128_pp_s6", "128x128_pp_cl2"],
             "bf16": ["", "128x256_s4_cl2", "128x128_pp_s6"]}
 NCU_METRICS = ["sm__cycles_elapsed.max", "sm__cycles_active.avg",
@@ -52,7 +61,7 @@ def prepare(args) -> None:
     os.makedirs(args.dir, exist_ok=True)
     variants = args.variants or ",".join(v or "default" for v in VARIANTS[args.dtype])
     for shape in args.shapes.split(","):
-        M, N, K = SHAPES[shape]
+        M, N, K = shape_dims(shape)
         for v in variants.split(","):
             v = "" if v == "default" else v
             if args.dtype == "bf16":
@@ -85,7 +94,7 @@ def _launchers(recs, shape):
     from pkc.runtime.scheduled import ScheduledKernel
 
     dtype, dims = shape.split(":")
-    M, N, K = SHAPES[dims]
+    M, N, K = shape_dims(dims)
     if dtype == "bf16":
         g = torch.Generator(device="cpu").manual_seed(0)
         a = torch.randn(M, K, generator=g).to(torch.bfloat16).cuda()
