@@ -282,6 +282,7 @@ VARIANTS: dict[str, GemmConfig] = {
 # (measured on the H200, docs/PERF_NOTES.md v1): a tile's cost is its area over this.
 AUTO_CANDIDATES: list[tuple[GemmConfig, float]] = [
     (GemmConfig(bm=128, bn=256, stages=4), 1.00),
+    (GemmConfig(bm=128, bn=224, stages=4), 1.00),
     (GemmConfig(bm=128, bn=192, stages=4), 0.99),
     (GemmConfig(bm=256, bn=128, stages=4), 0.99),
     (GemmConfig(bm=128, bn=160, stages=5), 0.96),
