@@ -39,7 +39,8 @@ GATE_UP = (3584, 3584)              # Llama-3 70B TP-8: gate and up projections 
 QKV_8B = (512, 128, 128)            # Llama-3 8B TP-8: q, k, v per rank (K = 4096)
 QKV_70B = (1024, 128, 128)          # Llama-3 70B TP-8 (K = 8192)
 # the tiles forced at W = 1 beside the pass's choice (is the choice the fastest?)
-ALT_TILES = ("128x128_s6_tma", "128x160_s5_tma", "128x192_s4_tma", "128x256_s4_tma")
+ALT_TILES = ("128x128_s6_tma", "128x160_s5_tma", "128x192_s4_tma", "128x224_s4_tma",
+             "128x256_s4_tma")
 
 # (name, W, Mc: rows per rank, K, the weights' N, gathered): odd shapes, then Llama's
 CASES = [

@@ -261,7 +261,7 @@ VARIANTS: dict[str, GemmConfig] = {
     "128x192_s4_tma": GemmConfig(bm=128, bn=192, stages=4, epilogue=Epilogue.TMA),
     "128x160_s5_tma": GemmConfig(bm=128, bn=160, stages=5, epilogue=Epilogue.TMA),
     # 224 columns: a whole number of tiles in 3584 (Llama-3 70B's gate / up per rank at
-    # TP = 8), where 128 x 160 leaves a partial last wave (docs/PERF_NOTES.md (t)); unmeasured
+    # TP = 8), where 128 x 160 leaves a partial last wave (docs/PERF_NOTES.md (t), (u))
     "128x224_s4_tma": GemmConfig(bm=128, bn=224, stages=4, epilogue=Epilogue.TMA),
     "128x256_s4_kn": GemmConfig(bm=128, bn=256, stages=4, epilogue=Epilogue.TMA,
                                 b_layout=BLayout.KN),
@@ -279,7 +279,8 @@ VARIANTS: dict[str, GemmConfig] = {
 
 
 # Candidates of choose_config and their rate on a big square problem relative to 128x256
-# (measured on the H200, docs/PERF_NOTES.md v1): a tile's cost is its area over this.
+# (measured on the H200, docs/PERF_NOTES.md v1; 128 x 224: 2026-12-02 (u), 8192^3 within
+# 1% of 128 x 256): a tile's cost is its area over this.
 AUTO_CANDIDATES: list[tuple[GemmConfig, float]] = [
     (GemmConfig(bm=128, bn=256, stages=4), 1.00),
     (GemmConfig(bm=128, bn=224, stages=4), 1.00),

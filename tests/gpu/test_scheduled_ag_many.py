@@ -27,6 +27,10 @@ def test_matches_torch(case):
 
     row = run_case(*case, rounds=2, peers=VirtualPeers(case[1]))
     assert row["correct"] and row["correct_after_timing"], row
+    # W = 1 also runs every other tile of ALT_TILES, forced: each must be right
+    assert not [k for k in row if k.startswith("wrong_")], row
+    if case[1] == 1:
+        assert len([k for k in row if k.startswith("us_fused_")]) >= 4, row
     assert row["split_rel_err"] <= row["tol"], row
 
 

@@ -105,10 +105,10 @@ def test_split_where_one_kernel_cannot_be_built(case, why):
                     world_sizes=(2,), seeds=(0,))
 
 
-def _emulate(W, Mc, K, ns, gathered, target="h200", arch="sm_90a"):
+def _emulate(W, Mc, K, ns, gathered, target="h200", arch="sm_90a", variant=""):
     from pkc.emu import emulate
 
-    ck, kop = compile_ir(W, Mc, K, ns, gathered, target=target, arch=arch)
+    ck, kop = compile_ir(W, Mc, K, ns, gathered, target=target, arch=arch, variant=variant)
     gen = torch.Generator().manual_seed(W)
     a = [torch.randn(Mc, K, generator=gen).to(torch.bfloat16) for _ in range(W)]
     ws = [(torch.randn(n, K, generator=gen) / K ** 0.5).to(torch.bfloat16) for n in ns]
@@ -136,6 +136,13 @@ def test_emulated_sm90_against_torch(W, Mc, K, ns, gathered):
     _emulate(W, Mc, K, ns, gathered)
 
 
+def test_emulated_on_the_224_column_tile():
+    """The 128 x 224 tile (gate + up's pick at T = 1024, 2048): a weight of 232 columns is
+    a whole tile and an 8-column one, the other weight one partial tile."""
+    kop = _emulate(2, 45, 64, (232, 40), True, variant="128x224_s4_tma")
+    assert plan_of(kop)["bn"] == 224
+
+
 def test_emulated_sm100_tensor_memory():
     """sm_100a: the tensor-memory GEMM shares the producer and takes the same epilogue
     hook, so the same parts give it."""
@@ -161,9 +168,13 @@ def test_assembles_without_spills(case, target, arch):
 def test_tile_of_the_padded_tile_space():
     """q, k, v of Llama-3 70B TP-8 at T = 2048: the fused table's tile for N = 1280 (160
     columns) pads the weights to 7 + 1 + 1 tiles, 144 tiles: two waves on 132 SMs; 192
-    columns make 6 + 1 + 1, 128 tiles: one wave (gather_many.many_config). Gate + up
-    (3584 = 14 x 256) keeps the table's tile; q, k, v of 8B at T = 4096 take 128 columns
-    (no padding, two waves: measured 1.37x faster than 256 columns' one padded wave)."""
+    columns make 6 + 1 + 1, 128 tiles: one wave (gather_many.many_config; under Nsight
+    Compute 63.5 us against 224 columns' 5 + 1 + 1 tiles' 73.4 us, PERF_NOTES 2026-12-02
+    (u)). Gate + up (3584 = 16 x 224) takes 224
+    columns at T = 1024 and 2048 (whole waves, measured 6-9% faster than 128 x 160) and
+    keeps 256 at T = 4096 (224 within 1% there); q, k, v of 8B at T = 4096 take 128
+    columns (no padding, two waves: measured 1.37x faster than 256 columns' one padded
+    wave)."""
     from pkc.passes.fused_schedule import fused_config
     from pkc.target.fused_tuning import FusedKind
     from pkc.target.gemm_tuning import BLayout
@@ -171,8 +182,9 @@ def test_tile_of_the_padded_tile_space():
     assert fused_config(FusedKind.AG, 2048, 1280, 8192, 1, "bf16", BLayout.NK, "h200").bn == 160
     (kop,) = _kernels(scheduled_module(1, 2048, 8192, (1024, 128, 128)))
     assert (plan_of(kop)["bn"], plan_of(kop)["tiles_per_chunk"]) == (192, 128)
-    (kop,) = _kernels(scheduled_module(1, 4096, 8192, (3584, 3584)))
-    assert plan_of(kop)["bn"] == 256
+    for T, bn in ((1024, 224), (2048, 224), (4096, 256)):
+        (kop,) = _kernels(scheduled_module(1, T, 8192, (3584, 3584)))
+        assert plan_of(kop)["bn"] == bn, T
     (kop,) = _kernels(scheduled_module(1, 4096, 4096, (512, 128, 128)))
     assert plan_of(kop)["bn"] == 128
 
