@@ -366,9 +366,10 @@ def _fused_kops(c: Case) -> list:
         m = many_module(c.W, s["Mc"], s["K"], s["ns"], s["gathered"])
         return [k for k in kernels_of(m) if k.schedule() is not None]
     if c.family is Family.AG_GEMM:
-        from fused_ag_ir import scheduled_module
         if s.get("along_k"):    # the gather along K: Mc = the shard's rows M, K = its Kc
             from fused_ag_k_ir import scheduled_module
+        else:
+            from fused_ag_ir import scheduled_module
 
         m = scheduled_module(c.W, s["Mc"], s["N"], s["K"], s["layout"], s["gathered"])
         from pkc.codegen.emit import kernels_of

@@ -78,7 +78,7 @@ def test_kernel_level_and_scheduled_are_equivalent(W, Mc, K, ns, gathered):
     tile space over the weights, the put side and the waits."""
     text = module_text(W, Mc, K, ns, gathered, layouts="nk"[W % 2] * len(ns))
     single = " keep-single-rank=true" if W == 1 else ""
-    for pipe in (f"overlap{{force=true}}", f"default{{force=true{single}}}",
+    for pipe in ("overlap{force=true}", f"default{{force=true{single}}}",
                  f"default{{force=true{single}}},schedule-fused"):
         check_transform(lambda w: parse_module(text), pipe, world_sizes=(W,), seeds=(W,))
     m = parse_module(text)
