@@ -3,8 +3,8 @@
 waves where 128 x 160 or 128 x 256 leave a partial last one. Which shapes take it (and which
 keep their tile, where it measured no faster), and the fused kinds on it: GEMM +
 reduce-scatter (bf16, W = 2 on the emulator; fp8 W = 3 in the interpreter), all-gather +
-fp8 GEMM, one gather feeding several matmuls; 224 columns are seven 32-column epilogue
-pieces, odd shard rows and a partial last column tile in every case."""
+fp8 GEMM, the MoE kernel (one gather feeding several matmuls: test_gather_many.py); 224
+columns are seven 32-column epilogue pieces; a partial last column tile in every case."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ TILE = "128x224_s4_tma"
 
 
 @pytest.mark.parametrize("M,N,K,bn", [
-    (1024, 3584, 8192, 224),     # one whole wave (128 tiles) where 128 x 256's is 112
+    (1024, 3584, 8192, 224),     # 128 smaller tiles in one wave, not 112 of 128 x 256
     (2048, 3584, 8192, 224),     # two whole waves where 128 x 160 takes three
     (1024, 7168, 8192, 224),
     (8192, 3584, 8192, 256),     # 128 x 256: as many waves, the bigger tile wins the tie
