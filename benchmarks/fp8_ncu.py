@@ -6,7 +6,7 @@ issue-slot use, registers, shared memory, and the warp-stall reasons sampled (th
 first), so that a gap in work per clock can be placed (operand traffic, a pipeline bubble,
 the epilogue, the scale loads) instead of guessed.
 
-    python benchmarks/fp8_ncu.py --out DIR [--shapes 16384x8192x4096,8192^3]   # GPU machine
+    python benchmarks/fp8_ncu.py --out DIR [--shapes 16384x8192x4096,8192^3]  # GPU; MxNxK or N^3
 
 The script runs itself under ncu (``--child``: compile, check against torch, launch each
 once), keeps the report (``DIR/fp8.ncu-rep``) and its pages as CSV (``details.csv``,
@@ -28,8 +28,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-SHAPES = {"16384x8192x4096": (16384, 8192, 4096), "8192^3": (8192, 8192, 8192),
-          "4096x28672x8192": (4096, 28672, 8192), "8192x1280x8192": (8192, 1280, 8192)}
+from sweep_common import gemm_shape  # noqa: E402  (the path above)
+
 # (label, schedule-matmul variant; "": its own pick)
 VARIANTS = [("pkc default", ""), ("pkc coop 128x256", "128x256_s4_tma"),
             ("pkc pp 128x128", "128x128_pp_s6"), ("pkc pp 128x128 cl2", "128x128_pp_cl2")]
@@ -53,7 +53,7 @@ def child(shapes: list[str]) -> None:
     from pkc.runtime.scheduled import ScheduledKernel
 
     for shape in shapes:
-        M, N, K = SHAPES[shape]
+        M, N, K = gemm_shape(shape)
         (a, w, sa, sb), ref, launches, o1 = torch_fp8_launchers(M, N, K)
         outs = [("torch row", o1)]
         for label, variant in VARIANTS:

@@ -36,17 +36,7 @@ import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-def shape_dims(shape: str) -> tuple[int, int, int]:
-    """(M, N, K) of a shape's name: ``MxNxK`` or ``N^3``."""
-    if shape.endswith("^3"):
-        return (int(shape[:-2]),) * 3
-    try:
-        M, N, K = (int(x) for x in shape.split("x"))
-    except ValueError:
-        raise SystemExit(f"gemm_ab: shape {shape!r} is not MxNxK or N^3") from None
-    return M, N, K
-
+from sweep_common import gemm_shape  # noqa: E402  (the path above)
 
 VARIANTS = {"fp8": ["", "128x256_s4_tma", "128x128_pp_s6", "128x128_pp_cl2"],
             "bf16": ["", "128x256_s4_cl2", "128x128_pp_s6"]}
@@ -61,7 +51,7 @@ def prepare(args) -> None:
     os.makedirs(args.dir, exist_ok=True)
     variants = args.variants or ",".join(v or "default" for v in VARIANTS[args.dtype])
     for shape in args.shapes.split(","):
-        M, N, K = shape_dims(shape)
+        M, N, K = gemm_shape(shape)
         for v in variants.split(","):
             v = "" if v == "default" else v
             if args.dtype == "bf16":
@@ -94,7 +84,7 @@ def _launchers(recs, shape):
     from pkc.runtime.scheduled import ScheduledKernel
 
     dtype, dims = shape.split(":")
-    M, N, K = shape_dims(dims)
+    M, N, K = gemm_shape(dims)
     if dtype == "bf16":
         g = torch.Generator(device="cpu").manual_seed(0)
         a = torch.randn(M, K, generator=g).to(torch.bfloat16).cuda()

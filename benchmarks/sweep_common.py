@@ -149,6 +149,17 @@ def fmt_size(n: int) -> str:
     return str(n)
 
 
+def gemm_shape(shape: str) -> tuple[int, int, int]:
+    """(M, N, K) of a GEMM shape's name: ``MxNxK`` or ``N^3``."""
+    if shape.endswith("^3"):
+        return (int(shape[:-2]),) * 3
+    try:
+        M, N, K = (int(x) for x in shape.split("x"))
+    except ValueError:
+        raise SystemExit(f"GEMM shape {shape!r} is not MxNxK or N^3") from None
+    return M, N, K
+
+
 def ratio(num: float | None, den: float | None) -> float | None:
     """num / den, or None where either is missing (a time of an implementation that did
     not run) or den is 0."""

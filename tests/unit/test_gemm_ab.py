@@ -11,11 +11,21 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gemm_ab  # noqa: E402
+from sweep_common import gemm_shape  # noqa: E402
 
 sys.path.pop(0)
+
+
+def test_gemm_shape_names():
+    assert gemm_shape("8192^3") == (8192, 8192, 8192)
+    assert gemm_shape("1024x3584x8192") == (1024, 3584, 8192)
+    with pytest.raises(SystemExit, match="not MxNxK"):
+        gemm_shape("1024x3584")
 
 
 def test_prepare_pickles_each_label_and_load_groups_them(tmp_path):

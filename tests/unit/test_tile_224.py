@@ -15,6 +15,7 @@ from pkc.target.gemm_tuning import choose_config
 from tests.unit.test_fp8_fused import check_levels
 from tests.unit.test_fp8_overlap import ag_ir, red_ir
 from tests.unit.test_fused_pingpong import _scheduled
+from tests.unit.test_schedule_fused_layouts import rs_text
 
 TILE = "128x224_s4_tma"
 
@@ -33,22 +34,10 @@ def test_which_shapes_take_the_tile(M, N, K, bn):
     assert choose_config(M, N, K, in_types=("e4m3", "e4m3")).bn == bn
 
 
-def _bf16_rs_nk_ir(W: int, M: int, N: int, K: int) -> str:
-    """matmul(A, W^T) -> reduce_scatter, W [N, K] (nn.Linear's; a B [K, N] takes 128-column
-    tiles: it is loaded in 64-column boxes)."""
-    a, w, wt, c, y = (f"tensor<{M}x{K}xbf16>", f"tensor<{N}x{K}xbf16>",
-                      f"tensor<{K}x{N}xbf16>", f"tensor<{M}x{N}xbf16>",
-                      f"tensor<{M // W}x{N}xbf16>")
-    return (f"func.func @main(%a: {a}, %w: {w}) -> {y} {{\n"
-            f"  %t = pk.transpose %w {{perm = [1, 0]}} : {w} -> {wt}\n"
-            f"  %c = pk.matmul %a, %t : ({a}, {wt}) -> {c}\n"
-            f'  %o = pk.reduce_scatter %c {{dim = 0 : i64, reduce = "sum", world = {W} : i64}}'
-            f" : {c} -> {y}\n  func.return %o : {y}\n}}\n")
-
-
 def test_bf16_reduce_scatter_on_the_tile_emulated():
     W = 2
-    text = _bf16_rs_nk_ir(W, W * 72, 456, 64)      # 456 = 2 x 224 + 8
+    # W [N, K], nn.Linear's (a B [K, N] takes 128-column tiles: 64-column boxes)
+    text = rs_text(W, (W * 72,), 0, 456, 64, "nk")      # 456 = 2 x 224 + 8
     kernel_level, sched, kop = _scheduled(text, TILE)
     assert (plan_of(kop)["bn"], plan_of(kop)["fused_kind"]) == (224, "rs")
     check_levels(text, kernel_level, sched, W, seed=7, emulate=True)
